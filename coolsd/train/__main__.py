@@ -1,0 +1,3 @@
+from coolsd.train.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""`python -m coolsd.train STAGE [...]`: train one stage of the embedded model into --out.
+
+Stages run in order vq -> target -> drafter -> classifier; `export` writes the fp16 bundle to
+assets/embedded. Each stage resumes from its checkpoint in --out and stops after --budget-min.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+STAGES = ("vq", "target", "drafter", "classifier", "export")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m coolsd.train", description=__doc__)
+    ap.add_argument("stage", choices=STAGES)
+    ap.add_argument("--out", type=Path, default=Path("runs/embedded"), help="checkpoint folder")
+    ap.add_argument("--budget-min", type=float, default=10.0, help="training time budget in minutes")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (stage default if unset)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--assets", type=Path, default=Path("assets/embedded"), help="export destination")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    budget = args.budget_min * 60
+    kw = {"seed": args.seed, "batch": args.batch} | ({"lr": args.lr} if args.lr else {})
+
+    from diffusers import VQModel
+
+    from coolsd.train.data import splits
+
+    if args.stage == "export":
+        from coolsd.train.export import export_bundle
+
+        export_bundle(args.out, args.assets)
+        return 0
+    data = splits(args.seed)
+    if args.stage == "vq":
+        from coolsd.train.vq import train_vq
+
+        train_vq(data, args.out, budget, **kw)
+        return 0
+    vq = VQModel.from_pretrained(args.out / "vq").eval()
+    if args.stage == "target":
+        from coolsd.train.target import train_target
+
+        train_target(vq, data, args.out, budget, **kw)
+    elif args.stage == "drafter":
+        from transformers import LlamaForCausalLM
+
+        from coolsd.train.drafter import train_drafter
+
+        target = LlamaForCausalLM.from_pretrained(args.out / "target").eval()
+        train_drafter(vq, target, data, args.out, budget, **kw)
+    elif args.stage == "classifier":
+        from coolsd.train.classifier import train_classifier
+
+        train_classifier(data, args.out, budget, **kw)
+    return 0

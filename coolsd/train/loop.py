@@ -1,0 +1,84 @@
+"""Time-budgeted training loop shared by every stage: tqdm progress, checkpoints, resume, seeds."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+
+def cosine_lr(base_lr: float, progress: float, warmup: float = 0.03, floor: float = 0.1) -> float:
+    """Learning rate at `progress` in [0, 1] of the time budget: linear warm-up, cosine to floor*lr."""
+    if progress < warmup:
+        return base_lr * max(progress / warmup, 0.01)
+    t = min(1.0, (progress - warmup) / (1 - warmup))
+    return base_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def run_budgeted(
+    name: str,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step_fn: Callable[[int], dict[str, float]],
+    ckpt: Path,
+    budget_s: float,
+    base_lr: float,
+    eval_fn: Callable[[], dict[str, float]] | None = None,
+    eval_every: int = 100,
+    ckpt_every_s: float = 180.0,
+) -> dict:
+    """Call `step_fn(step)` until `budget_s` seconds of training (summed over resumes) are spent.
+
+    The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
+    continues the same schedule. Returns the final state dict {step, elapsed, history}.
+    """
+    state = {"step": 0, "elapsed": 0.0, "history": []}
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        torch.set_rng_state(saved["rng"])
+        print(f"[{name}] resumed at step {state['step']} ({state['elapsed']:.0f} s spent)")
+
+    def save() -> None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+                    "rng": torch.get_rng_state()}, tmp)
+        os.replace(tmp, ckpt)
+
+    bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
+    last_save = time.perf_counter()
+    while state["elapsed"] < budget_s:
+        t0 = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(base_lr, state["elapsed"] / budget_s)
+        model.train()
+        logs = step_fn(state["step"])
+        state["step"] += 1
+        dt = time.perf_counter() - t0
+        state["elapsed"] += dt
+        bar.update(int(state["elapsed"]) - bar.n)
+        bar.set_postfix(step=state["step"], **{k: f"{v:.4f}" for k, v in logs.items()})
+        if eval_fn is not None and state["step"] % eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                metrics = eval_fn()
+            state["history"].append({"step": state["step"], "elapsed": state["elapsed"], **logs, **metrics})
+            tqdm.write(f"[{name}] step {state['step']}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        if time.perf_counter() - last_save > ckpt_every_s:
+            save()
+            last_save = time.perf_counter()
+    bar.close()
+    if eval_fn is not None:
+        model.eval()
+        with torch.no_grad():
+            state["final"] = eval_fn()
+    save()
+    return state

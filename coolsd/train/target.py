@@ -1,0 +1,88 @@
+"""Stage 2: the class-conditional AR target, a transformers `LlamaForCausalLM` over VQ tokens.
+
+Sequence layout: [class token] + 256 image tokens (row-major). Ids 0..K-1 are codes, K + c is
+class c, K + 10 is the null class used for classifier-free guidance (dropped with p = 0.1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from coolsd.train.data import NUM_CLASSES, to_tensor
+from coolsd.train.loop import run_budgeted
+from coolsd.train.vq import encode_tokens
+
+AUG_OFFSETS = [(t, lft) for t in (1, 2, 3) for lft in (1, 2, 3)]  # pixel padding offsets (top, left)
+
+
+def target_config(codebook_size: int = 256, hidden: int = 256, layers: int = 8, heads: int = 4,
+                  intermediate: int = 672, grid: tuple[int, int] = (16, 16)) -> LlamaConfig:
+    """Llama over K codes + 10 classes + 1 null; extra fields describe the token layout."""
+    return LlamaConfig(
+        vocab_size=codebook_size + NUM_CLASSES + 1, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=intermediate,
+        max_position_embeddings=grid[0] * grid[1] + 8, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        codebook_size=codebook_size, class_token_offset=codebook_size, num_classes=NUM_CLASSES,
+        null_class_token=codebook_size + NUM_CLASSES, image_grid=list(grid),
+        class_names=[str(c) for c in range(NUM_CLASSES)],
+    )
+
+
+def token_dataset(vq, raw_images, labels, offsets=AUG_OFFSETS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode every image at every padding offset: (N*len(offsets), 256) codes, (N*len,) labels."""
+    codes, ys = [], []
+    for off in offsets:
+        codes.append(encode_tokens(vq, to_tensor(raw_images, off)).flatten(1))
+        ys.append(torch.as_tensor(labels))
+    return torch.cat(codes), torch.cat(ys)
+
+
+def sequences(codes: torch.Tensor, labels: torch.Tensor, config, drop_p: float, gen) -> torch.Tensor:
+    """(B, 256) codes + (B,) labels -> (B, 257) ids with the class (or null, prob drop_p) first."""
+    cls = labels + config.class_token_offset
+    drop = torch.rand(len(labels), generator=gen) < drop_p
+    cls = torch.where(drop, torch.full_like(cls, config.null_class_token), cls)
+    return torch.cat([cls[:, None], codes], dim=1)
+
+
+def code_nll(model, ids: torch.Tensor) -> torch.Tensor:
+    """Mean NLL (nats/token) of the image tokens, logits restricted to the codebook."""
+    k = model.config.codebook_size
+    logits = model(input_ids=ids[:, :-1]).logits[..., :k]
+    return F.cross_entropy(logits.reshape(-1, k), ids[:, 1:].reshape(-1))
+
+
+def train_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,
+                 drop_p: float = 0.1, **size) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = target_config(vq.config.num_vq_embeddings, **size)
+    model = LlamaForCausalLM(config)
+    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters")
+    raw, labels = data["train_raw"]
+    codes, ys = token_dataset(vq, raw, labels)
+    val_x, val_y = data["val"]
+    val_codes = encode_tokens(vq, val_x).flatten(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
+    gen = torch.Generator().manual_seed(seed)
+
+    def step(i: int) -> dict[str, float]:
+        rows = torch.randint(len(codes), (batch,), generator=gen)
+        loss = code_nll(model, sequences(codes[rows], ys[rows], config, drop_p, gen))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return {"loss": loss.item()}
+
+    def evaluate() -> dict[str, float]:
+        ids = sequences(val_codes[:200], val_y[:200], config, 0.0, gen)
+        return {"val_nll": code_nll(model, ids).item()}
+
+    state = run_budgeted("target", model, opt, step, out / "target.ckpt", budget_s, lr, evaluate, eval_every=100)
+    model.save_pretrained(out / "target")
+    torch.save(state, out / "target_state.pt")
+    return model
