@@ -1,0 +1,195 @@
+"""Published LlamaGen checkpoints -> our modules, key by key (research/models.md §C, lantern.md §2-4).
+
+Every checkpoint key is either mapped explicitly to one of our parameter names or listed as a
+derived buffer we recompute; anything else, or any of our parameters left unfilled, or any shape
+mismatch, raises `CheckpointMismatch` naming the keys. A wrong checkpoint never loads silently.
+
+Published layouts:
+- target `jadohu/LlamaGen-T2I`: HF `LlamaForCausalLM` names (`model.layers.{i}.self_attn.q_proj`...)
+  plus the caption embedder `model.cls_embedding.*`;
+- drafter `jadohu/llamagen_drafter`: `config.json` + `pytorch_model.bin`, names without `model.`;
+- VQ `vq_ds16_t2i.pt`: a dict whose `"model"` entry is the VQ state dict.
+Names marked "unverified" below are our reading of the published code; a real checkpoint that
+differs fails here with the exact keys, and only this table needs editing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from coolsd.models.llamagen.config import LlamaGenConfig
+from coolsd.models.llamagen.vq16 import VQ16Config
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint whose keys or shapes do not match the model it is loaded into."""
+
+
+# derived tables that some exports keep as buffers; we recompute them (2D RoPE, lantern.md §2.3)
+DERIVED_KEYS = re.compile(r"(^|\.)(freqs_cis|rotary_emb\.inv_freq)$")
+
+
+def _layer_keys(published: str, ours: str, attention_bias: bool, input_norm: bool = True) -> dict[str, str]:
+    """HF Llama decoder-layer names under `published` -> ours under `ours`."""
+    keys = {}
+    for name in ("q", "k", "v", "o"):
+        keys[f"{published}.self_attn.{name}_proj.weight"] = f"{ours}.attn.{name}.weight"
+        if attention_bias:
+            keys[f"{published}.self_attn.{name}_proj.bias"] = f"{ours}.attn.{name}.bias"
+    for name in ("gate", "up", "down"):
+        keys[f"{published}.mlp.{name}_proj.weight"] = f"{ours}.mlp.{name}.weight"
+    if input_norm:
+        keys[f"{published}.input_layernorm.weight"] = f"{ours}.norm_attn.weight"
+    keys[f"{published}.post_attention_layernorm.weight"] = f"{ours}.norm_mlp.weight"
+    return keys
+
+
+def target_key_map(config: LlamaGenConfig) -> dict[str, str]:
+    """Published target key -> `LlamaGenT2I` parameter/buffer name."""
+    keys = {
+        "model.embed_tokens.weight": "tok_emb.weight",
+        "model.norm.weight": "norm.weight",
+        "lm_head.weight": "head.weight",
+        "model.cls_embedding.cap_proj.fc1.weight": "caption.fc1.weight",  # unverified inner names fc1/fc2
+        "model.cls_embedding.cap_proj.fc2.weight": "caption.fc2.weight",
+        "model.cls_embedding.uncond_embedding": "caption.uncond",
+    }
+    for i in range(config.num_hidden_layers):
+        keys.update(_layer_keys(f"model.layers.{i}", f"layers.{i}", config.attention_bias))
+    return keys
+
+
+def drafter_key_map(config: LlamaGenConfig) -> dict[str, str]:
+    """Published Eagle-1 drafter key -> `LlamaGenDrafter` name (layer 0 has no input norm, lantern.md §4.1)."""
+    if config.num_hidden_layers != 1:
+        raise CheckpointMismatch(f"the LlamaGen drafter has one layer, config says {config.num_hidden_layers}")
+    keys = {"embed_tokens.weight": "tok_emb.weight", "fc.weight": "fc.weight"}
+    if config.bias:
+        keys["fc.bias"] = "fc.bias"
+    keys.update(_layer_keys("layers.0", "layer", config.attention_bias, input_norm=False))
+    return keys
+
+
+def vq_key_map(config: VQ16Config) -> dict[str, str]:
+    """Published VQ_16 decoder-side key -> `VQ16Tokenizer` name. Inner decoder names are unverified."""
+    keys = {"quantize.embedding.weight": "codebook.weight"}
+
+    def conv(published: str, ours: str) -> None:
+        keys[f"{published}.weight"] = f"{ours}.weight"
+        keys[f"{published}.bias"] = f"{ours}.bias"
+
+    def res(published: str, ours: str, has_skip: bool) -> None:
+        for name in ("norm1", "conv1", "norm2", "conv2"):
+            conv(f"{published}.{name}", f"{ours}.{name}")
+        if has_skip:
+            conv(f"{published}.nin_shortcut", f"{ours}.skip")
+
+    def attn(published: str, ours: str) -> None:
+        for theirs, mine in (("norm", "norm"), ("q", "q"), ("k", "k"), ("v", "v"), ("proj_out", "proj")):
+            conv(f"{published}.{theirs}", f"{ours}.{mine}")
+
+    conv("post_quant_conv", "post_quant_conv")
+    conv("decoder.conv_in", "decoder.conv_in")
+    res("decoder.mid.0", "decoder.mid_res1", False)
+    attn("decoder.mid.1", "decoder.mid_attn")
+    res("decoder.mid.2", "decoder.mid_res2", False)
+    widths = [config.base_channels * m for m in reversed(config.ch_mult)]
+    c_in = widths[0]
+    for i, width in enumerate(widths):
+        for j in range(config.num_res_blocks + 1):
+            res(f"decoder.conv_blocks.{i}.res.{j}", f"decoder.levels.{i}.res.{j}", (c_in if j == 0 else width) != width)
+            if i == 0:
+                attn(f"decoder.conv_blocks.{i}.attn.{j}", f"decoder.levels.{i}.attn.{j}")
+        if i < len(widths) - 1:
+            conv(f"decoder.conv_blocks.{i}.upsample.conv", f"decoder.levels.{i}.up")
+        c_in = width
+    conv("decoder.norm_out", "decoder.norm_out")
+    conv("decoder.conv_out", "decoder.conv_out")
+    return keys
+
+
+# encoder half and training statistics of the VQ checkpoint: not used to decode
+VQ_UNUSED_KEYS = re.compile(r"^(encoder\.|quant_conv\.|quantize\.codebook_used$)")
+
+
+def _listing(title: str, keys: list[str], limit: int = 20) -> str:
+    shown = ", ".join(keys[:limit]) + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
+    return f"{title} ({len(keys)}): {shown}"
+
+
+def load_mapped(module: nn.Module, state: dict[str, Tensor], key_map: dict[str, str], what: str,
+                unused: re.Pattern | None = None) -> None:
+    """Copy `state` into `module` through `key_map` (published -> ours); raise on any mismatch.
+
+    A leading singleton dim in a checkpoint tensor is dropped (e.g. (1, C, E) -> (C, E)); any other
+    shape difference is an error.
+    """
+    ours = module.state_dict()
+    mapped_to = set(key_map.values())
+    problems = []
+    missing = sorted(k for k in key_map if k not in state)
+    unexpected = sorted(
+        k for k in state
+        if k not in key_map and not DERIVED_KEYS.search(k) and not (unused is not None and unused.search(k))
+    )
+    unmapped = sorted(k for k in ours if k not in mapped_to)  # our names no checkpoint key fills
+    if missing:
+        problems.append(_listing("missing keys", missing))
+    if unexpected:
+        problems.append(_listing("unexpected keys", unexpected))
+    if unmapped:
+        problems.append(_listing("model parameters with no checkpoint key", unmapped))
+    converted, wrong_shapes = {}, []
+    for published, name in key_map.items():
+        if published not in state or name not in ours:
+            continue
+        tensor = state[published]
+        while tensor.dim() > ours[name].dim() and tensor.shape[0] == 1:
+            tensor = tensor[0]
+        if tensor.shape != ours[name].shape:
+            wrong_shapes.append(f"{published} {tuple(state[published].shape)} vs {name} {tuple(ours[name].shape)}")
+        converted[name] = tensor
+    if wrong_shapes:
+        problems.append(_listing("shape mismatches", wrong_shapes))
+    if problems:
+        raise CheckpointMismatch(f"{what} checkpoint does not match the model:\n  " + "\n  ".join(problems))
+    module.load_state_dict(converted, strict=True)
+
+
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
+    """Tensors from a .safetensors/.bin/.pt file, or from a folder (single file or sharded with an index)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            if (path / name).exists():
+                return read_state_dict(path / name)
+        for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            if (path / index).exists():
+                shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+                state = {}
+                for shard in shards:
+                    state.update(read_state_dict(path / shard))
+                return state
+        raise FileNotFoundError(f"no model.safetensors, pytorch_model.bin or shard index in {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
+def resolve(path_or_id: str | Path) -> Path:
+    """A local folder/file as is; an `owner/name` hub id downloaded (needs network) into the HF cache."""
+    path = Path(path_or_id)
+    if path.exists():
+        return path
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", str(path_or_id)):
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(path_or_id)))
+    raise FileNotFoundError(f"{path_or_id} is neither a local path nor a hub id")

@@ -1,0 +1,130 @@
+"""Exact oracle (spec section 6): the output distribution of chain speculative decoding, by enumeration.
+
+Works on tabular models (`coolsd.tabular`): small V, short T, prefix-dependent conditionals. Rounds
+mirror the engine exactly: round 0 samples token 0 from P; every later round drafts
+L_r = min(L, T - t - 1) tokens, tests them with the rule, and commits n accepted + 1 token.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from coolsd.rules import Rule
+from coolsd.tabular import TabularLM
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One verification step: kernel (V,) = q*a + sum_x q(x)(1-a(x)) residual_x, and its TV to p."""
+
+    kernel: Tensor
+    tv: float
+    accept_rate: float  # beta = sum_x q(x) a(x)
+
+
+def step_output(p: Tensor, q: Tensor, a_all: Tensor, residual: Tensor) -> StepOutput:
+    """p, q, a_all: (V,); residual: (V,) (same for every rejected x) or (V, V) (row x after rejecting x)."""
+    reject = q * (1 - a_all)  # (V,) mass of drafting x and rejecting it
+    resampled = reject @ residual if residual.dim() == 2 else reject.sum() * residual
+    kernel = q * a_all + resampled
+    return StepOutput(kernel, 0.5 * float((kernel - p).abs().sum()), float((q * a_all).sum()))
+
+
+def rule_step(rule: Rule, p: Tensor, q: Tensor, depth: int, draft_len: int) -> StepOutput:
+    """The step kernel of `rule` at one depth, with its own residual for every possible rejected draft."""
+    v = p.shape[-1]
+    d = torch.tensor(depth)
+    a_all = rule.accept_all(p, q, d, draft_len)
+    every = torch.arange(v)
+    residual = rule.residual(p.expand(v, v), q.expand(v, v), every, d.expand(v), draft_len)  # (V, V)
+    return step_output(p, q, a_all, residual)
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """dist: (V**T,) exact output probabilities of every sequence (row-major index);
+    expected_rounds: E[target forwards] (round 0 included); tau = T / expected_rounds;
+    tv: TV(output, P) over whole sequences; bound: sum over reached steps of reach prob x step TV
+    (for G* this is the paper's bound sum E[sum_x [q a - p]_+]); it upper-bounds tv."""
+
+    dist: Tensor
+    expected_rounds: float
+    tau: float
+    tv: float
+    bound: float
+
+
+def sequence_probs(model: TabularLM) -> Tensor:
+    """(V**T,) probability of every whole sequence under the tabular model."""
+    v, t = model.vocab_size, model.num_tokens
+    out = torch.zeros(v**t, dtype=torch.float64)
+    for j, seq in enumerate(itertools.product(range(v), repeat=t)):
+        out[j] = torch.prod(torch.stack([model.probs(seq[:i])[seq[i]] for i in range(t)]))
+    return out
+
+
+def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int) -> OracleResult:
+    """Exact output distribution of chain drafting with `rule` and draft length L = draft_len."""
+    v, t_max = target.vocab_size, target.num_tokens
+    dist = torch.zeros(v**t_max, dtype=torch.float64)
+    starts: list[dict] = [defaultdict(float) for _ in range(t_max + 1)]  # round-start mass per prefix
+    acc = {"rounds": 1.0, "bound": 0.0}
+    steps: dict[tuple, StepOutput] = {}
+
+    def add(prefix: tuple, mass: float) -> None:
+        if len(prefix) == t_max:
+            dist[sum(x * v ** (t_max - 1 - i) for i, x in enumerate(prefix))] += mass
+        else:
+            starts[len(prefix)][prefix] += mass
+
+    def walk(prefix: tuple, mass: float, depth: int, n_draft: int) -> None:
+        p = target.probs(prefix)
+        if depth > n_draft:  # every draft accepted: bonus token from p
+            for y in range(v):
+                add(prefix + (y,), mass * float(p[y]))
+            return
+        key = (prefix, depth)
+        if key not in steps:
+            steps[key] = rule_step(rule, p, drafter.probs(prefix), depth, draft_len)
+        step = steps[key]
+        acc["bound"] += mass * step.tv
+        q = drafter.probs(prefix)
+        a_all = rule.accept_all(p, q, torch.tensor(depth), draft_len)
+        resampled = step.kernel - q * a_all
+        for y in range(v):
+            if float(q[y] * a_all[y]) > 0:
+                walk(prefix + (y,), mass * float(q[y] * a_all[y]), depth + 1, n_draft)
+            if float(resampled[y]) > 0:
+                add(prefix + (y,), mass * float(resampled[y]))
+
+    p0 = target.probs(())
+    for y in range(v):  # round 0: the target's prefix step
+        add((y,), float(p0[y]))
+    for length in range(1, t_max):
+        for prefix, mass in starts[length].items():
+            acc["rounds"] += mass
+            walk(prefix, mass, 1, min(draft_len, t_max - length - 1))
+    tv = 0.5 * float((dist - sequence_probs(target)).abs().sum())
+    return OracleResult(dist, acc["rounds"], t_max / acc["rounds"], tv, acc["bound"])
+
+
+def match_tau(make: Callable[[float], Rule], target_tau: float, target: TabularLM, drafter: TabularLM,
+              draft_len: int, low: float = 1e-3, high: float = 1e3, iters: int = 60) -> tuple[Rule, OracleResult]:
+    """Bisect a scalar knob (geometric) so that rule `make(knob)` reaches tau == target_tau.
+
+    tau is non-decreasing in the knob for the relaxation rules here (delta of UniformRSD / COOL-SD).
+    """
+    for _ in range(iters):
+        mid = (low * high) ** 0.5
+        if exact(target, drafter, make(mid), draft_len).tau < target_tau:
+            low = mid
+        else:
+            high = mid
+    rule = make((low * high) ** 0.5)
+    return rule, exact(target, drafter, rule, draft_len)
