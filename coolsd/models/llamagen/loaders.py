@@ -15,6 +15,7 @@ differs fails here with the exact keys, and only this table needs editing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -23,7 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from coolsd.models.llamagen.config import LlamaGenConfig
-from coolsd.models.llamagen.vq16 import VQ16Config
+from coolsd.models.llamagen.drafter import LlamaGenDrafter
+from coolsd.models.llamagen.target import LlamaGenT2I
+from coolsd.models.llamagen.vq16 import VQ16Config, VQ16Tokenizer
 
 
 class CheckpointMismatch(ValueError):
@@ -122,8 +125,9 @@ def _listing(title: str, keys: list[str], limit: int = 20) -> str:
     return f"{title} ({len(keys)}): {shown}"
 
 
-def load_mapped(module: nn.Module, state: dict[str, Tensor], key_map: dict[str, str], what: str,
-                unused: re.Pattern | None = None) -> None:
+def load_mapped(
+    module: nn.Module, state: dict[str, Tensor], key_map: dict[str, str], what: str, unused: re.Pattern | None = None
+) -> None:
     """Copy `state` into `module` through `key_map` (published -> ours); raise on any mismatch.
 
     A leading singleton dim in a checkpoint tensor is dropped (e.g. (1, C, E) -> (C, E)); any other
@@ -134,7 +138,8 @@ def load_mapped(module: nn.Module, state: dict[str, Tensor], key_map: dict[str, 
     problems = []
     missing = sorted(k for k in key_map if k not in state)
     unexpected = sorted(
-        k for k in state
+        k
+        for k in state
         if k not in key_map and not DERIVED_KEYS.search(k) and not (unused is not None and unused.search(k))
     )
     unmapped = sorted(k for k in ours if k not in mapped_to)  # our names no checkpoint key fills
@@ -158,7 +163,7 @@ def load_mapped(module: nn.Module, state: dict[str, Tensor], key_map: dict[str, 
         problems.append(_listing("shape mismatches", wrong_shapes))
     if problems:
         raise CheckpointMismatch(f"{what} checkpoint does not match the model:\n  " + "\n  ".join(problems))
-    module.load_state_dict(converted, strict=True)
+    module.load_state_dict(converted, strict=True, assign=True)
 
 
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
@@ -193,3 +198,39 @@ def resolve(path_or_id: str | Path) -> Path:
 
         return Path(snapshot_download(str(path_or_id)))
     raise FileNotFoundError(f"{path_or_id} is neither a local path nor a hub id")
+
+
+def load_target(path_or_id: str | Path, device="cpu", dtype=torch.float32, caption_encoder=None) -> LlamaGenT2I:
+    """`LlamaGenT2I` from a folder (config.json + weights) or hub id, e.g. `jadohu/LlamaGen-T2I`."""
+    folder = resolve(path_or_id)
+    config = LlamaGenConfig.from_json(folder / "config.json")
+    with torch.device("meta"):
+        model = LlamaGenT2I(config, caption_encoder=caption_encoder)
+    load_mapped(model, read_state_dict(folder), target_key_map(config), f"LlamaGen target ({folder})")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_drafter(path_or_id: str | Path, target: LlamaGenT2I, device="cpu", dtype=torch.float32) -> LlamaGenDrafter:
+    """`LlamaGenDrafter` from a folder (config.json + pytorch_model.bin) or hub id `jadohu/llamagen_drafter`."""
+    folder = resolve(path_or_id)
+    config = LlamaGenConfig.from_json(folder / "config.json")
+    with torch.device("meta"):
+        model = LlamaGenDrafter(config, target)
+    load_mapped(model, read_state_dict(folder), drafter_key_map(config), f"LlamaGen drafter ({folder})")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_vq(path: str | Path, grid: tuple[int, int], device="cpu", config: VQ16Config | None = None) -> VQ16Tokenizer:
+    """`VQ16Tokenizer` from `vq_ds16_t2i.pt` (its `"model"` entry), decoding a `grid` (H, W) of tokens.
+
+    `config` defaults to the published VQ_16 widths.
+    """
+    config = config or VQ16Config()
+    with torch.serialization.safe_globals([argparse.Namespace]):  # training args may sit beside the weights
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or "model" not in checkpoint:
+        raise CheckpointMismatch(f"{path}: expected a dict with a 'model' entry (LlamaGen VQ checkpoint)")
+    with torch.device("meta"):
+        model = VQ16Tokenizer(config, grid)
+    load_mapped(model, checkpoint["model"], vq_key_map(config), f"LlamaGen VQ ({path})", unused=VQ_UNUSED_KEYS)
+    return model.to(device=device).eval()
