@@ -93,7 +93,12 @@ def find_llamagen() -> Path | None:
 
 
 def load_llamagen(
-    path: str | Path | None = None, device=None, dtype=None, k_max: int = 64, normalise_neighbours: bool = True
+    path: str | Path | None = None,
+    device=None,
+    dtype=None,
+    k_max: int = 64,
+    normalise_neighbours: bool = True,
+    vq_config: VQ16Config | None = None,
 ) -> LlamaGen:
     """Load target (+ T5), drafter, VQ decoder and neighbour table from a folder laid out as above.
 
@@ -104,6 +109,7 @@ def load_llamagen(
         k_max: neighbours per code in the LANTERN++ table.
         normalise_neighbours: rank neighbours between L2-normalised codes, as decoding uses them
             (spec section 3); False ranks raw codebook rows like the published table.
+        vq_config: VQ decoder widths; default the published VQ_16.
     """
     path = Path(path) if path is not None else find_llamagen()
     if path is None:
@@ -113,10 +119,11 @@ def load_llamagen(
         raise FileNotFoundError(f"{path} lacks {', '.join(missing)}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    t5 = T5CaptionEncoder(path / "t5", device=device, dtype=dtype)
+    caption_len = LlamaGenConfig.from_json(path / "target" / "config.json").cls_token_num
+    t5 = T5CaptionEncoder(path / "t5", device=device, dtype=dtype, max_length=caption_len)
     target = load_target(path / "target", device, dtype, caption_encoder=t5)
     drafter = load_drafter(path / "drafter", target, device, dtype)
-    tokenizer = load_vq(path / "vq_ds16_t2i.pt", target.config.grid, device)
+    tokenizer = load_vq(path / "vq_ds16_t2i.pt", target.config.grid, device, config=vq_config)
     neighbours = neighbour_table(tokenizer.codebook.weight, k_max=k_max, normalise=normalise_neighbours)
     H, W = target.config.grid
     name = f"LlamaGen T2I ({H * tokenizer.factor} px)"

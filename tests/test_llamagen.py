@@ -1,0 +1,504 @@
+"""LlamaGen target, drafter, VQ-16 decoder and loaders on tiny random configurations (CPU, seeded)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from coolsd.models.llamagen import (
+    CaptionEmbedding,
+    CheckpointMismatch,
+    LlamaGenConfig,
+    LlamaGenDrafter,
+    LlamaGenT2I,
+    T5CaptionEncoder,
+    VQ16Config,
+    VQ16Tokenizer,
+    find_llamagen,
+    load_llamagen,
+)
+from coolsd.models.llamagen.caption import left_pad
+from coolsd.models.llamagen.layers import apply_rope, rope_2d
+from coolsd.models.llamagen.loaders import load_drafter, load_target, load_vq
+from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
+from coolsd.neighbours import neighbour_table
+
+torch.set_num_threads(1)
+
+V, D, E, C = 64, 32, 24, 6  # codebook, hidden, caption width, caption slots
+TINY = {
+    "vocab_size": V,
+    "hidden_size": D,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 48,
+    "caption_dim": E,
+    "cls_token_num": C,
+    "block_size": 16,
+}  # 4 x 4 grid, head dim 16
+TINY_VQ = VQ16Config(
+    codebook_size=V, codebook_dim=4, z_channels=8, base_channels=8, ch_mult=(1, 2), num_res_blocks=1, norm_groups=4
+)
+
+
+def randomise(module: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in module.state_dict().items():
+            base = 1.0 if name.endswith(("norm_attn.weight", "norm_mlp.weight")) else 0.0
+            tensor.copy_(base + 0.3 * torch.randn(tensor.shape, generator=gen))
+
+
+@pytest.fixture(scope="module")
+def target() -> LlamaGenT2I:
+    model = LlamaGenT2I(LlamaGenConfig(**TINY)).eval()
+    randomise(model, 0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def drafter(target) -> LlamaGenDrafter:
+    model = LlamaGenDrafter(LlamaGenConfig(**{**TINY, "num_hidden_layers": 1}), target).eval()
+    randomise(model, 1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def caption() -> torch.Tensor:
+    return torch.randn(C, E, generator=torch.Generator().manual_seed(2))
+
+
+def reference_logits(model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tensor, guidance: bool) -> torch.Tensor:
+    """Whole sequence without a cache, RoPE as complex multiplication: (G, n + 1, V), row 0 predicts token 0."""
+    cfg, n = model.config, ids.numel()
+    heads, hd, S = cfg.num_attention_heads, cfg.head_dim, C + n
+    rows = [cap.emb * cap.mask[:, None]] + ([model.caption.uncond] if guidance else [])
+    G = len(rows)
+    x = torch.cat([model.caption(torch.stack(rows)), model.tok_emb(ids)[None].expand(G, -1, -1)], dim=1)
+    freqs = cfg.rope_base ** (-torch.arange(hd // 4) / (hd // 4))
+    width = cfg.grid[1]
+    angle = torch.cat(
+        [torch.outer((torch.arange(n) // width).float(), freqs), torch.outer((torch.arange(n) % width).float(), freqs)],
+        dim=1,
+    )
+    rot = torch.cat([torch.zeros(C, hd // 2, dtype=torch.complex64), torch.polar(torch.ones_like(angle), angle)])
+    allowed = torch.ones(S, S, dtype=torch.bool).tril() & torch.cat([cap.mask, torch.ones(n, dtype=torch.bool)])
+    allowed |= ~allowed.any(1, keepdim=True)
+
+    def turn(t):  # (G, S, heads, hd) -> same, pairs (2j, 2j+1) rotated
+        pairs = torch.view_as_complex(t.reshape(G, S, heads, hd // 2, 2).contiguous())
+        return torch.view_as_real(pairs * rot[None, :, None]).reshape(G, S, heads, hd)
+
+    for layer in model.layers:
+        h = layer.norm_attn(x)
+        q, k, v = (proj(h).view(G, S, heads, hd) for proj in (layer.attn.q, layer.attn.k, layer.attn.v))
+        scores = torch.einsum("gshd,gthd->ghst", turn(q), turn(k)) / math.sqrt(hd)
+        weights = scores.masked_fill(~allowed, -math.inf).softmax(-1)
+        out = torch.einsum("ghst,gthd->gshd", weights, v).reshape(G, S, D)
+        x = x + layer.attn.o(out)
+        x = x + layer.mlp(layer.norm_mlp(x))
+    return model.head(model.norm(x)[:, C - 1 :]).float()
+
+
+# --- target ---------------------------------------------------------------------------------
+
+
+def test_protocols(target, drafter):
+    assert isinstance(target, TokenModel)
+    assert isinstance(drafter, Drafter)
+    assert isinstance(VQ16Tokenizer(TINY_VQ, (4, 4)), ImageTokenizer)
+
+
+@pytest.mark.parametrize("guidance", [True, False])
+def test_cached_equals_uncached(target, caption, guidance):
+    ids = torch.randint(0, V, (16,), generator=torch.Generator().manual_seed(3))
+    expected = reference_logits(target, CaptionEmbedding.from_tensor(caption), ids, guidance)
+    first = target.start(caption, guidance)
+    whole = target.forward(ids, torch.arange(16)).logits
+    torch.testing.assert_close(torch.cat([first.logits, whole], 1), expected, atol=1e-4, rtol=1e-4)
+    target.start(caption, guidance)
+    steps = [target.forward(ids[i : i + 1], torch.tensor([i])).logits for i in range(16)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, atol=1e-4, rtol=1e-4)
+    assert target.length == 16
+
+
+def test_rope_2d_positions_on_grid():
+    hd, base = 16, 10000.0
+    cos, sin = rope_2d(torch.tensor([-1, 0, 6, 15, 16]), (4, 4), hd, base)
+    angle = torch.atan2(sin, cos)  # (5, 8)
+    freqs = base ** (-torch.arange(4) / 4)
+    torch.testing.assert_close(angle[2], torch.cat([1 * freqs, 2 * freqs]))  # index 6 = row 1, column 2
+    torch.testing.assert_close(angle[3], torch.cat([3 * freqs, 3 * freqs]))  # index 15 = (3, 3)
+    torch.testing.assert_close(cos[1], torch.ones(8))  # (0, 0): identity
+    for zero in (0, 4):  # caption slot (-1) and past the grid (16): no rotation, q/k zeroed
+        assert cos[zero].abs().max() == 0 and sin[zero].abs().max() == 0
+        assert apply_rope(torch.randn(1, 1, 1, hd), cos[zero : zero + 1], sin[zero : zero + 1]).abs().max() == 0
+    # pairs are interleaved: (x0, x1) turns into (cos, sin) of the first row angle
+    x = torch.zeros(1, 1, 1, hd)
+    x[..., 0] = 1
+    turned = apply_rope(x, cos[2:3], sin[2:3])[0, 0, 0]
+    torch.testing.assert_close(turned[:2], torch.stack([cos[2, 0], sin[2, 0]]))
+
+
+def test_cfg_rows(target, caption):
+    both = target.start(caption, True)
+    assert both.logits.shape == (2, 1, V) and both.hidden.shape == (2, 1, D)
+    step = target.forward(torch.tensor([1, 2, 3]), torch.arange(3))
+    assert step.logits.shape == (2, 3, V) and step.hidden.shape == (2, 3, D) and step.logits.dtype == torch.float32
+    single = target.start(caption, False)
+    assert single.logits.shape == (1, 1, V)
+    torch.testing.assert_close(single.logits[0], both.logits[0])
+    other = target.start(caption + 1, True)  # a new caption changes the cond row only
+    torch.testing.assert_close(other.logits[1], both.logits[1])
+    assert (other.logits[0] - both.logits[0]).abs().max() > 1e-3
+    assert target.prefix_hidden.shape == (2, C, D)
+
+
+def test_padded_caption_slots_are_ignored(target, caption):
+    cap = left_pad(caption, torch.tensor([True, True, True, False, False, False]))
+    assert cap.mask.tolist() == [False, False, False, True, True, True]
+    torch.testing.assert_close(cap.emb[3:], caption[:3])
+    assert cap.emb[:3].abs().max() == 0
+    ids = torch.tensor([5, 9, 1])
+    expected = reference_logits(target, cap, ids, True)
+    noisy = CaptionEmbedding(cap.emb + 5.0 * (~cap.mask)[:, None], cap.mask)  # garbage on padded rows
+    first = target.start(noisy, True)
+    out = target.forward(ids, torch.arange(3))
+    torch.testing.assert_close(torch.cat([first.logits, out.logits], 1), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_crop_and_keep_equal_recompute(target, caption):
+    committed, nodes = torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9, 2, 6, 5])
+    # tree after the 5 committed slots: n0, n1 at depth 1; n2 child of n1, n3 child of n0
+    target.start(caption, True)
+    target.forward(committed, torch.arange(5))
+    mask = torch.zeros(4, 9, dtype=torch.bool)
+    mask[:, :5] = True
+    for row, ancestors in enumerate([[0], [1], [1, 2], [0, 3]]):
+        mask[row, [5 + a for a in ancestors]] = True
+    tree = target.forward(nodes, torch.tensor([5, 5, 6, 6]), mask).logits
+    target.crop(5, keep=torch.tensor([6, 7]))  # accept the path n1 -> n2
+    assert target.length == 7
+    after = target.forward(torch.tensor([8]), torch.tensor([7])).logits
+    fresh = reference_logits(
+        target, CaptionEmbedding.from_tensor(caption), torch.tensor([3, 1, 4, 1, 5, 2, 6, 8]), True
+    )
+    torch.testing.assert_close(tree[:, 1:3], fresh[:, 6:8], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(after, fresh[:, 8:9], atol=1e-4, rtol=1e-4)
+    target.crop(2)  # plain rollback
+    again = target.forward(torch.tensor([4]), torch.tensor([2])).logits
+    torch.testing.assert_close(again, fresh[:, 3:4], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="keep"):
+        target.crop(1, keep=torch.tensor([0]))
+    with pytest.raises(ValueError, match="crop length"):
+        target.crop(9)
+
+
+def test_string_prompt_needs_an_encoder(target):
+    with pytest.raises(ValueError, match="T5"):
+        target.start("a red cat", True)
+
+
+# --- drafter ----------------------------------------------------------------------------------
+
+
+def test_drafter_shapes_and_contract(target, drafter, caption):
+    first = target.start(caption, True)
+    ids = torch.tensor([7, 3, 2, 11])
+    feats = torch.cat([first.hidden, target.forward(ids[:3], torch.arange(3)).hidden], 1)  # feature before each id
+    drafter.start(caption, True)
+    whole = drafter.forward(ids, feats, torch.arange(4))
+    assert whole.logits.shape == (2, 4, V) and whole.hidden.shape == (2, 4, D)
+    assert "head.weight" not in drafter.state_dict()  # the LM head is the target's
+    drafter.start(caption, True)
+    steps = [drafter.forward(ids[i : i + 1], feats[:, i : i + 1], torch.tensor([i])).logits for i in range(4)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole.logits, atol=1e-4, rtol=1e-4)
+    # hidden=None reads the drafter's own output at the previous slot, also after a crop
+    chained = drafter.forward(torch.tensor([5]), None, torch.tensor([4]))
+    explicit_hidden = whole.hidden[:, 3:4]
+    drafter.crop(4)
+    explicit = drafter.forward(torch.tensor([5]), explicit_hidden, torch.tensor([4]))
+    torch.testing.assert_close(chained.logits, explicit.logits)
+    with pytest.raises(ValueError, match="n == 1"):
+        drafter.forward(torch.tensor([1, 2]), None, torch.tensor([5, 6]))
+
+
+def test_drafter_reads_the_caption_through_the_target(target, drafter, caption):
+    outs = []
+    for cap in (caption, caption + 1):
+        first = target.start(cap, True)
+        drafter.start(cap, True)
+        outs.append(drafter.forward(torch.tensor([4]), first.hidden * 0, torch.tensor([0])).logits)
+    assert (outs[0] - outs[1]).abs().max() > 1e-4  # same token and feature: only the prefix differs
+    target.start(caption, False)
+    drafter.start(caption, True)
+    with pytest.raises(RuntimeError, match="same guidance"):
+        drafter.forward(torch.tensor([4]), torch.zeros(2, 1, D), torch.tensor([0]))
+
+
+# --- VQ-16 ------------------------------------------------------------------------------------
+
+
+def test_vq_decoder_image_size_and_neighbours():
+    vq = VQ16Tokenizer(TINY_VQ, grid=(4, 4))
+    randomise(vq, 4)
+    image = vq.decode(torch.randint(0, V, (16,)))
+    assert image.shape == (3, 8, 8) and image.min() >= 0 and image.max() <= 1  # f = 2 with ch_mult (1, 2)
+    assert vq.decode(torch.randint(0, V, (4, 4))).shape == (3, 8, 8)
+    with pytest.raises(ValueError, match="16 tokens"):
+        vq.decode(torch.zeros(15, dtype=torch.long))
+    table = neighbour_table(vq.codes(), k_max=4)
+    assert table.shape == (V, 5) and not (table == torch.arange(V)[:, None]).any()
+    with torch.device("meta"):
+        published = VQ16Tokenizer()
+    assert published.factor == 16 and published.decoder.conv_in.out_channels == 512
+    assert [level.res[-1].conv2.out_channels for level in published.decoder.levels] == [512, 256, 256, 128, 128]
+
+
+# --- loaders: synthetic checkpoints with the published names ----------------------------------
+
+LAYER_SHAPES = {  # published HF Llama layer names -> shape
+    "self_attn.q_proj.weight": (D, D),
+    "self_attn.k_proj.weight": (D, D),
+    "self_attn.v_proj.weight": (D, D),
+    "self_attn.o_proj.weight": (D, D),
+    "mlp.gate_proj.weight": (48, D),
+    "mlp.up_proj.weight": (48, D),
+    "mlp.down_proj.weight": (D, 48),
+    "input_layernorm.weight": (D,),
+    "post_attention_layernorm.weight": (D,),
+}
+PUBLISHED_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": V,
+    "hidden_size": D,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 2048,
+    "caption_dim": E,
+    "cls_token_num": C,
+    "block_size": 16,
+    "rope_base": 10000,
+    "input_type": "t2i",
+    "class_dropout_p": 0.1,
+    "token_dropout_p": 0.1,
+    "resid_dropout_p": 0.1,
+    "ffn_dropout_p": 0.1,
+    "attention_bias": False,
+    "num_classes": 1000,
+}
+
+
+def _random(shapes: dict, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        k: 0.3 * torch.randn(s, generator=gen) + (1.0 if "layernorm" in k or k.endswith("norm.weight") else 0.0)
+        for k, s in shapes.items()
+    }
+
+
+def published_target() -> dict[str, torch.Tensor]:
+    shapes = {
+        "model.embed_tokens.weight": (V, D),
+        "model.norm.weight": (D,),
+        "lm_head.weight": (V, D),
+        "model.cls_embedding.cap_proj.fc1.weight": (D, E),
+        "model.cls_embedding.cap_proj.fc2.weight": (D, D),
+        "model.cls_embedding.uncond_embedding": (C, E),
+    }
+    for i in range(2):
+        shapes.update({f"model.layers.{i}.{k}": s for k, s in LAYER_SHAPES.items()})
+    return _random(shapes, 5)
+
+
+def published_drafter() -> dict[str, torch.Tensor]:
+    shapes = {"embed_tokens.weight": (V, D), "fc.weight": (D, 2 * D), "fc.bias": (D,)}
+    shapes.update({f"layers.0.{k}": s for k, s in LAYER_SHAPES.items() if k != "input_layernorm.weight"})
+    return _random(shapes, 6)
+
+
+def published_vq() -> dict[str, torch.Tensor]:
+    """TINY_VQ in the published VQ_16 layout; encoder-side keys included (unused by decoding)."""
+    shapes = {
+        "quantize.embedding.weight": (V, 4),
+        "post_quant_conv.weight": (8, 4, 1, 1),
+        "post_quant_conv.bias": (8,),
+        "quant_conv.weight": (4, 8, 1, 1),
+        "quant_conv.bias": (4,),
+        "encoder.conv_in.weight": (8, 3, 3, 3),
+        "decoder.conv_in.weight": (16, 8, 3, 3),
+        "decoder.conv_in.bias": (16,),
+        "decoder.norm_out.weight": (8,),
+        "decoder.norm_out.bias": (8,),
+        "decoder.conv_out.weight": (3, 8, 3, 3),
+        "decoder.conv_out.bias": (3,),
+    }
+
+    def conv(name, c_out, c_in, size):
+        shapes.update({f"{name}.weight": (c_out, c_in, size, size), f"{name}.bias": (c_out,)})
+
+    def norm(name, c):
+        shapes.update({f"{name}.weight": (c,), f"{name}.bias": (c,)})
+
+    def res(name, c_in, c_out):
+        norm(f"{name}.norm1", c_in), conv(f"{name}.conv1", c_out, c_in, 3)
+        norm(f"{name}.norm2", c_out), conv(f"{name}.conv2", c_out, c_out, 3)
+        if c_in != c_out:
+            conv(f"{name}.nin_shortcut", c_out, c_in, 1)
+
+    def attn(name, c):
+        norm(f"{name}.norm", c)
+        for part in ("q", "k", "v", "proj_out"):
+            conv(f"{name}.{part}", c, c, 1)
+
+    res("decoder.mid.0", 16, 16), attn("decoder.mid.1", 16), res("decoder.mid.2", 16, 16)
+    for j in range(2):
+        res(f"decoder.conv_blocks.0.res.{j}", 16, 16), attn(f"decoder.conv_blocks.0.attn.{j}", 16)
+    conv("decoder.conv_blocks.0.upsample.conv", 16, 16, 3)
+    res("decoder.conv_blocks.1.res.0", 16, 8), res("decoder.conv_blocks.1.res.1", 8, 8)
+    return _random(shapes, 7)
+
+
+def write_t5(folder) -> None:
+    """A tiny T5 encoder and a word-level tokenizer in `save_pretrained` layout."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "cat": 5, "dog": 6}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(folder)
+    torch.manual_seed(8)
+    T5EncoderModel(T5Config(vocab_size=8, d_model=E, d_kv=8, d_ff=32, num_layers=1, num_heads=2)).save_pretrained(
+        folder
+    )
+
+
+@pytest.fixture(scope="module")
+def weights_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llamagen")
+    (root / "target").mkdir()
+    (root / "target" / "config.json").write_text(json.dumps(PUBLISHED_CONFIG))
+    save_file(published_target(), root / "target" / "model.safetensors")
+    (root / "drafter").mkdir()
+    (root / "drafter" / "config.json").write_text(json.dumps({**PUBLISHED_CONFIG, "num_hidden_layers": 1}))
+    torch.save(published_drafter(), root / "drafter" / "pytorch_model.bin")
+    torch.save({"model": published_vq(), "steps": 1}, root / "vq_ds16_t2i.pt")
+    write_t5(root / "t5")
+    return root
+
+
+def test_loaders_fill_every_parameter_from_published_names(weights_dir):
+    state = published_target()
+    target = load_target(weights_dir / "target")
+    torch.testing.assert_close(target.layers[1].attn.k.weight, state["model.layers.1.self_attn.k_proj.weight"])
+    torch.testing.assert_close(target.caption.uncond, state["model.cls_embedding.uncond_embedding"])
+    torch.testing.assert_close(target.head.weight, state["lm_head.weight"])
+    drafter = load_drafter(weights_dir / "drafter", target)
+    torch.testing.assert_close(drafter.fc.bias, published_drafter()["fc.bias"])
+    vq = load_vq(weights_dir / "vq_ds16_t2i.pt", (4, 4), config=TINY_VQ)
+    torch.testing.assert_close(
+        vq.decoder.levels[1].res[0].skip.weight, published_vq()["decoder.conv_blocks.1.res.0.nin_shortcut.weight"]
+    )
+    assert vq.decode(torch.zeros(16, dtype=torch.long)).shape == (3, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            "rename",
+            r"missing keys \(1\): model.layers.1.mlp.up_proj.weight(.|\n)*unexpected keys \(1\): model.layers.1.mlp.up",
+        ),
+        ("drop", r"missing keys \(1\): model.layers.1.mlp.up_proj.weight"),
+        ("reshape", r"shape mismatches \(1\): model.layers.1.mlp.up_proj.weight \(48, 31\)"),
+        ("extra", r"unexpected keys \(1\): model.extra"),
+    ],
+)
+def test_wrong_checkpoint_fails_clearly(tmp_path, change, expected):
+    state = published_target()
+    key = "model.layers.1.mlp.up_proj.weight"
+    if change == "rename":
+        state["model.layers.1.mlp.up_projection.weight"] = state.pop(key)
+    elif change == "drop":
+        del state[key]
+    elif change == "reshape":
+        state[key] = state[key][:, :31].contiguous()
+    else:
+        state["model.extra"] = torch.zeros(1)
+    state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.zeros(4)  # derived buffers are fine
+    (tmp_path / "config.json").write_text(json.dumps(PUBLISHED_CONFIG))
+    save_file(state, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointMismatch, match=expected):
+        load_target(tmp_path)
+
+
+def test_vq_checkpoint_without_model_entry_fails(tmp_path):
+    torch.save(published_vq(), tmp_path / "vq.pt")
+    with pytest.raises(CheckpointMismatch, match="'model' entry"):
+        load_vq(tmp_path / "vq.pt", (4, 4), config=TINY_VQ)
+
+
+def test_find_and_load_llamagen(weights_dir, monkeypatch, tmp_path):
+    monkeypatch.delenv("COOLSD_LLAMAGEN_DIR", raising=False)
+    assert find_llamagen() is None
+    monkeypatch.setenv("COOLSD_LLAMAGEN_DIR", str(tmp_path))  # empty folder
+    assert find_llamagen() is None
+    monkeypatch.setenv("COOLSD_LLAMAGEN_DIR", str(weights_dir))
+    assert find_llamagen() == weights_dir
+    with pytest.raises(CheckpointMismatch, match="LlamaGen VQ"):  # the published VQ widths do not fit
+        load_llamagen(device="cpu")
+    bundle = load_llamagen(device="cpu", k_max=4, vq_config=TINY_VQ)
+    assert bundle.grid == (4, 4) and bundle.conditioning == "text" and bundle.name == "LlamaGen T2I (8 px)"
+    assert bundle.neighbours.shape == (V, 5) and bundle.neighbours.dtype == torch.int64
+    assert isinstance(bundle.target, TokenModel) and bundle.drafter.target is bundle.target
+    assert bundle.target.start("a red dog", True).logits.shape == (2, 1, V)
+
+
+def test_t5_prompt_path(weights_dir):
+    encoder = T5CaptionEncoder(weights_dir / "t5", max_length=C)
+    cap = encoder("A  red cat")
+    assert cap.emb.shape == (C, E) and cap.mask.tolist() == [False, False, True, True, True, True]  # a red cat </s>
+    target = load_target(weights_dir / "target", caption_encoder=encoder)
+    assert target.start("a red cat", True).logits.shape == (2, 1, V)
+
+
+# --- a full speculative generation through the engine -----------------------------------------
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2"])
+def test_engine_generation_each_rule(target, drafter, caption, tree):
+    from coolsd.engine import DecodeConfig, run
+    from coolsd.rules import make_rule
+    from coolsd.sampling import SamplingConfig
+
+    vq = VQ16Tokenizer(TINY_VQ, grid=(4, 4))
+    table = neighbour_table(vq.codes(), k_max=4)
+    rules = [
+        make_rule("eagle-1"),
+        make_rule("lantern++", k=2, lam=5.0, neighbours=table),
+        make_rule("uniform-rsd", delta=2.0),
+        make_rule("cool-sd", delta=2.0),
+    ]
+    sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(draft_len=3, tree=tree)
+    for rule in rules:
+        result = run(target, drafter, rule, caption, 16, sampling, config, seed=0)
+        assert result.tokens.shape == (16,) and 0 <= int(result.tokens.min()) and int(result.tokens.max()) < V
+        again = run(target, drafter, rule, caption, 16, sampling, config, seed=0)
+        assert torch.equal(result.tokens, again.tokens)
+    # greedy: every speculative decoder reproduces vanilla greedy decoding token for token
+    greedy = SamplingConfig(cfg_scale=3.0, temperature=0.0)
+    vanilla = run(target, None, None, caption, 16, greedy, config, seed=0)
+    for rule in rules:
+        assert torch.equal(run(target, drafter, rule, caption, 16, greedy, config, seed=0).tokens, vanilla.tokens)
