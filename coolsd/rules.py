@@ -184,6 +184,7 @@ class LanternPPRule(Rule):
 
     def __post_init__(self):
         _check("k", self.k, 1, integer=True)
+        object.__setattr__(self, "k", int(self.k))  # 5.0 (e.g. from a UI slider) is used as a slice bound
         self._check_budget()
         if self.residual_kind not in ("published", "optimal"):
             raise ValueError(f"residual_kind must be 'published' or 'optimal', got {self.residual_kind!r}")
