@@ -1,0 +1,393 @@
+"""Rules (spec section 3): a shared contract for every registered rule, then each rule's own identities."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from coolsd.neighbours import neighbour_table
+from coolsd.oracle import rule_step
+from coolsd.rules import (
+    RULES,
+    CoolSDRule,
+    EagleRule,
+    LanternPPRule,
+    LanternRule,
+    UniformRSDRule,
+    g_star,
+    lossless_residual,
+    make_rule,
+    normalise,
+    pick,
+)
+
+V, L = 8, 3  # codebook size and draft length of the contract batches
+
+
+def line_codebook(v: int) -> torch.Tensor:
+    """Codes on a line at 0, 1, 2.5, 4.5, ... (distinct gaps, so neighbour order has no ties)."""
+    gaps = torch.arange(1, v, dtype=torch.float64) * 0.5 + 0.5
+    return torch.cat([torch.zeros(1, dtype=torch.float64), gaps.cumsum(0)]).unsqueeze(-1)
+
+
+class RuleContract:
+    """What every rule must answer (like diffusers' SchedulerCommonTest). Subclasses set `name`."""
+
+    name = ""
+
+    @pytest.fixture
+    def rule(self, build_rule):
+        return build_rule(self.name)
+
+    @pytest.fixture(params=[0.0, 0.3], ids=["dense", "sparse"])
+    def batch(self, request, probs, gen):
+        """p, q (L, V) (sparse: some zeros, as after top-k), drafts x ~ q, depth 1..L."""
+        p = probs(L, V, generator=gen, zeros=request.param)
+        q = probs(L, V, generator=gen, zeros=request.param)
+        x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+        return p, q, x, torch.arange(1, L + 1)
+
+    def test_registered(self, rule):
+        assert RULES[self.name] is type(rule)
+
+    def test_config_round_trip(self, rule):
+        config = rule.config()
+        json.dumps(config)
+        name = config.pop("rule")
+        assert name == self.name
+        assert make_rule(name, **config) == rule
+
+    def test_frozen(self, rule):
+        field = dataclasses.fields(rule)[0].name if dataclasses.fields(rule) else "x"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(rule, field, 1)
+
+    def test_shapes_and_ranges(self, rule, batch):
+        p, q, x, depth = batch
+        omega = rule.omega(depth, L)
+        a_all = rule.accept_all(p, q, depth, L)
+        a = rule.accept_prob(p, q, x, depth, L)
+        r = rule.residual(p, q, x, depth, L)
+        assert omega.shape == (L,) and torch.isfinite(omega).all() and (omega > 0).all()
+        assert a_all.shape == (L, V) and a.shape == (L,) and r.shape == (L, V)
+        assert ((a >= 0) & (a <= 1)).all() and ((a_all >= 0) & (a_all <= 1)).all()
+        torch.testing.assert_close(a, pick(a_all, x), rtol=0, atol=1e-12)
+
+    def test_residual_is_a_distribution(self, rule, batch):
+        p, q, x, depth = batch
+        r = rule.residual(p, q, x, depth, L)
+        assert (r >= 0).all()
+        torch.testing.assert_close(r.sum(-1), torch.ones(L, dtype=r.dtype), rtol=0, atol=1e-12)
+
+    def test_residual_when_p_equals_q(self, rule, batch):
+        """[p - q]_+ has no mass: the fallback is p itself, never a uniform row (spec section 1)."""
+        p, _, x, depth = batch
+        r = rule.residual(p, p, x, depth, L)
+        torch.testing.assert_close(r.sum(-1), torch.ones(L, dtype=r.dtype), rtol=0, atol=1e-12)
+        assert (r[p == 0] == 0).all()
+
+    def test_vectorised_equals_rows(self, rule, batch):
+        p, q, x, depth = batch
+        a = rule.accept_prob(p, q, x, depth, L)
+        r = rule.residual(p, q, x, depth, L)
+        omega = rule.omega(depth, L)
+        for i in range(L):
+            torch.testing.assert_close(rule.accept_prob(p[i], q[i], x[i], depth[i], L), a[i], rtol=0, atol=1e-14)
+            torch.testing.assert_close(rule.residual(p[i], q[i], x[i], depth[i], L), r[i], rtol=0, atol=1e-14)
+            torch.testing.assert_close(rule.omega(depth[i], L), omega[i], rtol=0, atol=1e-14)
+
+    def test_extra_leading_dims(self, rule, probs, gen):
+        """Any leading dims `...`: a (2, L) batch equals its two (L,) halves."""
+        p, q = probs(2, L, V, generator=gen), probs(2, L, V, generator=gen)
+        x = torch.multinomial(q.reshape(-1, V), 1, generator=gen).reshape(2, L)
+        depth = torch.arange(1, L + 1).expand(2, L)
+        a = rule.accept_prob(p, q, x, depth, L)
+        r = rule.residual(p, q, x, depth, L)
+        assert a.shape == (2, L) and r.shape == (2, L, V)
+        for b in range(2):
+            torch.testing.assert_close(rule.accept_prob(p[b], q[b], x[b], depth[b], L), a[b], rtol=0, atol=1e-14)
+            torch.testing.assert_close(rule.residual(p[b], q[b], x[b], depth[b], L), r[b], rtol=0, atol=1e-14)
+
+    def test_inputs_not_modified(self, rule, batch):
+        p, q, x, depth = batch
+        before = [t.clone() for t in batch]
+        rule.accept_all(p, q, depth, L), rule.accept_prob(p, q, x, depth, L), rule.residual(p, q, x, depth, L)
+        for t, t0 in zip(batch, before):
+            assert torch.equal(t, t0)
+
+    def test_step_kernel(self, rule, probs, gen):
+        """One verification step outputs a distribution; a lossless rule outputs p exactly."""
+        for depth in range(1, L + 1):
+            p, q = probs(V, generator=gen), probs(V, generator=gen)
+            step = rule_step(rule, p, q, depth, L)
+            assert (step.kernel >= 0).all() and math.isclose(float(step.kernel.sum()), 1, abs_tol=1e-12)
+            assert 0 <= step.accept_rate <= 1
+            if type(rule).lossless:
+                torch.testing.assert_close(step.kernel, p, rtol=0, atol=1e-12)
+
+    def test_greedy_commits_argmax(self, rule):
+        """One-hot p and q (temperature 0): the step outputs the target's argmax, drafted right or wrong."""
+        eye = torch.eye(V, dtype=torch.float64)
+        for depth in range(1, L + 1):
+            for drafted in (2, 5):
+                step = rule_step(rule, eye[2], eye[drafted], depth, L)
+                torch.testing.assert_close(step.kernel, eye[2], rtol=0, atol=1e-12)
+
+
+def test_every_registered_rule_has_a_contract():
+    covered = {cls.name for cls in RuleContract.__subclasses__()}
+    assert covered == set(RULES), f"add a RuleContract subclass for {sorted(set(RULES) - covered)}"
+
+
+# ---------------------------------------------------------------- per rule
+class TestEagle(RuleContract):
+    name = "eagle-1"
+
+    def test_formulas(self, rule, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x = torch.arange(L)
+        depth = torch.arange(1, L + 1)
+        torch.testing.assert_close(rule.accept_prob(p, q, x, depth, L), pick((p / q).clamp(max=1), x))
+        expected = (p - q).clamp_min(0)
+        torch.testing.assert_close(rule.residual(p, q, x, depth, L), expected / expected.sum(-1, keepdim=True))
+        assert (rule.omega(depth, L) == 1).all()
+
+
+class TestUniformRSD(RuleContract):
+    name = "uniform-rsd"
+
+    def test_formulas(self, rule, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        depth = torch.arange(1, L + 1)
+        assert (rule.omega(depth, L) == rule.delta).all()
+        torch.testing.assert_close(rule.accept_all(p, q, depth, L), (rule.delta * p / q).clamp(max=1))
+
+    @pytest.mark.parametrize("delta", [1.0, 1.5, 4.0])
+    def test_residual_is_lossless_for_delta_at_least_one(self, delta, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.zeros(L, dtype=torch.long), torch.arange(1, L + 1)
+        torch.testing.assert_close(UniformRSDRule(delta).residual(p, q, x, depth, L), lossless_residual(p, q),
+                                   rtol=0, atol=1e-12)
+
+    def test_delta_one_is_eagle(self, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.arange(L), torch.arange(1, L + 1)
+        eagle, uniform = EagleRule(), UniformRSDRule(delta=1.0)
+        torch.testing.assert_close(uniform.accept_prob(p, q, x, depth, L), eagle.accept_prob(p, q, x, depth, L))
+        torch.testing.assert_close(uniform.residual(p, q, x, depth, L), eagle.residual(p, q, x, depth, L))
+
+
+class TestCoolSD(RuleContract):
+    name = "cool-sd"
+
+    @pytest.mark.parametrize("draft_len", [1, 2, 3, 5, 8])
+    @pytest.mark.parametrize("nu", [0.0, 0.3, 0.7, 2.0])
+    def test_default_mu_makes_mean_omega_delta(self, draft_len, nu):
+        rule = CoolSDRule(delta=1.7, nu=nu)
+        omega = rule.omega(torch.arange(1, draft_len + 1), draft_len)
+        assert math.isclose(float(omega.mean()), 1.7, rel_tol=1e-12)
+        assert (omega[1:] <= omega[:-1]).all()  # annealed: never larger deeper in the round
+
+    def test_omega_closed_form(self):
+        """L = 2, mean-normalised: omega_1 = 2 delta / (1 + e^-nu), omega_2 = omega_1 e^-nu."""
+        delta, nu = 1.1, 0.7
+        omega = CoolSDRule(delta=delta, nu=nu).omega(torch.tensor([1, 2]), 2)
+        w1 = 2 * delta / (1 + math.exp(-nu))
+        torch.testing.assert_close(omega, torch.tensor([w1, w1 * math.exp(-nu)], dtype=torch.float64))
+
+    def test_explicit_mu_and_floor(self):
+        depth = torch.arange(1, 5)
+        omega = CoolSDRule(delta=2.0, nu=0.5, mu=0.25).omega(depth, 4)
+        torch.testing.assert_close(omega, 2.0 * torch.exp(-0.5 * depth.double() - 0.25))
+        floored = CoolSDRule(delta=2.0, nu=0.5, mu=0.25, floor_at_one=True).omega(depth, 4)
+        torch.testing.assert_close(floored, omega.clamp_min(1.0))
+        assert (omega < 1).any()
+
+    def test_accept_uses_omega_per_depth(self, rule, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        depth = torch.arange(1, L + 1)
+        omega = rule.omega(depth, L).unsqueeze(-1)
+        torch.testing.assert_close(rule.accept_all(p, q, depth, L), (omega * p / q).clamp(max=1))
+
+    def test_omega_one_is_eagle(self, probs, gen):
+        """delta = 1, nu = 0: omega == 1 at every depth, and every output equals Eagle-1's."""
+        p, q = probs(L, V, generator=gen, zeros=0.3), probs(L, V, generator=gen, zeros=0.3)
+        x, depth = torch.multinomial(q, 1, generator=gen).squeeze(-1), torch.arange(1, L + 1)
+        cool, eagle = CoolSDRule(delta=1.0, nu=0.0), EagleRule()
+        assert (cool.omega(depth, L) == 1).all()
+        assert torch.equal(cool.accept_all(p, q, depth, L), eagle.accept_all(p, q, depth, L))
+        torch.testing.assert_close(cool.residual(p, q, x, depth, L), eagle.residual(p, q, x, depth, L),
+                                   rtol=0, atol=1e-15)
+
+    def test_nu_zero_is_uniform(self, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.arange(L), torch.arange(1, L + 1)
+        cool, uniform = CoolSDRule(delta=1.7, nu=0.0), UniformRSDRule(delta=1.7)
+        torch.testing.assert_close(cool.omega(depth, L), uniform.omega(depth, L), rtol=1e-14, atol=0)
+        torch.testing.assert_close(cool.accept_all(p, q, depth, L), uniform.accept_all(p, q, depth, L))
+        torch.testing.assert_close(cool.residual(p, q, x, depth, L), uniform.residual(p, q, x, depth, L))
+
+    def test_residual_kinds(self, probs, gen):
+        """'optimal' is G* of the acceptance; 'lossless' is Norm([p - q]_+); they differ where omega < 1."""
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.arange(L), torch.arange(1, L + 1)
+        optimal = CoolSDRule(delta=2.0, nu=0.7)
+        lossless = CoolSDRule(delta=2.0, nu=0.7, residual_kind="lossless")
+        omega = optimal.omega(depth, L)
+        assert omega[0] > 1 > omega[-1]
+        r_opt, r_loss = optimal.residual(p, q, x, depth, L), lossless.residual(p, q, x, depth, L)
+        torch.testing.assert_close(r_opt, g_star(p, q, optimal.accept_all(p, q, depth, L)))
+        torch.testing.assert_close(r_loss, lossless_residual(p, q))
+        torch.testing.assert_close(r_opt[omega >= 1], r_loss[omega >= 1], rtol=0, atol=1e-12)
+        assert (r_opt[omega < 1] - r_loss[omega < 1]).abs().max() > 1e-3
+
+
+class TestLanternPP(RuleContract):
+    name = "lantern++"
+
+    # codes on a line: the neighbours of code 0 are 1, 2, 3, 4 in that order
+    P = torch.tensor([0.1, 0.2, 0.3, 0.15, 0.25], dtype=torch.float64)
+    Q = torch.tensor([0.5, 0.1, 0.1, 0.2, 0.1], dtype=torch.float64)
+
+    def rule_on_line(self, **kwargs) -> LanternPPRule:
+        return LanternPPRule(**kwargs).with_neighbours(neighbour_table(line_codebook(5)))
+
+    def test_neighbour_order(self):
+        assert neighbour_table(line_codebook(5))[0].tolist() == [1, 2, 3, 4]
+
+    def test_hand_computed_example(self):
+        """p(x) = 0.1, lambda = 3.5: budget 0.25 fits c_1 = 0.2 but not c_2 = 0.5, so p~ = 0.3, a = 0.6."""
+        x, d = torch.tensor(0), torch.tensor(1)
+        rule = self.rule_on_line(k=3, lam=3.5)
+        assert math.isclose(float(rule.accept_prob(self.P, self.Q, x, d, 1)), 0.6, rel_tol=1e-12)
+        # published residual: m >= 1, so q is zeroed on the k + 1 = 4 nearest codes of x
+        expected = (self.P - torch.tensor([0.5, 0, 0, 0, 0], dtype=torch.float64)).clamp_min(0)
+        torch.testing.assert_close(rule.residual(self.P, self.Q, x, d, 1), expected / expected.sum())
+        # a small budget aggregates nothing (m = 0): Eagle's acceptance and residual
+        small = self.rule_on_line(k=3, lam=1.5)
+        assert math.isclose(float(small.accept_prob(self.P, self.Q, x, d, 1)), 0.2, rel_tol=1e-12)
+        torch.testing.assert_close(small.residual(self.P, self.Q, x, d, 1), lossless_residual(self.P, self.Q))
+
+    def test_k_limits_the_search(self):
+        """lambda = 10 (budget 0.9) fits c_3 = 0.65; k = 2 stops the search at c_2 = 0.5."""
+        x, d = torch.tensor(0), torch.tensor(1)
+        q = torch.tensor([0.8, 0.05, 0.05, 0.05, 0.05], dtype=torch.float64)
+        a = self.rule_on_line(k=2, lam=10.0).accept_prob(self.P, q, x, d, 1)
+        assert math.isclose(float(a), 0.6 / 0.8, rel_tol=1e-12)
+        a = self.rule_on_line(k=3, lam=10.0).accept_prob(self.P, q, x, d, 1)
+        assert math.isclose(float(a), 0.75 / 0.8, rel_tol=1e-12)
+
+    def test_budget_bounds_p_tilde(self, build_rule, probs, gen):
+        """p~(x) = a q(x) <= lambda p(x) whenever a < 1."""
+        for lam in (1.0, 2.0, 5.0, 20.0):
+            rule = build_rule(self.name, lam=lam)
+            p, q = probs(64, V, generator=gen, zeros=0.2), probs(64, V, generator=gen, zeros=0.2)
+            x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+            a = rule.accept_prob(p, q, x, torch.ones(64, dtype=torch.long), 1)
+            eagle = EagleRule().accept_prob(p, q, x, torch.ones(64, dtype=torch.long), 1)
+            below = a < 1
+            assert (a * pick(q, x) <= lam * pick(p, x) * (1 + 1e-12) + 1e-15)[below].all()
+            assert (a >= eagle - 1e-15).all()
+            if lam == 1.0:
+                torch.testing.assert_close(a, eagle, rtol=0, atol=1e-15)
+
+    def test_lambda_one_is_eagle_on_dense_p(self, build_rule, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.multinomial(q, 1, generator=gen).squeeze(-1), torch.arange(1, L + 1)
+        rule = build_rule(self.name, lam=1.0)
+        torch.testing.assert_close(rule.residual(p, q, x, depth, L), lossless_residual(p, q), rtol=0, atol=1e-15)
+
+    def test_optimal_residual_is_g_star(self, build_rule, probs, gen):
+        p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+        x, depth = torch.arange(L), torch.arange(1, L + 1)
+        rule = build_rule(self.name, residual_kind="optimal")
+        torch.testing.assert_close(rule.residual(p, q, x, depth, L), g_star(p, q, rule.accept_all(p, q, depth, L)))
+
+    def test_needs_a_table(self, probs, gen):
+        p = probs(V, generator=gen)
+        with pytest.raises(ValueError, match="neighbour table"):
+            LanternPPRule().accept_prob(p, p, torch.tensor(0), torch.tensor(1), 1)
+        with pytest.raises(ValueError, match="columns"):
+            LanternPPRule(k=5).with_neighbours(neighbour_table(line_codebook(5)))
+
+
+class TestLantern(RuleContract):
+    name = "lantern"
+
+    def test_absolute_budget(self):
+        """delta = 0.55 fits c_2 = 0.5, not c_3 = 0.65: p~ = 0.6, whatever p(x)."""
+        rule = LanternRule(k=3, delta=0.55).with_neighbours(neighbour_table(line_codebook(5)))
+        a = rule.accept_prob(TestLanternPP.P, TestLanternPP.Q, torch.tensor(0), torch.tensor(1), 1)
+        assert math.isclose(float(a), 1.0)
+        q = torch.tensor([0.8, 0.05, 0.05, 0.05, 0.05], dtype=torch.float64)
+        a = rule.accept_prob(TestLanternPP.P, q, torch.tensor(0), torch.tensor(1), 1)
+        assert math.isclose(float(a), 0.6 / 0.8, rel_tol=1e-12)
+
+    def test_delta_above_one_is_refused(self):
+        with pytest.raises(ValueError, match="lantern\\+\\+"):
+            LanternRule(delta=1.5)
+
+
+# ---------------------------------------------------------------- shared maths
+def test_normalise_falls_back_to_p():
+    p = torch.tensor([0.2, 0.8], dtype=torch.float64)
+    assert torch.equal(normalise(torch.zeros(2, dtype=torch.float64), p), p)
+    assert torch.equal(normalise(torch.full((2,), 1e-300, dtype=torch.float64), p), p)
+    torch.testing.assert_close(normalise(torch.tensor([1.0, 3.0], dtype=torch.float64), p),
+                               torch.tensor([0.25, 0.75], dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- bad parameters fail early
+BAD = [
+    ("uniform-rsd", {"delta": 0.0}, "delta"),
+    ("uniform-rsd", {"delta": -1.0}, "delta"),
+    ("cool-sd", {"delta": 0.0}, "delta"),
+    ("cool-sd", {"nu": -0.1}, "nu"),
+    ("cool-sd", {"residual_kind": "uniform"}, "residual_kind"),
+    ("lantern++", {"k": 0}, "k"),
+    ("lantern++", {"k": 2.5}, "k"),
+    ("lantern++", {"lam": 0.5}, "lam"),
+    ("lantern++", {"residual_kind": "lossless"}, "residual_kind"),
+    ("lantern", {"delta": 0.0}, "delta"),
+]
+NUMERIC = [("uniform-rsd", "delta"), ("cool-sd", "delta"), ("cool-sd", "nu"), ("cool-sd", "mu"),
+           ("lantern++", "k"), ("lantern++", "lam"), ("lantern", "delta")]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "field"), BAD)
+def test_bad_parameters(name, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        make_rule(name, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "value"),
+    [(n, f, v) for n, f in NUMERIC for v in (math.nan, math.inf, -math.inf, "2", None, True)
+     if not (f == "mu" and v is None)],  # mu=None is the default: mean-normalised
+)
+def test_non_finite_or_non_numbers(name, field, value):
+    with pytest.raises(ValueError, match=field):
+        make_rule(name, **{field: value})
+
+
+def test_make_rule_errors():
+    with pytest.raises(ValueError, match="unknown rule 'medusa'.*cool-sd"):
+        make_rule("medusa")
+    with pytest.raises(ValueError, match="bad options for rule 'cool-sd'"):
+        make_rule("cool-sd", lam=2.0)
+
+
+def test_integral_float_k_becomes_int():
+    """k = 2.0 (a UI slider's float) is accepted and usable as a slice bound, not kept as a float."""
+    rule = make_rule("lantern++", k=2.0)
+    assert type(rule.k) is int and rule.k == 2
+
+
+def test_make_rule_builds_each_class():
+    assert make_rule("cool-sd", delta=1.1) == CoolSDRule(delta=1.1)
+    assert isinstance(make_rule("eagle-1"), EagleRule)
+    assert make_rule("lantern++", k=5, lam=10.0) == LanternPPRule(k=5, lam=10.0)
