@@ -1,0 +1,126 @@
+"""Everything the engine and the app need for one model family, loaded by one call.
+
+`load_embedded()` reads the shipped `assets/embedded/` folders (transformers / diffusers
+`save_pretrained` layout, fp16 safetensors) and returns a `ModelBundle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
+from coolsd.sampling import SamplingConfig
+
+EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "assets" / "embedded"
+# Sampling the embedded model was tuned for (see assets/embedded/README.md).
+EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=0, top_p=1.0)
+PARTS = ("vq", "target", "drafter")
+
+
+class BundleError(RuntimeError):
+    """A model folder is missing, incomplete or unreadable."""
+
+
+@dataclass
+class ModelBundle:
+    """name; target/drafter: engine models; tokenizer: ids -> image; neighbours: (V, k+1) int64 table;
+    class_names: label of each class id (conditioning == "class") or [] for text prompts; grid: (H, W)."""
+
+    name: str
+    target: TokenModel
+    drafter: Drafter
+    tokenizer: ImageTokenizer
+    neighbours: Tensor
+    class_names: list[str]
+    grid: tuple[int, int]
+    default_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    conditioning: str = "class"
+    classifier: object | None = None  # embedded only: the digit classifier used by the benchmark
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+
+class VQTokenizer:
+    """ImageTokenizer over a diffusers `VQModel`: ids (T,) -> image (C, H*f, W*f) in [0, 1]."""
+
+    def __init__(self, vq, grid: tuple[int, int]) -> None:
+        self.vq = vq.eval()
+        self.grid = tuple(grid)
+
+    @torch.no_grad()
+    def decode(self, ids: Tensor) -> Tensor:
+        ids = ids.reshape(-1, self.grid[0] * self.grid[1]).to(self.vq.device)
+        shape = (ids.shape[0], *self.grid, self.vq.config.latent_channels)
+        z = self.vq.quantize.get_codebook_entry(ids.reshape(-1), shape)
+        img = self.vq.decode(z.to(self.vq.dtype), force_not_quantize=True).sample.float()
+        img = ((img.clamp(-1, 1) + 1) / 2).cpu()
+        return img[0] if img.shape[0] == 1 else img
+
+    @property
+    def codebook(self) -> Tensor:
+        return self.vq.quantize.embedding.weight.detach().float()
+
+
+def _require(path: Path) -> Path:
+    if not path.is_dir():
+        raise BundleError(f"model folder not found: {path}")
+    if not (path / "config.json").is_file():
+        raise BundleError(f"{path} has no config.json: not a save_pretrained folder")
+    if not any(path.glob("*.safetensors")):
+        raise BundleError(f"{path} has no *.safetensors weights")
+    return path
+
+
+def _load(kind: str, path: Path, fn):
+    try:
+        return fn(_require(path))
+    except BundleError:
+        raise
+    except Exception as err:  # corrupt json or weights: say which folder and why
+        raise BundleError(f"could not load the {kind} from {path}: {type(err).__name__}: {err}") from err
+
+
+def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,
+                  with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
+    """Load the shipped MNIST model: VQ tokenizer, Llama target, Eagle-1 head, neighbour table.
+
+    Weights are stored in fp16 and run in fp32 (CPU) or fp16 (CUDA).
+    """
+    from diffusers import VQModel
+    from transformers import LlamaForCausalLM
+
+    from coolsd.models.eagle import EagleDrafter, EagleHead
+    from coolsd.models.embedded import LlamaClassTarget
+    from coolsd.neighbours import neighbour_table
+
+    root = Path(path) if path is not None else EMBEDDED_DIR
+    if not root.is_dir():
+        raise BundleError(f"embedded model folder not found: {root}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=dtype))
+    model = _load("target", root / "target", lambda p: LlamaForCausalLM.from_pretrained(p, dtype=dtype))
+    head = _load("drafter", root / "drafter", lambda p: EagleHead.from_pretrained(p, dtype=dtype))
+    vq, model, head = vq.to(device).eval(), model.to(device).eval(), head.to(device).eval()
+    cfg = model.config
+    grid = tuple(cfg.image_grid)
+    target = LlamaClassTarget(model)
+    drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[: cfg.codebook_size],
+                           grid[0] * grid[1])
+    tokenizer = VQTokenizer(vq, grid)
+    classifier = None
+    if with_classifier:
+        from transformers import ResNetForImageClassification
+
+        classifier = _load("classifier", root / "classifier",
+                           lambda p: ResNetForImageClassification.from_pretrained(p, dtype=torch.float32)).eval()
+    return ModelBundle(name="embedded MNIST (Llama 6.4M + Eagle-1 head)", target=target, drafter=drafter,
+                       tokenizer=tokenizer, neighbours=neighbour_table(tokenizer.codebook, k_max).to(device),
+                       class_names=list(cfg.class_names), grid=grid, default_sampling=EMBEDDED_SAMPLING,
+                       classifier=classifier)

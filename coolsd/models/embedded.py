@@ -1,0 +1,71 @@
+"""The embedded class-conditional target: a transformers `LlamaForCausalLM` behind the TokenModel protocol.
+
+Sequence layout (set by `coolsd.train.target.target_config`): [class token] + image tokens; ids
+0..K-1 are codes, `class_token_offset + c` is class c, `null_class_token` the CFG null class.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import LlamaForCausalLM
+
+from coolsd.models.llama import LayerStack
+from coolsd.models.protocol import ModelStep
+
+
+def _mask_with_prefix(mask: Tensor | None, prefix: int) -> Tensor | None:
+    """(n, S) mask over image slots -> (n, prefix + S): the conditioning prefix is always visible."""
+    if mask is None:
+        return None
+    return torch.cat([torch.ones(mask.shape[0], prefix, dtype=torch.bool, device=mask.device), mask], dim=1)
+
+
+class LlamaClassTarget:
+    """TokenModel over a class-conditional `LlamaForCausalLM` (row 0 = class, row 1 = null class under CFG)."""
+
+    prefix_len = 1
+
+    def __init__(self, model: LlamaForCausalLM, max_tokens: int | None = None) -> None:
+        cfg = model.config
+        self.model = model.eval()
+        self.vocab_size = cfg.codebook_size
+        self.num_classes = cfg.num_classes
+        self.device = model.device
+        grid = getattr(cfg, "image_grid", [16, 16])
+        self.stack = LayerStack(model.model.layers, cfg, self.prefix_len + (max_tokens or grid[0] * grid[1]) + 64)  # + tree nodes
+        self.embed = model.model.embed_tokens.weight.detach()
+        self.norm_w = model.model.norm.weight.detach()
+        self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only
+
+    @property
+    def length(self) -> int:
+        return self.stack.length - self.prefix_len
+
+    def class_ids(self, cond: int, guidance: bool) -> Tensor:
+        cfg = self.model.config
+        if isinstance(cond, bool) or not isinstance(cond, int) or not 0 <= cond < self.num_classes:
+            raise ValueError(f"class must be an integer in [0, {self.num_classes - 1}], got {cond!r}")
+        ids = [cfg.class_token_offset + cond] + ([cfg.null_class_token] if guidance else [])
+        return torch.tensor(ids, device=self.device)
+
+    def _out(self, h: Tensor) -> ModelStep:
+        feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
+        return ModelStep(logits=feat @ self.head.T, hidden=feat)
+
+    @torch.no_grad()
+    def start(self, cond: int, guidance: bool) -> ModelStep:
+        ids = self.class_ids(cond, guidance)
+        self.stack.reset(len(ids), self.device, self.embed.dtype)
+        x = self.embed[ids][:, None]  # (G, 1, D)
+        return self._out(self.stack.forward(x, torch.zeros(1, dtype=torch.long, device=self.device), None))
+
+    @torch.no_grad()
+    def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None = None) -> ModelStep:
+        rows = self.stack.k.shape[1]
+        x = self.embed[ids][None].expand(rows, -1, -1)
+        h = self.stack.forward(x, positions + self.prefix_len, _mask_with_prefix(mask, self.prefix_len))
+        return self._out(h)
+
+    def crop(self, length: int, keep: Tensor | None = None) -> None:
+        self.stack.crop(length + self.prefix_len, None if keep is None else keep + self.prefix_len)

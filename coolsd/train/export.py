@@ -1,0 +1,30 @@
+"""`python -m coolsd.train export`: copy the trained parts into assets/embedded as fp16 safetensors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+
+def export_bundle(runs: Path, assets: Path) -> None:
+    from diffusers import VQModel
+    from transformers import LlamaForCausalLM, ResNetForImageClassification
+
+    from coolsd.models.eagle import EagleHead
+
+    assets.mkdir(parents=True, exist_ok=True)
+    parts = {"vq": VQModel, "target": LlamaForCausalLM, "drafter": EagleHead, "classifier": ResNetForImageClassification}
+    for name, cls in parts.items():
+        src = runs / name
+        if not src.is_dir():
+            print(f"[export] skip {name}: {src} missing")
+            continue
+        model = cls.from_pretrained(src).to(torch.float16)
+        dst = assets / name
+        if dst.exists():
+            shutil.rmtree(dst)
+        model.save_pretrained(dst)
+        size = sum(f.stat().st_size for f in dst.rglob("*")) / 1e6
+        print(f"[export] {name}: {size:.2f} MB -> {dst}")
