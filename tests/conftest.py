@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -30,6 +32,53 @@ def random_probs(*shape: int, generator: torch.Generator, zeros: float = 0.0, sh
         drop &= z < z.max(-1, keepdim=True).values
         z = z.masked_fill(drop, -torch.inf)
     return z.softmax(-1)
+
+
+def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor, z: float = 3.09) -> tuple[float, float, int]:
+    """Pearson chi-square of observed `counts` against `expected_probs` (same shape, any number of cells).
+
+    Cells expected below 5 draws are pooled (and the pool folded into the smallest other cell if it is
+    still below 5). Returns (statistic, critical value, degrees of freedom); the critical value is the
+    Wilson-Hilferty approximation of the upper quantile at normal z (3.09: alpha = 1e-3), so no scipy.
+    An outcome with probability 0 that was drawn gives an infinite statistic.
+    """
+    counts, expected_probs = counts.double().flatten(), expected_probs.double().flatten()
+    n = counts.sum()
+    if (counts[expected_probs <= 0] > 0).any():
+        return math.inf, 0.0, 0
+    expected = n * expected_probs
+    big = expected >= 5
+    obs, exp = list(counts[big]), list(expected[big])
+    pool_obs, pool_exp = counts[~big].sum(), expected[~big].sum()
+    if pool_exp >= 5:
+        obs.append(pool_obs), exp.append(pool_exp)
+    elif pool_exp > 0:
+        j = min(range(len(exp)), key=lambda i: exp[i])
+        obs[j], exp[j] = obs[j] + pool_obs, exp[j] + pool_exp
+    obs, exp = torch.stack(obs), torch.stack(exp)
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    df = len(exp) - 1
+    critical = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return stat, critical, df
+
+
+def sequence_index(tokens: torch.Tensor, vocab_size: int) -> int:
+    """Row-major index of a whole sequence, as in `coolsd.oracle.sequence_probs`."""
+    return sum(int(x) * vocab_size ** (len(tokens) - 1 - i) for i, x in enumerate(tokens))
+
+
+@pytest.fixture
+def distribution_test():
+    """distribution_test(sequences, probs, vocab_size) -> (stat, critical, df): chi-square of sampled
+    whole sequences (list of (T,) ids) against exact sequence probabilities (V**T,)."""
+
+    def run(sequences, probs: torch.Tensor, vocab_size: int) -> tuple[float, float, int]:
+        counts = torch.zeros_like(probs)
+        for seq in sequences:
+            counts[sequence_index(seq, vocab_size)] += 1
+        return chi_square(counts, probs)
+
+    return run
 
 
 @pytest.fixture

@@ -1,0 +1,174 @@
+"""The engine (spec sections 2 and 5): sampled sequences follow the oracle; events keep their invariants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from coolsd.engine import DecodeConfig, decode, generate, make_generator, run
+from coolsd.events import BONUS, RESAMPLED, DecodeResult
+from coolsd.oracle import exact, sequence_probs
+from coolsd.rules import RULES, CoolSDRule
+from coolsd.sampling import SamplingConfig
+
+# Whole-sequence checks: V = 3, T = 5 (243 sequences), L = 3, so the first round drafts all three
+# depths (COOL-SD's omega_3 < 1 at delta = 2). About 1 ms per sequence.
+V, T, L = 3, 5, 3
+N_SAMPLES = 4000
+
+
+def greedy_sequence(target) -> list[int]:
+    seq: list[int] = []
+    for _ in range(target.num_tokens):
+        seq.append(int(target.probs(tuple(seq)).argmax()))
+    return seq
+
+
+@pytest.fixture(scope="module")
+def models():
+    from coolsd.tabular import random_tables
+
+    return random_tables(V, T, seed=4)
+
+
+@pytest.mark.parametrize("name", ["vanilla", "eagle-1", "lantern++", "cool-sd"])
+def test_empirical_distribution_matches_oracle(models, build_rule, distribution_test, name):
+    target, drafter = models
+    if name == "vanilla":
+        rule, probs = None, sequence_probs(target)
+    else:
+        rule = build_rule(name, codebook=target.codebook, **({"k": 1} if name == "lantern++" else {}))
+        probs = exact(target, drafter, rule, L).dist
+    config = DecodeConfig(draft_len=L)
+    samples = [run(target, drafter if rule else None, rule, None, T, config=config, seed=s).tokens
+               for s in range(N_SAMPLES)]
+    stat, critical, df = distribution_test(samples, probs, V)
+    print(f"{name}: chi2 {stat:.1f} critical {critical:.1f} df {df}")
+    assert stat < critical, f"{name}: chi2 = {stat:.1f} > {critical:.1f} (df {df}) against the oracle"
+    if name == "cool-sd":  # the test has power: the same draws are far from P itself
+        stat_p, critical_p, _ = distribution_test(samples, sequence_probs(target), V)
+        print(f"{name} against P itself: chi2 {stat_p:.1f} critical {critical_p:.1f}")
+        assert stat_p > critical_p
+
+
+# ---------------------------------------------------------------- events
+RULE_NAMES = sorted(RULES)
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2"])
+@pytest.mark.parametrize("name", RULE_NAMES + ["vanilla"])
+def test_event_invariants(models, build_rule, name, tree):
+    target, drafter = models
+    if name == "vanilla":
+        rule = None
+    elif name.startswith("lantern"):
+        rule = build_rule(name, codebook=target.codebook, k=1)  # V = 3: two other codes
+    else:
+        rule = build_rule(name)
+    config = DecodeConfig(draft_len=L, tree=tree)
+    for seed in range(5):
+        events = list(generate(target, drafter if rule else None, rule, None, T, config=config, seed=seed))
+        result = DecodeResult.from_events(events)
+        start = 0
+        for e in events:
+            assert e.start == start and len(e.tokens) == e.n_accepted + 1
+            assert e.tokens.dtype == torch.long and e.target_forwards == 1
+            assert len(e.accept_probs) == len(e.omega) == e.n_drafted
+            assert 0 <= e.n_accepted <= e.n_drafted
+            reached = min(e.n_accepted + 1, e.n_drafted)
+            assert torch.isfinite(e.accept_probs[:reached]).all() and torch.isnan(e.accept_probs[reached:]).all()
+            assert ((e.accept_probs[:reached] >= 0) & (e.accept_probs[:reached] <= 1)).all()
+            assert len(e.tested_depths) == len(e.tested_probs) >= reached
+            assert e.last in (RESAMPLED, BONUS)
+            if tree is None:
+                assert e.n_drafted <= L
+                assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
+            if e.n_drafted and rule is not None:
+                torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), e.n_drafted
+                                                               if tree else L))
+            assert set(e.seconds) == {"draft", "verify", "other"} and min(e.seconds.values()) >= 0
+            start += len(e.tokens)
+        assert events[0].index == 0 and events[0].n_drafted == 0 and len(events[0].tokens) == 1
+        assert [e.index for e in events] == list(range(len(events)))
+        assert len(result.tokens) == T and start == T
+        assert result.target_forwards == result.rounds == len(events)
+        assert result.tau >= 1 and math.isclose(result.tau, T / result.rounds)
+        assert result.kinds.count("accepted") == sum(e.n_accepted for e in events)
+        assert len(result.kinds) == T
+        if rule is None:
+            assert result.rounds == T and result.tau == 1 and result.draft_forwards == 0
+
+
+def test_vanilla_when_drafter_or_rule_missing(models):
+    target, drafter = models
+    result = run(target, None, None, None, T, seed=0)
+    assert result.rounds == T and result.draft_forwards == 0
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2"])
+def test_same_seed_same_tokens(models, build_rule, tree):
+    target, drafter = models
+    rule = build_rule("cool-sd")
+    config = DecodeConfig(draft_len=L, tree=tree)
+    first = run(target, drafter, rule, None, T, config=config, seed=7)
+    again = run(target, drafter, rule, None, T, config=config, seed=7)
+    assert torch.equal(first.tokens, again.tokens) and first.kinds == again.kinds
+    for a, b in zip(first.events, again.events):
+        assert torch.equal(a.accept_probs.nan_to_num(-1), b.accept_probs.nan_to_num(-1))
+    others = {tuple(run(target, drafter, rule, None, T, config=config, seed=s).tokens.tolist()) for s in range(8, 20)}
+    assert len(others) > 1  # the seed matters
+
+
+def test_explicit_generator_equals_seed(models):
+    target, drafter = models
+    rule = CoolSDRule()
+    events = decode(target, drafter, rule, None, T, config=DecodeConfig(draft_len=L), generator=make_generator(3))
+    assert torch.equal(DecodeResult.from_events(events).tokens,
+                       run(target, drafter, rule, None, T, config=DecodeConfig(draft_len=L), seed=3).tokens)
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2"])
+@pytest.mark.parametrize("name", RULE_NAMES + ["vanilla"])
+def test_greedy_is_the_targets_greedy_sequence(tabular, build_rule, name, tree):
+    """Temperature 0: every rule (COOL-SD with omega < 1 included) commits the target's argmax chain."""
+    for seed in range(3):
+        target, drafter = tabular(4, 5, seed=seed)
+        rule = None if name == "vanilla" else build_rule(name, codebook=target.codebook)
+        result = run(target, drafter if rule else None, rule, None, 5, sampling=SamplingConfig(temperature=0.0),
+                     config=DecodeConfig(draft_len=3, tree=tree), seed=seed)
+        assert result.tokens.tolist() == greedy_sequence(target)
+
+
+def test_draft_len_longer_than_the_image(models):
+    target, drafter = models
+    result = run(target, drafter, CoolSDRule(), None, T, config=DecodeConfig(draft_len=50), seed=0)
+    assert len(result.tokens) == T and all(e.n_drafted <= T - 2 for e in result.events)
+
+
+def test_num_tokens_one(models):
+    target, drafter = models
+    result = run(target, drafter, CoolSDRule(), None, 1, seed=0)
+    assert len(result.tokens) == 1 and result.rounds == 1
+
+
+# ---------------------------------------------------------------- bad parameters fail early
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"draft_len": 0}, "draft_len"), ({"draft_len": -2}, "draft_len"), ({"draft_len": 1.5}, "draft_len"),
+    ({"draft_len": math.nan}, "draft_len"), ({"draft_len": math.inf}, "draft_len"), ({"draft_len": True}, "draft_len"),
+    ({"tree": "nope"}, "tree"),
+])
+def test_bad_decode_config(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        DecodeConfig(**kwargs)
+
+
+@pytest.mark.parametrize(("num_tokens", "seed", "match"), [
+    (0, 0, "num_tokens"), (-1, 0, "num_tokens"), (2.0, 0, "num_tokens"), (math.nan, 0, "num_tokens"),
+    (3, -1, "seed"), (3, 1.5, "seed"), (3, math.inf, "seed"),
+])
+def test_bad_run_arguments(models, num_tokens, seed, match):
+    target, drafter = models
+    with pytest.raises(ValueError, match=match):
+        run(target, drafter, CoolSDRule(), None, num_tokens, seed=seed)
