@@ -1,0 +1,82 @@
+"""Static-tree drafting (spec section 4): tree shapes, drafting without replacement, lossless verification."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from coolsd.engine import DecodeConfig, run
+from coolsd.oracle import sequence_probs
+from coolsd.rules import CoolSDRule, EagleRule, UniformRSDRule
+from coolsd.tree import EAGLE_25, TREES, _sample_without_replacement, binary_tree, chain_tree, validate
+
+V, T = 3, 4  # 81 sequences; the first speculative round verifies both depths of binary-2
+N_SAMPLES = 3000
+
+
+def test_shapes():
+    for paths in TREES.values():
+        validate(paths)
+    assert binary_tree(2) == [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
+    assert chain_tree(3) == [(0,), (0, 0), (0, 0, 0)]
+    assert len(EAGLE_25) == 25
+    assert [sum(len(p) == d for p in EAGLE_25) for d in range(1, 6)] == [4, 8, 8, 3, 2]
+
+
+@pytest.mark.parametrize(("paths", "match"), [([(0, 1)], "no parent"), ([(0,), (0, 1)], "elder sibling"),
+                                              ([(1,)], "elder sibling")])
+def test_validate_rejects_broken_trees(paths, match):
+    with pytest.raises(ValueError, match=match):
+        validate(paths)
+
+
+def test_sample_without_replacement(probs, gen, distribution_test):
+    """Distinct ids, never a q == 0 token, and ordered pairs drawn with P(x1, x2) = q(x1) q(x2) / (1 - q(x1))."""
+    q = torch.tensor([0.4, 0.3, 0.0, 0.2, 0.1], dtype=torch.float64)
+    assert sorted(_sample_without_replacement(q, 10, gen)) == [0, 1, 3, 4]
+    pairs = [_sample_without_replacement(q, 2, gen) for _ in range(4000)]
+    assert all(len(set(p)) == 2 and 2 not in p for p in pairs)
+    exact = torch.zeros(5, 5, dtype=torch.float64)
+    for x1, x2 in itertools.permutations(range(5), 2):
+        exact[x1, x2] = q[x1] * q[x2] / (1 - q[x1])
+    stat, critical, df = distribution_test([torch.tensor(p) for p in pairs], exact.flatten(), 5)
+    assert stat < critical, f"chi2 {stat:.1f} > {critical:.1f} (df {df})"
+
+
+@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7)], ids=["eagle-1", "cool-sd-omega<1"])
+def test_tree_verification_is_lossless(tabular, distribution_test, rule):
+    """Eagle-1 on a static tree, siblings tried without replacement, reproduces P; so does any rule whose
+    omega <= 1 at every depth, because its residual is G* (each sibling test is then exact)."""
+    target, drafter = tabular(V, T, seed=5)
+    assert (rule.omega(torch.arange(1, 3), 2) <= 1).all()
+    config = DecodeConfig(tree="binary-2")
+    results = [run(target, drafter, rule, None, T, config=config, seed=s) for s in range(N_SAMPLES)]
+    stat, critical, df = distribution_test([r.tokens for r in results], sequence_probs(target), V)
+    print(f"{rule.name} tree: chi2 {stat:.1f} critical {critical:.1f} df {df}")
+    assert stat < critical
+    # the tree was really used: second siblings were tested, and rounds accepted two drafts
+    tested = [e for r in results for e in r.events if e.index > 0]
+    assert any(len(e.tested_depths) > e.n_accepted + 1 for e in tested)
+    assert any(e.n_accepted == 2 for e in tested)
+
+
+def test_tree_round_events(tabular):
+    target, drafter = tabular(4, 5, seed=0)
+    for seed in range(10):
+        result = run(target, drafter, UniformRSDRule(delta=2.0), None, 5, config=DecodeConfig(tree="binary-2"),
+                     seed=seed)
+        for e in result.events[1:]:
+            depths = e.tested_depths.tolist()
+            assert depths == sorted(depths) and all(depths.count(d) <= 2 for d in set(depths))
+            assert e.n_drafted <= 2 and e.draft_forwards == e.n_drafted  # one drafter call per expanded level
+            assert len(e.tokens) == e.n_accepted + 1
+
+
+def test_eagle_25_runs(tabular):
+    """The published 25-node tree on a model deep enough for it (depth 5 needs T >= 7)."""
+    target, drafter = tabular(4, 7, seed=0)
+    for seed in range(3):
+        result = run(target, drafter, EagleRule(), None, 7, config=DecodeConfig(tree="eagle-25"), seed=seed)
+        assert len(result.tokens) == 7 and result.tau >= 1
