@@ -1,0 +1,137 @@
+"""coolsd.metrics on known inputs: Frechet distance closed forms, stats on disk, classifier features, NLL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from coolsd.metrics import (
+    class_accuracy,
+    classifier_features,
+    classifier_outputs,
+    feature_stats,
+    fid_bootstrap_std,
+    fid_from_features,
+    frechet_distance,
+    load_real_stats,
+    save_real_stats,
+    token_nll,
+)
+
+
+def _spd(d: int, seed: int) -> np.ndarray:
+    a = np.random.default_rng(seed).normal(size=(d, d))
+    return a @ a.T + 0.1 * np.eye(d)
+
+
+def test_identical_sets_have_distance_zero():
+    x = np.random.default_rng(0).normal(size=(300, 16))
+    mu, sigma = feature_stats(x)
+    assert frechet_distance(mu, sigma, mu, sigma) == pytest.approx(0.0, abs=1e-8)
+    assert fid_from_features(x, mu, sigma) == pytest.approx(0.0, abs=1e-8)
+
+
+def test_shifted_samples_give_the_squared_shift():
+    """Y = X + m has exactly X's covariance, so the distance is ||m||^2."""
+    x = np.random.default_rng(1).normal(size=(500, 8)) @ _spd(8, 2)
+    shift = np.arange(8) / 4.0
+    mx, sx = feature_stats(x)
+    my, sy = feature_stats(x + shift)
+    assert frechet_distance(mx, sx, my, sy) == pytest.approx(float((shift**2).sum()), rel=1e-8)
+
+
+def test_gaussians_closed_forms():
+    d = 6
+    rng = np.random.default_rng(3)
+    mu1, mu2 = rng.normal(size=d), rng.normal(size=d)
+    dmu = float(((mu1 - mu2) ** 2).sum())
+    # diagonal covariances: sum (sqrt(a) - sqrt(b))^2
+    a, b = rng.uniform(0.5, 3, size=d), rng.uniform(0.5, 3, size=d)
+    expected = dmu + float(((np.sqrt(a) - np.sqrt(b)) ** 2).sum())
+    assert frechet_distance(mu1, np.diag(a), mu2, np.diag(b)) == pytest.approx(expected, rel=1e-9)
+    # S2 = c^2 S1 (not diagonal): (1 - c)^2 tr(S1)
+    s1, c = _spd(d, 4), 1.7
+    assert frechet_distance(mu1, s1, mu2, c**2 * s1) == pytest.approx(dmu + (1 - c) ** 2 * np.trace(s1), rel=1e-9)
+    # symmetric in its two arguments, also for non-commuting covariances
+    s2 = _spd(d, 5)
+    assert frechet_distance(mu1, s1, mu2, s2) == pytest.approx(frechet_distance(mu2, s2, mu1, s1), rel=1e-9)
+
+
+def test_rank_deficient_covariance_is_fine():
+    """N < D (few generated images) gives a singular covariance; the distance stays finite and >= 0."""
+    x = np.random.default_rng(6).normal(size=(5, 32))
+    y = np.random.default_rng(7).normal(size=(400, 32))
+    value = fid_from_features(x, *feature_stats(y))
+    assert np.isfinite(value) and value > 0
+
+
+def test_bad_shapes_raise():
+    with pytest.raises(ValueError, match="shape mismatch"):
+        frechet_distance(np.zeros(3), np.eye(3), np.zeros(4), np.eye(4))
+    with pytest.raises(ValueError, match="N >= 2"):
+        feature_stats(np.zeros((1, 4)))
+
+
+def test_bootstrap_spread_is_deterministic():
+    x = np.random.default_rng(8).normal(size=(40, 4))
+    mu, sigma = feature_stats(np.random.default_rng(9).normal(size=(200, 4)))
+    a, b = fid_bootstrap_std(x, mu, sigma, 10, seed=0), fid_bootstrap_std(x, mu, sigma, 10, seed=0)
+    assert a == b and a > 0
+
+
+def test_real_stats_round_trip(tmp_path):
+    mu, sigma = np.arange(4, dtype=np.float64), _spd(4, 10)
+    save_real_stats(tmp_path / "s" / "real_stats.safetensors", mu, sigma, 500)
+    mu2, sigma2, n = load_real_stats(tmp_path / "s" / "real_stats.safetensors")
+    assert n == 500 and mu2.dtype == np.float64
+    np.testing.assert_array_equal(mu2, mu)
+    np.testing.assert_array_equal(sigma2, sigma)
+
+
+def test_missing_real_stats_says_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match="real-image feature statistics not found"):
+        load_real_stats(tmp_path / "nope.safetensors")
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    from transformers import ResNetForImageClassification
+
+    from coolsd.train.classifier import classifier_config
+
+    torch.manual_seed(0)
+    return ResNetForImageClassification(classifier_config()).eval()
+
+
+def test_classifier_features_shapes_and_resize(classifier):
+    images = torch.rand(3, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    feats, logits = classifier_outputs(classifier, images, batch_size=2)
+    assert feats.shape == (3, 128) and feats.dtype == torch.float64 and logits.shape == (3, 10)
+    # same as the model's own forward on [-1, 1] inputs
+    with torch.no_grad():
+        ref = classifier(pixel_values=images * 2 - 1).logits.double()
+    torch.testing.assert_close(logits, ref)
+    # another batching changes only float rounding (the benchmark scores images one by one)
+    torch.testing.assert_close(classifier_features(classifier, images), feats, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(classifier_features(classifier, images[:1]), feats[:1], rtol=1e-5, atol=1e-5)
+    small = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(1))  # tiny bundle images
+    assert classifier_features(classifier, small).shape == (2, 128)
+    assert class_accuracy(logits, logits.argmax(-1)) == 1.0
+
+
+def test_token_nll_matches_token_by_token():
+    """One forward over the sequence == the sum of incremental steps (the target's cache agrees)."""
+    from coolsd.models.tiny import tiny_bundle
+
+    bundle = tiny_bundle()
+    sampling = bundle.default_sampling
+    tokens = torch.randint(0, bundle.target.vocab_size, (bundle.num_tokens,),
+                           generator=torch.Generator().manual_seed(0))
+    step = bundle.target.start(3, sampling.guidance)
+    logps = [sampling.probs(step.logits.double())[-1, tokens[0]].log()]
+    for t in range(1, len(tokens)):
+        step = bundle.target.forward(tokens[t - 1 : t], torch.tensor([t - 1]))
+        logps.append(sampling.probs(step.logits.double())[-1, tokens[t]].log())
+    expected = -float(torch.stack(logps).mean())
+    assert token_nll(bundle.target, sampling, 3, tokens) == pytest.approx(expected, rel=1e-5)
