@@ -1,0 +1,214 @@
+"""A fair race between decoders (spec section 5): always advance the one that has used the least compute.
+
+UI-independent: it consumes `coolsd.engine` events and keeps, per decoder, the token grid filled so
+far, the outcome of every token, and the running numbers the app shows. Several decoders that share
+one model's weights need their own KV caches: `fork_models` makes such handles.
+
+    racers = [Racer("eagle-1", "Eagle-1", generate(target_a, drafter_a, EagleRule(), cond, T, seed=0)),
+              Racer("vanilla", "Vanilla AR", generate(target_b, None, None, cond, T, seed=0))]
+    for racer, event in Race(racers):      # one engine round per step, least compute first
+        ...
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from coolsd.events import RoundEvent
+
+# Token outcome codes in `Racer.kinds` (0 = not generated yet).
+EMPTY, ACCEPTED, RESAMPLED, BONUS = 0, 1, 2, 3
+KIND_CODES = {"accepted": ACCEPTED, "resampled": RESAMPLED, "bonus": BONUS}
+
+
+@dataclass
+class Racer:
+    """One decoder in the race and everything it has reported so far.
+
+    key: slug ("eagle-1", "vanilla", ...); label: display name; events: its engine iterator.
+    tokens: (T,) int64 committed ids (-1 where not generated yet); kinds: (T,) int8 outcome codes.
+    depth_sum, depth_count: (n,) float64 sums / counts of the acceptance probabilities tested at
+        depth i = 1..n (running mean = sum / count); omega: the rule's omega_i of the last round.
+    round_tokens: tokens committed by each speculative round (round 0, the prefix step, excluded).
+    """
+
+    key: str
+    label: str
+    events: Iterator[RoundEvent] = field(repr=False)
+    num_tokens: int = 0
+    tokens: Tensor = field(init=False, repr=False)
+    kinds: Tensor = field(init=False, repr=False)
+    done: int = 0
+    seconds: float = 0.0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    rounds: int = 0
+    finished: bool = False
+    depth_sum: Tensor = field(init=False, repr=False)
+    depth_count: Tensor = field(init=False, repr=False)
+    omega: Tensor = field(init=False, repr=False)
+    round_tokens: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = torch.full((self.num_tokens,), -1, dtype=torch.long)
+        self.kinds = torch.zeros(self.num_tokens, dtype=torch.int8)
+        self.depth_sum = torch.zeros(0, dtype=torch.float64)
+        self.depth_count = torch.zeros(0, dtype=torch.float64)
+        self.omega = torch.zeros(0, dtype=torch.float64)
+
+    def advance(self) -> RoundEvent | None:
+        """Run one engine round and record it; None (and `finished`) once the iterator is exhausted."""
+        try:
+            event = next(self.events)
+        except StopIteration:
+            self.finished = True
+            return None
+        self.record(event)
+        if self.done >= self.num_tokens:
+            self.finished = True
+        return event
+
+    def record(self, e: RoundEvent) -> None:
+        n = len(e.tokens)
+        self.tokens[e.start : e.start + n] = e.tokens
+        self.kinds[e.start : e.start + n] = torch.tensor([KIND_CODES[k] for k in e.kinds], dtype=torch.int8)
+        self.done = max(self.done, e.start + n)
+        self.seconds += sum(e.seconds.values())
+        self.target_forwards += e.target_forwards
+        self.draft_forwards += e.draft_forwards
+        self.rounds += 1
+        if e.index > 0:
+            self.round_tokens.append(n)
+        if len(e.tested_depths):
+            depth_max = int(e.tested_depths.max())
+            if depth_max > len(self.depth_sum):
+                grow = depth_max - len(self.depth_sum)
+                self.depth_sum = torch.cat([self.depth_sum, torch.zeros(grow, dtype=torch.float64)])
+                self.depth_count = torch.cat([self.depth_count, torch.zeros(grow, dtype=torch.float64)])
+            idx = e.tested_depths - 1
+            self.depth_sum.index_add_(0, idx, e.tested_probs.to(torch.float64))
+            self.depth_count.index_add_(0, idx, torch.ones(len(idx), dtype=torch.float64))
+        if len(e.omega):
+            self.omega = e.omega.to(torch.float64)
+
+    @property
+    def filled(self) -> Tensor:
+        """(T,) bool: which tokens are committed."""
+        return self.tokens >= 0
+
+    @property
+    def tau(self) -> float:
+        """Mean accepted length: tokens committed per target forward (spec section 2); nan before any."""
+        return self.done / self.target_forwards if self.target_forwards else math.nan
+
+    @property
+    def accept_rate(self) -> Tensor:
+        """(n,) running mean of the tested acceptance probabilities per depth (nan where none tested)."""
+        return self.depth_sum / self.depth_count.clamp_min(1) + torch.where(self.depth_count > 0, 0.0, math.nan)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else math.nan
+
+    def speedup(self, reference: Racer) -> float:
+        """Throughput over `reference`'s at the compute spent so far (the final speed-up once both finished)."""
+        mine, ref = self.tokens_per_second, reference.tokens_per_second
+        return mine / ref if ref > 0 and math.isfinite(ref) and math.isfinite(mine) else math.nan
+
+    def stats(self, reference: Racer | None = None) -> dict:
+        """JSON-ready live numbers: tokens, forwards, tau, compute seconds, speed-up over `reference`."""
+        out = {"decoder": self.label, "tokens": self.done, "num_tokens": self.num_tokens,
+               "target_forwards": self.target_forwards, "draft_forwards": self.draft_forwards,
+               "rounds": self.rounds, "mean_accepted_length": self.tau, "compute_seconds": self.seconds,
+               "finished": self.finished}
+        if reference is not None:
+            out["speedup"] = self.speedup(reference)
+        return out
+
+
+class Race:
+    """Steps several racers fairly: each step advances the unfinished racer with the least compute seconds.
+
+    So at every step all racers have spent about the same compute (within one round), and a
+    snapshot shows how far each got with the same budget. Ties go to the earlier racer in the list.
+    """
+
+    def __init__(self, racers: list[Racer]) -> None:
+        if not racers:
+            raise ValueError("a race needs at least one racer")
+        self.racers = racers
+        self.steps = 0
+
+    @property
+    def finished(self) -> bool:
+        return all(r.finished for r in self.racers)
+
+    def step(self) -> tuple[Racer, RoundEvent] | None:
+        """Advance the least-compute unfinished racer by one round; None when every racer has finished."""
+        while not self.finished:
+            racer = min((r for r in self.racers if not r.finished), key=lambda r: r.seconds)
+            event = racer.advance()
+            if event is not None:
+                self.steps += 1
+                return racer, event
+        return None
+
+    def __iter__(self) -> Iterator[tuple[Racer, RoundEvent]]:
+        while (out := self.step()) is not None:
+            yield out
+
+    def close(self) -> None:
+        """Close every racer's engine iterator (a cancelled race)."""
+        for r in self.racers:
+            close = getattr(r.events, "close", None)
+            if close is not None:
+                close()
+
+
+# ---------------------------------------------------------------- independent model handles
+def _shared_memo(root: object) -> dict[int, object]:
+    """deepcopy memo that maps every tensor and every non-coolsd object reachable from `root` to itself.
+
+    Weights (tensors) and third-party modules (torch, transformers) are shared; only coolsd's own
+    wrapper objects, which hold the KV caches and per-image state, are copied.
+    """
+    memo: dict[int, object] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Tensor):
+            memo[id(obj)] = obj
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif type(obj).__module__.split(".")[0] == "coolsd":
+            stack.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+        elif not isinstance(obj, (str, bytes, int, float, bool, complex, type(None))):
+            memo[id(obj)] = obj  # third-party object: shared as is
+    return memo
+
+
+def fork_models(*models: object) -> tuple:
+    """Independent handles on the same weights: each returned object has its own (empty) caches.
+
+    Pass together the models that refer to each other (a target and its drafter) so that the
+    copies refer to each other too. Fork before decoding: caches that already exist are tensors
+    and would be shared, so `fork_models` refuses models whose caches were allocated.
+    """
+    for m in models:
+        for attr in ("stack", "_cache"):
+            cache = getattr(m, attr, None)
+            if cache is not None and (attr == "_cache" or getattr(cache, "k", None) is not None):
+                raise ValueError(f"fork {type(m).__name__} before it decodes: its cache is already allocated")
+    return copy.deepcopy(tuple(models), _shared_memo(models))
