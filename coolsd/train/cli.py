@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-STAGES = ("vq", "target", "drafter", "classifier", "export")
+STAGES = ("vq", "target", "drafter", "classifier", "export", "evaluate")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (stage default if unset)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--assets", type=Path, default=Path("assets/embedded"), help="export destination")
+    ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -35,9 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     from coolsd.train.data import splits
 
     if args.stage == "export":
-        from coolsd.train.export import export_bundle
+        from coolsd.train.export import export_bundle, export_real_stats
 
         export_bundle(args.out, args.assets)
+        export_real_stats(args.assets, args.seed)
+        return 0
+    if args.stage == "evaluate":
+        import json
+
+        from coolsd.train.evaluate import evaluate
+
+        report = evaluate(args.assets, args.assets / "metrics.json", per_class=args.per_class)
+        print(json.dumps(report["decoders"], indent=2))
         return 0
     data = splits(args.seed)
     if args.stage == "vq":

@@ -22,31 +22,52 @@ W_CLS = 0.1  # Eagle-1's weight of the classification loss
 
 
 @torch.no_grad()
-def self_samples(target_model, n: int, path: Path, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """n target samples (codes (n, 256), labels (n,)) via the engine's vanilla AR; cached at `path`."""
-    from coolsd.engine import run
+def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Generator) -> torch.Tensor:
+    """Vanilla AR samples of a whole batch at once: labels (B,) -> codes (B, T).
+
+    Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows),
+    but B images share each forward, which makes self-distillation data cheap on a CPU.
+    """
+    from coolsd.models.llama import LayerStack
+
+    cfg = target_model.config
+    k, (h, w) = cfg.codebook_size, cfg.image_grid
+    b = len(labels)
+    stack = LayerStack(target_model.model.layers, cfg, h * w + 1)
+    embed = target_model.model.embed_tokens.weight
+    rows = torch.cat([labels + cfg.class_token_offset, torch.full_like(labels, cfg.null_class_token)])
+    rows = rows if sampling.guidance else rows[:b]
+    stack.reset(len(rows), embed.device, embed.dtype)
+    x = embed[rows][:, None]
+    codes = []
+    for t in range(h * w):
+        out = stack.forward(x, torch.tensor([t]), None)
+        feat = torch.nn.functional.rms_norm(out, (out.shape[-1],), target_model.model.norm.weight, stack.eps)
+        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k)  # (G, B, K)
+        ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
+        codes.append(ids)
+        x = embed[ids.repeat(len(rows) // b)][:, None]
+    return torch.stack(codes, dim=1)
+
+
+def self_samples(target_model, n: int, path: Path, seed: int = 0, batch: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
+    """n target samples (codes (n, T), labels (n,)) with the embedded default sampling; cached at `path`."""
     from coolsd.models.bundle import EMBEDDED_SAMPLING
-    from coolsd.models.embedded import LlamaClassTarget
 
     if path.exists():
         saved = torch.load(path)
         if len(saved["codes"]) >= n:
             return saved["codes"][:n], saved["labels"][:n]
-    target = LlamaClassTarget(target_model)
-    grid = target_model.config.image_grid
-    codes, labels = [], []
-    for i in tqdm(range(n), desc="self-distillation samples"):
-        label = i % target.num_classes
-        res = run(target, None, None, label, grid[0] * grid[1], EMBEDDED_SAMPLING, seed=seed * 100_000 + i)
-        codes.append(res.tokens)
-        labels.append(label)
-    out = {"codes": torch.stack(codes), "labels": torch.tensor(labels)}
-    torch.save(out, path)
-    return out["codes"], out["labels"]
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % target_model.config.num_classes
+    codes = torch.cat([sample_batch(target_model, labels[i : i + batch], EMBEDDED_SAMPLING, gen)
+                       for i in tqdm(range(0, n, batch), desc="self-distillation samples")])
+    torch.save({"codes": codes, "labels": labels}, path)
+    return codes, labels
 
 
 def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
-                  lr: float = 1e-3, n_self: int = 300, drop_p: float = 0.1) -> EagleHead:
+                  lr: float = 1e-3, n_self: int = 500, drop_p: float = 0.1) -> EagleHead:
     torch.manual_seed(seed)
     config = target.config
     k = config.codebook_size

@@ -28,3 +28,22 @@ def export_bundle(runs: Path, assets: Path) -> None:
         model.save_pretrained(dst)
         size = sum(f.stat().st_size for f in dst.rglob("*")) / 1e6
         print(f"[export] {name}: {size:.2f} MB -> {dst}")
+
+
+def export_real_stats(assets: Path, seed: int = 0) -> None:
+    """Classifier-feature mean/covariance of the held-out real digits -> classifier/real_stats.safetensors.
+
+    The benchmark's offline FID compares generated images against these statistics, so the data
+    itself never ships.
+    """
+    from transformers import ResNetForImageClassification
+
+    from coolsd.metrics import classifier_features, feature_stats, save_real_stats
+    from coolsd.train.data import splits
+
+    classifier = ResNetForImageClassification.from_pretrained(assets / "classifier").float().eval()
+    images, _ = splits(seed)["val"]
+    feats = classifier_features(classifier, (images + 1) / 2)
+    mu, sigma = feature_stats(feats)
+    save_real_stats(assets / "classifier" / "real_stats.safetensors", mu, sigma, len(feats))
+    print(f"[export] real_stats: {len(feats)} held-out digits, {feats.shape[1]}-d features")
