@@ -1,0 +1,130 @@
+"""coolsd.plots: token grid to image, outcome overlay, stats table and figures, on hand-made inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from coolsd.plots import (
+    KIND_COLOURS,
+    OVERLAY_ALPHA,
+    PLACEHOLDER_GREYS,
+    acceptance_figure,
+    display_size,
+    fill_ids,
+    length_figure,
+    overlay_legend_html,
+    placeholder,
+    stats_markdown,
+    to_rgb_array,
+    token_image,
+)
+from coolsd.race import ACCEPTED, BONUS, EMPTY, RESAMPLED
+
+
+def test_fill_ids_uses_the_most_common_committed_id():
+    tokens = torch.tensor([5, 7, 7, -1, -1, 2])
+    assert fill_ids(tokens).tolist() == [5, 7, 7, 7, 7, 2]
+    assert fill_ids(torch.full((4,), -1)).tolist() == [0, 0, 0, 0]
+
+
+def test_to_rgb_array_greyscale_and_colour():
+    grey = torch.tensor([[[0.0, 1.0], [0.5, 2.0]]])  # (1, 2, 2), out-of-range clamps
+    rgb = to_rgb_array(grey)
+    assert rgb.shape == (2, 2, 3) and rgb.dtype == np.uint8
+    assert rgb[0, 0].tolist() == [0, 0, 0] and rgb[0, 1].tolist() == [255, 255, 255] and rgb[1, 1, 0] == 255
+    assert rgb[1, 0, 0] in (127, 128)
+    colour = torch.zeros(3, 2, 2)
+    colour[0] = 1.0
+    assert to_rgb_array(colour)[0, 0].tolist() == [255, 0, 0]
+
+
+@pytest.mark.parametrize("pixels, expected", [((32, 32), (256, 256)), ((8, 8), (256, 256)), ((512, 512), (512, 512)),
+                                              ((100, 100), (300, 300))])
+def test_display_size_is_an_integer_upscale(pixels, expected):
+    assert display_size((4, 4), pixels) == expected
+
+
+def test_token_image_shows_committed_cells_and_a_placeholder_elsewhere():
+    grid = (2, 2)
+    pixels = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]])  # one pixel per token
+    filled = torch.tensor([True, True, False, False])  # top row committed
+    img = np.asarray(token_image(pixels, filled, grid, min_size=8))
+    assert img.shape == (8, 8, 3)
+    assert (img[:4, :4] == 0).all() and (img[:4, 4:] == 255).all()  # top row: the pixels, upscaled nearest
+    bottom = img[4:]
+    assert set(np.unique(bottom)) <= set(PLACEHOLDER_GREYS)  # bottom row: neutral checkerboard
+    assert bottom[0, 0, 0] != bottom[0, 4, 0]  # neighbouring cells alternate
+
+
+def test_overlay_tints_each_token_by_its_outcome():
+    grid = (1, 4)
+    pixels = torch.zeros(1, 1, 4)  # black
+    filled = torch.tensor([True, True, True, False])
+    kinds = torch.tensor([ACCEPTED, RESAMPLED, BONUS, EMPTY], dtype=torch.int8)
+    plain = np.asarray(token_image(pixels, filled, grid, kinds, overlay=False, min_size=4))
+    tinted = np.asarray(token_image(pixels, filled, grid, kinds, overlay=True, min_size=4))
+    assert (plain[:, :3] == 0).all()
+    for col, code in enumerate((ACCEPTED, RESAMPLED, BONUS)):
+        expected = np.round(OVERLAY_ALPHA * np.array(KIND_COLOURS[code]))
+        assert np.abs(tinted[0, col].astype(float) - expected).max() <= 1
+    assert (tinted[:, 3] == plain[:, 3]).all()  # the placeholder cell is not tinted
+
+
+def test_placeholder_has_the_display_size():
+    img = placeholder((4, 4), (256, 256))
+    assert img.size == (256, 256) and img.mode == "RGB"
+    assert set(np.unique(np.asarray(img))) == set(PLACEHOLDER_GREYS)
+
+
+def test_legend_names_every_outcome():
+    text = overlay_legend_html()
+    assert "accepted" in text and "resampled" in text and "bonus" in text
+
+
+def _stats(label, tokens, forwards, seconds, speedup, finished):
+    return {"decoder": label, "tokens": tokens, "num_tokens": 16, "target_forwards": forwards,
+            "mean_accepted_length": tokens / forwards if forwards else math.nan, "compute_seconds": seconds,
+            "speedup": speedup, "finished": finished}
+
+
+def test_stats_markdown_one_row_per_decoder():
+    md = stats_markdown([_stats("Eagle-1", 16, 5, 0.5, 2.0, True), _stats("Vanilla AR", 0, 0, 0.0, math.nan, False)],
+                        status="**Finished**")
+    lines = md.splitlines()
+    assert lines[0] == "**Finished**"
+    rows = [line for line in lines if line.startswith("| Eagle") or line.startswith("| Vanilla")]
+    assert len(rows) == 2
+    assert "Eagle-1 ✓" in rows[0] and "16 / 16" in rows[0] and "3.20" in rows[0] and "2.00×" in rows[0]
+    assert "–" in rows[1]  # nan shown as a dash, not "nan"
+    assert "nan" not in md
+
+
+class _FakeRacer:
+    def __init__(self, key, rates, counts, round_tokens):
+        self.key, self.label = key, key.upper()
+        self.accept_rate = torch.tensor(rates, dtype=torch.float64)
+        self.depth_count = torch.tensor(counts, dtype=torch.float64)
+        self.round_tokens = round_tokens
+        self.tau = sum(round_tokens) / max(len(round_tokens), 1)
+
+
+def test_acceptance_figure_has_a_line_per_decoder_and_the_omega_curve():
+    racers = [_FakeRacer("eagle-1", [0.9, 0.8, math.nan], [10, 8, 0], [3, 2]),
+              _FakeRacer("cool-sd", [1.0, 0.9, 0.5], [10, 9, 7], [4, 4])]
+    omega = torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64)
+    fig = acceptance_figure(racers, 3, omega)
+    names = [t.name for t in fig.data]
+    assert names[:2] == ["EAGLE-1", "COOL-SD"] and "ω" in names[2]
+    assert list(fig.data[0].y) == [0.9, 0.8, None]  # an untested depth is a gap
+    assert list(fig.data[2].y) == [2.0, 1.0, 0.5] and fig.data[2].yaxis == "y2"
+    assert len(acceptance_figure(racers, 3, None).data) == 2
+
+
+def test_length_figure_plots_tokens_per_round():
+    fig = length_figure([_FakeRacer("eagle-1", [], [], [3, 1, 4])])
+    assert list(fig.data[0].y) == [3, 1, 4] and list(fig.data[0].x) == [1, 2, 3]
+    assert "vanilla" in fig.data[-1].name.lower()

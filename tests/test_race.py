@@ -1,0 +1,114 @@
+"""coolsd.race: least-compute scheduling, per-decoder bookkeeping, and independent model handles (fork_models)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from coolsd.engine import DecodeConfig, generate, run
+from coolsd.events import BONUS, RESAMPLED, RoundEvent
+from coolsd.race import ACCEPTED, Race, Racer, fork_models
+from coolsd.race import BONUS as BONUS_CODE
+from coolsd.race import RESAMPLED as RESAMPLED_CODE
+from coolsd.rules import make_rule
+from coolsd.sampling import SamplingConfig
+
+
+def _event(index, start, tokens, n_accepted, last, seconds, depths=(), probs=(), omega=()):
+    f = torch.float64
+    return RoundEvent(index=index, start=start, tokens=torch.tensor(tokens), n_accepted=n_accepted,
+                      n_drafted=len(omega), accept_probs=torch.tensor(probs, dtype=f),
+                      omega=torch.tensor(omega, dtype=f),
+                      tested_depths=torch.tensor(depths, dtype=torch.long), tested_probs=torch.tensor(probs, dtype=f),
+                      last=last, target_forwards=1, draft_forwards=len(omega),
+                      seconds={"draft": 0.0, "verify": seconds, "other": 0.0})
+
+
+def _fake(seconds_per_round: float, tokens_per_round: int, num_tokens: int):
+    """Events of a decoder that commits `tokens_per_round` tokens per round at a fixed cost."""
+    start, index = 0, 0
+    while start < num_tokens:
+        n = min(tokens_per_round, num_tokens - start)
+        yield _event(index, start, list(range(start, start + n)), n - 1, BONUS, seconds_per_round)
+        start, index = start + n, index + 1
+
+
+def test_race_advances_the_decoder_with_the_least_compute():
+    fast = Racer("fast", "fast", _fake(1.0, 4, 8), 8)  # 2 rounds of 1 s
+    slow = Racer("slow", "slow", _fake(0.5, 1, 8), 8)  # 8 rounds of 0.5 s
+    order = [racer.key for racer, _ in Race([fast, slow])]
+    # the choice is made before the round, on the compute spent so far; ties go to the first racer
+    assert order == ["fast", "slow", "slow", "fast", "slow", "slow", "slow", "slow", "slow", "slow"]
+    assert fast.finished and slow.finished
+    assert fast.seconds == 2.0 and slow.seconds == 4.0
+    assert fast.speedup(slow) == pytest.approx(2.0)  # 8 tokens in 2 s vs in 4 s
+
+
+def test_racer_records_tokens_outcomes_and_acceptance_per_depth():
+    events = iter([
+        _event(0, 0, [7], 0, BONUS, 0.1),
+        _event(1, 1, [1, 2, 3], 2, RESAMPLED, 0.1, depths=(1, 2, 3), probs=(1.0, 0.8, 0.2), omega=(2.0, 1.0, 0.5)),
+        _event(2, 4, [4, 5], 1, RESAMPLED, 0.1, depths=(1, 2), probs=(0.6, 0.4), omega=(2.0, 1.0, 0.5)),
+    ])
+    r = Racer("cool-sd", "COOL-SD", events, 6)
+    while r.advance() is not None:
+        pass
+    assert r.finished and r.done == 6 and r.rounds == 3 and r.target_forwards == 3
+    assert r.tokens.tolist() == [7, 1, 2, 3, 4, 5] and r.filled.all()
+    assert r.kinds.tolist() == [BONUS_CODE, ACCEPTED, ACCEPTED, RESAMPLED_CODE, ACCEPTED, RESAMPLED_CODE]
+    assert r.tau == 2.0 and r.round_tokens == [3, 2]
+    assert r.accept_rate.tolist() == pytest.approx([0.8, 0.6, 0.2])
+    assert r.depth_count.tolist() == [2, 2, 1] and r.omega.tolist() == [2.0, 1.0, 0.5]
+    stats = r.stats(r)
+    assert stats["tokens"] == 6 and stats["mean_accepted_length"] == 2.0 and stats["speedup"] == pytest.approx(1.0)
+
+
+def test_fresh_racer_reports_nan_not_errors():
+    r = Racer("x", "x", iter(()), 4)
+    assert math.isnan(r.tau) and len(r.accept_rate) == 0 and math.isnan(r.speedup(r))
+    assert r.advance() is None and r.finished
+
+
+def test_race_of_forked_models_equals_separate_runs(tiny_bundle_fixture):
+    """Interleaving decoders on forked handles gives exactly the tokens of decoding each alone (same seed)."""
+    b = tiny_bundle_fixture
+    sampling, config = SamplingConfig(cfg_scale=2.0), DecodeConfig(draft_len=3)
+    rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
+             "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
+    lanes = {key: fork_models(b.target, b.drafter) for key in rules}
+    solo = {key: fork_models(b.target, b.drafter) for key in rules}  # fork before anything decodes
+    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1] if rule else None, rule, 4, b.num_tokens, sampling,
+                                       config, seed=11), b.num_tokens) for key, rule in rules.items()]
+    race = Race(racers)
+    keys = [racer.key for racer, _ in race]
+    assert len(set(keys[:8])) > 1  # really interleaved
+    for racer, (key, rule) in zip(racers, rules.items()):
+        target, drafter = solo[key]
+        alone = run(target, drafter if rule else None, rule, 4, b.num_tokens, sampling, config, seed=11)
+        assert racer.tokens.tolist() == alone.tokens.tolist(), key
+        assert racer.target_forwards == alone.target_forwards
+
+
+def test_fork_shares_weights_and_refuses_a_used_model(tiny_bundle_fixture):
+    b = tiny_bundle_fixture
+    target, drafter = fork_models(b.target, b.drafter)
+    assert target is not b.target and target.stack is not b.target.stack
+    assert target.stack.blocks[0]["qkv"] is b.target.stack.blocks[0]["qkv"]  # same tensor, not a copy
+    assert drafter.lm_head is b.drafter.lm_head
+    run(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, config=DecodeConfig(draft_len=2), seed=0)
+    with pytest.raises(ValueError, match="before it decodes"):
+        fork_models(target, drafter)
+
+
+def test_race_needs_a_racer():
+    with pytest.raises(ValueError):
+        Race([])
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle_fixture():
+    from coolsd.models.tiny import tiny_bundle
+
+    return tiny_bundle()
