@@ -1,0 +1,3 @@
+from coolsd.bench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""`python -m coolsd.bench`: the speed-quality trade-off of every decoder, measured, tabulated and plotted.
+
+Runs vanilla AR, Eagle-1, LANTERN++ (lambda x k grid, published and G* residuals), UniformRSD and
+COOL-SD (delta sweeps) and static-tree drafting on the same classes and seeds; writes
+results.jsonl (one line per setting), items.jsonl (one line per image), results.md (table,
+claims, targets), pareto.html / pareto.png and config.json into --out. Under
+`torchrun --nproc_per_node N -m coolsd.bench ...` (or `accelerate launch -m coolsd.bench ...`)
+the images are split across the N processes and merged on rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from coolsd.bench import report
+from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
+from coolsd.bench.settings import Setting, sweep
+from coolsd.sampling import SamplingConfig
+
+log = logging.getLogger("coolsd.bench")
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "assets" / "bench"
+EMBEDDED_CLASSIFIER = ROOT / "assets" / "embedded" / "classifier"
+REAL_STATS_NAME = "real_stats.safetensors"  # inside the classifier folder
+README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
+TREE_SETTINGS = ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25", "cool-sd:delta=2@eagle-25"]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    """'0,3,5' or '0-9' -> ints."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, dash, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m coolsd.bench", description=__doc__,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = ap.add_argument_group("model and data")
+    g.add_argument("--model", choices=("embedded", "tiny"), default="embedded",
+                   help="embedded = the shipped MNIST model; tiny = random weights (tests, dry runs)")
+    g.add_argument("--classifier", type=Path, default=None,
+                   help=f"ResNet save_pretrained folder (default for embedded: {EMBEDDED_CLASSIFIER})")
+    g.add_argument("--real-stats", type=Path, default=None,
+                   help=f"real-image feature statistics (default: <classifier>/{REAL_STATS_NAME})")
+    g.add_argument("--classes", type=_ints, default=list(range(10)), help="class ids, e.g. 0-9 or 1,7")
+    g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
+    g.add_argument("--first-seed", type=int, default=0)
+    g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
+    g.add_argument("--draft-len", type=int, default=5, help="L, drafts per round of chain drafting")
+    g.add_argument("--lantern-k", type=_ints, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
+    g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")
+    g.add_argument("--lantern-gstar", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run every LANTERN++ point with the G* residual")
+    g.add_argument("--uniform-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0], help="UniformRSD deltas")
+    g.add_argument("--cool-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0, 16.0], help="COOL-SD deltas")
+    g.add_argument("--cool-nu", type=float, default=0.7, help="COOL-SD annealing rate nu")
+    g.add_argument("--cool-floor-delta", type=_floats, default=[2.0],
+                   help="COOL-SD deltas also run with omega floored at 1")
+    g.add_argument("--extra", nargs="*", default=TREE_SETTINGS,
+                   help="more settings as 'rule[:name=value,...][@tree]' (default: the static-tree ones)")
+    g.add_argument("--only", default=None, help="keep only settings whose label contains one of these "
+                                                "comma-separated words ('vanilla' is always kept)")
+    g = ap.add_argument_group("sampling (default: the bundle's own)")
+    for f in dataclasses.fields(SamplingConfig):
+        g.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None)
+    g = ap.add_argument_group("run and output")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda:LOCAL_RANK if available)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per process (1: decode single-threaded)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes per process")
+    g.add_argument("--fid-bootstrap", type=int, default=20, help="resamples for the FID spread (0: off)")
+    g.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
+    g.add_argument("--png", action=argparse.BooleanOptionalAction, default=True, help="also export pareto.png")
+    g.add_argument("--readme", type=Path, default=None, help="rewrite the bench section of this README")
+    g.add_argument("--notes", type=Path, default=None, help="Markdown appended to the README section")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def load_bundle(args, device: torch.device):
+    """(bundle, classifier, (mu, sigma, n)); fails with a clear message when a part is missing."""
+    from transformers import ResNetForImageClassification
+
+    from coolsd.metrics import load_real_stats
+
+    if args.model == "tiny":
+        from coolsd.models.tiny import tiny_bundle
+
+        bundle = tiny_bundle()
+        if args.classifier is None:
+            raise SystemExit("--model tiny has no classifier: pass --classifier FOLDER and --real-stats FILE")
+    else:
+        from coolsd.models.bundle import load_embedded
+
+        bundle = load_embedded(device=device)
+    folder = args.classifier or EMBEDDED_CLASSIFIER
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"classifier not found: {folder} (a ResNetForImageClassification save_pretrained folder)")
+    classifier = ResNetForImageClassification.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+    try:
+        stats = load_real_stats(args.real_stats or folder / REAL_STATS_NAME)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+    return bundle, classifier, stats
+
+
+def select(settings: list[Setting], only: str | None) -> list[Setting]:
+    if not only:
+        return settings
+    words = [w.strip() for w in only.split(",") if w.strip()]
+    return [s for s in settings if s.rule is None or any(w in s.label for w in words)]
+
+
+def machine(device: torch.device, world: int) -> str:
+    """One line: CPU model and cores or GPU name, process count, torch version."""
+    if device.type == "cuda":
+        hw = torch.cuda.get_device_name(device)
+    else:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
+                    if ln.startswith("model name")), platform.processor() or platform.machine())
+        hw = f"{cpu}, {os.cpu_count()} cores"
+    return (f"{hw}; {world} process(es) x {torch.get_num_threads()} torch thread(s); "
+            f"torch {torch.__version__}, Python {platform.python_version()}")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _json(obj) -> str:
+    """JSON with nan/inf written as null."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(obj))
+
+
+def write_outputs(out: Path, rows, records, found_claims, found_targets, config: dict, png: bool) -> str:
+    """Writes every output file; returns the Markdown report."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.jsonl").write_text("".join(_json(r) + "\n" for r in rows))
+    slim = [{k: v for k, v in r.items() if k != "features"} for r in records]
+    (out / "items.jsonl").write_text("".join(_json(r) + "\n" for r in sorted(
+        slim, key=lambda r: (r["setting_index"], r["cls"], r["seed"]))))
+    (out / "claims.json").write_text(_json({"claims": found_claims, "targets": found_targets}) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=1, default=str) + "\n")
+    n = max((r["n_images"] for r in rows), default=0)
+    fig = report.figure(rows, f"{config['model']}: quality vs speed ({n} images per setting, "
+                              f"FID against {rows[0]['n_real']} real digits)")
+    fig.write_html(out / "pareto.html", include_plotlyjs="cdn")
+    if png:
+        fig.write_image(out / "pareto.png", scale=1)
+    md = "\n\n".join([
+        f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
+        f"Wall time: {config['wall_minutes']:.1f} min",
+        report.table(rows),
+        "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
+        "Targets (issue 4):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
+    ])
+    (out / "results.md").write_text(md + "\n")
+    return md
+
+
+def update_readme(readme: Path, body: str) -> None:
+    """Replace the text between the bench markers (create the file, or append the markers, if needed)."""
+    section = f"{README_START}\n{body.rstrip()}\n{README_END}"
+    text = readme.read_text() if readme.is_file() else ""
+    if README_START in text and README_END in text:
+        head, rest = text.split(README_START, 1)
+        text = head + section + rest.split(README_END, 1)[1]
+    else:
+        text = (text.rstrip() + "\n\n" if text else "") + section + "\n"
+    readme.write_text(text)
+
+
+def readme_section(md: str, out: Path, readme: Path, notes: Path | None) -> str:
+    rel = os.path.relpath(out, readme.resolve().parent)
+    parts = ["## Benchmark: speed against quality",
+             "Made by `python -m coolsd.bench` (all numbers below come from its files in "
+             f"[`{rel}/`]({rel}/); the interactive figure is `{rel}/pareto.html`). "
+             "FID = Frechet distance in the shipped digit classifier's 128-d feature space against held-out real "
+             "digits (± = bootstrap spread over the generated images; biased upwards at small N, compare at equal N). "
+             "acc = classifier accuracy on the requested class. NLL = target's mean NLL (nats/token) of the "
+             "generated tokens under the processed p. Speed-up = vanilla AR seconds / setting seconds on the same "
+             "classes and seeds in the same run (interleaved). outside fwd = share of wall time spent outside "
+             "draft and target forwards.",
+             md, f"![Pareto figure]({rel}/pareto.png)"]
+    if notes is not None and notes.is_file():
+        parts.append(notes.read_text().strip())
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if not log.handlers:  # our messages only; libraries keep their own logging settings
+        log.addHandler(logging.StreamHandler())
+        log.setLevel(logging.INFO)
+    torch.set_num_threads(args.threads)
+    procs = init_processes()
+    if args.device:
+        device = torch.device(args.device)
+    else:
+        device = torch.device(f"cuda:{procs.local_rank}" if torch.cuda.is_available() else "cpu")
+    sampling_overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(SamplingConfig)
+                          if getattr(args, f.name) is not None}
+    try:
+        settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
+                                args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_floor_delta,
+                                args.extra), args.only)
+        if args.seeds < 1 or not args.classes:
+            raise ValueError("need at least one class and --seeds >= 1")
+        bundle, classifier, stats = load_bundle(args, device)
+        sampling = dataclasses.replace(bundle.default_sampling, **sampling_overrides)
+    except ValueError as err:
+        close_processes(procs)
+        raise SystemExit(f"python -m coolsd.bench: {err}") from None
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    items = work_items(len(settings), args.classes, seeds)
+    mine = rank_slice(items, procs.rank, procs.world)
+    if procs.is_main:
+        log.info("%d settings x %d classes x %d seeds = %d images on %d process(es)", len(settings),
+                 len(args.classes), len(seeds), len(items), procs.world)
+    t0 = time.perf_counter()
+    records = run_items(bundle, settings, mine, sampling, classifier, procs.rank, args.warmup,
+                        progress=procs.is_main and not args.quiet)
+    records = gather(records, procs)
+    wall_minutes = (time.perf_counter() - t0) / 60
+    if procs.is_main:
+        launcher = f"torchrun --nproc_per_node {procs.world} -m coolsd.bench" if procs.world > 1 else \
+            "python -m coolsd.bench"
+        config = {"command": " ".join([launcher, shlex.join(argv)]).strip(), "machine": machine(device, procs.world),
+                  "model": bundle.name, "args": vars(args), "sampling": dataclasses.asdict(sampling),
+                  "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
+                  "wall_minutes": wall_minutes}
+        rows = report.summarise(records, settings, bundle.neighbours, stats, args.fid_bootstrap)
+        found_claims, found_targets = report.claims(rows), report.targets(rows)
+        md = write_outputs(args.out, rows, records, found_claims, found_targets, config, args.png)
+        if args.readme is not None:
+            update_readme(args.readme, readme_section(md, args.out, args.readme, args.notes))
+        log.info("%s", md)
+    close_processes(procs)
+    return 0

@@ -1,0 +1,272 @@
+"""Turns per-image records into per-setting rows, the paper's claims, the targets, a table and a figure.
+
+Nothing here decodes: inputs are the JSON-ready records of `coolsd.bench.runner`.
+Speed-up of a setting = total wall seconds of vanilla AR / total wall seconds of the setting over the
+SAME (class, seed) images, both measured in the same run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from coolsd.bench.settings import VANILLA, Setting
+from coolsd.metrics import fid_bootstrap_std, fid_from_features
+
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------- per-setting rows
+def summarise(records: list[dict], settings: list[Setting], neighbours, real_stats,
+              fid_bootstrap: int = 20) -> list[dict]:
+    """One row per setting (in settings order); records of any rank order are sorted first (deterministic)."""
+    mu_real, sigma_real, n_real = real_stats
+    by_setting: dict[int, list[dict]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r["setting_index"], r["cls"], r["seed"])):
+        by_setting[r["setting_index"]].append(r)
+    vanilla_index = next((i for i, s in enumerate(settings) if s.rule is None), None)
+    vanilla_wall = {(r["cls"], r["seed"]): r["wall_s"] for r in by_setting.get(vanilla_index, [])}
+    rows = []
+    for i, setting in enumerate(settings):
+        recs = by_setting.get(i, [])
+        n = len(recs)
+        row = setting.describe(neighbours) | {"n_images": n, "n_real": n_real}
+        if n == 0:
+            rows.append(row)
+            continue
+        tokens = sum(r["num_tokens"] for r in recs)
+        wall = sum(r["wall_s"] for r in recs)
+        forwards = sum(r["draft_s"] + r["verify_s"] for r in recs)
+        paired = [r for r in recs if (r["cls"], r["seed"]) in vanilla_wall]
+        features = np.array([r["features"] for r in recs])
+        row |= {
+            "tau": tokens / sum(r["target_forwards"] for r in recs),
+            "target_forwards": sum(r["target_forwards"] for r in recs) / n,
+            "draft_forwards": sum(r["draft_forwards"] for r in recs) / n,
+            "seconds": wall / n,
+            "speedup": (sum(vanilla_wall[(r["cls"], r["seed"])] for r in paired) / sum(r["wall_s"] for r in paired)
+                        if paired else NAN),
+            "speedup_median": (float(np.median([vanilla_wall[(r["cls"], r["seed"])] / r["wall_s"] for r in paired]))
+                               if paired else NAN),
+            "outside_share": 1 - forwards / wall,
+            "fid": fid_from_features(features, mu_real, sigma_real) if n >= 2 else NAN,
+            "fid_std": fid_bootstrap_std(features, mu_real, sigma_real, fid_bootstrap) if n >= 2 else NAN,
+            "accuracy": sum(r["pred"] == r["cls"] for r in recs) / n,
+            "nll": sum(r["nll"] for r in recs) / n,
+            "tokens_sha": [r["tokens_sha"] for r in recs],
+        }
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- frontiers and claims
+def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(speed, fid) points -> the Pareto frontier (faster and lower FID are better), by speed ascending."""
+    pts = sorted((p for p in points if all(map(math.isfinite, p))), key=lambda p: (-p[0], p[1]))
+    front, best = [], math.inf
+    for speed, fid in pts:  # fastest first: keep a point when it beats every faster point's FID
+        if fid < best:
+            front.append((speed, fid))
+            best = fid
+    return front[::-1]
+
+
+def frontier_fid(front: list[tuple[float, float]], speed: float) -> float:
+    """FID the frontier reaches at `speed`: linear between frontier points; below the slowest point,
+    that point (it is faster and better); above the fastest, nan (not reached)."""
+    if not front or speed > front[-1][0]:
+        return NAN
+    if speed <= front[0][0]:
+        return front[0][1]
+    return float(np.interp(speed, [p[0] for p in front], [p[1] for p in front]))
+
+
+def _family_rows(rows: list[dict], pred) -> list[dict]:
+    return [r for r in rows if r.get("n_images") and pred(r)]
+
+
+def _is_chain(r: dict) -> bool:
+    return r["tree"] is None
+
+
+def _rule(r: dict) -> dict:
+    return r["rule_config"] or {}
+
+
+def _verdict(wins: int, total: int, ties: int = 0) -> str:
+    """holds / does not hold / mixed (w of n); all-equal FIDs say so instead of "does not hold"."""
+    if total == 0:
+        return "not measured"
+    if ties == total:
+        return "no difference (equal FIDs)"
+    return "holds" if wins == total else ("does not hold" if wins == 0 else f"mixed ({wins} of {total})")
+
+
+def _noise(*stds: float) -> float:
+    """Combined bootstrap spread of a difference of FIDs."""
+    return math.sqrt(sum(s * s for s in stds if math.isfinite(s)))
+
+
+def _compare_frontier(mine: list[dict], theirs: list[dict], axis: str) -> dict:
+    """For each of `theirs`, the FID of `mine`'s frontier at the same speed (axis: speedup or tau).
+
+    A point counts for the claim when its FID is strictly above the frontier's (margin > 0); a point
+    beyond the frontier's fastest setting counts against it. `clear` counts margins above the
+    combined bootstrap spread of the two FIDs nearest in speed.
+    """
+    front = pareto([(r[axis], r["fid"]) for r in mine])
+    spread = max((r["fid_std"] for r in mine if math.isfinite(r["fid_std"])), default=NAN)
+    points = []
+    for r in theirs:
+        f = frontier_fid(front, r[axis])
+        points.append({"setting": r["setting"], axis: r[axis], "fid": r["fid"], "frontier_fid": f,
+                       "margin": r["fid"] - f if math.isfinite(f) else NAN, "noise": _noise(r["fid_std"], spread)})
+    wins = sum(1 for p in points if math.isfinite(p["margin"]) and p["margin"] > 0)
+    ties = sum(1 for p in points if p["margin"] == 0)
+    clear = sum(1 for p in points if math.isfinite(p["margin"]) and p["margin"] > p["noise"])
+    return {"axis": axis, "verdict": _verdict(wins, len(points), ties), "wins": wins, "clear": clear,
+            "total": len(points), "points": points}
+
+
+def claims(rows: list[dict]) -> list[dict]:
+    """The paper's three claims, each judged on measured speed-up and on tau (FID lower = better).
+
+    1. COOL-SD's frontier dominates UniformRSD's: every UniformRSD point has FID >= COOL-SD's frontier
+       at its speed.
+    2. COOL-SD beats LANTERN++ at equal speed-up: same test against every LANTERN++ point (chain,
+       published residual).
+    3. G* improves LANTERN++: at every (k, lambda), FID with the G* residual <= FID with the published one.
+    """
+    cool = _family_rows(rows, lambda r: _rule(r).get("rule") == "cool-sd" and _is_chain(r)
+                        and not _rule(r).get("floor_at_one") and _rule(r).get("residual_kind") == "optimal")
+    uniform = _family_rows(rows, lambda r: _rule(r).get("rule") == "uniform-rsd" and _is_chain(r))
+    lantern = _family_rows(rows, lambda r: _rule(r).get("rule") == "lantern++" and _is_chain(r))
+    published = [r for r in lantern if _rule(r)["residual_kind"] == "published"]
+    optimal = {(_rule(r)["k"], _rule(r)["lam"]): r for r in lantern if _rule(r)["residual_kind"] == "optimal"}
+    out = []
+    for key, text, theirs in (("cool_dominates_uniform", "COOL-SD's frontier dominates UniformRSD's", uniform),
+                              ("cool_beats_lantern", "COOL-SD beats LANTERN++ at equal speed-up", published)):
+        by_axis = {axis: _compare_frontier(cool, theirs, axis) for axis in ("speedup", "tau")}
+        out.append({"claim": key, "text": text, "verdict": by_axis["speedup"]["verdict"],
+                    "verdict_tau": by_axis["tau"]["verdict"], "detail": by_axis})
+    pairs = []
+    for r in published:
+        g = optimal.get((_rule(r)["k"], _rule(r)["lam"]))
+        if g is not None:
+            pairs.append({"k": _rule(r)["k"], "lam": _rule(r)["lam"], "fid_published": r["fid"], "fid_gstar": g["fid"],
+                          "noise": _noise(r["fid_std"], g["fid_std"]),
+                          "nll_published": r["nll"], "nll_gstar": g["nll"],
+                          "tau_published": r["tau"], "tau_gstar": g["tau"]})
+    wins = sum(p["fid_gstar"] < p["fid_published"] for p in pairs)
+    ties = sum(p["fid_gstar"] == p["fid_published"] for p in pairs)
+    clear = sum(p["fid_published"] - p["fid_gstar"] > p["noise"] for p in pairs)
+    out.append({"claim": "gstar_improves_lantern", "text": "G* improves LANTERN++ (same k, lambda; lower FID)",
+                "verdict": _verdict(wins, len(pairs), ties), "verdict_tau": None,
+                "detail": {"wins": wins, "clear": clear, "total": len(pairs), "pairs": pairs}})
+    return out
+
+
+# ---------------------------------------------------------------- the issue's measured targets
+def targets(rows: list[dict], cool_label: str = "cool-sd delta=2", min_speedup: float = 2.0,
+            min_vs_eagle: float = 1.4, max_fid_ratio: float = 1.10, max_outside: float = 0.10) -> list[dict]:
+    """COOL-SD (delta 2, L 5) vs vanilla AR and Eagle-1: speed-ups, FID ratio and time outside forwards."""
+    by = {r["setting"]: r for r in rows if r.get("n_images")}
+    cool, vanilla, eagle = by.get(cool_label), by.get(VANILLA), by.get("eagle-1")
+    if cool is None or vanilla is None:
+        return []
+    checks = [("speed-up vs vanilla AR", cool["speedup"], ">=", min_speedup),
+              ("speed-up vs Eagle-1", cool["speedup"] / eagle["speedup"] if eagle else NAN, ">=", min_vs_eagle),
+              ("FID / vanilla FID", cool["fid"] / vanilla["fid"], "<=", max_fid_ratio),
+              ("time outside model forwards", cool["outside_share"], "<=", max_outside)]
+    out = []
+    for name, value, op, goal in checks:
+        met = value >= goal if op == ">=" else value <= goal
+        out.append({"target": name, "setting": cool_label, "value": value, "goal": f"{op} {goal:g}",
+                    "met": bool(met) if math.isfinite(value) else None})
+    return out
+
+
+# ---------------------------------------------------------------- Markdown
+def _f(v, spec: str = ".2f") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table, one line per setting."""
+    head = ("| setting | L / tree | tau | target fwd / img | draft fwd / img | s / img | speed-up | outside fwd "
+            "| FID (N) | acc | NLL |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        if not r.get("n_images"):
+            continue
+        shape = r["tree"] or (str(r["draft_len"]) if r["draft_len"] else "-")
+        fid = f"{_f(r['fid'])} ± {_f(r['fid_std'])} ({r['n_images']})"
+        lines.append(f"| {r['setting']} | {shape} | {_f(r['tau'])} | {_f(r['target_forwards'], '.1f')} "
+                     f"| {_f(r['draft_forwards'], '.1f')} | {_f(r['seconds'], '.3f')} | {_f(r['speedup'])}x "
+                     f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_f(100 * r['accuracy'], '.0f')} % "
+                     f"| {_f(r['nll'], '.3f')} |")
+    return "\n".join(lines)
+
+
+def claims_markdown(found: list[dict]) -> str:
+    lines = []
+    for c in found:
+        if c["claim"] == "gstar_improves_lantern":
+            pairs = c["detail"]["pairs"]
+            parts = [f"k={p['k']} lam={p['lam']:g}: {_f(p['fid_gstar'])} vs {_f(p['fid_published'])}" for p in pairs]
+            lines.append(f"- **{c['text']}**: {c['verdict']} ({c['detail']['clear']} of {c['detail']['total']} "
+                         "beyond the bootstrap spread). FID with G* vs published residual: "
+                         + ("; ".join(parts) or "no pairs") + ".")
+            continue
+        d = c["detail"]["speedup"]
+        parts = [f"{p['setting']} ({_f(p['speedup'])}x, FID {_f(p['fid'])}; COOL-SD frontier {_f(p['frontier_fid'])})"
+                 for p in d["points"]]
+        t = c["detail"]["tau"]
+        lines.append(f"- **{c['text']}**: {c['verdict']} on measured speed-up ({d['wins']} of {d['total']} points "
+                     f"better, {d['clear']} beyond the bootstrap spread); {c['verdict_tau']} on tau ({t['wins']} of "
+                     f"{t['total']}, {t['clear']} beyond the spread). Per point: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def targets_markdown(found: list[dict]) -> str:
+    lines = []
+    for t in found:
+        state = {True: "met", False: "missed", None: "not measured"}[t["met"]]
+        lines.append(f"- {t['setting']}: {t['target']} = {_f(t['value'], '.3g')} (goal {t['goal']}): {state}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- figure
+def figure(rows: list[dict], title: str):
+    """plotly figure: FID against measured speed-up (left) and against tau (right), one curve per family,
+    its points joined in sweep order; error bars = bootstrap spread of the FID."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    titles = ("FID vs wall-clock speed-up", "FID vs mean accepted length tau")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.08)
+    families: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("n_images") and math.isfinite(r.get("fid", NAN)):
+            families[r["family"]].append(r)
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+               "#bcbd22", "#7f7f7f", "#393b79", "#637939"]
+    for j, (family, members) in enumerate(families.items()):
+        color = "black" if family == VANILLA else palette[j % len(palette)]
+        symbol = "star" if family == VANILLA else ("diamond" if "tree" in family else "circle")
+        for col, axis in ((1, "speedup"), (2, "tau")):
+            pts = members  # sweep order (delta, lambda ascending): noise in x does not tangle the curve
+            fig.add_trace(go.Scatter(
+                x=[r[axis] for r in pts], y=[r["fid"] for r in pts], mode="lines+markers", name=family,
+                legendgroup=family, showlegend=col == 1, marker={"color": color, "symbol": symbol, "size": 9},
+                line={"color": color, "dash": "dot" if "G*" in family or "floor" in family else "solid"},
+                error_y={"type": "data", "array": [r["fid_std"] for r in pts], "thickness": 1, "width": 2},
+                text=[r["setting"] for r in pts],
+                hovertemplate="%{text}<br>x=%{x:.2f}<br>FID=%{y:.2f}<extra></extra>"), row=1, col=col)
+    fig.update_xaxes(title_text="speed-up vs vanilla AR (x)", row=1, col=1)
+    fig.update_xaxes(title_text="tau (tokens per target forward)", row=1, col=2)
+    fig.update_yaxes(title_text="offline FID (lower is better)", row=1, col=1)
+    fig.update_layout(title=title, template="plotly_white", width=1250, height=560, legend={"font": {"size": 11}})
+    return fig

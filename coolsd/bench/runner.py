@@ -1,0 +1,148 @@
+"""Runs the benchmark's work items: one image per (setting, class, seed), timed and scored.
+
+Order: items are grouped by (class, seed); inside a group every setting decodes the same class
+with the same seed, in an order rotated from group to group, so slow drift of the machine
+(thermal, a neighbour process) falls on every setting alike and vanilla AR is always measured
+next to the settings it is compared with. Under torchrun / accelerate launch each rank takes a
+contiguous, deterministic slice of that list; `gather` merges the records on every rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from coolsd.bench.settings import Setting
+from coolsd.engine import run
+from coolsd.metrics import classifier_outputs, token_nll
+from coolsd.models.bundle import ModelBundle
+from coolsd.sampling import SamplingConfig
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """setting: index into the settings list; cls: class id; seed: the decode's generator seed."""
+
+    setting: int
+    cls: int
+    seed: int
+
+
+def work_items(n_settings: int, classes: list[int], seeds: list[int]) -> list[WorkItem]:
+    """Every (setting, class, seed), grouped by (class, seed); group g starts at setting g mod n."""
+    items = []
+    groups = [(c, s) for s in seeds for c in classes]
+    for g, (cls, seed) in enumerate(groups):
+        order = [(g + j) % n_settings for j in range(n_settings)]
+        items += [WorkItem(i, cls, seed) for i in order]
+    return items
+
+
+def rank_slice(items: list, rank: int, world: int) -> list:
+    """Contiguous slice of rank `rank` out of `world` (sizes differ by at most one)."""
+    n = len(items)
+    return items[rank * n // world : (rank + 1) * n // world]
+
+
+def tokens_digest(tokens: torch.Tensor) -> str:
+    """Short hash of a token sequence: equal digests, equal images."""
+    return hashlib.sha1(tokens.to(torch.int64).cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sampling: SamplingConfig,
+            classifier) -> dict:
+    """Decode one image, time it, then score it (scoring is not timed).
+
+    Returns a JSON-ready record: counts, seconds (wall = around the whole decode; draft / verify
+    = inside model forwards; other = the engine's own bookkeeping of rules and sampling),
+    token digest, NLL under the target, the classifier's prediction and its 128-d features.
+    """
+    drafter = bundle.drafter if rule is not None else None
+    t0 = time.perf_counter()
+    result = run(bundle.target, drafter, rule, cls, bundle.num_tokens, sampling, setting.decode_config(), seed=seed)
+    wall = time.perf_counter() - t0
+    image = bundle.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
+    features, logits = classifier_outputs(classifier, image[None])
+    return {
+        "cls": cls, "seed": seed, "tokens_sha": tokens_digest(result.tokens), "num_tokens": len(result.tokens),
+        "tau": result.tau, "rounds": result.rounds, "target_forwards": result.target_forwards,
+        "draft_forwards": result.draft_forwards, "wall_s": wall,
+        "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],
+        "nll": token_nll(bundle.target, sampling, cls, result.tokens),
+        "pred": int(logits[0].argmax()), "features": features[0].tolist(),
+    }
+
+
+def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem], sampling: SamplingConfig,
+              classifier, rank: int = 0, warmup: int = 1, progress: bool = True) -> list[dict]:
+    """Measure `items` in order; `warmup` untimed passes over a few settings first (allocations, caches)."""
+    rules = [s.build_rule(bundle.neighbours) for s in settings]
+    warm = [i for i, s in enumerate(settings) if s.rule is None or s.rule == "eagle-1"]
+    warm_cls = items[0].cls if items else 0
+    for _ in range(warmup if items else 0):
+        for i in warm:
+            run(bundle.target, bundle.drafter if rules[i] else None, rules[i], warm_cls, bundle.num_tokens, sampling,
+                settings[i].decode_config(), seed=2**31 - 1)
+    records = []
+    bar = tqdm(items, desc=f"bench rank {rank}", disable=not progress, unit="img", dynamic_ncols=True)
+    for order, item in enumerate(bar):
+        setting = settings[item.setting]
+        record = measure(bundle, setting, rules[item.setting], item.cls, item.seed, sampling, classifier)
+        records.append({"setting": setting.label, "setting_index": item.setting, "rank": rank, "order": order}
+                       | record)
+        bar.set_postfix_str(setting.label, refresh=False)
+    return records
+
+
+# ---------------------------------------------------------------- processes (torchrun / accelerate launch)
+@dataclass(frozen=True)
+class Processes:
+    """rank / world of this process; world == 1 when not launched by torchrun or accelerate."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_processes() -> Processes:
+    """Join the process group that torchrun / accelerate launch set up (env RANK, WORLD_SIZE, MASTER_*).
+
+    The group only gathers result records (Python objects), so it always uses gloo, also when the
+    models run on GPUs.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Processes()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="gloo")
+    return Processes(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def gather(records: list[dict], procs: Processes) -> list[dict]:
+    """Every rank's records, in rank order, on every rank (torch.distributed.all_gather_object)."""
+    if procs.world == 1:
+        return records
+    import torch.distributed as dist
+
+    parts: list[list[dict] | None] = [None] * procs.world
+    dist.all_gather_object(parts, records)
+    return [r for part in parts for r in part]
+
+
+def close_processes(procs: Processes) -> None:
+    if procs.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,159 @@
+"""The decoder settings a benchmark compares (issue 4): one `Setting` per (rule config, drafting shape).
+
+A setting is data: rule slug + options + draft length + tree. Settings are built from the sweep
+flags (`sweep`) or from a one-line spec (`parse_spec`, e.g. "lantern++:k=10,lam=5@eagle-25").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coolsd.engine import DecodeConfig
+from coolsd.rules import CoolSDRule, LanternPPRule, Rule, make_rule
+
+VANILLA = "vanilla"  # vanilla AR: no drafter, one target forward per token (not a rule)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One decoder to benchmark.
+
+    rule: a slug of `coolsd.rules.RULES`, or None for vanilla AR.
+    options: the rule's fields, as sorted (name, value) pairs (hashable).
+    draft_len: L for chain drafting; tree: a name in `coolsd.tree.TREES` or None (chain).
+    """
+
+    rule: str | None
+    options: tuple[tuple[str, object], ...] = ()
+    draft_len: int = 5
+    tree: str | None = None
+
+    @property
+    def kwargs(self) -> dict:
+        return dict(self.options)
+
+    @property
+    def family(self) -> str:
+        """Curve of the Pareto figure: settings that differ only in their swept strength share one."""
+        return self._name() + (f" tree {self.tree}" if self.tree else "")
+
+    def _name(self) -> str:
+        if self.rule is None:
+            return VANILLA
+        kw = self.kwargs
+        name = self.rule
+        if self.rule == "lantern++":
+            name += f" k={kw.get('k', LanternPPRule.k)}"
+            if kw.get("residual_kind") == "optimal":
+                name += " G*"
+        if self.rule == "cool-sd" and kw.get("floor_at_one"):
+            name += " floor"
+        return name
+
+    @property
+    def label(self) -> str:
+        """Unique, readable name: "cool-sd delta=2", "lantern++ k=5 G* lam=10", "eagle-1 tree eagle-25"."""
+        if self.rule is None:
+            return VANILLA
+        hidden = {"residual_kind", "floor_at_one", "k"} if self.rule == "lantern++" else {"floor_at_one"}
+        shown = {k: v for k, v in self.options if k not in hidden}
+        if shown.get("nu") == CoolSDRule.nu and self.rule == "cool-sd":
+            shown.pop("nu")  # the paper's value, left out of labels
+        parts = [self._name()] + [f"{k}={_fmt(v)}" for k, v in shown.items()]
+        if self.tree is None and self.draft_len != 5:
+            parts.append(f"L={self.draft_len}")
+        if self.tree:
+            parts.append(f"tree {self.tree}")
+        return " ".join(parts)
+
+    def decode_config(self) -> DecodeConfig:
+        return DecodeConfig(draft_len=self.draft_len, tree=self.tree)
+
+    def build_rule(self, neighbours) -> Rule | None:
+        """The rule object (LANTERN rules get the bundle's neighbour table); None for vanilla."""
+        if self.rule is None:
+            return None
+        rule = make_rule(self.rule, **self.kwargs)
+        if isinstance(rule, LanternPPRule):
+            rule = rule.with_neighbours(neighbours)
+        return rule
+
+    def describe(self, neighbours) -> dict:
+        """JSON-ready: label, family, the rule's exact config (`Rule.config()`), L and tree."""
+        rule = self.build_rule(neighbours)
+        config = rule.config() if rule is not None else None
+        return {"setting": self.label, "family": self.family, "rule_config": config,
+                "draft_len": 0 if self.rule is None else self.draft_len, "tree": self.tree}
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _setting(rule: str | None, draft_len: int, tree: str | None = None, **options) -> Setting:
+    return Setting(rule, tuple(sorted(options.items())), draft_len, tree)
+
+
+def parse_spec(text: str, draft_len: int = 5) -> Setting:
+    """'rule[:name=value,...][@tree]' -> Setting, e.g. 'cool-sd:delta=2,nu=0.7@eagle-25', 'vanilla'.
+
+    Values are read as int, then float, then true/false, else kept as text; 'L=3' sets the draft length.
+    """
+    body, _, tree = text.strip().partition("@")
+    name, _, opts = body.partition(":")
+    name = name.strip()
+    options: dict[str, object] = {}
+    for item in filter(None, (s.strip() for s in opts.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"bad option {item!r} in setting {text!r}: expected name=value")
+        options[key.strip()] = _value(value.strip())
+    if "L" in options:
+        draft_len = int(options.pop("L"))
+    if name == VANILLA:
+        if options or tree:
+            raise ValueError(f"vanilla takes no options or tree, got {text!r}")
+        return _setting(None, draft_len)
+    setting = _setting(name, draft_len, tree.strip() or None, **options)
+    setting.build_rule(None if name != "lantern++" else _dummy_table(setting))  # fail early on bad options
+    setting.decode_config()
+    return setting
+
+
+def _dummy_table(setting: Setting):
+    import torch
+
+    k = int(setting.kwargs.get("k", LanternPPRule.k))
+    return torch.zeros(1, k + 1, dtype=torch.long)
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def sweep(draft_len: int = 5, lantern_k: list[int] = (), lantern_lam: list[float] = (), lantern_gstar: bool = True,
+          uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = 0.7,
+          cool_floor_delta: list[float] = (), extra: list[str] = ()) -> list[Setting]:
+    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, then the `extra` specs."""
+    out = [_setting(None, draft_len), _setting("eagle-1", draft_len)]
+    for k in lantern_k:
+        out += [_setting("lantern++", draft_len, k=int(k), lam=float(lam)) for lam in lantern_lam]
+    if lantern_gstar:
+        for k in lantern_k:
+            out += [_setting("lantern++", draft_len, k=int(k), lam=float(lam), residual_kind="optimal")
+                    for lam in lantern_lam]
+    out += [_setting("uniform-rsd", draft_len, delta=float(d)) for d in uniform_delta]
+    out += [_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu)) for d in cool_delta]
+    out += [_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu), floor_at_one=True)
+            for d in cool_floor_delta]
+    out += [parse_spec(s, draft_len) for s in extra]
+    labels = [s.label for s in out]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ValueError(f"settings listed twice: {dupes}")
+    return out

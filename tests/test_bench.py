@@ -1,0 +1,187 @@
+"""coolsd.bench: settings, work split, frontier and claims on known rows, the command end to end on the
+tiny model, and the two-process torchrun split against one process (same merged numbers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from coolsd.bench import main
+from coolsd.bench.report import claims, frontier_fid, pareto, targets
+from coolsd.bench.runner import rank_slice, work_items
+from coolsd.bench.settings import parse_spec, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- settings and work items
+def test_sweep_covers_every_family_with_unique_labels():
+    settings = sweep(5, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
+                     ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25"])
+    labels = [s.label for s in settings]
+    assert labels[:2] == ["vanilla", "eagle-1"]
+    assert "lantern++ k=5 lam=2" in labels and "lantern++ k=10 G* lam=20" in labels
+    assert "cool-sd delta=2" in labels and "cool-sd floor delta=2" in labels and "uniform-rsd delta=1.1" in labels
+    assert "lantern++ k=10 lam=5 tree eagle-25" in labels
+    assert len(settings) == 2 + 16 + 2 + 3 + 1 + 2
+    assert {s.family for s in settings} >= {"vanilla", "lantern++ k=5", "lantern++ k=5 G*", "cool-sd",
+                                            "eagle-1 tree eagle-25"}
+
+
+def test_parse_spec():
+    s = parse_spec("cool-sd:delta=2,nu=0.5,L=3@chain-5")
+    assert (s.rule, s.kwargs, s.draft_len, s.tree) == ("cool-sd", {"delta": 2, "nu": 0.5}, 3, "chain-5")
+    assert parse_spec("vanilla").rule is None
+    assert parse_spec("cool-sd:floor_at_one=true").kwargs == {"floor_at_one": True}
+    with pytest.raises(ValueError, match="unknown rule"):
+        parse_spec("medusa")
+    with pytest.raises(ValueError, match="delta must be"):
+        parse_spec("cool-sd:delta=-1")
+    with pytest.raises(ValueError, match="unknown tree"):
+        parse_spec("eagle-1@oak")
+    with pytest.raises(ValueError, match="expected name=value"):
+        parse_spec("cool-sd:delta")
+
+
+def test_work_items_interleave_and_split():
+    items = work_items(4, [0, 1, 2], [0, 1])
+    assert len(items) == 24 and len(set(items)) == 24
+    assert [i.setting for i in items[:8]] == [0, 1, 2, 3, 1, 2, 3, 0]  # rotated per (class, seed) group
+    assert all(len({(i.cls, i.seed) for i in items[g * 4 : g * 4 + 4]}) == 1 for g in range(6))
+    parts = [rank_slice(items, r, 3) for r in range(3)]
+    assert sum(parts, []) == items and {len(p) for p in parts} == {8}
+    assert sum((rank_slice(items, r, 5) for r in range(5)), []) == items
+
+
+# ---------------------------------------------------------------- frontier and claims on known rows
+def _row(label, rule, fid, speedup, tau=None, **cfg):
+    return {"setting": label, "family": rule, "rule_config": {"rule": rule} | cfg, "tree": None, "draft_len": 5,
+            "n_images": 10, "fid": fid, "fid_std": 0.1, "speedup": speedup, "tau": tau or speedup, "nll": 1.0,
+            "outside_share": 0.05}
+
+
+def test_pareto_and_frontier_fid():
+    front = pareto([(1.0, 5.0), (2.0, 6.0), (1.5, 7.0), (3.0, 9.0), (0.5, 8.0)])
+    assert front == [(1.0, 5.0), (2.0, 6.0), (3.0, 9.0)]
+    assert frontier_fid(front, 0.2) == 5.0 and frontier_fid(front, 2.5) == pytest.approx(7.5)
+    assert math.isnan(frontier_fid(front, 3.5))
+
+
+def test_claims_hold_and_fail():
+    cool = [_row(f"cool-sd delta={d}", "cool-sd", f, s, residual_kind="optimal", floor_at_one=False)
+            for d, f, s in ((1.1, 5.0, 2.0), (2, 5.5, 2.5), (4, 6.0, 3.0))]
+    uniform = [_row("uniform-rsd delta=2", "uniform-rsd", 6.0, 2.4),
+               _row("uniform-rsd delta=4", "uniform-rsd", 7.0, 2.9)]
+    lantern = [_row("lantern++ k=5 lam=5", "lantern++", 5.2, 2.1, k=5, lam=5.0, residual_kind="published"),
+               _row("lantern++ k=5 G* lam=5", "lantern++", 5.6, 2.1, k=5, lam=5.0, residual_kind="optimal"),
+               _row("lantern++ k=5 lam=20", "lantern++", 9.0, 3.5, k=5, lam=20.0, residual_kind="published")]
+    found = {c["claim"]: c for c in claims(cool + uniform + lantern)}
+    assert found["cool_dominates_uniform"]["verdict"] == "holds"
+    assert found["cool_beats_lantern"]["verdict"] == "mixed (1 of 2)"  # lam=20 is faster than any COOL-SD point
+    assert found["gstar_improves_lantern"]["verdict"] == "does not hold"
+    assert found["cool_dominates_uniform"]["detail"]["speedup"]["clear"] == 2
+
+
+def test_targets_report_values():
+    rows = [_row("vanilla", "vanilla", 10.0, 1.0), _row("eagle-1", "eagle-1", 10.0, 1.5),
+            _row("cool-sd delta=2", "cool-sd", 10.5, 2.2)]
+    found = {t["target"]: t for t in targets(rows)}
+    assert found["speed-up vs vanilla AR"]["met"] is True
+    assert found["speed-up vs Eagle-1"]["value"] == pytest.approx(2.2 / 1.5) and found["speed-up vs Eagle-1"]["met"]
+    assert found["FID / vanilla FID"]["met"] is True and found["time outside model forwards"]["met"] is True
+
+
+# ---------------------------------------------------------------- the command on the tiny model
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory):
+    """A random ResNet of the shipped classifier's config and real stats from random images."""
+    from transformers import ResNetForImageClassification
+
+    from coolsd.metrics import classifier_features, feature_stats, save_real_stats
+    from coolsd.train.classifier import classifier_config
+
+    root = tmp_path_factory.mktemp("scorer")
+    torch.manual_seed(0)
+    classifier = ResNetForImageClassification(classifier_config()).eval()
+    classifier.save_pretrained(root / "classifier")
+    images = torch.rand(64, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    save_real_stats(root / "real_stats.safetensors", *feature_stats(classifier_features(classifier, images)), 64)
+    return ["--model", "tiny", "--classifier", str(root / "classifier"), "--real-stats",
+            str(root / "real_stats.safetensors")]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_command_end_to_end(scorer, tmp_path):
+    """The default sweep on the tiny model writes every output and the README section, within a minute."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nafter\n")
+    t0 = time.perf_counter()
+    assert main(scorer + ["--classes", "0,1", "--seeds", "2", "--out", str(tmp_path / "out"), "--readme",
+                          str(readme), "--quiet", "--fid-bootstrap", "5"]) == 0
+    assert time.perf_counter() - t0 < 60
+    out = tmp_path / "out"
+    for name in ("results.jsonl", "items.jsonl", "results.md", "claims.json", "config.json", "pareto.html",
+                 "pareto.png"):
+        assert (out / name).stat().st_size > 0, name
+    rows = _read_jsonl(out / "results.jsonl")
+    by = {r["setting"]: r for r in rows}
+    assert len(rows) == 31 and all(r["n_images"] == 4 for r in rows)
+    assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
+    for r in rows:
+        assert r["target_forwards"] * r["tau"] == pytest.approx(16)
+        assert 0 <= r["outside_share"] < 1 and r["fid"] >= 0 and 0 <= r["accuracy"] <= 1 and r["nll"] > 0
+        assert r["speedup"] > 0 and r["seconds"] > 0
+    assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
+                                                   "floor_at_one": False, "residual_kind": "optimal"}
+    # Eagle-1 is lossless and shares the seed with vanilla AR only through the generator; tokens exist per image
+    assert len(_read_jsonl(out / "items.jsonl")) == 31 * 4
+    found = json.loads((out / "claims.json").read_text())
+    assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
+                                                   "gstar_improves_lantern"}
+    assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 4
+    text = readme.read_text()
+    assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text
+    assert "| cool-sd delta=2 |" in text and "pareto.png" in text and "python -m coolsd.bench --model tiny" in text
+
+
+def test_missing_stats_fail_clearly(scorer, tmp_path):
+    args = scorer[:-1] + [str(tmp_path / "missing.safetensors"), "--only", "eagle", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="real-image feature statistics not found"):
+        main(args)
+    with pytest.raises(SystemExit, match="no classifier"):
+        main(["--model", "tiny", "--out", str(tmp_path)])
+
+
+SPLIT_ARGS = ["--classes", "0,1,2", "--seeds", "2", "--lantern-k", "5", "--lantern-lam", "5", "--uniform-delta", "2",
+              "--cool-delta", "1.1,4", "--cool-floor-delta", "", "--extra", "eagle-1@binary-2", "--no-png", "--quiet",
+              "--fid-bootstrap", "5"]
+EXACT = ("n_images", "tau", "target_forwards", "draft_forwards", "fid", "fid_std", "accuracy", "nll", "tokens_sha")
+
+
+def test_two_process_split_matches_one_process(scorer, tmp_path):
+    """torchrun --nproc_per_node 2 (gloo): each rank decodes half of the items; the merge equals one process."""
+    assert main(scorer + SPLIT_ARGS + ["--out", str(tmp_path / "one")]) == 0
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "coolsd.bench"] + scorer + SPLIT_ARGS + ["--out", str(tmp_path / "two")]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = _read_jsonl(tmp_path / "one" / "results.jsonl"), _read_jsonl(tmp_path / "two" / "results.jsonl")
+    assert [r["setting"] for r in one] == [r["setting"] for r in two]
+    for a, b in zip(one, two):
+        assert {k: a[k] for k in EXACT} == {k: b[k] for k in EXACT}, a["setting"]
+    items = _read_jsonl(tmp_path / "two" / "items.jsonl")
+    assert {r["rank"] for r in items} == {0, 1}
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["world"] == 2 and config["command"].startswith("torchrun --nproc_per_node 2 -m coolsd.bench")
