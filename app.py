@@ -150,6 +150,17 @@ for _ in range(WORKERS):
 
 
 # ---------------------------------------------------------------- input checks (the HTTP API bypasses the sliders)
+def _json_safe(value):
+    """nan/inf -> None, recursively (JSON has no nan)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _bad(message: str) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
@@ -327,7 +338,7 @@ def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict,
             else:
                 plots = [gr.skip(), gr.skip()]
             last_frame = now
-            return (*images, stats_markdown(stats, status), *plots, payload, dict(snapshot))
+            return (*images, stats_markdown(stats, status), *plots, _json_safe(payload), dict(snapshot))
 
         for racer, _ in race:
             dirty.add(racer.key)

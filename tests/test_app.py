@@ -1,0 +1,205 @@
+"""app.py: the race handler, the HTTP API through gradio_client (in-process server), and input checks.
+
+Runs on the tiny random-weight model (COOLSD_MODEL=tiny, set before app is imported) so it takes
+seconds; one test decodes with the shipped embedded model when assets/embedded exists.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("COOLSD_MODEL", "tiny")
+for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}.items():
+    os.environ.setdefault(_key, _value)
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import app  # noqa: E402
+
+ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "drafting", "delta", "nu", "mu",
+        "mean_omega", "lantern_k", "lantern_lambda", "overlay")
+# gradio's queue uses pandas options that pandas 3 deprecates: harmless, and not ours
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+
+
+def kwargs(**changes) -> dict:
+    return app.default_values() | changes
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app's own Blocks, launched in-process on a free port; every round streamed (no throttle)."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(app, "IMAGE_EVERY_S", 0.0)
+    mp.setattr(app, "PLOT_EVERY_S", 0.0)
+    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    yield url
+    app.demo.close()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from gradio_client import Client
+
+    return Client(server, verbose=False, download_files=False, analytics_enabled=False)
+
+
+def _image_size(value) -> tuple[int, int]:
+    path = value["path"] if isinstance(value, dict) else value
+    with Image.open(path) as img:
+        return img.size
+
+
+# ---------------------------------------------------------------- the handler, without a server
+def test_handler_streams_and_ends_complete(monkeypatch):
+    monkeypatch.setattr(app, "IMAGE_EVERY_S", 0.0)
+    frames = list(app.race(**kwargs(overlay=True)))
+    assert len(frames) > 5
+    last = frames[-1]
+    stats = last[7]
+    assert stats["finished"] and set(stats["decoders"]) == set(app.DECODERS)
+    for key, s in stats["decoders"].items():
+        assert s["tokens"] == app.MODEL.num_tokens, key
+        assert s["mean_accepted_length"] >= 1
+    assert stats["decoders"]["vanilla"]["target_forwards"] == app.MODEL.num_tokens
+    assert all(img.size == app.DISPLAY_HW[::-1] for img in last[:4])
+    # a frame only re-draws the decoder that moved: the others are skipped
+    import gradio as gr
+
+    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:4]) == 1 for f in frames[1:-1])
+
+
+def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
+    monkeypatch.setattr(app, "IMAGE_EVERY_S", 10.0)  # first and last frame only
+    a = list(app.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
+    b = list(app.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
+    tokens = {k: v[1] for k, v in a[8].items()}
+    assert all(torch.equal(a[8][k][0], b[8][k][0]) for k in tokens)  # same seed, same pixels
+    # delta = 1, nu = 0 makes omega = 1: COOL-SD is Eagle-1 draw for draw
+    assert torch.equal(a[8]["cool-sd"][0], a[8]["eagle-1"][0])
+
+
+def test_closing_a_race_returns_its_model_lane():
+    gen = app.race(**kwargs())
+    next(gen)
+    assert app.LANES.qsize() == app.WORKERS - 1
+    gen.close()  # what Gradio does on Stop
+    assert app.LANES.qsize() == app.WORKERS
+
+
+def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
+    import gradio as gr
+
+    monkeypatch.setattr(app.MODEL, "conditioning", "text")
+    assert app.check_condition("  a cat  ") == "a cat"
+    with pytest.raises(gr.Error, match="too long"):
+        app.check_condition("x" * (app.MAX_PROMPT_CHARS + 1))
+    with pytest.raises(gr.Error, match="non-empty"):
+        app.check_condition("   ")
+
+
+# ---------------------------------------------------------------- through the HTTP API
+def test_api_race_streams_several_updates_and_consistent_final_stats(client):
+    job = client.submit(**kwargs(seed=3), api_name="/race")
+    updates = list(job)  # blocks until each streamed update arrives
+    assert len(updates) >= 5
+    final = job.outputs()[-1]
+    images, stats = final[:4], final[7]
+    assert all(_image_size(img) == app.DISPLAY_HW[::-1] for img in images[:3])  # three decoders + vanilla
+    assert stats["finished"]
+    for key, s in stats["decoders"].items():
+        assert s["tokens"] == app.MODEL.num_tokens, key
+        assert s["mean_accepted_length"] >= 1
+        assert s["target_forwards"] * s["mean_accepted_length"] == pytest.approx(s["tokens"])
+    assert final[5]["type"] == "plotly" and final[6]["type"] == "plotly"
+    # the images really changed along the stream
+    seen = {i: {u[i]["path"] for u in updates if isinstance(u[i], dict) and "path" in u[i]} for i in range(3)}
+    assert all(len(paths) >= 2 for paths in seen.values()), seen
+
+
+def test_api_overlay_redraws_the_last_race(client):
+    client.predict(**kwargs(seed=4), api_name="/race")
+    plain = client.predict(overlay=False, api_name="/overlay")
+    tinted = client.predict(overlay=True, api_name="/overlay")
+    assert len(plain) == 4 and all(_image_size(img) == app.DISPLAY_HW[::-1] for img in tinted)
+    assert plain[0]["path"] != tinted[0]["path"]
+
+
+def test_api_model_info_and_theory(client):
+    info = client.predict(api_name="/model_info")
+    assert info["grid"] == list(app.MODEL.grid) and info["defaults"]["nu"] == 0.7
+    plot = client.predict(delta=2.0, nu=0.7, mu=0.0, mean_omega=True, lantern_k=2, lantern_lambda=5.0,
+                          api_name="/theory")
+    assert plot["type"] == "plotly" and "current" in plot["plot"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"draft_len": 0}, "draft length L must be in"),
+    ({"draft_len": 2.5}, "draft length L must be a whole number"),
+    ({"top_k": "ten"}, "top-k (0 = off) must be a number"),
+    ({"seed": -1}, "seed must be in"),
+    ({"seed": 1.5}, "seed must be a whole number"),
+    ({"condition": "11"}, "unknown digit"),
+    ({"condition": "<b>" * 5000}, "unknown digit"),
+    ({"drafting": "spiral"}, "unknown drafting"),
+    ({"mean_omega": "yes"}, "must be true or false"),
+    ({"lantern_lambda": 0.5}, "lambda (budget) must be in"),
+])
+def test_api_rejects_bad_input_with_a_clear_error(client, changes, message):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError) as err:
+        client.predict(**kwargs(**changes), api_name="/race")
+    text = str(err.value)
+    assert message in text
+    assert "Traceback" not in text and len(text) < 400
+    assert "<b>" not in text  # user input is escaped
+
+
+@pytest.mark.parametrize("name, literal", [("temperature", "NaN"), ("delta", "Infinity")])
+def test_raw_http_non_finite_values_are_rejected(server, name, literal):
+    """JSON clients cannot send nan/inf, but a raw request can (Python's json accepts NaN): it gets a clear error."""
+    import json
+
+    import httpx
+
+    values = kwargs()
+    values[name] = "__X__"
+    body = json.dumps({"data": [values[k] for k in ARGS]}).replace('"__X__"', literal)
+    base = server.rstrip("/") + "/gradio_api/call/race"
+    event_id = httpx.post(base, content=body, headers={"Content-Type": "application/json"}).json()["event_id"]
+    stream = httpx.get(f"{base}/{event_id}", timeout=30).text
+    assert "event: error" in stream
+    assert "must be a finite number" in stream and "Traceback" not in stream
+
+
+# ---------------------------------------------------------------- the shipped model (one small check)
+@pytest.mark.slow
+@pytest.mark.skipif(not (EMBEDDED / "target").is_dir(), reason="assets/embedded/ is not there yet (model not exported)")
+def test_embedded_model_race_views():
+    """The real 16x16-token model: a short race on forked handles gives full grids and 256 px images."""
+    from coolsd.engine import DecodeConfig, generate
+    from coolsd.models.bundle import load_embedded
+    from coolsd.plots import fill_ids, token_image
+    from coolsd.race import Race, Racer, fork_models
+    from coolsd.rules import make_rule
+
+    b = load_embedded(device="cpu")
+    rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0)}
+    racers = []
+    for key, rule in rules.items():
+        target, drafter = fork_models(b.target, b.drafter)
+        racers.append(Racer(key, key, generate(target, drafter, rule, 3, b.num_tokens, b.default_sampling,
+                                               DecodeConfig(draft_len=5), seed=0), b.num_tokens))
+    for _ in Race(racers):
+        pass
+    for r in racers:
+        assert r.done == b.num_tokens == 256 and r.tau > 1
+        img = token_image(b.tokenizer.decode(fill_ids(r.tokens)), r.filled, b.grid, r.kinds, overlay=True)
+        assert img.size == (256, 256)
