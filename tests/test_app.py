@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("COOLSD_MODEL", "tiny")
-for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}.items():
-    os.environ.setdefault(_key, _value)
+for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+    os.environ.setdefault(_key, "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from pathlib import Path  # noqa: E402
 
