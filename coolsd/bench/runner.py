@@ -9,6 +9,7 @@ contiguous, deterministic slice of that list; `gather` merges the records on eve
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
@@ -63,9 +64,20 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     token digest, NLL under the target, the classifier's prediction and its 128-d features.
     """
     drafter = bundle.drafter if rule is not None else None
-    t0 = time.perf_counter()
-    result = run(bundle.target, drafter, rule, cls, bundle.num_tokens, sampling, setting.decode_config(), seed=seed)
-    wall = time.perf_counter() - t0
+    cuda = getattr(bundle.target, "device", torch.device("cpu")).type == "cuda"
+    gc.collect()
+    gc.disable()  # as timeit does: a collection inside one decode would be charged to that setting alone
+    try:
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        result = run(bundle.target, drafter, rule, cls, bundle.num_tokens, sampling, setting.decode_config(),
+                     seed=seed)
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    finally:
+        gc.enable()
     image = bundle.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
     features, logits = classifier_outputs(classifier, image[None])
     return {
