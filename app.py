@@ -72,7 +72,8 @@ DECODERS = {  # key -> panel title; the order of the panels
     "cool-sd": "COOL-SD",
     "vanilla": "Vanilla AR (reference)",
 }
-DRAFTING = {"chain": "chain (L drafts per round)"} | {name: f"static tree '{name}'" for name in TREES}
+DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
+assert set(DRAFTING) - {"chain"} <= set(TREES), "every static tree offered must exist in coolsd.tree.TREES"
 
 
 # ---------------------------------------------------------------- 2. the model, loaded once
@@ -519,7 +520,7 @@ def presets() -> tuple[list[list], list[str]]:
 
 # ---------------------------------------------------------------- 5. layout, then wiring
 CSS = """
-.panel-title {text-align: center; margin-bottom: -8px !important}
+.panel-title {text-align: center}
 #header {margin-bottom: 0}
 """
 
@@ -595,14 +596,17 @@ def build_demo() -> gr.Blocks:
                         gr.HTML(overlay_legend_html(), elem_id="legend")
                         stats_md = gr.Markdown(stats_markdown([]), elem_id="stats")
                         with gr.Row():
-                            plot_acc = gr.Plot(label="acceptance per draft position", elem_id="plot-acc")
-                            plot_len = gr.Plot(label="accepted length per round", elem_id="plot-len")
+                            plot_acc = gr.Plot(label="acceptance per draft position", show_label=False,
+                                               elem_id="plot-acc")
+                            plot_len = gr.Plot(label="accepted length per round", show_label=False,
+                                               elem_id="plot-len")
                         with gr.Accordion("Raw numbers (what the API returns)", open=False):
                             stats_json = gr.JSON(elem_id="stats-json", label="stats")
                     with gr.Tab("Theory", id="theory") as theory_tab:
                         gr.Markdown(THEORY_INTRO)
                         theory_btn = gr.Button("Update the theory plot", elem_id="theory-btn")
-                        plot_theory = gr.Plot(label="exact TV vs accepted length", elem_id="plot-theory")
+                        plot_theory = gr.Plot(label="exact TV vs accepted length", show_label=False,
+                                              elem_id="plot-theory")
                     with gr.Tab("How it works", id="how"):
                         gr.Markdown(HOW_IT_WORKS, latex_delimiters=LATEX, elem_id="how")
         snapshot = gr.State({})

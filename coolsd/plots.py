@@ -118,7 +118,7 @@ def _fmt(v: float, spec: str) -> str:
 
 def stats_markdown(stats: list[dict], status: str = "") -> str:
     """Markdown table of `Racer.stats(...)` dicts, one row per decoder, plus a status line."""
-    lines = ["| decoder | tokens | target forwards | mean accepted length τ | compute (s) | speed-up vs AR |",
+    lines = ["| decoder | tokens | target forwards | τ (mean accepted length) | compute s | speed-up vs AR |",
              "|---|---:|---:|---:|---:|---:|"]
     for s in stats:
         mark = " ✓" if s["finished"] else ""
@@ -129,10 +129,11 @@ def stats_markdown(stats: list[dict], status: str = "") -> str:
 
 
 # ---------------------------------------------------------------- figures
-def _layout(fig, title: str, xaxis_title: str, yaxis_title: str, height: int = 320):
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, xaxis_title=xaxis_title,
-                      yaxis_title=yaxis_title, template="plotly_white", height=height,
-                      margin={"l": 55, "r": 55, "t": 45, "b": 45}, legend={"orientation": "h", "y": -0.25},
+def _layout(fig, title: str, xaxis_title: str, yaxis_title: str, height: int = 340):
+    fig.update_layout(title={"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
+                      xaxis_title=xaxis_title, yaxis_title=yaxis_title, template="plotly_white", height=height,
+                      margin={"l": 55, "r": 50, "t": 80, "b": 45},
+                      legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
                       uirevision="keep")  # keep the user's zoom across streamed updates
     return fig
 
@@ -157,15 +158,15 @@ def acceptance_figure(racers: list, draft_len: int, omega: Tensor | None = None)
     if omega is not None and len(omega):
         w = omega.tolist()
         fig.add_trace(go.Scatter(
-            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name="COOL-SD ω_i (right axis)", yaxis="y2",
+            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name="COOL-SD ω_i (right)", yaxis="y2",
             line={"color": DECODER_COLOURS["cool-sd"], "dash": "dash"}, marker={"symbol": "diamond-open"},
             hovertemplate="i = %{x}<br>ω_i = %{y:.3f}<extra>ω</extra>"))
-        fig.update_layout(yaxis2={"title": "ω_i", "overlaying": "y", "side": "right", "rangemode": "tozero",
-                                  "showgrid": False})
+        fig.update_layout(yaxis2={"title": {"text": "ω_i", "standoff": 2}, "overlaying": "y", "side": "right",
+                                  "rangemode": "tozero", "showgrid": False})
         fig.add_hline(y=1.0, line={"color": DECODER_COLOURS["cool-sd"], "dash": "dot", "width": 1}, yref="y2",
                       annotation_text="ω = 1 (lossless)", annotation_position="top left")
     fig.update_xaxes(range=[0.5, max(draft_len, 1) + 0.5], dtick=1)
-    fig.update_yaxes(range=[0, 1.05], selector={"anchor": "x"})
+    fig.update_layout(yaxis={"range": [0, 1.05]})
     return _layout(fig, "Acceptance probability per draft position", "draft position i",
                    "mean tested acceptance prob.")
 
@@ -180,10 +181,11 @@ def length_figure(racers: list):
         y = list(r.round_tokens)
         longest = max(longest, len(y))
         fig.add_trace(go.Scatter(
-            x=list(range(1, len(y) + 1)), y=y, mode="lines+markers", name=f"{r.label} (τ = {_fmt(r.tau, '.2f')})",
+            x=list(range(1, len(y) + 1)), y=y, mode="lines+markers", name=r.label,
             line={"color": DECODER_COLOURS.get(r.key), "width": 1.5}, marker={"size": 4},
             hovertemplate="round %{x}<br>%{y} tokens<extra>" + r.label + "</extra>"))
-    fig.add_trace(go.Scatter(x=[1, longest], y=[1, 1], mode="lines", name="vanilla AR (1 per forward)",
+    fig.add_trace(go.Scatter(x=[1, longest], y=[1, 1], mode="lines", name="vanilla AR",
                              line={"color": DECODER_COLOURS["vanilla"], "dash": "dot"}, hoverinfo="skip"))
-    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero", dtick=1)
+    fig.update_xaxes(tickformat="d", rangemode="tozero")
     return _layout(fig, "Accepted length per round", "round", "tokens committed (accepted + 1)")
