@@ -122,7 +122,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def test_command_end_to_end(scorer, tmp_path):
-    """The default sweep (31 settings) on the tiny model writes every output and the README section.
+    """The default sweep (32 settings) on the tiny model writes every output and the README section.
 
     About 10 s on an idle 2-core CPU (no timed assert: the machine is shared)."""
     readme = tmp_path / "README.md"
@@ -135,7 +135,7 @@ def test_command_end_to_end(scorer, tmp_path):
         assert (out / name).stat().st_size > 0, name
     rows = _read_jsonl(out / "results.jsonl")
     by = {r["setting"]: r for r in rows}
-    assert len(rows) == 31 and all(r["n_images"] == 4 for r in rows)
+    assert len(rows) == 32 and all(r["n_images"] == 4 for r in rows)
     assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
     for r in rows:
         assert r["target_forwards"] * r["tau"] == pytest.approx(16)
@@ -143,7 +143,7 @@ def test_command_end_to_end(scorer, tmp_path):
         assert r["speedup"] > 0 and r["seconds"] > 0
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
                                                    "floor_at_one": False, "residual_kind": "optimal"}
-    assert len(_read_jsonl(out / "items.jsonl")) == 31 * 4
+    assert len(_read_jsonl(out / "items.jsonl")) == 32 * 4
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
                                                    "gstar_improves_lantern"}
@@ -182,4 +182,4 @@ def test_two_process_split_matches_one_process(scorer, tmp_path):
     items = _read_jsonl(tmp_path / "two" / "items.jsonl")
     assert {r["rank"] for r in items} == {0, 1}
     config = json.loads((tmp_path / "two" / "config.json").read_text())
-    assert config["world"] == 2 and config["command"].startswith("torchrun --nproc_per_node 2 -m coolsd.bench")
+    assert config["world"] == 2 and config["command"].startswith("torchrun --standalone --nproc_per_node 2 -m coolsd")

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")
     g.add_argument("--lantern-gstar", action=argparse.BooleanOptionalAction, default=True,
                    help="also run every LANTERN++ point with the G* residual")
-    g.add_argument("--uniform-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0], help="UniformRSD deltas")
+    g.add_argument("--uniform-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0, 16.0], help="UniformRSD deltas")
     g.add_argument("--cool-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0, 16.0], help="COOL-SD deltas")
     g.add_argument("--cool-nu", type=float, default=0.7, help="COOL-SD annealing rate nu")
     g.add_argument("--cool-floor-delta", type=_floats, default=[2.0],
@@ -139,6 +139,17 @@ def machine(device: torch.device, world: int) -> str:
         hw = f"{cpu}, {os.cpu_count()} cores"
     return (f"{hw}; {world} process(es) x {torch.get_num_threads()} torch thread(s); "
             f"torch {torch.__version__}, Python {platform.python_version()}")
+
+
+def launch_command(argv: list[str], world: int) -> str:
+    """The command line as typed: under torchrun, the launcher's own arguments (read from its /proc entry)."""
+    if world > 1:
+        parent = [a for a in _read(f"/proc/{os.getppid()}/cmdline").split("\0") if a]
+        at = next((i for i, a in enumerate(parent) if a.endswith("torchrun") or a == "torch.distributed.run"), None)
+        if at is not None:
+            return shlex.join(["torchrun", *parent[at + 1 :]])
+        return shlex.join(["torchrun", "--nproc_per_node", str(world), "-m", "coolsd.bench", *argv])
+    return shlex.join(["python", "-m", "coolsd.bench", *argv])
 
 
 def _read(path: str) -> str:
@@ -253,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     records = gather(records, procs)
     wall_minutes = (time.perf_counter() - t0) / 60
     if procs.is_main:
-        launcher = f"torchrun --nproc_per_node {procs.world} -m coolsd.bench" if procs.world > 1 else \
-            "python -m coolsd.bench"
-        config = {"command": " ".join([launcher, shlex.join(argv)]).strip(), "machine": machine(device, procs.world),
+        config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
                   "model": bundle.name, "args": vars(args), "sampling": dataclasses.asdict(sampling),
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
                   "wall_minutes": wall_minutes}
