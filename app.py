@@ -185,61 +185,37 @@ def check_number(label: str, value, minimum: float | None, maximum: float | None
     return int(value) if integer else float(value)
 
 
-class CheckedSlider(gr.Slider):
-    """gr.Slider whose server-side check names the parameter and rejects wrong types and nan/inf."""
+def checked(component, check=None):
+    """The component, with a server-side check in front of its own preprocess (the HTTP API skips the UI).
 
-    is_template = True  # rendered by the frontend as a plain slider
-
-    def preprocess(self, payload):
-        integer = float(self.step).is_integer() and float(self.minimum).is_integer()
-        return check_number(self.label, payload, self.minimum, self.maximum, integer)
-
-
-class CheckedNumber(gr.Number):
-    """gr.Number with the same checks (used for the seed)."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        return check_number(self.label, payload, self.minimum, self.maximum, self.precision == 0)
-
-
-class CheckedDropdown(gr.Dropdown):
-    """gr.Dropdown that answers an unknown choice with a short, clear error."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        values = [value for _, value in self.choices]
-        if isinstance(payload, int) and not isinstance(payload, bool):
-            payload = str(payload)  # digit 3 and "3" mean the same class
-        if payload not in values:
-            shown = ", ".join(map(str, values[:12])) + (" ..." if len(values) > 12 else "")
-            raise _bad(f"unknown {self.label.lower()} {_show(payload)}; choose one of {shown}")
-        return payload
-
-
-class CheckedRadio(gr.Radio):
-    """gr.Radio with the same kind of error for an unknown choice."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        values = [value for _, value in self.choices]
-        if payload not in values:
-            raise _bad(f"unknown {self.label.lower()} {_show(payload)}; choose one of {', '.join(values)}")
-        return payload
-
-
-class CheckedCheckbox(gr.Checkbox):
-    """gr.Checkbox that accepts only true/false."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        if not isinstance(payload, bool):
-            raise _bad(f"{self.label} must be true or false, got {_show(payload)}")
-        return payload
+    Numeric components get `check_number` with their label and bounds, choice components a short
+    "unknown ..." error, checkboxes a bool check. (An instance attribute, not a subclass: subclassing a
+    Gradio component makes Gradio write a .pyi file next to this module at import.)
+    """
+    original = component.preprocess
+    if check is None:
+        if isinstance(component, gr.Checkbox):
+            def check(payload):
+                if not isinstance(payload, bool):
+                    raise _bad(f"{component.label} must be true or false, got {_show(payload)}")
+                return payload
+        elif isinstance(component, (gr.Dropdown, gr.Radio)):
+            def check(payload):
+                values = [value for _, value in component.choices]
+                if isinstance(payload, int) and not isinstance(payload, bool) and str(payload) in values:
+                    payload = str(payload)  # digit 3 and "3" mean the same class
+                if payload not in values:
+                    shown = ", ".join(map(str, values[:12])) + (" ..." if len(values) > 12 else "")
+                    raise _bad(f"unknown {component.label.lower()} {_show(payload)}; choose one of {shown}")
+                return payload
+        else:  # gr.Slider, gr.Number
+            def check(payload):
+                integer = (getattr(component, "precision", None) == 0 or
+                           (isinstance(component, gr.Slider) and float(component.step).is_integer()
+                            and float(component.minimum).is_integer()))
+                return check_number(component.label, payload, component.minimum, component.maximum, integer)
+    component.preprocess = lambda payload: original(check(payload))
+    return component
 
 
 def check_condition(condition):
@@ -541,43 +517,46 @@ def build_demo() -> gr.Blocks:
                     condition = gr.Textbox(value=d["condition"], label="Prompt", max_length=MAX_PROMPT_CHARS,
                                            elem_id="condition")
                 else:
-                    condition = CheckedDropdown(choices=MODEL.class_names, value=d["condition"], label="Digit",
+                    condition = gr.Dropdown(choices=MODEL.class_names, value=d["condition"], label="Digit",
                                                 elem_id="condition")
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="gen-btn")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-                overlay = CheckedCheckbox(value=d["overlay"], label="overlay: colour tokens by outcome",
+                overlay = gr.Checkbox(value=d["overlay"], label="overlay: colour tokens by outcome",
                                           elem_id="overlay")
                 with gr.Accordion("Sampling", open=True):
-                    seed = CheckedNumber(value=d["seed"], label="seed", precision=0, minimum=0, maximum=MAX_SEED,
+                    seed = gr.Number(value=d["seed"], label="seed", precision=0, minimum=0, maximum=MAX_SEED,
                                          elem_id="seed")
-                    temperature = CheckedSlider(0.0, 2.0, value=d["temperature"], step=0.05,
+                    temperature = gr.Slider(0.0, 2.0, value=d["temperature"], step=0.05,
                                                 label="temperature (0 = greedy)", elem_id="temperature")
-                    top_k = CheckedSlider(0, top_k_max, value=d["top_k"], step=1, label="top-k (0 = off)",
+                    top_k = gr.Slider(0, top_k_max, value=d["top_k"], step=1, label="top-k (0 = off)",
                                           elem_id="top-k")
-                    cfg_scale = CheckedSlider(1.0, 10.0, value=d["cfg_scale"], step=0.1,
+                    cfg_scale = gr.Slider(1.0, 10.0, value=d["cfg_scale"], step=0.1,
                                               label="CFG scale (1 = off)", elem_id="cfg")
                 with gr.Accordion("Drafting", open=True):
-                    draft_len = CheckedSlider(1, MAX_DRAFT_LEN, value=d["draft_len"], step=1,
+                    draft_len = gr.Slider(1, MAX_DRAFT_LEN, value=d["draft_len"], step=1,
                                               label="draft length L", elem_id="draft-len")
-                    drafting = CheckedRadio(choices=[(v, k) for k, v in DRAFTING.items()], value=d["drafting"],
+                    drafting = gr.Radio(choices=[(v, k) for k, v in DRAFTING.items()], value=d["drafting"],
                                             label="Drafting", elem_id="drafting")
                 with gr.Accordion("COOL-SD", open=True):
-                    delta = CheckedSlider(0.1, 8.0, value=d["delta"], step=0.05, label="delta (overall relaxation)",
+                    delta = gr.Slider(0.1, 8.0, value=d["delta"], step=0.05, label="delta (overall relaxation)",
                                           elem_id="delta")
-                    nu = CheckedSlider(0.0, 3.0, value=d["nu"], step=0.05, label="nu (annealing rate)",
+                    nu = gr.Slider(0.0, 3.0, value=d["nu"], step=0.05, label="nu (annealing rate)",
                                        elem_id="nu")
-                    mean_omega = CheckedCheckbox(value=d["mean_omega"], label="mean omega = delta (sets mu)",
+                    mean_omega = gr.Checkbox(value=d["mean_omega"], label="mean omega = delta (sets mu)",
                                                  elem_id="mean-omega")
-                    mu = CheckedSlider(-5.0, 5.0, value=d["mu"], step=0.05, label="mu (schedule shift)",
+                    mu = gr.Slider(-5.0, 5.0, value=d["mu"], step=0.05, label="mu (schedule shift)",
                                        interactive=not d["mean_omega"], elem_id="mu")
                 with gr.Accordion("LANTERN++", open=True):
-                    lantern_k = CheckedSlider(1, K_MAX, value=d["lantern_k"], step=1, label="k (neighbours)",
+                    lantern_k = gr.Slider(1, K_MAX, value=d["lantern_k"], step=1, label="k (neighbours)",
                                               elem_id="lantern-k")
-                    lantern_lambda = CheckedSlider(1.0, 50.0, value=d["lantern_lambda"], step=0.5,
+                    lantern_lambda = gr.Slider(1.0, 50.0, value=d["lantern_lambda"], step=0.5,
                                                    label="lambda (budget)", elem_id="lantern-lambda")
                 inputs = [condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, delta, nu, mu,
                           mean_omega, lantern_k, lantern_lambda, overlay]
+                for component in inputs:
+                    if not isinstance(component, gr.Textbox):  # the prompt is checked by check_condition
+                        checked(component)
                 rows, labels = presets()
                 gr.Examples(rows, inputs, label="Presets (click one, then Generate)", example_labels=labels,
                             cache_examples=False, examples_per_page=10)

@@ -86,6 +86,11 @@ def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
     assert torch.equal(a[8]["cool-sd"][0], a[8]["eagle-1"][0])
 
 
+def test_import_writes_no_files_next_to_the_app():
+    """Subclassing a Gradio component would make Gradio write app.pyi at import (fails on a read-only Space)."""
+    assert not Path(app.__file__).with_suffix(".pyi").exists()
+
+
 def test_closing_a_race_returns_its_model_lane():
     gen = app.race(**kwargs())
     next(gen)
