@@ -176,7 +176,8 @@ def write_outputs(out: Path, rows, records, found_claims, found_targets, config:
     """Writes every output file; returns the Markdown report."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.jsonl").write_text("".join(_json(r) + "\n" for r in rows))
-    slim = [{k: v for k, v in r.items() if k != "features"} for r in records]
+    slim = [{k: round(v, 6) if isinstance(v, float) else v for k, v in r.items() if k != "features"}
+            for r in records]
     (out / "items.jsonl").write_text("".join(_json(r) + "\n" for r in sorted(
         slim, key=lambda r: (r["setting_index"], r["cls"], r["seed"]))))
     (out / "claims.json").write_text(_json({"claims": found_claims, "targets": found_targets}) + "\n")

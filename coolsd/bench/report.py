@@ -7,6 +7,7 @@ SAME (class, seed) images, both measured in the same run.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 
@@ -21,7 +22,10 @@ NAN = float("nan")
 # ---------------------------------------------------------------- per-setting rows
 def summarise(records: list[dict], settings: list[Setting], neighbours, real_stats,
               fid_bootstrap: int = 20) -> list[dict]:
-    """One row per setting (in settings order); records of any rank order are sorted first (deterministic)."""
+    """One row per setting (in settings order); records of any rank order are sorted first (deterministic).
+
+    tokens_sha: one digest of every image's token digest, in (class, seed) order: equal digests, equal images.
+    """
     mu_real, sigma_real, n_real = real_stats
     by_setting: dict[int, list[dict]] = defaultdict(list)
     for r in sorted(records, key=lambda r: (r["setting_index"], r["cls"], r["seed"])):
@@ -55,7 +59,7 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
             "fid_std": fid_bootstrap_std(features, mu_real, sigma_real, fid_bootstrap) if n >= 2 else NAN,
             "accuracy": sum(r["pred"] == r["cls"] for r in recs) / n,
             "nll": sum(r["nll"] for r in recs) / n,
-            "tokens_sha": [r["tokens_sha"] for r in recs],
+            "tokens_sha": hashlib.sha1(" ".join(r["tokens_sha"] for r in recs).encode()).hexdigest()[:16],
         }
         rows.append(row)
     return rows
