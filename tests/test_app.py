@@ -129,6 +129,33 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     assert all(len(paths) >= 2 for paths in seen.values()), seen
 
 
+def test_api_cancel_stops_the_race_within_a_second(client, monkeypatch):
+    """job.cancel() (what Stop does) closes the handler: its model lane is back well within a second."""
+    import time
+
+    real_generate = app.generate
+
+    def slow_generate(*args, **kw):
+        for event in real_generate(*args, **kw):
+            time.sleep(0.1)  # a slow model: the race would take several seconds
+            yield event
+
+    monkeypatch.setattr(app, "generate", slow_generate)
+    job = client.submit(**kwargs(seed=9), api_name="/race")
+    while len(job.outputs()) < 2:
+        time.sleep(0.02)
+    t0 = time.perf_counter()
+    job.cancel()
+    while app.LANES.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
+        time.sleep(0.01)
+    assert app.LANES.qsize() == app.WORKERS
+    assert time.perf_counter() - t0 < 1.0
+    n = len(job.outputs())
+    time.sleep(0.5)
+    assert len(job.outputs()) == n  # nothing streamed after the cancel
+    assert not job.outputs()[-1][7]["finished"]
+
+
 def test_api_overlay_redraws_the_last_race(client):
     client.predict(**kwargs(seed=4), api_name="/race")
     plain = client.predict(overlay=False, api_name="/overlay")
