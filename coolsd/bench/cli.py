@@ -172,8 +172,8 @@ def _json(obj) -> str:
     return json.dumps(clean(obj))
 
 
-def write_outputs(out: Path, rows, records, found_claims, found_targets, config: dict, png: bool) -> str:
-    """Writes every output file; returns the Markdown report."""
+def write_outputs(out: Path, rows, records, found_claims, found_targets, config: dict, png: bool) -> dict[str, str]:
+    """Writes every output file; returns the Markdown report's parts (run, targets, claims, table)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.jsonl").write_text("".join(_json(r) + "\n" for r in rows))
     slim = [{k: round(v, 6) if isinstance(v, float) else v for k, v in r.items() if k != "features"}
@@ -188,15 +188,15 @@ def write_outputs(out: Path, rows, records, found_claims, found_targets, config:
     fig.write_html(out / "pareto.html", include_plotlyjs="cdn")
     if png:
         fig.write_image(out / "pareto.png", scale=1)
-    md = "\n\n".join([
-        f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
-        f"Wall time: {config['wall_minutes']:.1f} min",
-        report.table(rows),
-        "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
-        "Targets (issue 4):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
-    ])
-    (out / "results.md").write_text(md + "\n")
-    return md
+    parts = {
+        "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
+               f"Wall time: {config['wall_minutes']:.1f} min",
+        "targets": "Targets (issue 4):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
+        "claims": "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
+        "table": report.table(rows),
+    }
+    (out / "results.md").write_text("\n\n".join(parts.values()) + "\n")
+    return parts
 
 
 def update_readme(readme: Path, body: str) -> None:
@@ -211,7 +211,8 @@ def update_readme(readme: Path, body: str) -> None:
     readme.write_text(text)
 
 
-def readme_section(md: str, out: Path, readme: Path, notes: Path | None) -> str:
+def readme_section(parts: dict[str, str], out: Path, readme: Path, notes: Path | None) -> str:
+    """Headline first (run, targets, claims, figure), then the full table, then the hand-written notes."""
     rel = os.path.relpath(out, readme.resolve().parent)
     parts = ["## Benchmark: speed against quality",
              "Made by `python -m coolsd.bench` (all numbers below come from its files in "
@@ -222,7 +223,7 @@ def readme_section(md: str, out: Path, readme: Path, notes: Path | None) -> str:
              "generated tokens under the processed p. Speed-up = vanilla AR seconds / setting seconds on the same "
              "classes and seeds in the same run (interleaved). outside fwd = share of wall time spent outside "
              "draft and target forwards.",
-             md, f"![Pareto figure]({rel}/pareto.png)"]
+             parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)", parts["table"]]
     if notes is not None and notes.is_file():
         parts.append(notes.read_text().strip())
     return "\n\n".join(parts)
@@ -271,9 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                   "wall_minutes": wall_minutes}
         rows = report.summarise(records, settings, bundle.neighbours, stats, args.fid_bootstrap)
         found_claims, found_targets = report.claims(rows), report.targets(rows)
-        md = write_outputs(args.out, rows, records, found_claims, found_targets, config, args.png)
+        parts = write_outputs(args.out, rows, records, found_claims, found_targets, config, args.png)
         if args.readme is not None:
-            update_readme(args.readme, readme_section(md, args.out, args.readme, args.notes))
-        log.info("%s", md)
+            update_readme(args.readme, readme_section(parts, args.out, args.readme, args.notes))
+        log.info("%s", "\n\n".join(parts.values()))
     close_processes(procs)
     return 0
