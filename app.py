@@ -258,15 +258,21 @@ def blank_image():
 
 
 # ---------------------------------------------------------------- 4. the race handler
+# session -> overlay flag of a race in progress: the overlay checkbox changes it while the race streams
+LIVE_OVERLAY: dict[str, bool] = {}
+
+
 @gpu
 def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict, seed: int, overlay: bool,
-              settings: dict):
+              settings: dict, session: str | None = None):
     """Generator of output frames; holds one lane of model handles for the whole race."""
     try:
         lane = LANES.get(timeout=60)
     except queue.Empty:
         raise _bad("the server is busy; try again in a minute") from None
     race = None
+    if session is not None:
+        LIVE_OVERLAY[session] = overlay
     try:
         racers = []
         for key, label in DECODERS.items():
@@ -286,14 +292,18 @@ def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict,
         first_frame_s = None
 
         def frame(final: bool):
-            nonlocal last_frame, last_plot, first_frame_s
+            nonlocal last_frame, last_plot, first_frame_s, overlay
             now = time.perf_counter()
+            toggled = LIVE_OVERLAY.get(session, overlay) != overlay
+            overlay = LIVE_OVERLAY.get(session, overlay)
             images = []
             for r in racers:
                 if r.key in dirty:
                     pixels = decode_pixels(r)
                     snapshot[r.key] = (pixels, r.filled.clone(), r.kinds.clone())
                     images.append(render(pixels, r.filled, r.kinds, overlay))
+                elif toggled and snapshot[r.key] is not None:
+                    images.append(render(*snapshot[r.key], overlay))
                 else:
                     images.append(gr.skip())
             dirty.clear()
@@ -332,10 +342,11 @@ def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict,
         if race is not None:
             race.close()
         LANES.put(lane)
+        LIVE_OVERLAY.pop(session, None)
 
 
 def race(condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, delta, nu, mu, mean_omega,
-         lantern_k, lantern_lambda, overlay):
+         lantern_k, lantern_lambda, overlay, request: gr.Request = None):
     """Race Eagle-1, LANTERN++, COOL-SD and vanilla AR on one condition and seed; streams a frame per update.
 
     Yields (Eagle-1 image, LANTERN++ image, COOL-SD image, vanilla image, stats table (markdown),
@@ -356,11 +367,18 @@ def race(condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, de
     settings = {"condition": condition, "seed": seed, "sampling": dataclasses.asdict(sampling),
                 "draft_len": draft_len, "drafting": drafting,
                 "rules": {k: r.config() for k, r in rules.items()}}
-    yield from _run_race(cond, sampling, config, rules, seed, overlay, settings)
+    session = getattr(request, "session_hash", None)
+    yield from _run_race(cond, sampling, config, rules, seed, overlay, settings, session)
 
 
-def show_overlay(overlay, snapshot):
-    """Redraw the four images of the last race with or without the outcome overlay (no decoding)."""
+def show_overlay(overlay, snapshot, request: gr.Request = None):
+    """Redraw the four images of the last race with or without the outcome overlay (no decoding).
+
+    During a race the new setting also applies to the frames still to come.
+    """
+    session = getattr(request, "session_hash", None)
+    if session in LIVE_OVERLAY:
+        LIVE_OVERLAY[session] = overlay
     snapshot = snapshot or {}
     images = []
     for key in DECODERS:

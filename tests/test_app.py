@@ -99,6 +99,23 @@ def test_closing_a_race_returns_its_model_lane():
     assert app.LANES.qsize() == app.WORKERS
 
 
+def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(app, "IMAGE_EVERY_S", 0.0)
+    request = type("FakeRequest", (), {"session_hash": "session-1"})()
+    gen = app.race(**kwargs(overlay=False), request=request)
+    next(gen)
+    assert app.LIVE_OVERLAY["session-1"] is False
+    app.show_overlay(True, {}, request=request)  # the checkbox, clicked while the race streams
+    frames = list(gen)
+    final = frames[-1]
+    for i, key in enumerate(app.DECODERS):
+        expected = app.render(*final[8][key], True)
+        assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), key
+    assert "session-1" not in app.LIVE_OVERLAY  # no state left behind
+
+
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     import gradio as gr
 
