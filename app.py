@@ -402,9 +402,12 @@ def theory_plot(delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
     fig = theory.tradeoff_figure(curves, mark=rules["cool-sd"])
     lantern = theory.mark_point(curves, rules["lantern++"])
     fig.add_trace(go.Scatter(x=[lantern["tau"]], y=[lantern["tv"]], mode="markers", name=lantern["label"],
-                             marker={"color": "#2ca02c", "size": 14, "symbol": "x-thin", "line": {"width": 3}},
+                             marker={"color": "#2ca02c", "size": 14, "symbol": "x-thin",
+                                     "line": {"width": 3, "color": "#2ca02c"}},
                              hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
-    fig.update_layout(width=None, height=520, autosize=True, title={"font": {"size": 14}})
+    fig.update_layout(width=None, height=520, autosize=True, title={"font": {"size": 14}},
+                      legend={"x": 1.02, "y": 1, "xanchor": "left", "bgcolor": "rgba(255,255,255,0.6)"},
+                      margin={"r": 10})
     return fig
 
 
