@@ -60,8 +60,8 @@ except ImportError:
 log = logging.getLogger("coolsd.app")
 
 # Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
-IMAGE_EVERY_S = 0.15  # at most one frame per this many seconds (the first and the last always go out)
-PLOT_EVERY_S = 0.6  # plots are costlier to draw: refresh them less often
+IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
+PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 MAX_PROMPT_CHARS = 300
 MAX_SEED = 2**31 - 1
 MAX_DRAFT_LEN = 8
