@@ -109,15 +109,27 @@ def concurrent(url: str, n: int) -> dict:
             "max_done_s": max((r["done_s"] for r in good), default=float("nan"))}
 
 
-def browser_first_block(url: str) -> dict:
-    """Click Generate in headless Chromium; time to the first change of any decoder image, and to 'Finished'."""
+MID_RACE = """() => {
+  const row = [...document.querySelectorAll('#stats tr')].find(r => r.innerText.includes('Vanilla'));
+  if (!row) return false;
+  const [done, total] = row.cells[1].innerText.split('/').map(Number);
+  return done >= 0.4 * total;
+}"""
+
+
+def browser_first_block(url: str, screenshot: Path | None = None) -> dict:
+    """Click Generate in headless Chromium; time to the first change of any decoder image, and to 'Finished'.
+
+    screenshot: also save a mid-race picture there (vanilla AR 40% done; a CDP capture, which does not
+    wait for the stream to settle as page.screenshot does).
+    """
     from playwright.sync_api import sync_playwright
 
     args = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True, args=args)
-        page = browser.new_page(viewport={"width": 1500, "height": 1200})
+        page = browser.new_page(viewport={"width": 1500, "height": 1080})
         page.goto(url)
         page.locator("#gen-btn").wait_for(timeout=60_000)
         before = page.evaluate("() => [0,1,2,3].map(i => document.querySelector(`#img-${i} img`)?.src)")
@@ -127,6 +139,14 @@ def browser_first_block(url: str) -> dict:
             "(before) => [0,1,2,3].some(i => document.querySelector(`#img-${i} img`)?.src !== before[i])",
             arg=before, timeout=60_000, polling=20)
         first = time.perf_counter() - t0
+        if screenshot is not None:
+            page.wait_for_function(MID_RACE, timeout=300_000, polling=20)
+            import base64
+
+            cdp = page.context.new_cdp_session(page)
+            shot = cdp.send("Page.captureScreenshot", {"format": "png"})
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
                                timeout=300_000, polling=50)
         done = time.perf_counter() - t0
@@ -140,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="sequential default races (the first is a warm-up)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent API clients")
     parser.add_argument("--browser", action="store_true", help="also time click -> first block in headless Chromium")
+    parser.add_argument("--screenshot", type=Path, help="with --browser: save a mid-race screenshot here")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     os.environ.update(OFFLINE)
@@ -157,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs,
         }
         if args.browser:
-            out["browser"] = browser_first_block(url)
+            out["browser"] = browser_first_block(url, args.screenshot)
         out["concurrent"] = concurrent(url, args.clients)
         out["peak_rss_mb"] = peak_rss_mb(proc.pid)
     finally:
