@@ -65,7 +65,9 @@ PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 MAX_PROMPT_CHARS = 300
 MAX_SEED = 2**31 - 1
 MAX_DRAFT_LEN = 8
-WORKERS = max(1, int(os.environ.get("COOLSD_WORKERS", "1")))  # races run at once (each has its own KV caches)
+WORKERS = int(os.environ.get("COOLSD_WORKERS", "1") or 1)  # races run at once (each has its own KV caches)
+if WORKERS < 1:
+    raise SystemExit(f"COOLSD_WORKERS must be an integer >= 1, got {WORKERS}")
 DECODERS = {  # key -> panel title; the order of the panels
     "eagle-1": "Eagle-1 (lossless)",
     "lantern++": "LANTERN++",

@@ -116,6 +116,28 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     assert "session-1" not in app.LIVE_OVERLAY  # no state left behind
 
 
+def test_model_choice_falls_back_and_says_so(monkeypatch):
+    import types
+
+    import coolsd.models.tiny
+    from coolsd.models.bundle import BundleError
+
+    stub = types.SimpleNamespace(name="stub", target=None, drafter=None, tokenizer=None, neighbours=None, grid=(2, 2),
+                                 conditioning="class", class_names=["0"], default_sampling=None)
+    monkeypatch.setattr(coolsd.models.tiny, "tiny_bundle", lambda: stub)
+
+    def missing(*args, **kw):
+        raise BundleError("embedded model folder not found: assets/embedded")
+
+    monkeypatch.setattr(app, "load_embedded", missing)
+    monkeypatch.delenv("COOLSD_LLAMAGEN_DIR", raising=False)
+    model = app.load_model("embedded")
+    assert model.kind == "tiny" and "embedded model is missing" in model.note
+    model = app.load_model("llamagen")
+    assert model.kind == "tiny" and "LlamaGen weights not found" in model.note
+    assert app.load_model("tiny").note == ""  # asked for: no warning
+
+
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     import gradio as gr
 
