@@ -61,6 +61,7 @@ log = logging.getLogger("coolsd.app")
 
 # Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
+FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 MAX_PROMPT_CHARS = 300
 MAX_SEED = 2**31 - 1
@@ -291,10 +292,11 @@ def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict,
         dirty: set[str] = set()
         t0 = time.perf_counter()
         last_frame = last_plot = -math.inf
+        frame_cost = 0.0  # seconds the last frame took: drawing it, and Gradio sending it while we are suspended
         first_frame_s = None
 
         def frame(final: bool):
-            nonlocal last_frame, last_plot, first_frame_s, overlay
+            nonlocal last_plot, first_frame_s, overlay
             now = time.perf_counter()
             toggled = LIVE_OVERLAY.get(session, overlay) != overlay
             overlay = LIVE_OVERLAY.get(session, overlay)
@@ -326,13 +328,15 @@ def _run_race(cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict,
                 last_plot = now
             else:
                 plots = [gr.skip(), gr.skip()]
-            last_frame = now
             return (*images, stats_markdown(stats, status), *plots, _json_safe(payload), dict(snapshot))
 
         for racer, _ in race:
             dirty.add(racer.key)
-            if time.perf_counter() - last_frame >= IMAGE_EVERY_S:
+            start = time.perf_counter()
+            if start - last_frame >= max(IMAGE_EVERY_S, frame_cost * (1 - FRAME_SHARE) / FRAME_SHARE):
                 yield frame(final=False)
+                last_frame = time.perf_counter()
+                frame_cost = last_frame - start
         dirty.update(r.key for r in racers)
         yield frame(final=True)
     except gr.Error:

@@ -37,6 +37,7 @@ def server():
     """The app's own Blocks, launched in-process on a free port; every round streamed (no throttle)."""
     mp = pytest.MonkeyPatch()
     mp.setattr(app, "IMAGE_EVERY_S", 0.0)
+    mp.setattr(app, "FRAME_SHARE", 1.0)
     mp.setattr(app, "PLOT_EVERY_S", 0.0)
     _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
     yield url
@@ -60,6 +61,7 @@ def _image_size(value) -> tuple[int, int]:
 # ---------------------------------------------------------------- the handler, without a server
 def test_handler_streams_and_ends_complete(monkeypatch):
     monkeypatch.setattr(app, "IMAGE_EVERY_S", 0.0)
+    monkeypatch.setattr(app, "FRAME_SHARE", 1.0)
     frames = list(app.race(**kwargs(overlay=True)))
     assert len(frames) > 5
     last = frames[-1]
@@ -103,6 +105,7 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     import numpy as np
 
     monkeypatch.setattr(app, "IMAGE_EVERY_S", 0.0)
+    monkeypatch.setattr(app, "FRAME_SHARE", 1.0)
     request = type("FakeRequest", (), {"session_hash": "session-1"})()
     gen = app.race(**kwargs(overlay=False), request=request)
     next(gen)

@@ -51,6 +51,7 @@ def page_url():
 
     mp = pytest.MonkeyPatch()
     mp.setattr(app, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
+    mp.setattr(app, "FRAME_SHARE", 1.0)
     mp.setattr(app, "PLOT_EVERY_S", 0.3)
     _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
     yield url
