@@ -377,6 +377,12 @@ def race(condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, de
     yield from _run_race(cond, sampling, config, rules, seed, overlay, settings, session)
 
 
+def stopped(stats):
+    """Stop: the race itself is cancelled (cancels=); this keeps its last numbers, marked as stopped."""
+    decoders = (stats or {}).get("decoders") or {}
+    return stats_markdown(list(decoders.values()), "**Stopped.**")
+
+
 def show_overlay(overlay, snapshot, request: gr.Request = None):
     """Redraw the four images of the last race with or without the outcome overlay (no decoding).
 
@@ -621,7 +627,7 @@ def build_demo() -> gr.Blocks:
         outputs = [*images, stats_md, plot_acc, plot_len, stats_json, snapshot]
         run_event = run_btn.click(race, inputs, outputs, api_name="race", concurrency_limit=WORKERS,
                                   concurrency_id="race", show_progress="minimal")
-        stop_btn.click(None, None, None, cancels=[run_event])
+        stop_btn.click(stopped, stats_json, stats_md, cancels=[run_event], queue=False, api_visibility="private")
         overlay.change(show_overlay, [overlay, snapshot], images, api_name="overlay", concurrency_limit=4,
                        concurrency_id="overlay", show_progress="hidden")
         mean_omega.change(lambda m: gr.Slider(interactive=not m), mean_omega, mu, queue=False,

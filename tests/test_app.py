@@ -141,6 +141,15 @@ def test_model_choice_falls_back_and_says_so(monkeypatch):
     assert app.load_model("tiny").note == ""  # asked for: no warning
 
 
+def test_stop_keeps_the_last_numbers_marked_stopped():
+    stats = {"decoders": {"eagle-1": {"decoder": "Eagle-1", "tokens": 5, "num_tokens": 16, "target_forwards": 2,
+                                      "mean_accepted_length": 2.5, "compute_seconds": 0.1, "speedup": None,
+                                      "finished": False}}}
+    text = app.stopped(stats)
+    assert text.startswith("**Stopped.**") and "5 / 16" in text and "–" in text
+    assert app.stopped(None).startswith("**Stopped.**")
+
+
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     import gradio as gr
 

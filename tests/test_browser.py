@@ -98,7 +98,39 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#how .katex", timeout=20_000)
             page.get_by_role("tab", name="Theory").click()
             page.wait_for_selector("#plot-theory .main-svg", timeout=60_000)
+            page.get_by_role("tab", name="Race").click()
+            _stop_within_a_second(page, app)
         finally:
             browser.close()
     assert not foreign, f"the page contacted other hosts: {foreign[:5]}"
     assert not errors, errors[:3]
+
+
+def _stop_within_a_second(page, app):
+    """Stop mid-race (a slowed-down model): the page says so and the server frees the race within a second."""
+    import time
+
+    real_generate = app.generate
+
+    def slow_generate(*args, **kw):
+        for event in real_generate(*args, **kw):
+            time.sleep(0.1)
+            yield event
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(app, "generate", slow_generate)
+    try:
+        page.locator("#gen-btn").click()
+        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Racing')",
+                               timeout=30_000)
+        t0 = time.perf_counter()
+        page.locator("#stop-btn").click()
+        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
+                               timeout=5_000)
+        while app.LANES.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
+            time.sleep(0.01)
+        assert time.perf_counter() - t0 < 1.0 and app.LANES.qsize() == app.WORKERS
+        page.wait_for_timeout(500)
+        assert "Stopped" in page.locator("#stats").inner_text()  # no frame arrived after the stop
+    finally:
+        mp.undo()
