@@ -458,7 +458,8 @@ $$a_i = \min\Big(1, \frac{p(\tilde x_i)}{q(\tilde x_i)}\Big), \qquad r = \mathrm
 (latent neighbours $c_1, c_2, \dots$), up to $m \le k$ of them while that mass stays within $(\lambda-1)\,p(x)$:
 $$\tilde p(x) = p(x) + \sum_{j \le m} p(c_j) \le \lambda\, p(x)$$
 $$a_i = \min\Big(1, \frac{\tilde p(\tilde x_i)}{q(\tilde x_i)}\Big), \qquad r = \mathrm{Norm}\big([p - q']_+\big)$$
-with $q'$ = $q$ set to zero on the $k+1$ nearest codes (as published). $\lambda = 1$ is Eagle-1.
+where $q'$ is $q$ set to zero on the $k+1$ nearest codes of $\tilde x_i$ whenever some neighbour mass was
+pooled ($m \ge 1$), as in the published code. $\lambda = 1$ is Eagle-1.
 
 **COOL-SD** ($\delta$, $\nu$, $\mu$): an annealed relaxation, generous early in the round and strict late,
 with the optimal residual $G^*$ (the one that minimises the total variation of each step):
@@ -480,7 +481,8 @@ $\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$
 
 ### Reading the race
 The four decoders take turns: the one that has used the **least compute time** runs next round, so every
-frame compares them at the same compute budget. The overlay colours each token: **green** accepted draft,
+frame compares them at the same compute budget; the speed-up is each decoder's tokens per compute second over
+vanilla AR's in the same race. The overlay colours each token: **green** accepted draft,
 **orange** resampled after a rejection, **blue** bonus / target sample. Relaxed rules trade exactness for
 speed: compare the images and the Theory tab's exact error.
 
