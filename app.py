@@ -410,9 +410,13 @@ def theory_plot(delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
     import plotly.graph_objects as go
 
     rules = build_rules(delta, nu, mu, mean_omega, lantern_k, lantern_lambda)
-    curves = _curves(round(float(nu), 3), min(int(lantern_k), theory.K))
-    fig = theory.tradeoff_figure(curves, mark=rules["cool-sd"])
-    lantern = theory.mark_point(curves, rules["lantern++"])
+    try:
+        curves = _curves(round(float(nu), 3), min(int(lantern_k), theory.K))
+        fig = theory.tradeoff_figure(curves, mark=rules["cool-sd"])
+        lantern = theory.mark_point(curves, rules["lantern++"])
+    except Exception as err:  # log it here, one line there
+        log.exception("theory plot failed")
+        raise _bad(f"the exact oracle failed: {type(err).__name__}: {html.escape(str(err))[:200]}") from None
     fig.add_trace(go.Scatter(x=[lantern["tau"]], y=[lantern["tv"]], mode="markers", name=lantern["label"],
                              marker={"color": "#2ca02c", "size": 14, "symbol": "x-thin",
                                      "line": {"width": 3, "color": "#2ca02c"}},
