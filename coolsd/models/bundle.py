@@ -17,7 +17,7 @@ from coolsd.sampling import SamplingConfig
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "assets" / "embedded"
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
-EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=0, top_p=1.0)
+EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 PARTS = ("vq", "target", "drafter")
 
 
