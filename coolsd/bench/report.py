@@ -217,6 +217,9 @@ def table(rows: list[dict]) -> str:
 def claims_markdown(found: list[dict]) -> str:
     lines = []
     for c in found:
+        if c["verdict"] == "not measured":
+            lines.append(f"- **{c['text']}**: not measured (the sweep has no settings to compare).")
+            continue
         if c["claim"] == "gstar_improves_lantern":
             pairs = c["detail"]["pairs"]
             parts = [f"k={p['k']} lam={p['lam']:g}: {_f(p['fid_gstar'])} vs {_f(p['fid_published'])}" for p in pairs]
