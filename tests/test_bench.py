@@ -151,6 +151,13 @@ def test_command_end_to_end(scorer, tmp_path):
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "| cool-sd delta=2 |" in text and "pareto.png" in text and "python -m coolsd.bench --model tiny" in text
+    # --report-only remakes the report from results.jsonl alone (no decoding) and adds the notes
+    before = (out / "results.md").read_text()
+    (tmp_path / "notes.md").write_text("Hand-written notes.\n")
+    assert main(["--report-only", "--out", str(out), "--readme", str(readme), "--notes", str(tmp_path / "notes.md"),
+                 "--no-png"]) == 0
+    assert (out / "results.md").read_text() == before
+    assert "Hand-written notes." in readme.read_text() and readme.read_text().count("<!-- bench:start -->") == 1
 
 
 def test_missing_stats_fail_clearly(scorer, tmp_path):

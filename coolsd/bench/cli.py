@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "assets" / "bench"
 EMBEDDED_CLASSIFIER = ROOT / "assets" / "embedded" / "classifier"
 REAL_STATS_NAME = "real_stats.safetensors"  # inside the classifier folder
+NAN = float("nan")
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 TREE_SETTINGS = ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25", "cool-sd:delta=2@eagle-25"]
 
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--readme", type=Path, default=None, help="rewrite the bench section of this README")
     g.add_argument("--notes", type=Path, default=None, help="Markdown appended to the README section")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--report-only", action="store_true",
+                   help="decode nothing: remake results.md, claims, figure and README from --out's results.jsonl")
     return ap
 
 
@@ -172,16 +175,33 @@ def _json(obj) -> str:
     return json.dumps(clean(obj))
 
 
-def write_outputs(out: Path, rows, records, found_claims, found_targets, config: dict, png: bool) -> dict[str, str]:
-    """Writes every output file; returns the Markdown report's parts (run, targets, claims, table)."""
+def write_measurements(out: Path, rows: list[dict], records: list[dict], config: dict) -> None:
+    """results.jsonl (one row per setting), items.jsonl (one line per image, no features), config.json."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.jsonl").write_text("".join(_json(r) + "\n" for r in rows))
     slim = [{k: round(v, 6) if isinstance(v, float) else v for k, v in r.items() if k != "features"}
             for r in records]
     (out / "items.jsonl").write_text("".join(_json(r) + "\n" for r in sorted(
         slim, key=lambda r: (r["setting_index"], r["cls"], r["seed"]))))
-    (out / "claims.json").write_text(_json({"claims": found_claims, "targets": found_targets}) + "\n")
     (out / "config.json").write_text(json.dumps(config, indent=1, default=str) + "\n")
+
+
+def read_measurements(out: Path) -> tuple[list[dict], dict]:
+    """(rows, config) from results.jsonl and config.json; null numbers come back as nan."""
+    if not (out / "results.jsonl").is_file():
+        raise SystemExit(f"--report-only: no results.jsonl in {out}")
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "speedup", "speedup_median",
+               "outside_share", "fid", "fid_std", "accuracy", "nll")
+    rows = [r | {k: NAN for k in numeric if k in r and r[k] is None} for r in rows]
+    return rows, json.loads((out / "config.json").read_text())
+
+
+def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[str, str]:
+    """claims.json, pareto.html/.png and results.md, all from the rows; returns the Markdown parts
+    (run, targets, claims, table)."""
+    found_claims, found_targets = report.claims(rows), report.targets(rows)
+    (out / "claims.json").write_text(_json({"claims": found_claims, "targets": found_targets}) + "\n")
     n = max((r["n_images"] for r in rows), default=0)
     fig = report.figure(rows, f"{config['model']}: quality vs speed ({n} images per setting, "
                               f"FID against {rows[0]['n_real']} real digits)")
@@ -235,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     if not log.handlers:  # our messages only; libraries keep their own logging settings
         log.addHandler(logging.StreamHandler())
         log.setLevel(logging.INFO)
+    if args.report_only:
+        publish(args, *read_measurements(args.out))
+        return 0
     torch.set_num_threads(args.threads)
     procs = init_processes()
     if args.device:
@@ -271,10 +294,15 @@ def main(argv: list[str] | None = None) -> int:
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
                   "wall_minutes": wall_minutes}
         rows = report.summarise(records, settings, bundle.neighbours, stats, args.fid_bootstrap)
-        found_claims, found_targets = report.claims(rows), report.targets(rows)
-        parts = write_outputs(args.out, rows, records, found_claims, found_targets, config, args.png)
-        if args.readme is not None:
-            update_readme(args.readme, readme_section(parts, args.out, args.readme, args.notes))
-        log.info("%s", "\n\n".join(parts.values()))
+        write_measurements(args.out, rows, records, config)
+        publish(args, rows, config)
     close_processes(procs)
     return 0
+
+
+def publish(args, rows: list[dict], config: dict) -> None:
+    """Report files from the rows, then the README section."""
+    parts = write_report(args.out, rows, config, args.png)
+    if args.readme is not None:
+        update_readme(args.readme, readme_section(parts, args.out, args.readme, args.notes))
+    log.info("%s", "\n\n".join(parts.values()))
