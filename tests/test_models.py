@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from coolsd.engine import DecodeConfig, run
-from coolsd.models.bundle import BundleError, load_embedded
+from coolsd.models.bundle import EMBEDDED_DIR, BundleError, load_embedded
 from coolsd.models.eagle import EagleDrafter, EagleHead, eagle_config
 from coolsd.models.embedded import LlamaClassTarget
 from coolsd.models.protocol import causal_mask
@@ -147,3 +147,40 @@ def test_loader_errors_are_clear(tmp_path):
     (tmp_path / "vq" / "config.json").write_text(json.dumps({"_class_name": "VQModel"}))
     with pytest.raises(BundleError, match="VQ tokenizer"):
         load_embedded(tmp_path)
+
+
+shipped = pytest.mark.skipif(not (EMBEDDED_DIR / "target" / "config.json").is_file(),
+                             reason="assets/embedded is not there (model not exported)")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_embedded(device="cpu", with_classifier=True)
+
+
+@shipped
+def test_shipped_bundle_generates_one_image_per_decoder(embedded):
+    b = embedded
+    assert b.grid == (16, 16) and b.class_names == [str(c) for c in range(10)]
+    assert b.neighbours.shape[0] == 256
+    decoders = [(None, None), (b.drafter, make_rule("eagle-1")), (b.drafter, make_rule("cool-sd", delta=2.0)),
+                (b.drafter, make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours))]
+    for drafter, rule in decoders:
+        res = run(b.target, drafter, rule, 3, b.num_tokens, b.default_sampling, DecodeConfig(draft_len=5), seed=0)
+        assert len(res.tokens) == 256 and res.tokens.max() < 256
+        assert res.tau >= 1 and (rule is None) == (res.tau == 1)
+        image = b.tokenizer.decode(res.tokens)
+        assert image.shape == (1, 32, 32) and 0 <= image.min() and image.max() <= 1
+
+
+@shipped
+def test_shipped_classifier_recognises_vanilla_samples(embedded):
+    """Smoke test on a handful of fixed-seed samples (the full figures are in the model card)."""
+    b = embedded
+    correct = 0
+    for digit in (0, 1, 7, 9):
+        res = run(b.target, None, None, digit, b.num_tokens, b.default_sampling, seed=digit)
+        with torch.no_grad():
+            logits = b.classifier(pixel_values=b.tokenizer.decode(res.tokens)[None] * 2 - 1).logits
+        correct += int(logits.argmax(-1).item() == digit)
+    assert correct >= 3
