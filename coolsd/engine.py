@@ -127,7 +127,8 @@ def _event(index, start, tokens, n_acc, a, omega, tested_d, tested_a, last, n_t,
     f = torch.float64
     return RoundEvent(index=index, start=start, tokens=torch.tensor(tokens, dtype=torch.long), n_accepted=n_acc,
                       n_drafted=len(omega), accept_probs=torch.tensor(a, dtype=f), omega=torch.tensor(omega, dtype=f),
-                      tested_depths=torch.tensor(tested_d, dtype=torch.long), tested_probs=torch.tensor(tested_a, dtype=f),
+                      tested_depths=torch.tensor(tested_d, dtype=torch.long),
+                      tested_probs=torch.tensor(tested_a, dtype=f),
                       last=last, target_forwards=n_t, draft_forwards=n_d, seconds=seconds)
 
 

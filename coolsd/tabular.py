@@ -79,7 +79,8 @@ def random_tables(vocab_size: int, num_tokens: int, seed: int, sharpness: float 
         for prefix in itertools.product(range(vocab_size), repeat=length):
             z = sharpness * torch.randn(vocab_size, generator=gen, dtype=torch.float64)
             p_table[prefix] = z.softmax(-1)
-            q_table[prefix] = (z + draft_noise * torch.randn(vocab_size, generator=gen, dtype=torch.float64)).softmax(-1)
+            noise = torch.randn(vocab_size, generator=gen, dtype=torch.float64)
+            q_table[prefix] = (z + draft_noise * noise).softmax(-1)
     codebook = torch.randn(vocab_size, codebook_dim, generator=gen, dtype=torch.float64)
     return (TabularLM(p_table, vocab_size, num_tokens, codebook),
             TabularDrafter(q_table, vocab_size, num_tokens, codebook))

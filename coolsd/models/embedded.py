@@ -33,7 +33,8 @@ class LlamaClassTarget:
         self.num_classes = cfg.num_classes
         self.device = model.device
         grid = getattr(cfg, "image_grid", [16, 16])
-        self.stack = LayerStack(model.model.layers, cfg, self.prefix_len + (max_tokens or grid[0] * grid[1]) + 64)  # + tree nodes
+        slots = self.prefix_len + (max_tokens or grid[0] * grid[1]) + 64  # + room for tree nodes
+        self.stack = LayerStack(model.model.layers, cfg, slots)
         self.embed = model.model.embed_tokens.weight.detach()
         self.norm_w = model.model.norm.weight.detach()
         self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only

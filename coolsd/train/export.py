@@ -15,7 +15,8 @@ def export_bundle(runs: Path, assets: Path) -> None:
     from coolsd.models.eagle import EagleHead
 
     assets.mkdir(parents=True, exist_ok=True)
-    parts = {"vq": VQModel, "target": LlamaForCausalLM, "drafter": EagleHead, "classifier": ResNetForImageClassification}
+    parts = {"vq": VQModel, "target": LlamaForCausalLM, "drafter": EagleHead,
+             "classifier": ResNetForImageClassification}
     for name, cls in parts.items():
         src = runs / name
         if not src.is_dir():
