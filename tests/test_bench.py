@@ -63,7 +63,8 @@ def test_work_items_interleave_and_split():
 # ---------------------------------------------------------------- frontier and claims on known rows
 def _row(label, rule, fid, speedup, tau=None, **cfg):
     return {"setting": label, "family": rule, "rule_config": {"rule": rule} | cfg, "tree": None, "draft_len": 5,
-            "n_images": 10, "fid": fid, "fid_std": 0.1, "speedup": speedup, "tau": tau or speedup, "nll": 1.0,
+            "n_images": 10, "fid": fid, "fid_std": 0.1, "speedup": speedup, "tau": tau or speedup, "nll": fid / 10,
+            "nll_se": 0.001,
             "outside_share": 0.05}
 
 
@@ -86,7 +87,9 @@ def test_claims_hold_and_fail():
     assert found["cool_dominates_uniform"]["verdict"] == "holds"
     assert found["cool_beats_lantern"]["verdict"] == "mixed (1 of 2)"  # lam=20 is faster than any COOL-SD point
     assert found["gstar_improves_lantern"]["verdict"] == "does not hold"
-    assert found["cool_dominates_uniform"]["detail"]["speedup"]["clear"] == 2
+    assert found["cool_dominates_uniform"]["detail"]["fid vs speedup"]["clear"] == 2
+    assert found["cool_dominates_uniform"]["verdicts"]["nll vs tau"] == "holds"
+    assert found["gstar_improves_lantern"]["verdicts"]["nll"] == "does not hold"
 
 
 def test_targets_report_values():

@@ -59,6 +59,7 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
             "fid_std": fid_bootstrap_std(features, mu_real, sigma_real, fid_bootstrap) if n >= 2 else NAN,
             "accuracy": sum(r["pred"] == r["cls"] for r in recs) / n,
             "nll": sum(r["nll"] for r in recs) / n,
+            "nll_se": float(np.std([r["nll"] for r in recs], ddof=1) / math.sqrt(n)) if n >= 2 else NAN,
             "tokens_sha": hashlib.sha1(" ".join(r["tokens_sha"] for r in recs).encode()).hexdigest()[:16],
         }
         rows.append(row)
@@ -99,49 +100,56 @@ def _rule(r: dict) -> dict:
     return r["rule_config"] or {}
 
 
+QUALITY = {"fid": "fid_std", "nll": "nll_se"}  # quality measure (lower is better) -> its noise estimate
+
+
 def _verdict(wins: int, total: int, ties: int = 0) -> str:
-    """holds / does not hold / mixed (w of n); all-equal FIDs say so instead of "does not hold"."""
+    """holds / does not hold / mixed (w of n); all-equal values say so instead of "does not hold"."""
     if total == 0:
         return "not measured"
     if ties == total:
-        return "no difference (equal FIDs)"
+        return "no difference (equal values)"
     return "holds" if wins == total else ("does not hold" if wins == 0 else f"mixed ({wins} of {total})")
 
 
 def _noise(*stds: float) -> float:
-    """Combined bootstrap spread of a difference of FIDs."""
+    """Combined spread of a difference of two noisy values."""
     return math.sqrt(sum(s * s for s in stds if math.isfinite(s)))
 
 
-def _compare_frontier(mine: list[dict], theirs: list[dict], axis: str) -> dict:
-    """For each of `theirs`, the FID of `mine`'s frontier at the same speed (axis: speedup or tau).
+def _compare_frontier(mine: list[dict], theirs: list[dict], axis: str, quality: str) -> dict:
+    """For each of `theirs`, `mine`'s frontier value of `quality` at the same speed (axis: speedup or tau).
 
-    A point counts for the claim when its FID is strictly above the frontier's (margin > 0); a point
-    beyond the frontier's fastest setting counts against it. `clear` counts margins above the
-    combined bootstrap spread of the two FIDs nearest in speed.
+    A point counts for the claim when its value is strictly above the frontier's (margin > 0); a point
+    beyond the frontier's fastest setting counts against it. `clear` counts margins above the combined
+    noise (FID: bootstrap spread; NLL: standard error over images) of the point and of `mine`.
     """
-    front = pareto([(r[axis], r["fid"]) for r in mine])
-    spread = max((r["fid_std"] for r in mine if math.isfinite(r["fid_std"])), default=NAN)
+    noise_key = QUALITY[quality]
+    front = pareto([(r[axis], r[quality]) for r in mine])
+    spread = max((r[noise_key] for r in mine if math.isfinite(r.get(noise_key, NAN))), default=NAN)
     points = []
     for r in theirs:
         f = frontier_fid(front, r[axis])
-        points.append({"setting": r["setting"], axis: r[axis], "fid": r["fid"], "frontier_fid": f,
-                       "margin": r["fid"] - f if math.isfinite(f) else NAN, "noise": _noise(r["fid_std"], spread)})
+        points.append({"setting": r["setting"], axis: r[axis], quality: r[quality], "frontier": f,
+                       "margin": r[quality] - f if math.isfinite(f) else NAN,
+                       "noise": _noise(r.get(noise_key, NAN), spread)})
     wins = sum(1 for p in points if math.isfinite(p["margin"]) and p["margin"] > 0)
     ties = sum(1 for p in points if p["margin"] == 0)
     clear = sum(1 for p in points if math.isfinite(p["margin"]) and p["margin"] > p["noise"])
-    return {"axis": axis, "verdict": _verdict(wins, len(points), ties), "wins": wins, "clear": clear,
-            "total": len(points), "points": points}
+    return {"axis": axis, "quality": quality, "verdict": _verdict(wins, len(points), ties), "wins": wins,
+            "clear": clear, "total": len(points), "points": points}
 
 
 def claims(rows: list[dict]) -> list[dict]:
-    """The paper's three claims, each judged on measured speed-up and on tau (FID lower = better).
+    """The paper's three claims, each judged with FID (the paper's measure) and with the target's NLL
+    (far less noisy at small N) as quality, and for claims 1-2 on measured speed-up and on tau.
 
-    1. COOL-SD's frontier dominates UniformRSD's: every UniformRSD point has FID >= COOL-SD's frontier
-       at its speed.
+    1. COOL-SD's frontier dominates UniformRSD's: every UniformRSD point is worse than COOL-SD's
+       frontier at its speed.
     2. COOL-SD beats LANTERN++ at equal speed-up: same test against every LANTERN++ point (chain,
        published residual).
-    3. G* improves LANTERN++: at every (k, lambda), FID with the G* residual <= FID with the published one.
+    3. G* improves LANTERN++: at every (k, lambda), the G* residual scores lower than the published one.
+    `verdict` is FID against measured speed-up; `verdicts` holds every combination.
     """
     cool = _family_rows(rows, lambda r: _rule(r).get("rule") == "cool-sd" and _is_chain(r)
                         and not _rule(r).get("floor_at_one") and _rule(r).get("residual_kind") == "optimal")
@@ -152,23 +160,25 @@ def claims(rows: list[dict]) -> list[dict]:
     out = []
     for key, text, theirs in (("cool_dominates_uniform", "COOL-SD's frontier dominates UniformRSD's", uniform),
                               ("cool_beats_lantern", "COOL-SD beats LANTERN++ at equal speed-up", published)):
-        by_axis = {axis: _compare_frontier(cool, theirs, axis) for axis in ("speedup", "tau")}
-        out.append({"claim": key, "text": text, "verdict": by_axis["speedup"]["verdict"],
-                    "verdict_tau": by_axis["tau"]["verdict"], "detail": by_axis})
+        detail = {f"{q} vs {a}": _compare_frontier(cool, theirs, a, q) for q in QUALITY for a in ("speedup", "tau")}
+        out.append({"claim": key, "text": text, "verdict": detail["fid vs speedup"]["verdict"],
+                    "verdicts": {k: d["verdict"] for k, d in detail.items()}, "detail": detail})
     pairs = []
     for r in published:
         g = optimal.get((_rule(r)["k"], _rule(r)["lam"]))
         if g is not None:
-            pairs.append({"k": _rule(r)["k"], "lam": _rule(r)["lam"], "fid_published": r["fid"], "fid_gstar": g["fid"],
-                          "noise": _noise(r["fid_std"], g["fid_std"]),
-                          "nll_published": r["nll"], "nll_gstar": g["nll"],
-                          "tau_published": r["tau"], "tau_gstar": g["tau"]})
-    wins = sum(p["fid_gstar"] < p["fid_published"] for p in pairs)
-    ties = sum(p["fid_gstar"] == p["fid_published"] for p in pairs)
-    clear = sum(p["fid_published"] - p["fid_gstar"] > p["noise"] for p in pairs)
-    out.append({"claim": "gstar_improves_lantern", "text": "G* improves LANTERN++ (same k, lambda; lower FID)",
-                "verdict": _verdict(wins, len(pairs), ties), "verdict_tau": None,
-                "detail": {"wins": wins, "clear": clear, "total": len(pairs), "pairs": pairs}})
+            pairs.append({"k": _rule(r)["k"], "lam": _rule(r)["lam"], "tau_published": r["tau"], "tau_gstar": g["tau"]}
+                         | {f"{q}_{kind}": x[q] for q in QUALITY for kind, x in (("published", r), ("gstar", g))}
+                         | {f"{q}_noise": _noise(r.get(n, NAN), g.get(n, NAN)) for q, n in QUALITY.items()})
+    detail = {"pairs": pairs}
+    for q in QUALITY:
+        wins = sum(p[f"{q}_gstar"] < p[f"{q}_published"] for p in pairs)
+        ties = sum(p[f"{q}_gstar"] == p[f"{q}_published"] for p in pairs)
+        clear = sum(p[f"{q}_published"] - p[f"{q}_gstar"] > p[f"{q}_noise"] for p in pairs)
+        detail[q] = {"verdict": _verdict(wins, len(pairs), ties), "wins": wins, "clear": clear, "total": len(pairs)}
+    out.append({"claim": "gstar_improves_lantern", "text": "G* improves LANTERN++ (same k and lambda)",
+                "verdict": detail["fid"]["verdict"], "verdicts": {q: detail[q]["verdict"] for q in QUALITY},
+                "detail": detail})
     return out
 
 
@@ -214,26 +224,30 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _counts(d: dict) -> str:
+    return f"{d['verdict'].split(' (')[0]} ({d['wins']} of {d['total']} better, {d['clear']} beyond noise)"
+
+
 def claims_markdown(found: list[dict]) -> str:
+    """One bullet per claim: verdicts by quality measure and speed axis, then the numbers per point."""
     lines = []
     for c in found:
         if c["verdict"] == "not measured":
             lines.append(f"- **{c['text']}**: not measured (the sweep has no settings to compare).")
             continue
+        d = c["detail"]
         if c["claim"] == "gstar_improves_lantern":
-            pairs = c["detail"]["pairs"]
-            parts = [f"k={p['k']} lam={p['lam']:g}: {_f(p['fid_gstar'])} vs {_f(p['fid_published'])}" for p in pairs]
-            lines.append(f"- **{c['text']}**: {c['verdict']} ({c['detail']['clear']} of {c['detail']['total']} "
-                         "beyond the bootstrap spread). FID with G* vs published residual: "
-                         + ("; ".join(parts) or "no pairs") + ".")
+            parts = [f"k={p['k']} lam={p['lam']:g}: FID {_f(p['fid_gstar'])} vs {_f(p['fid_published'])}, "
+                     f"NLL {_f(p['nll_gstar'], '.3f')} vs {_f(p['nll_published'], '.3f')}" for p in d["pairs"]]
+            lines.append(f"- **{c['text']}**: by FID {_counts(d['fid'])}; by NLL {_counts(d['nll'])}. "
+                         "G* vs published residual: " + "; ".join(parts) + ".")
             continue
-        d = c["detail"]["speedup"]
-        parts = [f"{p['setting']} ({_f(p['speedup'])}x, FID {_f(p['fid'])}; COOL-SD frontier {_f(p['frontier_fid'])})"
-                 for p in d["points"]]
-        t = c["detail"]["tau"]
-        lines.append(f"- **{c['text']}**: {c['verdict']} on measured speed-up ({d['wins']} of {d['total']} points "
-                     f"better, {d['clear']} beyond the bootstrap spread); {c['verdict_tau']} on tau ({t['wins']} of "
-                     f"{t['total']}, {t['clear']} beyond the spread). Per point: " + "; ".join(parts) + ".")
+        verdicts = "; ".join(f"{k.replace('fid', 'FID').replace('nll', 'NLL').replace('speedup', 'speed-up')} "
+                             f"{_counts(v)}" for k, v in d.items())
+        fid, nll = d["fid vs speedup"]["points"], d["nll vs speedup"]["points"]
+        parts = [f"{p['setting']} at {_f(p['speedup'])}x: FID {_f(p['fid'])} vs COOL-SD {_f(p['frontier'])}, "
+                 f"NLL {_f(n['nll'], '.3f')} vs {_f(n['frontier'], '.3f')}" for p, n in zip(fid, nll)]
+        lines.append(f"- **{c['text']}**: {verdicts}. Per point: " + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 
@@ -247,33 +261,38 @@ def targets_markdown(found: list[dict]) -> str:
 
 # ---------------------------------------------------------------- figure
 def figure(rows: list[dict], title: str):
-    """plotly figure: FID against measured speed-up (left) and against tau (right), one curve per family,
-    its points joined in sweep order; error bars = bootstrap spread of the FID."""
+    """plotly figure, one curve per family joined in sweep order (delta, lambda ascending):
+    FID (top) and the target's NLL (bottom) against measured speed-up (left) and tau (right);
+    error bars = bootstrap spread of the FID, standard error of the NLL."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    titles = ("FID vs wall-clock speed-up", "FID vs mean accepted length tau")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.08)
+    titles = ("FID vs wall-clock speed-up", "FID vs mean accepted length tau",
+              "target NLL vs wall-clock speed-up", "target NLL vs mean accepted length tau")
+    fig = make_subplots(rows=2, cols=2, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.11)
     families: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         if r.get("n_images") and math.isfinite(r.get("fid", NAN)):
             families[r["family"]].append(r)
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
                "#bcbd22", "#7f7f7f", "#393b79", "#637939"]
-    for j, (family, members) in enumerate(families.items()):
+    for j, (family, pts) in enumerate(families.items()):
         color = "black" if family == VANILLA else palette[j % len(palette)]
         symbol = "star" if family == VANILLA else ("diamond" if "tree" in family else "circle")
-        for col, axis in ((1, "speedup"), (2, "tau")):
-            pts = members  # sweep order (delta, lambda ascending): noise in x does not tangle the curve
-            fig.add_trace(go.Scatter(
-                x=[r[axis] for r in pts], y=[r["fid"] for r in pts], mode="lines+markers", name=family,
-                legendgroup=family, showlegend=col == 1, marker={"color": color, "symbol": symbol, "size": 9},
-                line={"color": color, "dash": "dot" if "G*" in family or "floor" in family else "solid"},
-                error_y={"type": "data", "array": [r["fid_std"] for r in pts], "thickness": 1, "width": 2},
-                text=[r["setting"] for r in pts],
-                hovertemplate="%{text}<br>x=%{x:.2f}<br>FID=%{y:.2f}<extra></extra>"), row=1, col=col)
-    fig.update_xaxes(title_text="speed-up vs vanilla AR (x)", row=1, col=1)
-    fig.update_xaxes(title_text="tau (tokens per target forward)", row=1, col=2)
+        for row, (quality, noise) in enumerate(QUALITY.items(), start=1):
+            for col, axis in ((1, "speedup"), (2, "tau")):
+                fig.add_trace(go.Scatter(
+                    x=[r[axis] for r in pts], y=[r[quality] for r in pts], mode="lines+markers", name=family,
+                    legendgroup=family, showlegend=(row, col) == (1, 1),
+                    marker={"color": color, "symbol": symbol, "size": 8},
+                    line={"color": color, "dash": "dot" if "G*" in family or "floor" in family else "solid"},
+                    error_y={"type": "data", "array": [r.get(noise, NAN) for r in pts], "thickness": 1, "width": 2},
+                    text=[r["setting"] for r in pts],
+                    hovertemplate="%{text}<br>x=%{x:.2f}<br>y=%{y:.3f}<extra></extra>"), row=row, col=col)
+    for row in (1, 2):
+        fig.update_xaxes(title_text="speed-up vs vanilla AR (x)", row=row, col=1)
+        fig.update_xaxes(title_text="tau (tokens per target forward)", row=row, col=2)
     fig.update_yaxes(title_text="offline FID (lower is better)", row=1, col=1)
-    fig.update_layout(title=title, template="plotly_white", width=1250, height=560, legend={"font": {"size": 11}})
+    fig.update_yaxes(title_text="NLL, nats/token (lower is better)", row=2, col=1)
+    fig.update_layout(title=title, template="plotly_white", width=1250, height=950, legend={"font": {"size": 11}})
     return fig
