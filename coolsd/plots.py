@@ -78,14 +78,12 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
         PIL RGB image of `display_size(grid, (h, w), min_size)`.
     """
     H, W = grid
-    rgb = to_rgb_array(pixels)
-    h, w = rgb.shape[:2]
-    out_h, out_w = display_size(grid, (h, w), min_size)
-    img = np.asarray(Image.fromarray(rgb).resize((out_w, out_h), Image.NEAREST)).astype(np.float32)
-    # per-pixel token index at display resolution
-    rows = np.minimum(np.arange(out_h) * H // out_h, H - 1)
-    cols = np.minimum(np.arange(out_w) * W // out_w, W - 1)
-    cell = rows[:, None] * W + cols[None, :]  # (out_h, out_w) token ids
+    img = to_rgb_array(pixels).astype(np.float32)
+    h, w = img.shape[:2]
+    # compose at the decoded resolution (cheap), then upscale by an integer factor (nearest)
+    rows = np.minimum(np.arange(h) * H // h, H - 1)
+    cols = np.minimum(np.arange(w) * W // w, W - 1)
+    cell = rows[:, None] * W + cols[None, :]  # (h, w) token id of every pixel
     filled_np = filled.cpu().numpy().astype(bool)
     if overlay and kinds is not None:
         kinds_np = kinds.cpu().numpy()
@@ -99,7 +97,9 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
     board = ((rows[:, None] + cols[None, :]) % 2).astype(bool)
     grey = np.where(board, PLACEHOLDER_GREYS[0], PLACEHOLDER_GREYS[1]).astype(np.float32)[..., None]
     img = np.where(filled_np[cell][..., None], img, grey)
-    return Image.fromarray(np.clip(img + 0.5, 0, 255).astype(np.uint8))
+    out_h, out_w = display_size(grid, (h, w), min_size)
+    small = Image.fromarray(np.clip(img + 0.5, 0, 255).astype(np.uint8))
+    return small.resize((out_w, out_h), Image.NEAREST)
 
 
 def overlay_legend_html() -> str:
