@@ -138,7 +138,16 @@ def load_model(choice: str) -> AppModel:
     return _from_bundle(tiny_bundle(), "tiny", note)
 
 
-MODEL = load_model(os.environ.get("COOLSD_MODEL", "embedded"))
+def default_model_choice() -> str:
+    """COOLSD_MODEL when set; else LlamaGen when its weights are found (COOLSD_LLAMAGEN_DIR), else embedded."""
+    if os.environ.get("COOLSD_MODEL"):
+        return os.environ["COOLSD_MODEL"]
+    from coolsd.models.llamagen import find_llamagen
+
+    return "llamagen" if find_llamagen() is not None else "embedded"
+
+
+MODEL = load_model(default_model_choice())
 DEVICE = torch.device(getattr(MODEL.target, "device", "cpu"))
 if DEVICE.type == "cpu":
     torch.set_num_threads(1)  # small models decode faster single-threaded (and leave a core to the server)
