@@ -1,7 +1,7 @@
 """coolsd demo: Eagle-1, LANTERN++ and COOL-SD (plus vanilla AR) racing side by side, streamed round by round.
 
     python app.py                      # http://127.0.0.1:7860 (a Space runs the same file)
-    COOLSD_MODEL=tiny python app.py    # embedded (default) | tiny (random weights, fast) | llamagen (GPU)
+    COOLSD_MODEL=tiny python app.py    # embedded | tiny (random weights, fast) | llamagen (GPU); see default_model_choice
 
 One Generate click runs the four decoders on the same model, condition and seed. A fair race:
 each step advances the decoder that has used the least compute time so far (`coolsd.race`), so
@@ -107,7 +107,7 @@ def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
 
 
 def load_model(choice: str) -> AppModel:
-    """COOLSD_MODEL: "embedded" (default), "tiny" or "llamagen"; falls back (with a warning) to what is there."""
+    """"embedded", "tiny" or "llamagen"; falls back (with a warning, also on the page) to what is there."""
     choice = (choice or "embedded").strip().lower()
     note = ""
     if choice not in ("embedded", "tiny", "llamagen"):
