@@ -1,7 +1,7 @@
 """coolsd demo: Eagle-1, LANTERN++ and COOL-SD (plus vanilla AR) racing side by side, streamed round by round.
 
     python app.py                      # http://127.0.0.1:7860 (a Space runs the same file)
-    COOLSD_MODEL=tiny python app.py    # embedded | tiny (random weights, fast) | llamagen (GPU); see default_model_choice
+    COOLSD_MODEL=tiny python app.py    # embedded | tiny (random weights, fast) | llamagen (GPU)
 
 One Generate click runs the four decoders on the same model, condition and seed. A fair race:
 each step advances the decoder that has used the least compute time so far (`coolsd.race`), so
