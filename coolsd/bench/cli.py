@@ -191,7 +191,7 @@ def read_measurements(out: Path) -> tuple[list[dict], dict]:
     if not (out / "results.jsonl").is_file():
         raise SystemExit(f"--report-only: no results.jsonl in {out}")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "speedup", "speedup_median",
+    numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "speedup", "speedup_median", "speedup_cpu",
                "outside_share", "fid", "fid_std", "accuracy", "nll", "nll_se")
     rows = [r | {k: NAN for k in numeric if k in r and r[k] is None} for r in rows]
     return rows, json.loads((out / "config.json").read_text())
@@ -240,8 +240,10 @@ def readme_section(parts: dict[str, str], out: Path, readme: Path, notes: Path |
              "FID = Frechet distance in the shipped digit classifier's 128-d feature space against held-out real "
              "digits (± = bootstrap spread over the generated images; biased upwards at small N, compare at equal N). "
              "acc = classifier accuracy on the requested class. NLL = target's mean NLL (nats/token) of the "
-             "generated tokens under the processed p. Speed-up = vanilla AR seconds / setting seconds on the same "
-             "classes and seeds in the same run (interleaved). outside fwd = share of wall time spent outside "
+             "generated tokens under the processed p (± standard error over images). Speed-up = vanilla AR wall "
+             "seconds / setting wall seconds, summed over the same classes and seeds decoded in the same run "
+             "(interleaved per image); speed-up CPU time = the same ratio of process CPU time, which other "
+             "processes on a shared machine do not inflate. outside fwd = share of wall time spent outside "
              "draft and target forwards.",
              parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)", parts["table"]]
     if notes is not None and notes.is_file():

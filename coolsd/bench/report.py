@@ -32,6 +32,7 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
         by_setting[r["setting_index"]].append(r)
     vanilla_index = next((i for i, s in enumerate(settings) if s.rule is None), None)
     vanilla_wall = {(r["cls"], r["seed"]): r["wall_s"] for r in by_setting.get(vanilla_index, [])}
+    vanilla_cpu = {(r["cls"], r["seed"]): r["cpu_s"] for r in by_setting.get(vanilla_index, [])}
     rows = []
     for i, setting in enumerate(settings):
         recs = by_setting.get(i, [])
@@ -54,6 +55,8 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
                         if paired else NAN),
             "speedup_median": (float(np.median([vanilla_wall[(r["cls"], r["seed"])] / r["wall_s"] for r in paired]))
                                if paired else NAN),
+            "speedup_cpu": (sum(vanilla_cpu[(r["cls"], r["seed"])] for r in paired) / sum(r["cpu_s"] for r in paired)
+                            if paired else NAN),
             "outside_share": 1 - forwards / wall,
             "fid": fid_from_features(features, mu_real, sigma_real) if n >= 2 else NAN,
             "fid_std": fid_bootstrap_std(features, mu_real, sigma_real, fid_bootstrap) if n >= 2 else NAN,
@@ -209,8 +212,8 @@ def _f(v, spec: str = ".2f") -> str:
 
 def table(rows: list[dict]) -> str:
     """Markdown table, one line per setting."""
-    head = ("| setting | L / tree | tau | target fwd / img | draft fwd / img | s / img | speed-up | outside fwd "
-            "| FID (N) | acc | NLL |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| setting | L / tree | tau | target fwd / img | draft fwd / img | s / img | speed-up | speed-up CPU time "
+            "| outside fwd | FID (N) | acc | NLL |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         if not r.get("n_images"):
@@ -219,8 +222,9 @@ def table(rows: list[dict]) -> str:
         fid = f"{_f(r['fid'])} ± {_f(r['fid_std'])} ({r['n_images']})"
         lines.append(f"| {r['setting']} | {shape} | {_f(r['tau'])} | {_f(r['target_forwards'], '.1f')} "
                      f"| {_f(r['draft_forwards'], '.1f')} | {_f(r['seconds'], '.3f')} | {_f(r['speedup'])}x "
+                     f"| {_f(r.get('speedup_cpu', NAN))}x "
                      f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_f(100 * r['accuracy'], '.0f')} % "
-                     f"| {_f(r['nll'], '.3f')} |")
+                     f"| {_f(r['nll'], '.3f')} ± {_f(r.get('nll_se', NAN), '.3f')} |")
     return "\n".join(lines)
 
 

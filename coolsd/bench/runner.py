@@ -59,8 +59,10 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
             classifier) -> dict:
     """Decode one image, time it, then score it (scoring is not timed).
 
-    Returns a JSON-ready record: counts, seconds (wall = around the whole decode; draft / verify
-    = inside model forwards; other = the engine's own bookkeeping of rules and sampling),
+    Returns a JSON-ready record: counts, seconds (wall = around the whole decode; cpu = this
+    process's CPU time over the same span, which time stolen by other processes on a shared
+    machine does not inflate; draft / verify = inside model forwards; other = the engine's own
+    bookkeeping of rules and sampling),
     token digest, NLL under the target, the classifier's prediction and its 128-d features.
     """
     drafter = bundle.drafter if rule is not None else None
@@ -70,12 +72,12 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     try:
         if cuda:
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = run(bundle.target, drafter, rule, cls, bundle.num_tokens, sampling, setting.decode_config(),
                      seed=seed)
         if cuda:
             torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         gc.enable()
     image = bundle.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
@@ -83,7 +85,7 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     return {
         "cls": cls, "seed": seed, "tokens_sha": tokens_digest(result.tokens), "num_tokens": len(result.tokens),
         "tau": result.tau, "rounds": result.rounds, "target_forwards": result.target_forwards,
-        "draft_forwards": result.draft_forwards, "wall_s": wall,
+        "draft_forwards": result.draft_forwards, "wall_s": wall, "cpu_s": cpu,
         "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],
         "nll": token_nll(bundle.target, sampling, cls, result.tokens),
         "pred": int(logits[0].argmax()), "features": features[0].tolist(),
