@@ -147,7 +147,7 @@ def machine(device: torch.device, world: int) -> str:
 def launch_command(argv: list[str], world: int) -> str:
     """The command line as typed: under torchrun, the launcher's own arguments (read from its /proc entry)."""
     if world > 1:
-        parent = [a for a in _read(f"/proc/{os.getppid()}/cmdline").split("\0") if a]
+        parent = _read(f"/proc/{os.getppid()}/cmdline").split("\0")[:-1]  # keeps empty arguments ('')
         at = next((i for i, a in enumerate(parent) if a.endswith("torchrun") or a == "torch.distributed.run"), None)
         if at is not None:
             return shlex.join(["torchrun", *parent[at + 1 :]])
