@@ -32,8 +32,21 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
 
+DEADLINE_S = 120.0  # the longest any wait below may take before the test fails (a generous deadline, not a timing)
+
+
 def kwargs(**changes) -> dict:
     return controls.default_values(app.CTX) | changes
+
+
+def wait_until(condition, what: str, deadline_s: float = DEADLINE_S, poll_s: float = 0.01) -> None:
+    """Poll `condition()` until it holds; fail with `what` once `deadline_s` seconds have passed."""
+    import time
+
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, f"timed out after {deadline_s:.0f} s waiting for {what}"
+        time.sleep(poll_s)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +86,12 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     assert stats["finished"] and set(stats["decoders"]) == set(race_ui.DECODERS)
     for key, s in stats["decoders"].items():
         assert s["tokens"] == app.CTX.model.num_tokens, key
-        assert s["mean_accepted_length"] >= 1
     assert stats["decoders"]["vanilla"]["target_forwards"] == app.CTX.model.num_tokens
+    assert stats["decoders"]["vanilla"]["mean_accepted_length"] == 1
+    # the tiny model's drafter is known to help (tau 3.2-4 on 16 tokens): every speculative decoder
+    # needs fewer target forwards than tokens, so a tau stuck at 1 (or a miscount) fails here
+    for key in set(race_ui.DECODERS) - {"vanilla"}:
+        assert stats["decoders"][key]["target_forwards"] < app.CTX.model.num_tokens, key
     assert all(img.size == app.CTX.display_hw[::-1] for img in last[:4])
     # a frame only re-draws the decoder that moved: the others are skipped
     import gradio as gr
@@ -167,48 +184,73 @@ def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
 
 # ---------------------------------------------------------------- through the HTTP API
 def test_api_race_streams_several_updates_and_consistent_final_stats(client):
-    job = client.submit(**kwargs(seed=3), api_name="/race")
-    updates = list(job)  # blocks until each streamed update arrives
+    values = kwargs(seed=3)
+    job = client.submit(**values, api_name="/race")
+    job.result(timeout=DEADLINE_S)  # waits for the last streamed update, with a deadline
+    updates = job.outputs()
     assert len(updates) >= 5
-    final = job.outputs()[-1]
+    final = updates[-1]
     images, stats = final[:4], final[7]
     assert all(_image_size(img) == app.CTX.display_hw[::-1] for img in images[:3])  # three decoders + vanilla
     assert stats["finished"]
     for key, s in stats["decoders"].items():
         assert s["tokens"] == app.CTX.model.num_tokens, key
-        assert s["mean_accepted_length"] >= 1
-        assert s["target_forwards"] * s["mean_accepted_length"] == pytest.approx(s["tokens"])
+    # the numbers the API reports are the library's: Eagle-1 decoded directly with the same settings
+    from coolsd.engine import DecodeConfig, run
+    from coolsd.rules import make_rule
+    from coolsd.sampling import SamplingConfig
+
+    sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
+    ref = run(app.CTX.model.target, app.CTX.model.drafter, make_rule("eagle-1"), app.CTX.check_condition(values["condition"]),
+              app.CTX.model.num_tokens, sampling, DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+    eagle = stats["decoders"]["eagle-1"]
+    assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
+    assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
     assert final[5]["type"] == "plotly" and final[6]["type"] == "plotly"
     # the images really changed along the stream
     seen = {i: {u[i]["path"] for u in updates if isinstance(u[i], dict) and "path" in u[i]} for i in range(3)}
     assert all(len(paths) >= 2 for paths in seen.values()), seen
 
 
-def test_api_cancel_stops_the_race_within_a_second(client, monkeypatch):
-    """job.cancel() (what Stop does) closes the handler: its model lane is back well within a second."""
+def test_api_cancel_stops_the_race(client, monkeypatch):
+    """job.cancel() (what Stop does) closes the handler mid-race: its decoders are closed before they finish,
+    nothing is decoded after that, and the model lane comes back.
+
+    Every wait is on an event or a condition, with a deadline; no wall-time assertion (the machine is shared).
+    """
+    import threading
     import time
 
     real_generate = race_ui.generate
+    started, closed = threading.Event(), threading.Event()
+    drawn, begun, exhausted = [], [], []  # rounds drawn; decoders begun; decoders that ran to their end
 
     def slow_generate(*args, **kw):
-        for event in real_generate(*args, **kw):
-            time.sleep(0.1)  # a slow model: the race would take several seconds
-            yield event
+        begun.append(True)
+        try:
+            for event in real_generate(*args, **kw):
+                drawn.append(event)
+                if len(drawn) >= 8:  # from here a slow model: a full race would take about half a minute
+                    started.set()
+                    time.sleep(1.0)
+                yield event
+        except GeneratorExit:  # closed by the handler before the decoder's end
+            closed.set()
+            raise
+        exhausted.append(True)
 
     monkeypatch.setattr(race_ui, "generate", slow_generate)
     job = client.submit(**kwargs(seed=9), api_name="/race")
-    while len(job.outputs()) < 2:
-        time.sleep(0.02)
-    t0 = time.perf_counter()
+    assert started.wait(DEADLINE_S), "the race never started"
     job.cancel()
-    while app.CTX.lanes.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
-        time.sleep(0.01)
-    assert app.CTX.lanes.qsize() == app.WORKERS
-    assert time.perf_counter() - t0 < 1.0
-    n = len(job.outputs())
-    time.sleep(0.5)
-    assert len(job.outputs()) == n  # nothing streamed after the cancel
-    assert not job.outputs()[-1][7]["finished"]
+    assert closed.wait(DEADLINE_S), "the handler's decoders were never closed"
+    wait_until(lambda: app.CTX.lanes.qsize() == app.WORKERS, "the model lane to come back")
+    n = len(drawn)
+    assert len(exhausted) < len(begun) == len(race_ui.DECODERS)  # closed mid-race (vanilla needs 16 rounds)
+    wait_until(lambda: job.status().code.name in ("CANCELLED", "FINISHED"), "the job to end")
+    assert len(drawn) == n  # nothing decoded after the cancel
+    outputs = job.outputs()
+    assert not outputs or not outputs[-1][7]["finished"]
 
 
 def test_api_overlay_redraws_the_last_race(client):
