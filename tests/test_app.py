@@ -201,8 +201,9 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     from coolsd.sampling import SamplingConfig
 
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
-    ref = run(app.CTX.model.target, app.CTX.model.drafter, make_rule("eagle-1"), app.CTX.check_condition(values["condition"]),
-              app.CTX.model.num_tokens, sampling, DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+    m = app.CTX.model
+    ref = run(m.target, m.drafter, make_rule("eagle-1"), app.CTX.check_condition(values["condition"]), m.num_tokens,
+              sampling, DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
