@@ -1,7 +1,8 @@
 """coolsd: exact speculative decoding for AR image generators (Eagle-1, LANTERN++, COOL-SD).
 
 Public API (kept stable):
-    rules:    EagleRule, LanternPPRule, LanternRule, UniformRSDRule, CoolSDRule, make_rule, RULES
+    rules:    EagleRule, LanternPPRule, LanternRule, UniformRSDRule, CoolSDRule, LinearDecayRule,
+              CustomScheduleRule, make_rule, RULES
               (short aliases: Eagle1, LanternPP, Lantern, UniformRSD, CoolSD)
     decoding: SamplingConfig, DecodeConfig, decode, generate (events iterator), run (DecodeResult)
     events:   RoundEvent, DecodeResult
@@ -14,7 +15,18 @@ from coolsd.events import DecodeResult, RoundEvent
 from coolsd.models.bundle import ModelBundle, load_embedded
 from coolsd.neighbours import neighbour_table
 from coolsd.oracle import exact, match_tau, rule_step, sequence_probs, step_output
-from coolsd.rules import RULES, CoolSDRule, EagleRule, LanternPPRule, LanternRule, Rule, UniformRSDRule, make_rule
+from coolsd.rules import (
+    RULES,
+    CoolSDRule,
+    CustomScheduleRule,
+    EagleRule,
+    LanternPPRule,
+    LanternRule,
+    LinearDecayRule,
+    Rule,
+    UniformRSDRule,
+    make_rule,
+)
 from coolsd.sampling import SamplingConfig
 from coolsd.tabular import random_tables
 
@@ -29,8 +41,9 @@ def load_llamagen(*args, **kwargs):
 
 
 __all__ = [
-    "RULES", "CoolSD", "CoolSDRule", "DecodeConfig", "DecodeResult", "Eagle1", "EagleRule", "Lantern", "LanternPP",
-    "LanternPPRule", "LanternRule", "ModelBundle", "RoundEvent", "Rule", "SamplingConfig", "UniformRSD",
-    "UniformRSDRule", "decode", "exact", "generate", "load_embedded", "load_llamagen", "make_generator",
-    "make_rule", "match_tau", "neighbour_table", "random_tables", "rule_step", "run", "sequence_probs", "step_output",
+    "RULES", "CoolSD", "CoolSDRule", "CustomScheduleRule", "DecodeConfig", "DecodeResult", "Eagle1", "EagleRule",
+    "Lantern", "LanternPP", "LanternPPRule", "LanternRule", "LinearDecayRule", "ModelBundle", "RoundEvent", "Rule",
+    "SamplingConfig", "UniformRSD", "UniformRSDRule", "decode", "exact", "generate", "load_embedded",
+    "load_llamagen", "make_generator", "make_rule", "match_tau", "neighbour_table", "random_tables", "rule_step",
+    "run", "sequence_probs", "step_output",
 ]

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+MAX_SCHEDULE_LEN = 64  # a custom schedule longer than any draft length is a typo, not a schedule
 
 # ---------------------------------------------------------------- shared maths
 def pick(v: Tensor, x: Tensor) -> Tensor:
@@ -166,6 +167,86 @@ class CoolSDRule(Rule):
 
 
 @dataclass(frozen=True)
+class ScheduleRule(Rule):
+    """Base of the per-depth schedules of spec section 3, "Other schedules": a_i = min(1, omega_i p/q), G*_i.
+
+    Subclasses give `schedule(draft_len)` -> (L,) float64 omega_1..omega_L; floor_at_one clips it
+    below at 1 like COOL-SD's option. Depths beyond the schedule's length reuse its last value.
+    """
+
+    floor_at_one: bool = field(default=False, kw_only=True)  # (choice, as COOL-SD) clip omega_i below at 1
+
+    def __post_init__(self):
+        if not isinstance(self.floor_at_one, bool):
+            raise ValueError(f"floor_at_one must be true or false, got {self.floor_at_one!r}")
+
+    def schedule(self, draft_len: int) -> Tensor:
+        raise NotImplementedError
+
+    def omega(self, depth, draft_len):
+        w = self.schedule(draft_len).to(depth.device)  # (L,)
+        w = w[(depth.long() - 1).clamp(0, len(w) - 1)]  # (...)
+        return w.clamp_min(1.0) if self.floor_at_one else w
+
+    def accept_all(self, p, q, depth, draft_len):
+        return ratio_accept(p, q, self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1))
+
+
+@dataclass(frozen=True)
+class LinearDecayRule(ScheduleRule):
+    """Linear decay (spec section 3, our form): omega_i = delta (1 + s (L + 1 - 2i) / (L - 1)), L >= 2.
+
+    Mean over the round = delta (as COOL-SD's default); omega_1 = delta (1 + s), omega_L = delta (1 - s);
+    slope s = 0 is UniformRSD, s = 1 falls from 2 delta to 0; L = 1 gives delta.
+    """
+
+    name: ClassVar[str] = "linear-decay"
+    delta: float = 2.0  # mean omega over the round
+    slope: float = 0.5  # s in [0, 1] (choice: omega falls from 1.5 delta to 0.5 delta)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check("delta", self.delta, 0, low_open=True)
+        _check("slope", self.slope, 0)
+        if self.slope > 1:
+            raise ValueError(f"slope must be in [0, 1] (1 falls from 2 delta to 0), got {self.slope!r}")
+
+    def schedule(self, draft_len):
+        i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
+        if draft_len < 2:
+            return torch.full_like(i, float(self.delta))
+        return self.delta * (1 + self.slope * (draft_len + 1 - 2 * i) / (draft_len - 1))
+
+
+@dataclass(frozen=True)
+class CustomScheduleRule(ScheduleRule):
+    """A custom schedule: omegas = (omega_1, ..., omega_L), positive numbers, one per depth.
+
+    A list is stored as a tuple (hashable, equal to itself after a JSON round trip). Depths beyond the
+    list (a shorter list than the draft length, or a deeper tree) reuse the last value.
+    """
+
+    name: ClassVar[str] = "custom"
+    omegas: tuple[float, ...] = (2.0, 1.0, 0.5)  # omega_i at depth i = 1, 2, 3
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.omegas, (str, bytes)) or not hasattr(self.omegas, "__iter__"):
+            raise ValueError(f"omegas must be a list of positive numbers, got {self.omegas!r}")
+        omegas = tuple(self.omegas)
+        if not omegas:
+            raise ValueError("omegas must hold at least one number (omega_1)")
+        if len(omegas) > MAX_SCHEDULE_LEN:
+            raise ValueError(f"omegas may hold at most {MAX_SCHEDULE_LEN} numbers, got {len(omegas)}")
+        for i, w in enumerate(omegas, 1):
+            _check(f"omega_{i}", w, 0, low_open=True)
+        object.__setattr__(self, "omegas", tuple(float(w) for w in omegas))
+
+    def schedule(self, draft_len):
+        return torch.tensor(self.omegas, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
 class LanternPPRule(Rule):
     """LANTERN++: accept with min(1, p~(x)/q(x)), p~(x) = p(x) + mass of x's m nearest codes.
 
@@ -255,7 +336,8 @@ class LanternRule(LanternPPRule):
         return torch.full_like(px, self.delta)
 
 
-RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule)}
+RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,
+                                                    LinearDecayRule, CustomScheduleRule)}
 
 
 def make_rule(name: str, **kwargs) -> Rule:

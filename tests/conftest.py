@@ -21,6 +21,8 @@ RULE_KWARGS: dict[str, dict] = {
     "cool-sd": {"delta": 2.0, "nu": 0.7},  # omega < 1 at depth 3 of L = 3
     "lantern++": {"k": 2, "lam": 3.0},
     "lantern": {"k": 2, "delta": 0.2},
+    "linear-decay": {"delta": 1.5, "slope": 0.8},  # omega 2.7, 1.5, 0.3 at L = 3
+    "custom": {"omegas": (2.5, 1.0, 0.4)},
 }
 
 

@@ -97,7 +97,7 @@ def load_llamagen(
     device=None,
     dtype=None,
     k_max: int = 64,
-    normalise_neighbours: bool = True,
+    normalise_neighbours: bool = False,
     vq_config: VQ16Config | None = None,
 ) -> LlamaGen:
     """Load target (+ T5), drafter, VQ decoder and neighbour table from a folder laid out as above.
@@ -107,8 +107,9 @@ def load_llamagen(
         device: default CUDA when present, else CPU.
         dtype: transformer weights; default bfloat16 on CUDA (as published), float32 on CPU.
         k_max: neighbours per code in the LANTERN++ table.
-        normalise_neighbours: rank neighbours between L2-normalised codes, as decoding uses them
-            (spec section 3); False ranks raw codebook rows like the published table.
+        normalise_neighbours: False (default) ranks raw codebook rows by Euclidean distance, as
+            LANTERN's `generate_codebook.py` does; True ranks L2-normalised codes (cosine), the
+            vectors decoding uses (spec section 3).
         vq_config: VQ decoder widths; default the published VQ_16.
     """
     path = Path(path) if path is not None else find_llamagen()
