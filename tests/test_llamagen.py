@@ -20,6 +20,7 @@ from coolsd.models.llamagen import (
     VQ16Tokenizer,
     find_llamagen,
     load_llamagen,
+    load_original_target,
 )
 from coolsd.models.llamagen.caption import left_pad
 from coolsd.models.llamagen.clean import clean_caption, clean_caption_once
@@ -644,3 +645,142 @@ def test_neighbours_ranked_on_raw_codes_as_lantern():
     assert not torch.equal(cosine, table)
     unit = torch.nn.functional.normalize(codebook, dim=-1)
     assert torch.equal(cosine, torch.cdist(unit, unit).fill_diagonal_(math.inf).argsort(dim=1, stable=True)[:, :7])
+
+
+# --- LlamaGen's own checkpoint layout ---------------------------------------------------------
+
+
+def original_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The converted names of `published_target()` renamed to LlamaGen's gpt.py names, q/k/v fused."""
+    out = {
+        "tok_embeddings.weight": state["model.embed_tokens.weight"],
+        "norm.weight": state["model.norm.weight"],
+        "output.weight": state["lm_head.weight"],
+    }
+    for name in ("cap_proj.fc1.weight", "cap_proj.fc2.weight", "uncond_embedding"):
+        out[f"cls_embedding.{name}"] = state[f"model.cls_embedding.{name}"]
+    for i in range(2):
+        layer = f"model.layers.{i}"
+        out[f"layers.{i}.attention.wqkv.weight"] = torch.cat(
+            [state[f"{layer}.self_attn.{x}_proj.weight"] for x in "qkv"]
+        )
+        out[f"layers.{i}.attention.wo.weight"] = state[f"{layer}.self_attn.o_proj.weight"]
+        for theirs, ours in (("w1", "gate"), ("w3", "up"), ("w2", "down")):
+            out[f"layers.{i}.feed_forward.{theirs}.weight"] = state[f"{layer}.mlp.{ours}_proj.weight"]
+        out[f"layers.{i}.attention_norm.weight"] = state[f"{layer}.input_layernorm.weight"]
+        out[f"layers.{i}.ffn_norm.weight"] = state[f"{layer}.post_attention_layernorm.weight"]
+    return out
+
+
+def save_original(path, state, entry="model"):
+    import argparse
+
+    torch.save({entry: state, "args": argparse.Namespace(gpt_model="GPT-XL"), "steps": 10}, path)
+
+
+def test_both_target_layouts_give_the_same_logits(weights_dir, tmp_path, caption):
+    from coolsd.models.llamagen.loaders import original_config
+
+    state = original_layout(published_target())
+    save_original(tmp_path / "t2i_tiny_256.pt", state)
+    config = original_config(state, block_size=16)
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (D, 2, 48)
+    assert (config.caption_dim, config.cls_token_num, config.rms_norm_eps) == (E, C, 1e-5)
+    assert config.num_attention_heads == 1  # hidden / 64, at least one
+    converted = load_target(weights_dir / "target")
+    original = load_original_target(tmp_path / "t2i_tiny_256.pt", config=converted.config)
+    for name, tensor in converted.state_dict().items():
+        assert torch.equal(tensor, original.state_dict()[name]), name
+    ids = torch.tensor([3, 1, 4, 1])
+    for model in (converted, original):
+        first = model.start(caption, True)
+        model.logits = torch.cat([first.logits, model.forward(ids, torch.arange(4)).logits], 1)
+    torch.testing.assert_close(converted.logits, original.logits, atol=0, rtol=0)
+    # a folder holding only the .pt is read as the original layout; block size from the name (256 px)
+    (tmp_path / "folder").mkdir()
+    save_original(tmp_path / "folder" / "t2i_XL_stage1_256.pt", state, entry="module")
+    from_folder = load_target(tmp_path / "folder")
+    assert from_folder.config.block_size == 256 and from_folder.config.rms_norm_eps == 1e-5
+    torch.testing.assert_close(from_folder.head.weight, converted.head.weight, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ("drop", r"missing keys \(1\): layers.1.feed_forward.w3.weight"),
+        ("rename", r"unexpected keys \(1\): layers.1.feed_forward.w4.weight"),
+        ("fused", r"shape mismatches \(1\): layers.0.attention.wqkv.weight \(64, 32\) vs layers.0.attn.q.weight"),
+        ("wrapper", r"'model', 'module' or 'state_dict' entry"),
+    ],
+)
+def test_wrong_original_checkpoint_fails_clearly(tmp_path, change, expected):
+    state = original_layout(published_target())
+    if change == "drop":
+        del state["layers.1.feed_forward.w3.weight"]
+    elif change == "rename":
+        state["layers.1.feed_forward.w4.weight"] = state.pop("layers.1.feed_forward.w3.weight")
+    elif change == "fused":
+        state["layers.0.attention.wqkv.weight"] = state["layers.0.attention.wqkv.weight"][:64]
+    path = tmp_path / "t2i.pt"
+    if change == "wrapper":
+        torch.save({"weights": state}, path)
+    else:
+        save_original(path, state)
+    with pytest.raises(CheckpointMismatch, match=expected):
+        load_original_target(path, config=LlamaGenConfig(**TINY))
+
+
+# --- folder layout: resolutions side by side ----------------------------------------------------
+
+
+def nested_layout(root, weights_dir, resolutions=(256, 512)):
+    """ROOT/t5, ROOT/vq_ds16_t2i.pt, ROOT/<res>/target + drafter (copies of the tiny flat folder)."""
+    import shutil
+
+    shutil.copytree(weights_dir / "t5", root / "t5")
+    shutil.copy(weights_dir / "vq_ds16_t2i.pt", root / "vq_ds16_t2i.pt")
+    for res in resolutions:
+        for part in ("target", "drafter"):
+            shutil.copytree(weights_dir / part, root / str(res) / part)
+    return root
+
+
+def test_resolutions_side_by_side(weights_dir, tmp_path, monkeypatch):
+    from coolsd.models.llamagen import available_resolutions
+
+    monkeypatch.delenv("COOLSD_LLAMAGEN_DIR", raising=False)
+    assert available_resolutions() == []
+    root = nested_layout(tmp_path / "lg", weights_dir)
+    assert available_resolutions(root) == [256, 512]
+    (root / "512" / "drafter" / "pytorch_model.bin").unlink()
+    assert available_resolutions(root) == [256]
+    with pytest.raises(FileNotFoundError, match=r"512 px\) lacks drafter"):
+        load_llamagen(root, resolution=512, vq_config=TINY_VQ)
+    with pytest.raises(FileNotFoundError, match="python -m coolsd.fetch llamagen --resolution 512"):
+        load_llamagen(tmp_path, resolution=512)
+    monkeypatch.setenv("COOLSD_LLAMAGEN_DIR", str(root))
+    assert find_llamagen() == root and available_resolutions() == [256]
+    first = load_llamagen(resolution=256, k_max=4, vq_config=TINY_VQ)
+    second = load_llamagen(resolution=256, k_max=4, vq_config=TINY_VQ, caption_encoder=first.target.caption_encoder)
+    assert second.target.caption_encoder is first.target.caption_encoder  # one T5 shared
+    assert first.default_sampling.cfg_scale == 7.5 and first.default_sampling.top_k == 1000
+
+
+def test_prompt_checks():
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS, check_prompt, clean_prompt
+
+    assert len(EXAMPLE_PROMPTS) >= 4
+    for prompt in EXAMPLE_PROMPTS:
+        assert check_prompt(prompt) == prompt and clean_prompt(prompt)
+    assert check_prompt("  a red cat  ") == "a red cat"
+    assert clean_prompt("A <b>Red</b> Cat") == "a red cat"
+    for bad, message in [
+        ("", "type a prompt"),
+        ("   ", "type a prompt"),
+        (None, "must be text"),
+        ("x" * 501, "501 characters"),
+        ("http://x.com @someone", "nothing is left"),
+        ("猫", "nothing is left"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            check_prompt(bad)
