@@ -38,6 +38,7 @@ class LlamaClassTarget:
         self.embed = model.model.embed_tokens.weight.detach()
         self.norm_w = model.model.norm.weight.detach()
         self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only
+        self.head_t = self.head.T.contiguous()  # (D, V)
 
     @property
     def length(self) -> int:
@@ -52,7 +53,7 @@ class LlamaClassTarget:
 
     def _out(self, h: Tensor) -> ModelStep:
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
-        return ModelStep(logits=feat @ self.head.T, hidden=feat)
+        return ModelStep(logits=feat @ self.head_t, hidden=feat)
 
     @torch.no_grad()
     def start(self, cond: int, guidance: bool) -> ModelStep:

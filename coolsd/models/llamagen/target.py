@@ -19,6 +19,20 @@ from coolsd.models.protocol import ModelStep
 CACHE_MARGIN = 128  # image slots allocated past the grid, for drafts verified at the end of an image
 
 
+def caption_mask(valid: Tensor) -> Tensor:
+    """(C, C) bool attention among caption slots, True = may attend, from `valid` (C,) bool.
+
+    A valid slot sees the valid slots at or before it. A slot that sees no valid slot (a left-padded
+    one) sees every slot at or before it, as LANTERN's additive float mask gives (causal + padding,
+    both at the dtype minimum): in the cond row those slots hold zero inputs, so their features stay
+    exactly zero through every layer, which is what the Eagle drafter was trained to read
+    (research/llamagen-fidelity.md, difference 1). The image tokens never see padded slots.
+    """
+    causal = torch.ones(valid.numel(), valid.numel(), dtype=torch.bool, device=valid.device).tril()
+    mask = causal & valid[None, :]
+    return mask | (causal & ~mask.any(dim=1, keepdim=True))
+
+
 class LlamaGenT2I(nn.Module):
     """LlamaGen text-to-image transformer.
 
@@ -92,10 +106,7 @@ class LlamaGenT2I(nn.Module):
         if guidance:  # row 1: the learned unconditional caption, not masked (lantern.md §2.2 step 4)
             emb = torch.cat([emb, self.caption.uncond.to(dtype).unsqueeze(0)])
         x = self.caption(emb)  # (G, C, D)
-        # both rows use the prompt's padding mask (§2.2 step 6); a padded slot that can see nothing
-        # attends to every caption slot (uniform, q = k = 0 there); only padded slots' features change
-        mask = torch.ones(C, C, dtype=torch.bool, device=self.device).tril() & valid[None, :]
-        mask |= ~mask.any(dim=1, keepdim=True)
+        mask = caption_mask(valid)  # (C, C); both rows use the prompt's padding mask (§2.2 step 6)
         self._prefix_mask = valid
         no_rotation = torch.full((C,), -1, dtype=torch.long, device=self.device)
         h = self._run(x, no_rotation, 0, mask)  # (G, C, D)
