@@ -119,36 +119,34 @@ class LabSample:
 
 
 class Lab:
-    """Model handles, the classifier and the sample cache of the quality lab; `run` streams a grid.
+    """The classifier and the sample cache of the quality lab; `run` streams a grid.
 
     target, drafter, tokenizer: as the engine and the app use them (shared weights, never decoded
-    on directly: every worker decodes on its own fork). classifier: a `ResNetForImageClassification`
-    digit classifier or None. workers: threads decoding at once (2 on a 2-core machine).
+    on directly: every worker decodes on its own handle, see `run`). classifier: a
+    `ResNetForImageClassification` digit classifier or None. workers: threads decoding at once
+    (2 on a 2-core machine). The lab forks its own handles here (before anything decodes on the
+    models: `fork_models` refuses models with allocated caches); `run` may be given others.
     """
 
-    def __init__(self, target, drafter, tokenizer, num_tokens: int, classifier=None, workers: int = 2,
-                 name: str = "") -> None:
+    def __init__(self, target, drafter, tokenizer, num_tokens: int, classifier=None, workers: int = 2) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        self.tokenizer, self.num_tokens, self.classifier, self.name = tokenizer, num_tokens, classifier, name
-        self.workers = workers
-        self._handles: queue.Queue = queue.Queue()
-        for _ in range(workers):
-            self._handles.put(fork_models(target, drafter))
+        self.tokenizer, self.num_tokens, self.classifier, self.workers = tokenizer, num_tokens, classifier, workers
+        self._own = [fork_models(target, drafter) for _ in range(workers)]  # weights shared, caches own
         self._cache: OrderedDict[tuple, LabSample] = OrderedDict()
         self._lock = threading.Lock()
         self._classifier_lock = threading.Lock()
 
     # -- one sample --------------------------------------------------------------------------
-    def _decode(self, decoder: LabDecoder, row: int, column: int, cond, seed: int, sampling: SamplingConfig,
-                config: DecodeConfig) -> LabSample:
-        target, drafter = self._handles.get()
+    def _decode(self, handles: queue.Queue, decoder: LabDecoder, row: int, column: int, cond, seed: int,
+                sampling: SamplingConfig, config: DecodeConfig) -> LabSample:
+        target, drafter = handles.get()
         try:
             result = run(target, drafter if decoder.rule is not None else None, decoder.rule, cond, self.num_tokens,
                          sampling, config, seed=seed)
             nll = token_nll(target, sampling, cond, result.tokens)
         finally:
-            self._handles.put((target, drafter))
+            handles.put((target, drafter))
         image = self.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
         predicted = None
         if self.classifier is not None:
@@ -163,16 +161,25 @@ class Lab:
 
     # -- a grid ------------------------------------------------------------------------------
     def run(self, decoders: list[LabDecoder], conditions: list, seeds: list[int], sampling: SamplingConfig,
-            config: DecodeConfig | None = None, use_cache: bool = True) -> Iterator[LabSample]:
+            config: DecodeConfig | None = None, use_cache: bool = True,
+            handles: list[tuple] | None = None) -> Iterator[LabSample]:
         """Decode sample j = (conditions[j], seeds[j]) with every decoder; yield each as it finishes.
 
-        Jobs are queued row by row (all decoders of sample 0 first), so rows complete in order as far
-        as the workers allow. Closing the iterator (a cancelled request) drops the jobs not started.
+        handles: (target, drafter) pairs with their own KV caches (e.g. an app lane); the first
+        `workers` are used; None = the lab's own forks. Jobs are queued row by row (all decoders of
+        sample 0 first), so rows complete in order as far as the workers allow. Closing the iterator
+        (a cancelled request) drops the jobs not started and waits for the running ones.
         """
         if len(conditions) != len(seeds):
             raise ValueError(f"one seed per condition: got {len(conditions)} conditions and {len(seeds)} seeds")
         config = config or DecodeConfig()
-        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="coolsd-lab")
+        handles = self._own if handles is None else handles
+        if not handles:
+            raise ValueError("the lab needs at least one (target, drafter) handle")
+        free: queue.Queue = queue.Queue()
+        for pair in handles[: self.workers]:
+            free.put(pair)
+        pool = ThreadPoolExecutor(max_workers=free.qsize(), thread_name_prefix="coolsd-lab")
         done: queue.Queue = queue.Queue()
         try:
             for row, (cond, seed) in enumerate(zip(conditions, seeds)):
@@ -183,7 +190,7 @@ class Lab:
                     if hit is not None:
                         done.put(dataclasses.replace(hit, row=row, column=column, cached=True))
                         continue
-                    future = pool.submit(self._decode, decoder, row, column, cond, seed, sampling, config)
+                    future = pool.submit(self._decode, free, decoder, row, column, cond, seed, sampling, config)
                     future.add_done_callback(lambda f, key=key, d=decoder.key: self._finish(f, key, d, done))
             for _ in range(len(conditions) * len(decoders)):
                 item = done.get()
