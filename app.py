@@ -22,6 +22,7 @@ import logging  # noqa: E402
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
+from coolsd.fetch import fetch_on_start  # noqa: E402
 from coolsd.ui import controls, how, lab, race, schedule, theory  # noqa: E402
 from coolsd.ui.context import MAX_PROMPT_CHARS, Context, default_model_choice, load_model  # noqa: E402
 
@@ -34,6 +35,7 @@ CSS = """
 #header {margin-bottom: 0}
 """
 
+fetch_on_start()  # downloads LlamaGen only when $COOLSD_FETCH_LLAMAGEN asks (a Space sets it), in a child process
 CTX = Context(load_model(default_model_choice()), workers=WORKERS)
 if CTX.device.type == "cpu":
     torch.set_num_threads(1)  # small models decode faster single-threaded (and leave a core to the server)

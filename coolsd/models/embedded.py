@@ -6,6 +6,8 @@ Sequence layout (set by `coolsd.train.target.target_config`): [class token] + im
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 from transformers import LlamaForCausalLM
@@ -43,6 +45,12 @@ class LlamaClassTarget:
     @property
     def length(self) -> int:
         return self.stack.length - self.prefix_len
+
+    def fork(self) -> LlamaClassTarget:
+        """Same weights, own empty cache."""
+        new = copy.copy(self)
+        new.stack = self.stack.fork()
+        return new
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
         cfg = self.model.config

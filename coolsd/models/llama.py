@@ -15,6 +15,8 @@ Two ways to run a call (same weights, same cache):
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -75,6 +77,12 @@ class LayerStack:
         self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
+
+    def fork(self) -> LayerStack:
+        """Same fused weights and tables (shared, not copied), own empty cache."""
+        new = copy.copy(self)
+        new.k, new.v, new.length = None, None, 0
+        return new
 
     def reset(self, rows: int, device, dtype) -> None:
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)

@@ -6,6 +6,7 @@ Architecture from research/lantern.md §2 (GPT-XL T2I stage I). Layout of the ca
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -67,6 +68,12 @@ class LlamaGenT2I(nn.Module):
     @property
     def length(self) -> int:
         return self._length
+
+    def fork(self) -> LlamaGenT2I:
+        """An independent handle: the same modules and weights (a shallow copy), its own empty cache."""
+        new = copy.copy(self)
+        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None)
+        return new
 
     def _run(self, x: Tensor, positions: Tensor, start: int, mask: Tensor) -> Tensor:
         """x (G, n, D) at cache slots [start, start + n) -> final-normed features (G, n, D)."""
