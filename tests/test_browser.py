@@ -32,7 +32,7 @@ pytestmark = [
 WATCH_IMAGES = """() => {
   window.__srcs = {};
   const record = () => {
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < 5; i++) {
       const img = document.querySelector(`#img-${i} img`);
       const list = (window.__srcs[i] = window.__srcs[i] || []);
       if (img && img.src && list[list.length - 1] !== img.src) list.push(img.src);
@@ -48,11 +48,12 @@ WATCH_IMAGES = """() => {
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
     import app
+    from coolsd.ui import race as race_ui
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(app, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
-    mp.setattr(app, "FRAME_SHARE", 1.0)
-    mp.setattr(app, "PLOT_EVERY_S", 0.3)
+    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
+    mp.setattr(race_ui, "FRAME_SHARE", 1.0)
+    mp.setattr(race_ui, "PLOT_EVERY_S", 0.3)
     _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
     yield url
     app.demo.close()
@@ -84,10 +85,11 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#plot-len .main-svg", timeout=30_000)
             changes = page.evaluate("() => window.__srcs")
             # each decoder image: the placeholder, then several streamed blocks
-            for i in range(4):
+            for i in (0, 1, 2, 4):  # the default racers' slots and vanilla AR's (slot 3 is unused)
                 assert len(changes[str(i)]) >= 3, (i, len(changes[str(i)]))
+            assert not page.locator("#img-3").is_visible()
             stats = page.locator("#stats").inner_text()
-            assert f"{app.MODEL.num_tokens} / {app.MODEL.num_tokens}" in stats
+            assert f"{app.CTX.model.num_tokens} / {app.CTX.model.num_tokens}" in stats
             assert page.locator("#plot-acc .scatterlayer .trace").count() >= 3
             page.wait_for_timeout(300)
             shot = os.environ.get("COOLSD_SCREENSHOT") or str(tmp_path / "screenshot.png")
@@ -110,7 +112,9 @@ def _stop_within_a_second(page, app):
     """Stop mid-race (a slowed-down model): the page says so and the server frees the race within a second."""
     import time
 
-    real_generate = app.generate
+    from coolsd.ui import race as race_ui
+
+    real_generate = race_ui.generate
 
     def slow_generate(*args, **kw):
         for event in real_generate(*args, **kw):
@@ -118,7 +122,7 @@ def _stop_within_a_second(page, app):
             yield event
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(app, "generate", slow_generate)
+    mp.setattr(race_ui, "generate", slow_generate)
     try:
         page.locator("#gen-btn").click()
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Racing')",
@@ -127,9 +131,9 @@ def _stop_within_a_second(page, app):
         page.locator("#stop-btn").click()
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
                                timeout=5_000)
-        while app.LANES.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
+        while app.CTX.lanes.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
             time.sleep(0.01)
-        assert time.perf_counter() - t0 < 1.0 and app.LANES.qsize() == app.WORKERS
+        assert time.perf_counter() - t0 < 1.0 and app.CTX.lanes.qsize() == app.WORKERS
         page.wait_for_timeout(500)
         assert "Stopped" in page.locator("#stats").inner_text()  # no frame arrived after the stop
     finally:

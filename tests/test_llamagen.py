@@ -20,8 +20,10 @@ from coolsd.models.llamagen import (
     VQ16Tokenizer,
     find_llamagen,
     load_llamagen,
+    load_original_target,
 )
 from coolsd.models.llamagen.caption import left_pad
+from coolsd.models.llamagen.clean import clean_caption, clean_caption_once
 from coolsd.models.llamagen.layers import apply_rope, rope_2d
 from coolsd.models.llamagen.loaders import load_drafter, load_target, load_vq
 from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
@@ -72,8 +74,24 @@ def caption() -> torch.Tensor:
     return torch.randn(C, E, generator=torch.Generator().manual_seed(2))
 
 
-def reference_logits(model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tensor, guidance: bool) -> torch.Tensor:
-    """Whole sequence without a cache, RoPE as complex multiplication: (G, n + 1, V), row 0 predicts token 0."""
+def additive_mask(allowed: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """bool -> float32 additive mask: 0 where allowed, the minimum of `dtype` elsewhere."""
+    return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def reference_forward(
+    model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tensor, guidance: bool, padded: str = "lantern"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole sequence without a cache, RoPE as complex multiplication.
+
+    Returns logits (G, n + 1, V) (row 0 predicts token 0) and final-normed features (G, C + n, D).
+    `padded` says how caption slots are masked: "lantern" adds LANTERN's two float masks, causal at the
+    float32 minimum and padding at the bfloat16 minimum (its default precision), in float32: a left-
+    padded slot then sees the padded slots before it (their sum overflows to -inf; a future valid
+    slot sits at the lower float32 minimum and gets no weight),
+    "eye" lets a padded slot see itself only (LlamaGen's `generate`), "all" lets a slot that sees
+    nothing see every slot (this project before the fix).
+    """
     cfg, n = model.config, ids.numel()
     heads, hd, S = cfg.num_attention_heads, cfg.head_dim, C + n
     rows = [cap.emb * cap.mask[:, None]] + ([model.caption.uncond] if guidance else [])
@@ -86,8 +104,15 @@ def reference_logits(model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tenso
         dim=1,
     )
     rot = torch.cat([torch.zeros(C, hd // 2, dtype=torch.complex64), torch.polar(torch.ones_like(angle), angle)])
-    allowed = torch.ones(S, S, dtype=torch.bool).tril() & torch.cat([cap.mask, torch.ones(n, dtype=torch.bool)])
-    allowed |= ~allowed.any(1, keepdim=True)
+    causal = torch.ones(S, S, dtype=torch.bool).tril()
+    valid = torch.cat([cap.mask, torch.ones(n, dtype=torch.bool)])
+    if padded == "lantern":
+        bias = additive_mask(causal) + additive_mask(valid[None, :].expand(S, S), torch.bfloat16)
+    else:
+        allowed = causal & valid
+        empty = ~allowed.any(1, keepdim=True)
+        allowed |= (torch.eye(S, dtype=torch.bool) & empty) if padded == "eye" else empty
+        bias = additive_mask(allowed)
 
     def turn(t):  # (G, S, heads, hd) -> same, pairs (2j, 2j+1) rotated
         pairs = torch.view_as_complex(t.reshape(G, S, heads, hd // 2, 2).contiguous())
@@ -97,11 +122,16 @@ def reference_logits(model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tenso
         h = layer.norm_attn(x)
         q, k, v = (proj(h).view(G, S, heads, hd) for proj in (layer.attn.q, layer.attn.k, layer.attn.v))
         scores = torch.einsum("gshd,gthd->ghst", turn(q), turn(k)) / math.sqrt(hd)
-        weights = scores.masked_fill(~allowed, -math.inf).softmax(-1)
+        weights = (scores + bias).softmax(-1)
         out = torch.einsum("ghst,gthd->gshd", weights, v).reshape(G, S, D)
         x = x + layer.attn.o(out)
         x = x + layer.mlp(layer.norm_mlp(x))
-    return model.head(model.norm(x)[:, C - 1 :]).float()
+    features = model.norm(x)
+    return model.head(features[:, C - 1 :]).float(), features
+
+
+def reference_logits(model: LlamaGenT2I, cap: CaptionEmbedding, ids: torch.Tensor, guidance: bool) -> torch.Tensor:
+    return reference_forward(model, cap, ids, guidance)[0]
 
 
 # --- target ---------------------------------------------------------------------------------
@@ -169,6 +199,38 @@ def test_padded_caption_slots_are_ignored(target, caption):
     first = target.start(noisy, True)
     out = target.forward(ids, torch.arange(3))
     torch.testing.assert_close(torch.cat([first.logits, out.logits], 1), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_padded_caption_features_are_exactly_zero_in_the_cond_row(target, caption):
+    cap = left_pad(caption, torch.tensor([True, True, False, False, False, False]))  # 4 padded slots
+    target.start(cap, True)
+    features = target.prefix_hidden  # (2, C, D)
+    assert features[0, :4].abs().max() == 0  # exactly zero, as upstream
+    assert features[1, :4].abs().min() > 0  # the uncond row holds the learned caption there
+    _, lantern = reference_forward(target, cap, torch.tensor([1]), True, padded="lantern")
+    torch.testing.assert_close(features, lantern[:, :C], atol=1e-5, rtol=1e-5)
+    _, eye = reference_forward(target, cap, torch.tensor([1]), True, padded="eye")  # LlamaGen's generate
+    torch.testing.assert_close(features[0], eye[0, :C], atol=1e-5, rtol=1e-5)  # same cond row
+    _, old = reference_forward(target, cap, torch.tensor([1]), True, padded="all")
+    assert old[0, :4].abs().max() > 0.1  # what the previous mask produced
+
+
+def test_drafter_reads_the_padded_features_as_lantern_does(target, drafter, caption):
+    """The drafter's prefix holds the target's caption features; with the old mask its answer changes."""
+    cap = left_pad(caption, torch.tensor([True, True, False, False, False, False]))
+    first = target.start(cap, True)
+    token, position = torch.tensor([4]), torch.tensor([0])
+    drafter.start(cap, True)
+    ours = drafter.forward(token, first.hidden, position).logits
+    answers = {}
+    for padded in ("lantern", "all"):
+        _, features = reference_forward(target, cap, token, True, padded=padded)
+        target.prefix_hidden = features[:, :C]  # what the drafter's prefix reads
+        drafter.start(cap, True)
+        answers[padded] = drafter.forward(token, first.hidden, position).logits
+    torch.testing.assert_close(ours, answers["lantern"], atol=1e-4, rtol=1e-4)
+    assert (ours - answers["all"]).abs().max() > 1e-2
+    assert (ours.argmax(-1) != answers["all"].argmax(-1)).any() or (ours - answers["all"]).abs().max() > 0.1
 
 
 def test_crop_and_keep_equal_recompute(target, caption):
@@ -462,6 +524,9 @@ def test_find_and_load_llamagen(weights_dir, monkeypatch, tmp_path):
     bundle = load_llamagen(device="cpu", k_max=4, vq_config=TINY_VQ)
     assert bundle.grid == (4, 4) and bundle.conditioning == "text" and bundle.name == "LlamaGen T2I (8 px)"
     assert bundle.neighbours.shape == (V, 5) and bundle.neighbours.dtype == torch.int64
+    raw = published_vq()["quantize.embedding.weight"]
+    assert torch.equal(bundle.neighbours, neighbour_table(raw, k_max=4))  # LANTERN's ranking by default
+    assert not torch.equal(bundle.neighbours, neighbour_table(raw, k_max=4, normalise=True))
     assert isinstance(bundle.target, TokenModel) and bundle.drafter.target is bundle.target
     assert bundle.target.start("a red dog", True).logits.shape == (2, 1, V)
 
@@ -477,7 +542,7 @@ def test_t5_prompt_path(weights_dir):
 # --- a full speculative generation through the engine -----------------------------------------
 
 
-@pytest.mark.parametrize("tree", [None, "binary-2"])
+@pytest.mark.parametrize("tree", [None, "binary-2", "lantern-57"])
 def test_engine_generation_each_rule(target, drafter, caption, tree):
     from coolsd.engine import DecodeConfig, run
     from coolsd.rules import make_rule
@@ -502,3 +567,242 @@ def test_engine_generation_each_rule(target, drafter, caption, tree):
     vanilla = run(target, None, None, caption, 16, greedy, config, seed=0)
     for rule in rules:
         assert torch.equal(run(target, drafter, rule, caption, 16, greedy, config, seed=0).tokens, vanilla.tokens)
+
+
+# --- caption cleaning, LANTERN's static tree, neighbour ranking ---------------------------------
+
+# (prompt, what upstream's cleaner gives after its two passes), read off LlamaGen's `language/t5.py`
+CLEANED = [
+    ("A photo of a cat, see https://example.com/cats?id=3 for more", "a photo of a cat, see ?id=3 for more"),
+    ("visit www.catpics.org/gallery today", "visit today"),
+    ("Thanks @john_doe99 for the photo", "thanks for the photo"),
+    ("<p>A <b>red</b> apple &amp; a pear</p>", "a red apple a pear"),
+    ("a 2x2 grid of tiles", "a grid of tiles"),
+    ("a poster 1.5×3 meters", "a poster meters"),
+    ("the u.s. flag", "the u. s. flag"),
+    ("a cat 猫 sitting on a mat", "a cat sitting on a mat"),
+    ("a happy dog 🐶 in the park!!!", "a happy dog 🐶 in the park!!!"),
+    ("wait... what???", "wait what???"),
+    ("my-cute-little-cat-photo", "my cute little cat photo"),
+    ("an image file IMG_1234.jpg of a bridge", "an image file of a bridge"),
+    ("“Quoted” text — with an em dash", '"quoted" text - with an em dash'),
+    ("'a lone quoted caption'", "a lone quoted caption"),
+    ("product ab1234 free shipping worldwide", "product worldwide"),
+    ("server at 192.168.0.1 glowing", "server at glowing"),
+    ("A  Red   Cat ", "a red cat"),
+    ("caf%C3%A9+latte art", "café latte art"),
+    ("a robot (with a hat) [3d render] {cute} | blue", "a robot with a hat 3d render cute blue"),
+]
+
+
+@pytest.mark.parametrize("prompt, cleaned", CLEANED)
+def test_caption_cleaning_matches_upstream(prompt, cleaned):
+    assert clean_caption(prompt) == cleaned
+    assert clean_caption(cleaned) == cleaned  # stable on its own output for these
+
+
+@pytest.mark.parametrize(
+    "prompt, once, twice",
+    [
+        ("&lt;b&gt;bold&lt;/b&gt; cat", "<b>bold< b> cat", "bold< b> cat"),  # escaped tags surface in pass 1
+        ("_'a cat'", "'a cat", "a cat"),  # one stray mark per pass
+    ],
+)
+def test_caption_cleaning_runs_twice_as_upstream(prompt, once, twice):
+    assert clean_caption_once(prompt) == once
+    assert clean_caption(prompt) == twice == clean_caption_once(once)
+
+
+def test_t5_encoder_cleans_prompts(weights_dir):
+    encoder = T5CaptionEncoder(weights_dir / "t5", max_length=C)
+    plain = encoder("a red cat")
+    for noisy in ("A <b>Red</b> cat @someone", "a red cat https://cats.com/x", "A 2x2 red cat"):
+        torch.testing.assert_close(encoder(noisy).emb, plain.emb)
+
+
+def test_lantern_static_tree_shape():
+    from collections import Counter
+
+    from coolsd.tree import NAIVE_EXTEND_57, TREES, validate
+
+    assert TREES["lantern-57"] is NAIVE_EXTEND_57
+    assert len(NAIVE_EXTEND_57) == len(set(NAIVE_EXTEND_57)) == 57
+    validate(NAIVE_EXTEND_57)
+    assert sorted(Counter(map(len, NAIVE_EXTEND_57)).items()) == [(1, 5), (2, 13), (3, 16), (4, 14), (5, 9)]
+    children = Counter(path[:-1] for path in NAIVE_EXTEND_57)
+    assert [children[p] for p in [(), (0,), (1,), (2,), (3,), (4,)]] == [5, 4, 3, 3, 2, 1]
+    assert [children[p] for p in [(0, 0), (0, 0, 0), (0, 0, 0, 0)]] == [4, 4, 3]
+    assert max(NAIVE_EXTEND_57, key=len) == (0, 0, 0, 0, 0)
+
+
+def test_neighbours_ranked_on_raw_codes_as_lantern():
+    gen = torch.Generator().manual_seed(9)
+    codebook = torch.randn(40, 3, generator=gen) * torch.rand(40, 1, generator=gen) * 3  # codes of mixed norms
+    table = neighbour_table(codebook, k_max=6)
+    distance = torch.cdist(codebook, codebook).fill_diagonal_(math.inf)
+    assert torch.equal(table, distance.argsort(dim=1, stable=True)[:, :7])  # raw Euclidean, nearest first
+    cosine = neighbour_table(codebook, k_max=6, normalise=True)  # the option: unit codes
+    assert not torch.equal(cosine, table)
+    unit = torch.nn.functional.normalize(codebook, dim=-1)
+    assert torch.equal(cosine, torch.cdist(unit, unit).fill_diagonal_(math.inf).argsort(dim=1, stable=True)[:, :7])
+
+
+# --- LlamaGen's own checkpoint layout ---------------------------------------------------------
+
+
+def original_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The converted names of `published_target()` renamed to LlamaGen's gpt.py names, q/k/v fused."""
+    out = {
+        "tok_embeddings.weight": state["model.embed_tokens.weight"],
+        "norm.weight": state["model.norm.weight"],
+        "output.weight": state["lm_head.weight"],
+    }
+    for name in ("cap_proj.fc1.weight", "cap_proj.fc2.weight", "uncond_embedding"):
+        out[f"cls_embedding.{name}"] = state[f"model.cls_embedding.{name}"]
+    for i in range(2):
+        layer = f"model.layers.{i}"
+        out[f"layers.{i}.attention.wqkv.weight"] = torch.cat(
+            [state[f"{layer}.self_attn.{x}_proj.weight"] for x in "qkv"]
+        )
+        out[f"layers.{i}.attention.wo.weight"] = state[f"{layer}.self_attn.o_proj.weight"]
+        for theirs, ours in (("w1", "gate"), ("w3", "up"), ("w2", "down")):
+            out[f"layers.{i}.feed_forward.{theirs}.weight"] = state[f"{layer}.mlp.{ours}_proj.weight"]
+        out[f"layers.{i}.attention_norm.weight"] = state[f"{layer}.input_layernorm.weight"]
+        out[f"layers.{i}.ffn_norm.weight"] = state[f"{layer}.post_attention_layernorm.weight"]
+    return out
+
+
+def save_original(path, state, entry="model"):
+    import argparse
+
+    torch.save({entry: state, "args": argparse.Namespace(gpt_model="GPT-XL"), "steps": 10}, path)
+
+
+def test_both_target_layouts_give_the_same_logits(weights_dir, tmp_path, caption):
+    from coolsd.models.llamagen.loaders import original_config
+
+    state = original_layout(published_target())
+    save_original(tmp_path / "t2i_tiny_256.pt", state)
+    config = original_config(state, block_size=16)
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (D, 2, 48)
+    assert (config.caption_dim, config.cls_token_num, config.rms_norm_eps) == (E, C, 1e-5)
+    assert config.num_attention_heads == 1  # hidden / 64, at least one
+    converted = load_target(weights_dir / "target")
+    original = load_original_target(tmp_path / "t2i_tiny_256.pt", config=converted.config)
+    for name, tensor in converted.state_dict().items():
+        assert torch.equal(tensor, original.state_dict()[name]), name
+    ids = torch.tensor([3, 1, 4, 1])
+    for model in (converted, original):
+        first = model.start(caption, True)
+        model.logits = torch.cat([first.logits, model.forward(ids, torch.arange(4)).logits], 1)
+    torch.testing.assert_close(converted.logits, original.logits, atol=0, rtol=0)
+    # a folder holding only the .pt is read as the original layout; block size from the name (256 px)
+    (tmp_path / "folder").mkdir()
+    save_original(tmp_path / "folder" / "t2i_XL_stage1_256.pt", state, entry="module")
+    from_folder = load_target(tmp_path / "folder")
+    assert from_folder.config.block_size == 256 and from_folder.config.rms_norm_eps == 1e-5
+    torch.testing.assert_close(from_folder.head.weight, converted.head.weight, atol=0, rtol=0)
+
+
+def test_original_config_reads_gpt_xl_widths():
+    """LlamaGen-XL's own state dict (meta tensors, no memory): widths from shapes, grid from the file name."""
+    from coolsd.models.llamagen.layout import VQ_FACTOR, resolution_from_name
+    from coolsd.models.llamagen.loaders import original_config, original_target_key_map
+
+    xl = LlamaGenConfig()  # GPT-XL T2I defaults: 1280 wide, 36 layers, 20 heads, SwiGLU 3584
+    with torch.device("meta"):
+        ours = LlamaGenT2I(xl).state_dict()
+    state = {}
+    for theirs, names in original_target_key_map(xl).items():
+        names = (names,) if isinstance(names, str) else names
+        shape = (sum(ours[n].shape[0] for n in names), *ours[names[0]].shape[1:])
+        state[theirs] = torch.empty(shape, device="meta")
+    for name, pixels in (("t2i_XL_stage1_256.pt", 256), ("t2i_XL_stage2_512.pt", 512)):
+        assert resolution_from_name(name) == pixels
+        config = original_config(state, (pixels // VQ_FACTOR) ** 2)
+        assert config.grid == (pixels // 16,) * 2
+        assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (1280, 36, 20)
+        assert (config.intermediate_size, config.caption_dim, config.cls_token_num) == (3584, 2048, 120)
+    assert resolution_from_name("t2i_XL.pt") is None
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ("drop", r"missing keys \(1\): layers.1.feed_forward.w3.weight"),
+        ("rename", r"unexpected keys \(1\): layers.1.feed_forward.w4.weight"),
+        ("fused", r"shape mismatches \(1\): layers.0.attention.wqkv.weight \(64, 32\) vs layers.0.attn.q.weight"),
+        ("wrapper", r"'model', 'module' or 'state_dict' entry"),
+    ],
+)
+def test_wrong_original_checkpoint_fails_clearly(tmp_path, change, expected):
+    state = original_layout(published_target())
+    if change == "drop":
+        del state["layers.1.feed_forward.w3.weight"]
+    elif change == "rename":
+        state["layers.1.feed_forward.w4.weight"] = state.pop("layers.1.feed_forward.w3.weight")
+    elif change == "fused":
+        state["layers.0.attention.wqkv.weight"] = state["layers.0.attention.wqkv.weight"][:64]
+    path = tmp_path / "t2i.pt"
+    if change == "wrapper":
+        torch.save({"weights": state}, path)
+    else:
+        save_original(path, state)
+    with pytest.raises(CheckpointMismatch, match=expected):
+        load_original_target(path, config=LlamaGenConfig(**TINY))
+
+
+# --- folder layout: resolutions side by side ----------------------------------------------------
+
+
+def nested_layout(root, weights_dir, resolutions=(256, 512)):
+    """ROOT/t5, ROOT/vq_ds16_t2i.pt, ROOT/<res>/target + drafter (copies of the tiny flat folder)."""
+    import shutil
+
+    shutil.copytree(weights_dir / "t5", root / "t5")
+    shutil.copy(weights_dir / "vq_ds16_t2i.pt", root / "vq_ds16_t2i.pt")
+    for res in resolutions:
+        for part in ("target", "drafter"):
+            shutil.copytree(weights_dir / part, root / str(res) / part)
+    return root
+
+
+def test_resolutions_side_by_side(weights_dir, tmp_path, monkeypatch):
+    from coolsd.models.llamagen import available_resolutions
+
+    monkeypatch.delenv("COOLSD_LLAMAGEN_DIR", raising=False)
+    assert available_resolutions() == []
+    root = nested_layout(tmp_path / "lg", weights_dir)
+    assert available_resolutions(root) == [256, 512]
+    (root / "512" / "drafter" / "pytorch_model.bin").unlink()
+    assert available_resolutions(root) == [256]
+    with pytest.raises(FileNotFoundError, match=r"512 px\) lacks drafter"):
+        load_llamagen(root, resolution=512, vq_config=TINY_VQ)
+    with pytest.raises(FileNotFoundError, match="python -m coolsd.fetch llamagen --resolution 512"):
+        load_llamagen(tmp_path, resolution=512)
+    monkeypatch.setenv("COOLSD_LLAMAGEN_DIR", str(root))
+    assert find_llamagen() == root and available_resolutions() == [256]
+    first = load_llamagen(resolution=256, k_max=4, vq_config=TINY_VQ)
+    second = load_llamagen(resolution=256, k_max=4, vq_config=TINY_VQ, caption_encoder=first.target.caption_encoder)
+    assert second.target.caption_encoder is first.target.caption_encoder  # one T5 shared
+    assert first.default_sampling.cfg_scale == 7.5 and first.default_sampling.top_k == 1000
+
+
+def test_prompt_checks():
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS, check_prompt, clean_prompt
+
+    assert len(EXAMPLE_PROMPTS) >= 4
+    for prompt in EXAMPLE_PROMPTS:
+        assert check_prompt(prompt) == prompt and clean_prompt(prompt)
+    assert check_prompt("  a red cat  ") == "a red cat"
+    assert clean_prompt("A <b>Red</b> Cat") == "a red cat"
+    for bad, message in [
+        ("", "type a prompt"),
+        ("   ", "type a prompt"),
+        (None, "must be text"),
+        ("x" * 501, "501 characters"),
+        ("http://x.com @someone", "nothing is left"),
+        ("猫", "nothing is left"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            check_prompt(bad)

@@ -7,6 +7,8 @@ the target's, shared at run time by `EagleDrafter`, which implements the engine'
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, PreTrainedModel
@@ -52,7 +54,8 @@ class EagleDrafter:
         self.vocab_size = lm_head.shape[0]
         self.embed = embed.detach()
         self.lm_head = lm_head.detach()
-        self.fc_w = head.fc.weight.detach()
+        self.head_t = self.lm_head.T.contiguous()  # (D, V): every product below is `x @ w`
+        self.fc_t = head.fc.weight.detach().T.contiguous()  # (2D, D)
         self.fc_b = head.fc.bias.detach()
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
@@ -60,6 +63,12 @@ class EagleDrafter:
     @property
     def length(self) -> int:
         return self.stack.length
+
+    def fork(self, target=None) -> EagleDrafter:
+        """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""
+        new = copy.copy(self)
+        new.stack = self.stack.fork()
+        return new
 
     def start(self, cond, guidance: bool) -> None:
         self.stack.reset(2 if guidance else 1, self.device, self.embed.dtype)
@@ -69,10 +78,11 @@ class EagleDrafter:
         """ids, positions (n,); hidden (G, n, D) feature before each id (required: Eagle reads features)."""
         if hidden is None:
             raise ValueError("an Eagle drafter needs the feature before every token")
-        e = self.embed[ids][None].expand(hidden.shape[0], -1, -1)
-        x = torch.cat([e, hidden.to(e.dtype)], dim=-1) @ self.fc_w.T + self.fc_b
-        out = self.stack.forward(x, positions + 1, mask)  # (G, n, D) predicted features
-        return ModelStep(logits=out @ self.lm_head.T, hidden=out)
+        g, n, d = hidden.shape
+        e = self.embed[ids][None].expand(g, -1, -1)
+        x = torch.addmm(self.fc_b, torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d), self.fc_t)
+        out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) predicted features
+        return ModelStep(logits=out @ self.head_t, hidden=out)
 
     def crop(self, length: int, keep: Tensor | None = None) -> None:
         self.stack.crop(length, keep)

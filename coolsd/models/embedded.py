@@ -6,6 +6,8 @@ Sequence layout (set by `coolsd.train.target.target_config`): [class token] + im
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 from transformers import LlamaForCausalLM
@@ -38,10 +40,17 @@ class LlamaClassTarget:
         self.embed = model.model.embed_tokens.weight.detach()
         self.norm_w = model.model.norm.weight.detach()
         self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only
+        self.head_t = self.head.T.contiguous()  # (D, V)
 
     @property
     def length(self) -> int:
         return self.stack.length - self.prefix_len
+
+    def fork(self) -> LlamaClassTarget:
+        """Same weights, own empty cache."""
+        new = copy.copy(self)
+        new.stack = self.stack.fork()
+        return new
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
         cfg = self.model.config
@@ -52,7 +61,7 @@ class LlamaClassTarget:
 
     def _out(self, h: Tensor) -> ModelStep:
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
-        return ModelStep(logits=feat @ self.head.T, hidden=feat)
+        return ModelStep(logits=feat @ self.head_t, hidden=feat)
 
     @torch.no_grad()
     def start(self, cond: int, guidance: bool) -> ModelStep:

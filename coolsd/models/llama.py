@@ -1,17 +1,28 @@
 """A lean static-KV-cache forward over a transformers `LlamaForCausalLM`'s own weights.
 
 Stock `LlamaForCausalLM` + `DynamicCache` costs 1.5-2x more per step on a 2-core CPU for small
-models (per-layer dispatch overhead). This module reads the SAME modules' weights (fused q/k/v and
-gate/up copies), keeps a pre-allocated cache, and supports any attention mask over cache slots
+models (per-layer dispatch overhead). `LayerStack` reads the SAME modules' weights once into fused
+copies (q/k/v in one matrix, gate/up in one, each RMSNorm weight folded into the projection after
+it), keeps a pre-allocated cache and RoPE tables, and supports any attention mask over cache slots
 (tree verification) and cheap rollback. `tests/test_models.py` checks it equals HF logits.
+
+Two ways to run a call (same weights, same cache):
+- eager (`forward`): exact shapes, attention over the slots in use; the CPU default;
+- static (`forward_static`): a fixed block of N rows written at slots given as a tensor, attention
+  over the whole cache with a (N, S) mask; shapes never change, so a call can be captured once as a
+  CUDA graph and replayed (`coolsd.models.static`).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
+
+ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
 
 
 def rope_tables(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
@@ -23,7 +34,7 @@ def rope_tables(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor,
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (G, h, n, hd) rotated by the (n, hd) tables."""
+    """x (G, h, n, hd) rotated by the (n, hd) tables (reference form, HF's rotate_half)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
@@ -33,7 +44,7 @@ class LayerStack:
     """Decoder layers of a Llama with a static KV cache of `max_slots` slots and G guidance rows.
 
     Args:
-        layers: the `LlamaDecoderLayer` modules (weights are read, not copied for norms).
+        layers: the `LlamaDecoderLayer` modules (their weights are read once into fused copies).
         config: their `LlamaConfig`.
         max_slots: cache capacity in tokens (prefix included).
     """
@@ -47,65 +58,99 @@ class LayerStack:
             config, "rope_theta", 10000.0)
         self.eps = config.rms_norm_eps
         self.max_slots = max_slots
-        self.blocks = []
-        for layer in layers:
-            att, mlp = layer.self_attn, layer.mlp
-            self.blocks.append({
-                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "qkv": torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
-                "o": att.o_proj.weight.detach(),
-                "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
-                "down": mlp.down_proj.weight.detach(),
-            })
-        self.k: Tensor | None = None
+        # per layer: (qkv (D, (h + 2 h_kv) hd), o (h hd, D), gate_up (D, 2 I), down (I, D)), stored
+        # transposed so every product is `x @ w`; RMSNorm weights folded into the matrix after them
+        self.blocks: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        with torch.no_grad():
+            for layer in layers:
+                att, mlp = layer.self_attn, layer.mlp
+                ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+                qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]) * ln1
+                gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]) * ln2
+                self.blocks.append((qkv.T.contiguous(), att.o_proj.weight.T.contiguous(),
+                                    gate_up.T.contiguous(), mlp.down_proj.weight.T.contiguous()))
+        w = self.blocks[0][0]
+        cos, sin = rope_tables(torch.arange(max_slots + ROPE_MARGIN, device=w.device), self.head_dim, self.theta)
+        half = self.head_dim // 2
+        self.cos = cos.to(w.dtype)  # (P, hd)
+        self.sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).to(w.dtype)  # signed for `_rope`
+        self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
 
+    def fork(self) -> LayerStack:
+        """Same fused weights and tables (shared, not copied), own empty cache."""
+        new = copy.copy(self)
+        new.k, new.v, new.length = None, None, 0
+        return new
+
     def reset(self, rows: int, device, dtype) -> None:
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)
-        if self.k is None or self.k.shape != shape or self.k.device != device:
+        if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
             self.k = torch.zeros(shape, device=device, dtype=dtype)
             self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0
 
-    def _norm(self, x: Tensor, w: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), w, self.eps)
+    def _norm(self, x: Tensor) -> Tensor:
+        """RMSNorm without its weight (folded into the next matrix)."""
+        return F.rms_norm(x, (x.shape[-1],), None, self.eps)
+
+    def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """x (G, n, heads, hd); cos, sin (n, 1, hd): rotate-half as a roll by hd/2 times the signed sin."""
+        return torch.addcmul(x * cos, x.roll(self.head_dim // 2, -1), sin)
+
+    def _layers(self, x: Tensor, positions: Tensor, write, keys_upto: int | None, attn_mask: Tensor | None) -> Tensor:
+        """The shared body of both paths. x (G, n, D); `write(i, k, v)` stores layer i's new keys/values
+        (G, h_kv, n, hd); attention reads slots [0, keys_upto) (None: all). Returns (G, n, D)."""
+        g, n, d = x.shape
+        hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (n, 1, hd)
+        x = x.reshape(g * n, d)
+        for i, (w_qkv, w_o, w_gate_up, w_down) in enumerate(self.blocks):
+            qkv = (self._norm(x) @ w_qkv).view(g, n, hq + 2 * hk, hd)
+            qk = self._rope(qkv[:, :, : hq + hk], cos, sin).transpose(1, 2)  # (G, hq + hk, n, hd)
+            write(i, qk[:, hq:], qkv[:, :, hq + hk :].transpose(1, 2))
+            keys, values = self.k[i, :, :, :keys_upto], self.v[i, :, :, :keys_upto]
+            att = F.scaled_dot_product_attention(qk[:, :hq], keys, values, attn_mask=attn_mask,
+                                                 enable_gqa=hk != hq)  # (G, hq, n, hd)
+            x = torch.addmm(x, att.transpose(1, 2).reshape(g * n, hq * hd), w_o)
+            gate, up = (self._norm(x) @ w_gate_up).chunk(2, dim=-1)
+            x = torch.addmm(x, F.silu(gate).mul_(up), w_down)
+        return x.view(g, n, d)
 
     @torch.no_grad()
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
-        """x (G, n, D) input embeddings at rope `positions` (n,); mask (n, length + n) bool or None (causal).
-
-        Appends n slots and returns the last layer's output (G, n, D), before any final norm.
+        """Eager path. x (G, n, D) input embeddings at rope `positions` (n,); mask (n, length + n) bool
+        or None (causal). Appends n slots and returns the last layer's output (G, n, D), before any final norm.
         """
-        g, n, _ = x.shape
+        n = x.shape[1]
         start, end = self.length, self.length + n
         if end > self.max_slots:
             raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
-        cos, sin = rope_tables(positions, self.head_dim, self.theta)
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if mask is None:
-            attn_mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
-        else:
-            attn_mask = mask
-        hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
-        for i, b in enumerate(self.blocks):
-            h = self._norm(x, b["ln1"])
-            qkv = h @ b["qkv"].T  # (G, n, (hq + 2 hk) hd)
-            q, k, v = qkv.split([hq * hd, hk * hd, hk * hd], dim=-1)
-            q = rotate(q.view(g, n, hq, hd).transpose(1, 2), cos, sin)  # (G, hq, n, hd)
-            k = rotate(k.view(g, n, hk, hd).transpose(1, 2), cos, sin)
+            mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
+
+        def write(i: int, k: Tensor, v: Tensor) -> None:
             self.k[i, :, :, start:end] = k
-            self.v[i, :, :, start:end] = v.view(g, n, hk, hd).transpose(1, 2)
-            keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]
-            if hk != hq:
-                keys = keys.repeat_interleave(hq // hk, dim=1)
-                values = values.repeat_interleave(hq // hk, dim=1)
-            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask)  # (G, hq, n, hd)
-            x = x + att.transpose(1, 2).reshape(g, n, hq * hd) @ b["o"].T
-            gate, up = (self._norm(x, b["ln2"]) @ b["gate_up"].T).chunk(2, dim=-1)
-            x = x + (F.silu(gate) * up) @ b["down"].T
+            self.v[i, :, :, start:end] = v
+
+        out = self._layers(x, positions, write, end, mask)
         self.length = end
-        return x
+        return out
+
+    @torch.no_grad()
+    def forward_static(self, x: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
+        """Static path. x (G, N, D) at rope `positions` (N,), written to cache slots `slots` (N,) int64;
+        mask (N, max_slots) bool over the whole cache (every row must see at least one slot).
+
+        Never reads or changes `length` (the caller owns it), never syncs with the host.
+        """
+
+        def write(i: int, k: Tensor, v: Tensor) -> None:
+            self.k[i].index_copy_(2, slots, k)
+            self.v[i].index_copy_(2, slots, v)
+
+        return self._layers(x, positions, write, None, mask)
 
     def crop(self, length: int, keep: Tensor | None = None) -> None:
         """Keep slots [0, length), then move slots `keep` (absolute, ascending) right after them."""

@@ -14,6 +14,15 @@ import torch
 STAGES = ("vq", "target", "drafter", "classifier", "export", "evaluate")
 
 
+def _part(args, name: str) -> Path:
+    """A trained part: --out/NAME when this run trained it, else the shipped one in --assets (fp16 there)."""
+    path = args.out / name
+    if not path.is_dir():
+        path = args.assets / name
+        print(f"[train] {name}: {args.out / name} missing, using the shipped {path}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m coolsd.train", description=__doc__)
     ap.add_argument("stage", choices=STAGES)
@@ -25,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--assets", type=Path, default=Path("assets/embedded"), help="export destination")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
+    dr = ap.add_argument_group("drafter stage")
+    dr.add_argument("--init", type=Path, default=None, help="warm-start the head from this save_pretrained folder")
+    dr.add_argument("--n-self", type=int, default=500, help="self-distilled target samples to train on")
+    dr.add_argument("--self-frac", type=float, default=0.5, help="fraction of each batch from self-samples")
+    dr.add_argument("--w-cls", type=float, default=0.1, help="weight of the per-row cross-entropy")
+    dr.add_argument("--w-cfg", type=float, default=0.0, help="weight of the CFG-mixed cross-entropy")
+    dr.add_argument("--w-unroll", type=float, default=0.0, help="weight of the one-step-unrolled terms")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -55,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
         train_vq(data, args.out, budget, **kw)
         return 0
-    vq = VQModel.from_pretrained(args.out / "vq").eval()
+    vq = VQModel.from_pretrained(_part(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
         from coolsd.train.target import train_target
 
@@ -65,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
 
         from coolsd.train.drafter import train_drafter
 
-        target = LlamaForCausalLM.from_pretrained(args.out / "target").eval()
-        train_drafter(vq, target, data, args.out, budget, **kw)
+        target = LlamaForCausalLM.from_pretrained(_part(args, "target"), dtype=torch.float32).eval()
+        train_drafter(vq, target, data, args.out, budget, init=args.init, n_self=args.n_self,
+                      self_frac=args.self_frac, w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, **kw)
     elif args.stage == "classifier":
         from coolsd.train.classifier import train_classifier
 

@@ -1,9 +1,21 @@
 """Stage 3: the Eagle-1 head, trained on the target's own features (self-distillation).
 
-Data: real training sequences (all augmentation offsets) mixed 50/50 with sequences the target
-generated itself with the embedded default sampling (vanilla AR through the engine). Loss, as in
-Eagle-1: smooth-L1 regression of the next target feature + 0.1 x cross-entropy of the LM head's
-prediction against the target's next-token distribution.
+Data: the target's own samples at the app's sampling settings (`selfdistill.SampleShards`, CFG 3;
+the pool grows while training), mixed with real training sequences (fraction 1 - self_frac). Every
+sequence is fed as a (class, null-class) row pair, the two rows CFG mixes at run time; the target's
+features come with the samples (real ones are computed once), so a step runs only the head.
+
+Loss per step (`drafter_losses`), averaged over the 255 predicted positions:
+- reg: smooth-L1 regression of the target's next feature (Eagle-1);
+- ce_raw: cross-entropy of each row's head logits against the target's next-token distribution of
+  that row (Eagle-1's classification term, weight `w_cls`);
+- ce_cfg: cross-entropy of the CFG-mixed head distribution q against the CFG-mixed target
+  distribution p (what an exact rule compares when it accepts; weight `w_cfg`);
+- the same three terms one step unrolled (weight `w_unroll`): the head reads its own predicted
+  feature instead of the target's, as it does from depth 2 of a draft on.
+Metrics: `accept` = mean sum_v min(p, q) (depth-1 acceptance probability of an exact rule),
+`accept2` the same one step unrolled, `top1_cfg` = argmax agreement of p and q, `top1_raw` =
+argmax agreement of the class row's raw logits (the model card's "top-1 agreement").
 """
 
 from __future__ import annotations
@@ -12,114 +24,149 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.train.loop import run_budgeted
-from coolsd.train.target import sequences, token_dataset
+from coolsd.train.selfdistill import SampleShards
+from coolsd.train.target import token_dataset
 
 W_CLS = 0.1  # Eagle-1's weight of the classification loss
 
 
+def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
+    """(B, T) codes + (B,) labels -> (2B, T+1) ids: B class rows, then the same B codes after the null class."""
+    cls = torch.cat([labels + config.class_token_offset, torch.full_like(labels, config.null_class_token)])
+    return torch.cat([cls[:, None], codes.repeat(2, 1)], dim=1)
+
+
 @torch.no_grad()
-def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Generator) -> torch.Tensor:
-    """Vanilla AR samples of a whole batch at once: labels (B,) -> codes (B, T).
-
-    Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows),
-    but B images share each forward, which makes self-distillation data cheap on a CPU.
-    """
-    from coolsd.models.llama import LayerStack
-
-    cfg = target_model.config
-    k, (h, w) = cfg.codebook_size, cfg.image_grid
-    b = len(labels)
-    stack = LayerStack(target_model.model.layers, cfg, h * w + 1)
-    embed = target_model.model.embed_tokens.weight
-    rows = torch.cat([labels + cfg.class_token_offset, torch.full_like(labels, cfg.null_class_token)])
-    rows = rows if sampling.guidance else rows[:b]
-    stack.reset(len(rows), embed.device, embed.dtype)
-    x = embed[rows][:, None]
-    codes = []
-    for t in range(h * w):
-        out = stack.forward(x, torch.tensor([t]), None)
-        feat = torch.nn.functional.rms_norm(out, (out.shape[-1],), target_model.model.norm.weight, stack.eps)
-        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k)  # (G, B, K)
-        ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
-        codes.append(ids)
-        x = embed[ids.repeat(len(rows) // b)][:, None]
-    return torch.stack(codes, dim=1)
+def target_features(target, ids: torch.Tensor, chunk: int = 32) -> torch.Tensor:
+    """ids (R, T+1) -> post-norm features (R, T, D) after input positions 0..T-1 (the last is unused)."""
+    return torch.cat([target.model(input_ids=ids[i : i + chunk, :-1]).last_hidden_state
+                      for i in range(0, len(ids), chunk)])
 
 
-def self_samples(target_model, n: int, path: Path, seed: int = 0, batch: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
-    """n target samples (codes (n, T), labels (n,)) with the embedded default sampling; cached at `path`."""
-    from coolsd.models.bundle import EMBEDDED_SAMPLING
+def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
+    """reg, ce_raw, ce_cfg and metrics for predicted features pred (2B, n, D) against the target's."""
+    q_logits = pred @ lm_head.T
+    reg = F.smooth_l1_loss(pred, feats_next)
+    ce_raw = -(t_logits.softmax(-1) * q_logits.log_softmax(-1)).sum(-1).mean()
+    zp = sampling.mix(t_logits.view(2, b, *t_logits.shape[1:])) / sampling.temperature
+    zq = sampling.mix(q_logits.view(2, b, *q_logits.shape[1:])) / sampling.temperature
+    p, logq = zp.softmax(-1), zq.log_softmax(-1)
+    ce_cfg = -(p * logq).sum(-1).mean()
+    with torch.no_grad():
+        metrics = {"accept": torch.minimum(p, logq.exp()).sum(-1).mean().item(),
+                   "top1_cfg": (zp.argmax(-1) == zq.argmax(-1)).float().mean().item(),
+                   "top1_raw": (t_logits[:b].argmax(-1) == q_logits[:b].argmax(-1)).float().mean().item()}
+    return reg, ce_raw, ce_cfg, metrics
 
+
+def drafter_losses(head, target, ids: torch.Tensor, feats: torch.Tensor, sampling, w_cls: float = W_CLS,
+                   w_cfg: float = 0.0, w_unroll: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """ids (2B, T+1) from `pair_ids`, feats (2B, T, D) from `target_features` -> (scalar loss, logs)."""
+    k = target.config.codebook_size
+    lm_head, embed = target.lm_head.weight[:k], target.model.embed_tokens.weight
+    b = ids.shape[0] // 2
+    feats = feats.float()
+    t_logits = feats[:, 1:] @ lm_head.T  # (2B, T-1, K): next-token logits at F[1..T-1]
+    # pairs (F[j-1], x_j) -> F[j], j = 1..T-1; F[j]'s logits predict token j + 1
+    pred = head(embed[ids[:, 1:-1]], feats[:, :-1])
+    reg, ce_raw, ce_cfg, m = _terms(pred, feats[:, 1:], t_logits, lm_head, sampling, b)
+    loss = reg + w_cls * ce_raw + w_cfg * ce_cfg
+    logs = {"reg": reg.item(), "ce_raw": ce_raw.item(), "ce_cfg": ce_cfg.item(), **m}
+    if w_unroll > 0:  # depth 2: the head's own feature in place of the target's
+        pred2 = head(embed[ids[:, 2:-1]], pred[:, :-1])
+        reg2, raw2, cfg2, m2 = _terms(pred2, feats[:, 2:], t_logits[:, 1:], lm_head, sampling, b)
+        loss = loss + w_unroll * (reg2 + w_cls * raw2 + w_cfg * cfg2)
+        logs |= {"accept2": m2["accept"]}
+    return loss, logs
+
+
+def load_head(config, init: Path | None) -> EagleHead:
+    """A fresh head, or one warm-started from a save_pretrained folder (upcast to fp32)."""
+    if init is None:
+        return EagleHead(eagle_config(config))
+    print(f"[drafter] warm start from {init}")
+    return EagleHead.from_pretrained(init, dtype=torch.float32)
+
+
+def _real_pool(vq, target, raw, labels, n: int, path: Path, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """n real training sequences as pair ids (2n, T+1) and fp16 features (2n, T, D); cached at `path`."""
     if path.exists():
         saved = torch.load(path)
-        if len(saved["codes"]) >= n:
-            return saved["codes"][:n], saved["labels"][:n]
-    gen = torch.Generator().manual_seed(seed)
-    labels = torch.arange(n) % target_model.config.num_classes
-    codes = torch.cat([sample_batch(target_model, labels[i : i + batch], EMBEDDED_SAMPLING, gen)
-                       for i in tqdm(range(0, n, batch), desc="self-distillation samples")])
-    torch.save({"codes": codes, "labels": labels}, path)
-    return codes, labels
+        if len(saved["ids"]) == 2 * n:
+            return saved["ids"], saved["feats"]
+    codes, ys = token_dataset(vq, raw, labels)
+    rows = torch.randperm(len(codes), generator=gen)[:n]
+    ids = pair_ids(codes[rows], ys[rows], target.config)
+    feats = target_features(target, ids).half()
+    torch.save({"ids": ids, "feats": feats}, path)
+    return ids, feats
 
 
 def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
-                  lr: float = 1e-3, n_self: int = 500, drop_p: float = 0.1) -> EagleHead:
+                  lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
+                  w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
+                  n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50) -> EagleHead:
+    """Train (or continue) the head for `budget_s` seconds; `batch` sequences (2 x batch rows) per step.
+
+    The self-sample pool starts at min(n_self, 500) and grows by one shard of `shard` samples every
+    `grow_every` steps up to n_self (the sampling time counts in the budget). Defaults keep the first
+    recipe's loss (Eagle-1: reg + 0.1 x ce_raw); see assets/embedded/README.md for the shipped one.
+    """
+    from coolsd.models.bundle import EMBEDDED_SAMPLING
+    from coolsd.train.vq import encode_tokens
+
     torch.manual_seed(seed)
     config = target.config
-    k = config.codebook_size
     for p in target.parameters():
         p.requires_grad_(False)
-    raw, labels = data["train_raw"]
-    real_codes, real_y = token_dataset(vq, raw, labels)
-    gen_codes, gen_y = self_samples(target, n_self, out / "self_samples.pt", seed)
-    head = EagleHead(eagle_config(config))
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
-    embed = target.model.embed_tokens.weight
-    lm_head = target.lm_head.weight[:k]
+    raw, labels = data["train_raw"]
+    real_ids, real_feats = _real_pool(vq, target, raw, labels, n_real, out / "real_pool.pt", gen)
+    pool = SampleShards(target, out / "self_samples", seed, shard, EMBEDDED_SAMPLING)
+    pool.fill(min(n_self, 500))
+    val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, EMBEDDED_SAMPLING)
+    val.fill(n_val)
+    head = load_head(config, init)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    n_gen = round(batch * self_frac)
 
-    def batch_ids() -> torch.Tensor:
-        half = batch // 2
-        r = torch.randint(len(real_codes), (batch - half,), generator=gen)
-        s = torch.randint(len(gen_codes), (half,), generator=gen)
-        codes = torch.cat([real_codes[r], gen_codes[s]])
-        ys = torch.cat([real_y[r], gen_y[s]])
-        return sequences(codes, ys, config, drop_p, gen)
-
-    def losses(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        with torch.no_grad():
-            feats = target.model(input_ids=ids).last_hidden_state  # (B, 257, D), post final norm
-            teacher = (feats[:, 1:-1] @ lm_head.T).softmax(-1)  # next-token distributions at F[0..254]
-        pred = head(embed[ids[:, 1:-1]], feats[:, :-2])  # pairs (F[j-1], x_j), j = 0..254
-        reg = F.smooth_l1_loss(pred, feats[:, 1:-1])
-        logp = (pred @ lm_head.T).log_softmax(-1)
-        cls = -(teacher * logp).sum(-1).mean()
-        agree = (logp.argmax(-1) == teacher.argmax(-1)).float().mean()
-        return reg, cls, agree
+    def batch_data() -> tuple[torch.Tensor, torch.Tensor]:
+        r = torch.randint(n_real, (batch - n_gen,), generator=gen)
+        codes, ys, feats = pool.draw(n_gen, gen)
+        ids = pair_ids(codes, ys, config)
+        f = feats.transpose(0, 1).reshape(-1, *feats.shape[2:])  # (2 n_gen, T, D): class rows, then null rows
+        rr = torch.cat([r, r + n_real])
+        ids = torch.cat([ids.view(2, n_gen, -1), real_ids[rr].view(2, -1, ids.shape[1])], 1).flatten(0, 1)
+        f = torch.cat([f.view(2, n_gen, *f.shape[1:]), real_feats[rr].view(2, -1, *f.shape[1:])], 1).flatten(0, 1)
+        return ids, f
 
     def step(i: int) -> dict[str, float]:
-        reg, cls, _ = losses(batch_ids())
-        loss = reg + W_CLS * cls
+        if i % grow_every == grow_every - 1 and len(pool) < n_self:
+            pool.grow()
+        loss, logs = drafter_losses(head, target, *batch_data(), EMBEDDED_SAMPLING, w_cls, w_cfg, w_unroll)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
-        return {"reg": reg.item(), "cls": cls.item()}
+        return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 
     val_x, val_y = data["val"]
-    from coolsd.train.vq import encode_tokens
-
-    val_ids = sequences(encode_tokens(vq, val_x[:64]).flatten(1), val_y[:64], config, 0.0, gen)
+    real_val = pair_ids(encode_tokens(vq, val_x[:n_val]).flatten(1), val_y[:n_val], config)
+    real_val_feats = target_features(target, real_val)
+    vc, vy, vf = val.tensors()
+    self_val, self_val_feats = pair_ids(vc, vy, config), vf.transpose(0, 1).flatten(0, 1)
 
     def evaluate() -> dict[str, float]:
-        reg, cls, agree = losses(val_ids)
-        return {"val_reg": reg.item(), "val_cls": cls.item(), "val_top1_agree": agree.item()}
+        _, logs = drafter_losses(head, target, self_val, self_val_feats, EMBEDDED_SAMPLING, w_unroll=1.0)
+        _, real = drafter_losses(head, target, real_val, real_val_feats, EMBEDDED_SAMPLING)
+        return {"val_accept": logs["accept"], "val_accept2": logs["accept2"], "val_top1_cfg": logs["top1_cfg"],
+                "val_top1_raw": logs["top1_raw"], "val_real_top1_raw": real["top1_raw"]}
 
-    state = run_budgeted("drafter", head, opt, step, out / "drafter.ckpt", budget_s, lr, evaluate, eval_every=50)
+    state = run_budgeted("drafter", head, opt, step, out / "drafter.ckpt", budget_s, lr, evaluate,
+                         eval_every=eval_every)
     head.save_pretrained(out / "drafter")
     torch.save(state, out / "drafter_state.pt")
     return head

@@ -1,21 +1,21 @@
 """LlamaGen text-to-image (GPT-XL T2I, VQ-16, Eagle-1 drafter) behind the engine's model protocol.
 
-Local weights folder, found through the environment variable `COOLSD_LLAMAGEN_DIR`:
+Weights live in one local folder, `$COOLSD_LLAMAGEN_DIR`, with a sub-folder per resolution (256 and/or
+512 px) beside the shared T5 encoder and VQ decoder; `layout.py` documents it and
+`python -m coolsd.fetch llamagen --resolution 256|512 --dir DIR` fills it from the hub. Nothing is
+downloaded at load time.
 
-    $COOLSD_LLAMAGEN_DIR/
-        target/          config.json + model weights     (hub: jadohu/LlamaGen-T2I)
-        drafter/         config.json + pytorch_model.bin (hub: jadohu/llamagen_drafter)
-        vq_ds16_t2i.pt   LlamaGen VQ-16 checkpoint ("model" entry)
-        t5/              FLAN-T5-XL folder for `transformers.T5EncoderModel` + its tokenizer files
-
-Nothing is downloaded at load time; use `loaders.load_target("jadohu/LlamaGen-T2I")` etc. where a
-network exists to fill the folder's parts from the hub cache.
+For a prompt UI (the app):
+    available_resolutions()            -> [256, 512]: the resolutions whose every part is present
+    load_llamagen(resolution=512)      -> LlamaGen: target, drafter, tokenizer, neighbours, grid, ...
+    load_llamagen(resolution=256, caption_encoder=other.target.caption_encoder)  # share one T5 (2.4 GB bf16)
+    EXAMPLE_PROMPTS, check_prompt(text) (ValueError with a user-facing message), clean_prompt(text)
+    LlamaGen.default_sampling          -> LlamaGen's published sampling (CFG 7.5, top-k 1000, T = 1)
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,25 +23,37 @@ import torch
 from torch import Tensor
 
 from coolsd.models.llamagen.caption import CaptionEmbedding, T5CaptionEncoder
+from coolsd.models.llamagen.clean import clean_caption
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.drafter import LlamaGenDrafter
-from coolsd.models.llamagen.loaders import CheckpointMismatch, load_drafter, load_target, load_vq
+from coolsd.models.llamagen.layout import (
+    ENV_VAR,
+    RESOLUTIONS,
+    available_resolutions,
+    hub_parts,
+    llamagen_root,
+    parts_for,
+)
+from coolsd.models.llamagen.loaders import (
+    CheckpointMismatch,
+    load_drafter,
+    load_original_target,
+    load_target,
+    load_vq,
+)
+from coolsd.models.llamagen.prompts import EXAMPLE_PROMPTS, check_prompt, clean_prompt
 from coolsd.models.llamagen.target import LlamaGenT2I
 from coolsd.models.llamagen.vq16 import VQ16Config, VQ16Tokenizer
 from coolsd.neighbours import neighbour_table
-
-ENV_VAR = "COOLSD_LLAMAGEN_DIR"
-REQUIRED_FILES = ("target/config.json", "drafter/config.json", "vq_ds16_t2i.pt", "t5/config.json")
-WEIGHT_FILES = (
-    "model.safetensors",
-    "pytorch_model.bin",
-    "model.safetensors.index.json",
-    "pytorch_model.bin.index.json",
-)
+from coolsd.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ENV_VAR",
+    "EXAMPLE_PROMPTS",
+    "RESOLUTIONS",
+    "DEFAULT_SAMPLING",
     "CaptionEmbedding",
     "CheckpointMismatch",
     "LlamaGen",
@@ -51,9 +63,18 @@ __all__ = [
     "T5CaptionEncoder",
     "VQ16Config",
     "VQ16Tokenizer",
+    "available_resolutions",
+    "check_prompt",
+    "clean_caption",
+    "clean_prompt",
     "find_llamagen",
+    "hub_parts",
     "load_llamagen",
+    "load_original_target",
 ]
+
+# LlamaGen's published T2I sampling (its sample_t2i defaults): CFG 7.5, top-k 1000, temperature 1
+DEFAULT_SAMPLING = SamplingConfig(cfg_scale=7.5, temperature=1.0, top_k=1000)
 
 
 @dataclass
@@ -70,61 +91,64 @@ class LlamaGen:
     grid: tuple[int, int]
     name: str
     conditioning: str = "text"  # `cond` is a prompt string
-
-
-def _missing_parts(root: Path) -> list[str]:
-    missing = [name for name in REQUIRED_FILES if not (root / name).exists()]
-    for part in ("target", "drafter"):
-        if not any((root / part / name).exists() for name in WEIGHT_FILES):
-            missing.append(f"{part}/<weights>")
-    return missing
+    resolution: int = 256  # pixels per side of the decoded image
+    default_sampling: SamplingConfig = DEFAULT_SAMPLING
 
 
 def find_llamagen() -> Path | None:
-    """The folder named by $COOLSD_LLAMAGEN_DIR when it holds every expected file, else None."""
-    root = os.environ.get(ENV_VAR)
-    if not root:
+    """The folder named by $COOLSD_LLAMAGEN_DIR when at least one resolution is complete there, else None."""
+    root = llamagen_root()
+    if root is None:
         return None
-    missing = _missing_parts(Path(root))
-    if missing:
-        log.warning("%s=%s lacks %s; LlamaGen is not available", ENV_VAR, root, ", ".join(missing))
+    if not available_resolutions(root):
+        try:
+            parts_for(root)
+        except FileNotFoundError as err:
+            log.warning("%s=%s: %s; LlamaGen is not available", ENV_VAR, root, err)
         return None
-    return Path(root)
+    return root
 
 
 def load_llamagen(
     path: str | Path | None = None,
+    resolution: int | None = None,
     device=None,
     dtype=None,
     k_max: int = 64,
-    normalise_neighbours: bool = True,
+    normalise_neighbours: bool = False,
     vq_config: VQ16Config | None = None,
+    caption_encoder: T5CaptionEncoder | None = None,
 ) -> LlamaGen:
-    """Load target (+ T5), drafter, VQ decoder and neighbour table from a folder laid out as above.
+    """Load target (+ T5), drafter, VQ decoder and neighbour table of one resolution.
 
     Args:
-        path: the folder; default `find_llamagen()`.
+        path: the LlamaGen folder (layout.py); default `$COOLSD_LLAMAGEN_DIR`.
+        resolution: 256 or 512 (pixels per side); default the lowest one present.
         device: default CUDA when present, else CPU.
         dtype: transformer weights; default bfloat16 on CUDA (as published), float32 on CPU.
         k_max: neighbours per code in the LANTERN++ table.
-        normalise_neighbours: rank neighbours between L2-normalised codes, as decoding uses them
-            (spec section 3); False ranks raw codebook rows like the published table.
+        normalise_neighbours: False (default) ranks raw codebook rows by Euclidean distance, as
+            LANTERN's `generate_codebook.py` does; True ranks L2-normalised codes (cosine), the
+            vectors decoding uses (spec section 3).
         vq_config: VQ decoder widths; default the published VQ_16.
+        caption_encoder: a loaded `T5CaptionEncoder` to share (both resolutions use the same T5).
+    Raises:
+        FileNotFoundError naming the missing parts and the fetch command; CheckpointMismatch.
     """
-    path = Path(path) if path is not None else find_llamagen()
-    if path is None:
-        raise FileNotFoundError(f"set {ENV_VAR} to a folder with {', '.join(REQUIRED_FILES)}")
-    missing = _missing_parts(path)
-    if missing:
-        raise FileNotFoundError(f"{path} lacks {', '.join(missing)}")
+    root = llamagen_root(path)
+    if root is None:
+        raise FileNotFoundError(f"set {ENV_VAR} to a LlamaGen folder (python -m coolsd.fetch llamagen --help)")
+    parts = parts_for(root, resolution)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    caption_len = LlamaGenConfig.from_json(path / "target" / "config.json").cls_token_num
-    t5 = T5CaptionEncoder(path / "t5", device=device, dtype=dtype, max_length=caption_len)
-    target = load_target(path / "target", device, dtype, caption_encoder=t5)
-    drafter = load_drafter(path / "drafter", target, device, dtype)
-    tokenizer = load_vq(path / "vq_ds16_t2i.pt", target.config.grid, device, config=vq_config)
+    target = load_target(parts.target, device, dtype)
+    if caption_encoder is None:
+        caption_encoder = T5CaptionEncoder(parts.t5, device=device, dtype=dtype, max_length=target.config.cls_token_num)
+    target.caption_encoder = caption_encoder
+    drafter = load_drafter(parts.drafter, target, device, dtype)
+    tokenizer = load_vq(parts.vq, target.config.grid, device, config=vq_config)
     neighbours = neighbour_table(tokenizer.codebook.weight, k_max=k_max, normalise=normalise_neighbours)
     H, W = target.config.grid
-    name = f"LlamaGen T2I ({H * tokenizer.factor} px)"
-    return LlamaGen(target, drafter, tokenizer, neighbours.to(device), (H, W), name)
+    pixels = H * tokenizer.factor
+    name = f"LlamaGen T2I ({pixels} px)"
+    return LlamaGen(target, drafter, tokenizer, neighbours.to(device), (H, W), name, resolution=pixels)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from coolsd.models.llamagen.clean import clean_caption
 from coolsd.models.llamagen.config import LlamaGenConfig
 
 
@@ -44,18 +44,12 @@ def left_pad(states: Tensor, mask: Tensor) -> CaptionEmbedding:
     return CaptionEmbedding(emb * new_mask[:, None].to(emb.dtype), new_mask)
 
 
-def clean_caption(text: str) -> str:
-    """Light caption normalisation: lower case, URLs dropped, whitespace collapsed.
-
-    (choice) A subset of the published cleaning (which also strips HTML, handles, odd punctuation);
-    ordinary prompts come out the same.
-    """
-    text = re.sub(r"https?://\S+|www\.\S+", " ", text.lower())
-    return re.sub(r"\s+", " ", text).strip()
-
-
 class T5CaptionEncoder:
-    """FLAN-T5-XL encoder from a local folder (transformers `T5EncoderModel` + its tokenizer files)."""
+    """FLAN-T5-XL encoder from a local folder (transformers `T5EncoderModel` + its tokenizer files).
+
+    A prompt is cleaned as upstream cleans it (`clean.clean_caption`), tokenised to `max_length`
+    (padded, truncated), encoded, then left-padded (`left_pad`).
+    """
 
     def __init__(self, folder: str | Path, device="cpu", dtype=torch.float32, max_length: int = 120):
         from transformers import AutoTokenizer, T5EncoderModel

@@ -8,6 +8,7 @@ come from the target's `lm_head` (shared, not copied). The embedding table is th
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -59,6 +60,12 @@ class LlamaGenDrafter(nn.Module):
     @property
     def length(self) -> int:
         return self._length
+
+    def fork(self, target: LlamaGenT2I) -> LlamaGenDrafter:
+        """An independent handle reading `target` (a fork of this drafter's target): same weights, own cache."""
+        new = copy.copy(self)
+        new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False)
+        return new
 
     def start(self, cond: Any, guidance: bool) -> None:
         """Clear the cache. `cond` is unused: the caption reaches the drafter through the target's features."""

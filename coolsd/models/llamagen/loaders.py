@@ -8,7 +8,11 @@ Published layouts:
 - target `jadohu/LlamaGen-T2I`: HF `LlamaForCausalLM` names (`model.layers.{i}.self_attn.q_proj`...)
   plus the caption embedder `model.cls_embedding.*`;
 - drafter `jadohu/llamagen_drafter`: `config.json` + `pytorch_model.bin`, names without `model.`;
-- VQ `vq_ds16_t2i.pt`: a dict whose `"model"` entry is the VQ state dict.
+- VQ `vq_ds16_t2i.pt`: a dict whose `"model"` entry is the VQ state dict;
+- LlamaGen's own target `t2i_XL_stage1_256.pt` / `t2i_XL_stage2_512.pt` (`peizesun/llamagen_t2i`):
+  a dict whose `"model"` (or `"module"`, `"state_dict"`) entry uses LlamaGen's `gpt.py` names
+  (`layers.{i}.attention.wqkv` fused q/k/v, `feed_forward.w1/w3/w2` = gate/up/down,
+  `attention_norm`, `ffn_norm`, `tok_embeddings`, `norm`, `output`, `cls_embedding.*`); no config.
 Names marked "unverified" below are our reading of the published code; a real checkpoint that
 differs fails here with the exact keys, and only this table needs editing.
 """
@@ -25,6 +29,7 @@ from torch import Tensor, nn
 
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.drafter import LlamaGenDrafter
+from coolsd.models.llamagen.layout import VQ_FACTOR, original_checkpoint, resolution_from_name
 from coolsd.models.llamagen.target import LlamaGenT2I
 from coolsd.models.llamagen.vq16 import VQ16Config, VQ16Tokenizer
 
@@ -78,6 +83,60 @@ def drafter_key_map(config: LlamaGenConfig) -> dict[str, str]:
     return keys
 
 
+def original_target_key_map(config: LlamaGenConfig) -> dict[str, str | tuple[str, ...]]:
+    """LlamaGen `gpt.py` key -> `LlamaGenT2I` name; a tuple splits a fused tensor along dim 0 (q, k, v)."""
+    keys: dict[str, str | tuple[str, ...]] = {
+        "tok_embeddings.weight": "tok_emb.weight",
+        "norm.weight": "norm.weight",
+        "output.weight": "head.weight",
+        "cls_embedding.cap_proj.fc1.weight": "caption.fc1.weight",
+        "cls_embedding.cap_proj.fc2.weight": "caption.fc2.weight",
+        "cls_embedding.uncond_embedding": "caption.uncond",
+    }
+    for i in range(config.num_hidden_layers):
+        theirs, ours = f"layers.{i}", f"layers.{i}"
+        keys[f"{theirs}.attention.wqkv.weight"] = tuple(f"{ours}.attn.{name}.weight" for name in ("q", "k", "v"))
+        keys[f"{theirs}.attention.wo.weight"] = f"{ours}.attn.o.weight"
+        for name, mine in (("w1", "gate"), ("w3", "up"), ("w2", "down")):
+            keys[f"{theirs}.feed_forward.{name}.weight"] = f"{ours}.mlp.{mine}.weight"
+        keys[f"{theirs}.attention_norm.weight"] = f"{ours}.norm_attn.weight"
+        keys[f"{theirs}.ffn_norm.weight"] = f"{ours}.norm_mlp.weight"
+    return keys
+
+
+ORIGINAL_NORM_EPS = 1e-5  # LlamaGen's ModelArgs.norm_eps (LANTERN's converted config.json says 1e-6)
+ORIGINAL_HEAD_DIM = 64  # every LlamaGen GPT size up to XXL: dim / n_head = 64 (GPT-XL: 1280 / 20)
+
+
+def original_config(
+    state: dict[str, Tensor], block_size: int, num_attention_heads: int | None = None
+) -> LlamaGenConfig:
+    """Widths of a LlamaGen `gpt.py` state dict, read from its tensor shapes; `block_size` = image tokens.
+
+    The checkpoint holds no config: heads default to hidden / 64 (at least 1) and the norm eps is
+    LlamaGen's default 1e-5.
+    """
+    try:
+        vocab, hidden = state["tok_embeddings.weight"].shape
+        caption_dim = state["cls_embedding.cap_proj.fc1.weight"].shape[1]
+        cls_token_num = state["cls_embedding.uncond_embedding"].reshape(-1, caption_dim).shape[0]
+        intermediate = state["layers.0.feed_forward.w1.weight"].shape[0]
+    except KeyError as err:
+        raise CheckpointMismatch(f"not a LlamaGen T2I gpt.py state dict: no {err.args[0]}") from None
+    layers = len({k.split(".")[1] for k in state if k.startswith("layers.")})
+    return LlamaGenConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=num_attention_heads or max(1, hidden // ORIGINAL_HEAD_DIM),
+        intermediate_size=intermediate,
+        rms_norm_eps=ORIGINAL_NORM_EPS,
+        caption_dim=caption_dim,
+        cls_token_num=cls_token_num,
+        block_size=block_size,
+    )
+
+
 def vq_key_map(config: VQ16Config) -> dict[str, str]:
     """Published VQ_16 decoder-side key -> `VQ16Tokenizer` name. Inner decoder names are unverified."""
     keys = {"quantize.embedding.weight": "codebook.weight"}
@@ -126,15 +185,17 @@ def _listing(title: str, keys: list[str], limit: int = 20) -> str:
 
 
 def load_mapped(
-    module: nn.Module, state: dict[str, Tensor], key_map: dict[str, str], what: str, unused: re.Pattern | None = None
+    module: nn.Module, state: dict[str, Tensor], key_map: dict, what: str, unused: re.Pattern | None = None
 ) -> None:
     """Copy `state` into `module` through `key_map` (published -> ours); raise on any mismatch.
+
+    A tuple of our names splits the published tensor along dim 0 in that order (a fused q/k/v).
 
     A leading singleton dim in a checkpoint tensor is dropped (e.g. (1, C, E) -> (C, E)); any other
     shape difference is an error.
     """
     ours = module.state_dict()
-    mapped_to = set(key_map.values())
+    mapped_to = {name for value in key_map.values() for name in ((value,) if isinstance(value, str) else value)}
     problems = []
     missing = sorted(k for k in key_map if k not in state)
     unexpected = sorted(
@@ -150,15 +211,19 @@ def load_mapped(
     if unmapped:
         problems.append(_listing("model parameters with no checkpoint key", unmapped))
     converted, wrong_shapes = {}, []
-    for published, name in key_map.items():
-        if published not in state or name not in ours:
+    for published, names in key_map.items():
+        names = (names,) if isinstance(names, str) else names
+        if published not in state or any(name not in ours for name in names):
             continue
         tensor = state[published]
-        while tensor.dim() > ours[name].dim() and tensor.shape[0] == 1:
+        while tensor.dim() > ours[names[0]].dim() and tensor.shape[0] == 1:
             tensor = tensor[0]
-        if tensor.shape != ours[name].shape:
-            wrong_shapes.append(f"{published} {tuple(state[published].shape)} vs {name} {tuple(ours[name].shape)}")
-        converted[name] = tensor
+        expected = torch.Size([sum(ours[n].shape[0] for n in names), *ours[names[0]].shape[1:]])
+        if tensor.shape != expected:
+            wrong_shapes.append(f"{published} {tuple(state[published].shape)} vs {'+'.join(names)} {tuple(expected)}")
+            continue
+        for name, part in zip(names, tensor.split([ours[n].shape[0] for n in names])):
+            converted[name] = part
     if wrong_shapes:
         problems.append(_listing("shape mismatches", wrong_shapes))
     if problems:
@@ -200,9 +265,56 @@ def resolve(path_or_id: str | Path) -> Path:
     raise FileNotFoundError(f"{path_or_id} is neither a local path nor a hub id")
 
 
-def load_target(path_or_id: str | Path, device="cpu", dtype=torch.float32, caption_encoder=None) -> LlamaGenT2I:
-    """`LlamaGenT2I` from a folder (config.json + weights) or hub id, e.g. `jadohu/LlamaGen-T2I`."""
+def _unwrap(checkpoint, path) -> dict[str, Tensor]:
+    """The state dict inside a LlamaGen training checkpoint (its "model", "module" or "state_dict" entry)."""
+    if isinstance(checkpoint, dict):
+        for entry in ("model", "module", "state_dict"):
+            if isinstance(checkpoint.get(entry), dict):
+                return checkpoint[entry]
+    raise CheckpointMismatch(f"{path}: expected a dict with a 'model', 'module' or 'state_dict' entry (LlamaGen .pt)")
+
+
+def load_original_target(
+    path: str | Path,
+    device="cpu",
+    dtype=torch.float32,
+    caption_encoder=None,
+    block_size: int | None = None,
+    config: LlamaGenConfig | None = None,
+) -> LlamaGenT2I:
+    """`LlamaGenT2I` from LlamaGen's own checkpoint (`t2i_XL_stage1_256.pt`, `t2i_XL_stage2_512.pt`).
+
+    Args:
+        path: the .pt file.
+        block_size: image tokens (256 for 256 px, 1024 for 512 px); default read from the file name.
+        config: explicit widths; default `original_config` (from the tensor shapes).
+    """
+    path = Path(path)
+    with torch.serialization.safe_globals([argparse.Namespace]):  # training args may sit beside the weights
+        state = _unwrap(torch.load(path, map_location="cpu", weights_only=True, mmap=True), path)
+    if config is None:
+        if block_size is None:
+            resolution = resolution_from_name(path)
+            if resolution is None:
+                raise ValueError(f"{path.name}: cannot tell the resolution from the name; pass block_size")
+            block_size = (resolution // VQ_FACTOR) ** 2
+        config = original_config(state, block_size)
+    with torch.device("meta"):
+        model = LlamaGenT2I(config, caption_encoder=caption_encoder)
+    load_mapped(model, state, original_target_key_map(config), f"LlamaGen original target ({path})")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_target(
+    path_or_id: str | Path, device="cpu", dtype=torch.float32, caption_encoder=None, block_size: int | None = None
+) -> LlamaGenT2I:
+    """`LlamaGenT2I` from either layout: a folder with config.json + weights (LANTERN's conversion, or a hub
+    id such as `jadohu/LlamaGen-T2I`), or LlamaGen's own `.pt` (a file, or a folder holding one and no
+    config.json; see `load_original_target`, which `block_size` is passed to)."""
     folder = resolve(path_or_id)
+    original = folder if folder.is_file() and folder.suffix in (".pt", ".pth") else original_checkpoint(folder)
+    if original is not None:
+        return load_original_target(original, device, dtype, caption_encoder, block_size=block_size)
     config = LlamaGenConfig.from_json(folder / "config.json")
     with torch.device("meta"):
         model = LlamaGenT2I(config, caption_encoder=caption_encoder)

@@ -6,6 +6,7 @@ Architecture from research/lantern.md §2 (GPT-XL T2I stage I). Layout of the ca
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -17,6 +18,20 @@ from coolsd.models.llamagen.layers import DecoderLayer, KVCache, RMSNorm, build_
 from coolsd.models.protocol import ModelStep
 
 CACHE_MARGIN = 128  # image slots allocated past the grid, for drafts verified at the end of an image
+
+
+def caption_mask(valid: Tensor) -> Tensor:
+    """(C, C) bool attention among caption slots, True = may attend, from `valid` (C,) bool.
+
+    A valid slot sees the valid slots at or before it. A slot that sees no valid slot (a left-padded
+    one) sees every slot at or before it, as LANTERN's additive float mask gives (causal + padding,
+    both at the dtype minimum): in the cond row those slots hold zero inputs, so their features stay
+    exactly zero through every layer, which is what the Eagle drafter was trained to read
+    (research/llamagen-fidelity.md, difference 1). The image tokens never see padded slots.
+    """
+    causal = torch.ones(valid.numel(), valid.numel(), dtype=torch.bool, device=valid.device).tril()
+    mask = causal & valid[None, :]
+    return mask | (causal & ~mask.any(dim=1, keepdim=True))
 
 
 class LlamaGenT2I(nn.Module):
@@ -53,6 +68,12 @@ class LlamaGenT2I(nn.Module):
     @property
     def length(self) -> int:
         return self._length
+
+    def fork(self) -> LlamaGenT2I:
+        """An independent handle: the same modules and weights (a shallow copy), its own empty cache."""
+        new = copy.copy(self)
+        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None)
+        return new
 
     def _run(self, x: Tensor, positions: Tensor, start: int, mask: Tensor) -> Tensor:
         """x (G, n, D) at cache slots [start, start + n) -> final-normed features (G, n, D)."""
@@ -92,10 +113,7 @@ class LlamaGenT2I(nn.Module):
         if guidance:  # row 1: the learned unconditional caption, not masked (lantern.md §2.2 step 4)
             emb = torch.cat([emb, self.caption.uncond.to(dtype).unsqueeze(0)])
         x = self.caption(emb)  # (G, C, D)
-        # both rows use the prompt's padding mask (§2.2 step 6); a padded slot that can see nothing
-        # attends to every caption slot (uniform, q = k = 0 there); only padded slots' features change
-        mask = torch.ones(C, C, dtype=torch.bool, device=self.device).tril() & valid[None, :]
-        mask |= ~mask.any(dim=1, keepdim=True)
+        mask = caption_mask(valid)  # (C, C); both rows use the prompt's padding mask (§2.2 step 6)
         self._prefix_mask = valid
         no_rotation = torch.full((C,), -1, dtype=torch.long, device=self.device)
         h = self._run(x, no_rotation, 0, mask)  # (G, C, D)

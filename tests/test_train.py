@@ -1,0 +1,105 @@
+"""Drafter training code paths on tiny random models: data layout, features, losses, resumable shards, a run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from coolsd.models.bundle import EMBEDDED_SAMPLING
+from coolsd.models.eagle import EagleHead, eagle_config
+from coolsd.train.acceptance import depth_rates
+from coolsd.train.drafter import drafter_losses, pair_ids, target_features, train_drafter
+from coolsd.train.selfdistill import SampleShards, sample_batch
+from coolsd.train.target import target_config
+
+K = 32
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(target_config(K, hidden=32, layers=2, heads=2, intermediate=64, grid=(16, 16))).eval()
+
+
+def test_pair_ids_layout(target):
+    cfg = target.config
+    codes = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    ids = pair_ids(codes, torch.tensor([7, 2]), cfg)
+    assert ids.tolist() == [[K + 7, 1, 2, 3], [K + 2, 4, 5, 6],
+                            [cfg.null_class_token, 1, 2, 3], [cfg.null_class_token, 4, 5, 6]]
+
+
+def test_sampled_features_equal_a_full_forward(target):
+    """The features kept while sampling (KV cache, fp16) are the teacher-forced ones of a full forward."""
+    codes, feats = sample_batch(target, torch.tensor([3, 8]), EMBEDDED_SAMPLING, torch.Generator().manual_seed(1),
+                                with_features=True)
+    assert codes.shape == (2, 256) and feats.shape == (2, 2, 256, 32) and feats.dtype == torch.float16
+    ref = target_features(target, pair_ids(codes, torch.tensor([3, 8]), target.config))  # (4, 256, 32)
+    torch.testing.assert_close(feats.transpose(0, 1).flatten(0, 1).float(), ref, atol=2e-2, rtol=1e-2)
+    again = sample_batch(target, torch.tensor([3, 8]), EMBEDDED_SAMPLING, torch.Generator().manual_seed(1))
+    assert torch.equal(again, codes)
+
+
+def test_losses_terms_and_gradients(target):
+    head = EagleHead(eagle_config(target.config))
+    codes = torch.randint(0, K, (3, 256), generator=torch.Generator().manual_seed(2))
+    ids = pair_ids(codes, torch.tensor([0, 1, 2]), target.config)
+    feats = target_features(target, ids)
+    base, logs = drafter_losses(head, target, ids, feats, EMBEDDED_SAMPLING)
+    assert "accept2" not in logs and 0 < logs["accept"] <= 1 and 0 <= logs["top1_cfg"] <= 1
+    assert torch.isclose(base, torch.tensor(logs["reg"] + 0.1 * logs["ce_raw"]), rtol=1e-5)
+    full, logs2 = drafter_losses(head, target, ids, feats, EMBEDDED_SAMPLING, w_cfg=2.0, w_unroll=0.5)
+    assert full > base + 2.0 * logs["ce_cfg"] - 1e-4 and 0 < logs2["accept2"] <= 1
+    full.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters() if p.requires_grad)
+    # a head that reproduces the target's features is accepted with probability 1 at depth 1
+    with torch.no_grad():
+        perfect = lambda e, f: feats[:, 1 : f.shape[1] + 1]  # noqa: E731  (F[j-1], x_j) -> F[j]
+        _, m = drafter_losses(perfect, target, ids, feats, EMBEDDED_SAMPLING)
+    assert m["accept"] > 1 - 1e-6 and m["top1_cfg"] == 1.0
+
+
+def test_shards_resume_to_the_same_samples(target, tmp_path):
+    a = SampleShards(target, tmp_path / "a", seed=3, batch=2)
+    a.fill(4)
+    assert len(a) == 4 and len(list((tmp_path / "a").glob("shard_*.pt"))) == 2
+    again = SampleShards(target, tmp_path / "a", seed=3, batch=2)  # reloads, samples nothing
+    assert len(again) == 4 and torch.equal(again.tensors()[0], a.tensors()[0])
+    b = SampleShards(target, tmp_path / "b", seed=3, batch=2)
+    b.grow(), b.grow()
+    assert torch.equal(b.tensors()[0], a.tensors()[0]) and b.tensors()[1].tolist() == [0, 1, 2, 3]
+    codes, labels, feats = a.draw(5, torch.Generator().manual_seed(0))
+    assert codes.shape == (5, 256) and feats.shape == (5, 2, 256, 32)
+
+
+def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
+    from diffusers import VQModel
+
+    from coolsd.train.vq import vq_config
+
+    torch.manual_seed(0)
+    vq = VQModel(**(vq_config(K) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
+    rng = np.random.default_rng(0)
+    data = {"train_raw": (rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), np.arange(4)),
+            "val": (torch.rand(4, 1, 32, 32) * 2 - 1, torch.arange(4))}
+    kw = dict(batch=4, n_self=6, self_frac=0.5, w_cfg=1.0, w_unroll=0.5, n_val=2, n_real=3, grow_every=1,
+              eval_every=1, shard=2)
+    train_drafter(vq, target, data, tmp_path, budget_s=0.5, **kw)
+    state = torch.load(tmp_path / "drafter_state.pt", weights_only=False)
+    assert state["step"] >= 1 and 0 < state["final"]["val_accept"] <= 1
+    assert (tmp_path / "drafter" / "config.json").exists() and len(list((tmp_path / "self_samples").glob("*.pt"))) >= 2
+    train_drafter(vq, target, data, tmp_path, budget_s=1.0, init=tmp_path / "drafter", **kw)  # resumes
+    assert torch.load(tmp_path / "drafter_state.pt", weights_only=False)["step"] > state["step"]
+
+
+def test_depth_rates():
+    class E:
+        def __init__(self, n_accepted, n_drafted):
+            self.n_accepted, self.n_drafted = n_accepted, n_drafted
+
+    # rounds: all 3 accepted; 1 accepted then rejected; rejected at depth 1; 2 drafted (end of image), both accepted
+    rates = depth_rates([E(3, 3), E(1, 3), E(0, 3), E(2, 2)], 3)
+    assert rates == [3 / 4, 2 / 3, 1 / 1]
+    assert np.isnan(depth_rates([E(0, 1)], 2)[1])
