@@ -8,14 +8,17 @@ it), keeps a pre-allocated cache and RoPE tables, and supports any attention mas
 
 Two ways to run a call (same weights, same cache):
 - eager (`forward`): exact shapes, attention over the slots in use; the CPU default;
-- static (`forward_static`): a fixed block of N rows written at slots given as a tensor, attention
-  over the whole cache with a (N, S) mask; shapes never change, so a call can be captured once as a
-  CUDA graph and replayed (`coolsd.models.static`).
+- static (`use_static`): a call of n rows is padded to the smallest block size N >= n of a fixed
+  ladder, written at slots given as a tensor, with attention over the whole cache under an (N, S)
+  mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
+  change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
+  graph and replayed (`coolsd.models.graphs`).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +26,36 @@ from torch import Tensor
 from transformers import LlamaConfig
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
+STATIC_BLOCKS = (1, 2, 4, 8, 16, 32, 64)  # (choice) block sizes of the static path: few shapes, <= 2x padding
+
+
+def pick_block(blocks: tuple[int, ...], n: int, start: int, slots: int) -> int | None:
+    """The smallest static block size >= n that fits after `start` in `slots` cache slots, or None (eager)."""
+    return next((b for b in blocks if b >= n and start + b <= slots), None)
+
+
+def pad_block(x: Tensor, positions: Tensor, mask: Tensor | None, start: int, block: int, slots: int,
+              pad_position: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Pad a call of n new rows to a static block of N rows written at slots [start, start + N).
+
+    x (G, n, D) inputs; positions (n,); mask (n, start + n) bool or None (causal over every old slot).
+    Returns x (G, N, D) with zero rows appended, positions (N,) (`pad_position` for padded rows),
+    slots (N,) int64, and mask (N, slots): real rows see what `mask` says and never a padded slot;
+    padded rows see slot 0 only, so their softmax is finite and their outputs are thrown away.
+    """
+    g, n, d = x.shape
+    dev = x.device
+    full = torch.zeros(block, slots, dtype=torch.bool, device=dev)
+    if mask is None:
+        full[:n, :start] = True
+        full[:n, start : start + n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+    else:
+        full[:n, : start + n] = mask
+    full[n:, 0] = True
+    if block > n:
+        x = torch.cat([x, x.new_zeros(g, block - n, d)], dim=1)
+        positions = torch.cat([positions, positions.new_full((block - n,), pad_position)])
+    return x, positions, torch.arange(start, start + block, device=dev), full
 
 
 def rope_tables(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
@@ -77,11 +110,21 @@ class LayerStack:
         self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
+        self.blocks_static: tuple[int, ...] = ()  # () = eager path
+        self.runner: Callable | None = None  # runs forward_static (a CUDA-graph cache), None = call it directly
+
+    def use_static(self, blocks: tuple[int, ...] = STATIC_BLOCKS, runner: Callable | None = None) -> None:
+        """Switch to the static path with these block sizes (() switches back to eager). `runner(x,
+        positions, slots, mask)` replaces the direct call of `forward_static` (CUDA graphs)."""
+        self.blocks_static = tuple(sorted(blocks))
+        self.runner = runner
 
     def fork(self) -> LayerStack:
         """Same fused weights and tables (shared, not copied), own empty cache."""
         new = copy.copy(self)
-        new.k, new.v, new.length = None, None, 0
+        new.k, new.v, new.length, new.runner = None, None, 0, None
+        if self.runner is not None:
+            new.runner = self.runner.fork(new)
         return new
 
     def reset(self, rows: int, device, dtype) -> None:
@@ -89,6 +132,8 @@ class LayerStack:
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
             self.k = torch.zeros(shape, device=device, dtype=dtype)
             self.v = torch.zeros(shape, device=device, dtype=dtype)
+            if self.runner is not None:
+                self.runner.clear()  # graphs captured on the old cache tensors
         self.length = 0
 
     def _norm(self, x: Tensor) -> Tensor:
@@ -127,6 +172,12 @@ class LayerStack:
         start, end = self.length, self.length + n
         if end > self.max_slots:
             raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
+        block = pick_block(self.blocks_static, n, start, self.max_slots)
+        if block is not None:  # static path
+            x, positions, slots, full = pad_block(x, positions, mask, start, block, self.max_slots)
+            out = (self.runner or self.forward_static)(x, positions, slots, full)
+            self.length = end  # padded slots lie past the end: free, overwritten by the next call
+            return out[:, :n]
         if mask is None:
             mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
 
