@@ -22,7 +22,8 @@ import logging  # noqa: E402
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
-from coolsd.ui import controls, how, race, theory  # noqa: E402
+from coolsd.fetch import fetch_on_start  # noqa: E402
+from coolsd.ui import controls, how, race, share, theory  # noqa: E402
 from coolsd.ui.context import MAX_PROMPT_CHARS, Context, default_model_choice, load_model  # noqa: E402
 
 WORKERS = int(os.environ.get("COOLSD_WORKERS", "1") or 1)  # races run at once (each has its own KV caches)
@@ -34,6 +35,7 @@ CSS = """
 #header {margin-bottom: 0}
 """
 
+fetch_on_start()  # downloads LlamaGen only when $COOLSD_FETCH_LLAMAGEN asks (a Space sets it), in a child process
 CTX = Context(load_model(default_model_choice()), workers=WORKERS)
 if CTX.device.type == "cpu":
     torch.set_num_threads(1)  # small models decode faster single-threaded (and leave a core to the server)
@@ -59,10 +61,11 @@ def build_demo(ctx: Context) -> gr.Blocks:
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 controls.build(ctx)
-            with gr.Column(scale=3), gr.Tabs():
+            with gr.Column(scale=3), gr.Tabs() as tabs:
                 for panel in PANELS:
                     with gr.Tab(panel.TITLE, id=panel.ID) as tab:
                         ctx.panels[panel.ID] = panel.build(ctx, tab)
+        share.wire_restore(ctx, blocks, tabs, [panel.ID for panel in PANELS])  # share links: ?seed=3&delta=2...
         gr.api(model_info, api_name="model_info")
     blocks.queue(max_size=64, default_concurrency_limit=1)
     return blocks

@@ -117,6 +117,8 @@ class Context:
     controls: name -> component of the race settings, in the race's argument order (filled by
         `coolsd.ui.controls.build`), so a panel may take the current settings as inputs;
     buttons: "generate" / "stop" -> the race's buttons; panels: panel id -> what its `build` returned.
+    share_controls: name -> component of a panel's own controls that share links carry too (names
+        unique across panels, e.g. "lab_delta"; the race settings are carried already).
     """
 
     model: AppModel
@@ -129,6 +131,7 @@ class Context:
     lanes: queue.Queue = field(init=False, repr=False)
     controls: dict = field(default_factory=dict, repr=False)
     buttons: dict = field(default_factory=dict, repr=False)
+    share_controls: dict = field(default_factory=dict, repr=False)
     panels: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -214,6 +217,10 @@ def show(value) -> str:
     return plain(text if len(text) <= 40 else text[:37] + "...")
 
 
+def _num(v, unbounded: str) -> str:
+    return unbounded if v is None else str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
 def check_number(label: str, value, minimum: float | None, maximum: float | None, integer: bool = False):
     """A finite number (int when `integer`) within [minimum, maximum], else a gr.Error naming `label`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -223,7 +230,7 @@ def check_number(label: str, value, minimum: float | None, maximum: float | None
     if integer and value != int(value):
         raise bad(f"{label} must be a whole number, got {show(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise bad(f"{label} must be in [{minimum:g}, {maximum:g}], got {show(value)}")
+        raise bad(f"{label} must be in [{_num(minimum, '-inf')}, {_num(maximum, 'inf')}], got {show(value)}")
     return int(value) if integer else float(value)
 
 

@@ -12,6 +12,7 @@ import gradio as gr
 from coolsd.engine import DecodeConfig
 from coolsd.rules import CoolSDRule, LanternPPRule
 from coolsd.tree import TREES
+from coolsd.ui import racers
 from coolsd.ui.context import MAX_PROMPT_CHARS, MAX_SEED, Context, checked
 
 MAX_DRAFT_LEN = 8
@@ -21,7 +22,8 @@ EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cl
                    "a bowl of ramen, studio lighting"]
 # the race's arguments, in order (the API's positional order too)
 ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "drafting", "delta", "nu", "mu",
-        "mean_omega", "lantern_k", "lantern_lambda", "overlay")
+        "mean_omega", "lantern_k", "lantern_lambda", "overlay", "racers", "uniform_delta", "linear_delta",
+        "linear_slope", "custom_omegas")
 
 
 def default_values(ctx: Context) -> dict:
@@ -32,7 +34,8 @@ def default_values(ctx: Context) -> dict:
             "seed": 0, "temperature": s.temperature, "top_k": s.top_k, "cfg_scale": s.cfg_scale,
             "draft_len": DecodeConfig().draft_len, "drafting": "chain",
             "delta": cool.delta, "nu": cool.nu, "mu": 0.0, "mean_omega": cool.mu is None,
-            "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False}
+            "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False,
+            "racers": list(racers.DEFAULT_RACERS)} | racers.DEFAULTS
 
 
 def presets(ctx: Context) -> tuple[list[list], list[str]]:
@@ -53,6 +56,10 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
         ("LANTERN++ k = 5, λ = 20", row(condition=pick(7), lantern_k=min(5, ctx.k_max), lantern_lambda=20.0)),
         ("Static tree (Eagle-1's 25 nodes)", row(condition=pick(0), drafting="eagle-25")),
         ("Long drafts: L = 8", row(condition=pick(6), draft_len=8, overlay=True)),
+        ("Schedules at mean ω = 2: uniform, linear, exponential, floored",
+         row(condition=pick(4), racers=["uniform-rsd", "linear-decay", "cool-sd", "cool-sd-floor"])),
+        ("LANTERN++: published residual vs G*", row(condition=pick(9), racers=["eagle-1", "lantern++",
+                                                                               "lantern++-gstar"])),
     ]
     return [r for _, r in rows], [label for label, _ in rows]
 
@@ -68,6 +75,9 @@ def build(ctx: Context) -> None:
                                     elem_id="condition")
     else:
         c["condition"] = gr.Dropdown(choices=m.class_names, value=d["condition"], label="Digit", elem_id="condition")
+    c["racers"] = gr.CheckboxGroup(choices=[(label, key) for key, label in racers.RACERS.items()], value=d["racers"],
+                                   label=f"Racers (up to {racers.MAX_RACERS}; vanilla AR always races)",
+                                   elem_id="racers")
     with gr.Row():
         ctx.buttons["generate"] = gr.Button("Generate", variant="primary", elem_id="gen-btn")
         ctx.buttons["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
@@ -97,10 +107,23 @@ def build(ctx: Context) -> None:
                                    elem_id="lantern-k")
         c["lantern_lambda"] = gr.Slider(1.0, 50.0, value=d["lantern_lambda"], step=0.5, label="lambda (budget)",
                                         elem_id="lantern-lambda")
+    with gr.Accordion("More rules: UniformRSD, linear decay, custom schedule", open=False):
+        c["uniform_delta"] = gr.Slider(0.1, 8.0, value=d["uniform_delta"], step=0.05, label="UniformRSD delta",
+                                       elem_id="uniform-delta")
+        c["linear_delta"] = gr.Slider(0.1, 8.0, value=d["linear_delta"], step=0.05,
+                                      label="linear decay delta (mean omega)", elem_id="linear-delta")
+        c["linear_slope"] = gr.Slider(0.0, 1.0, value=d["linear_slope"], step=0.05,
+                                      label="linear decay slope (0 = uniform, 1 = falls to 0)", elem_id="linear-slope")
+        c["custom_omegas"] = gr.Textbox(value=d["custom_omegas"], label="custom schedule omega_1, omega_2, ...",
+                                        max_lines=1, elem_id="custom-omegas")
     c["overlay"] = overlay
     ctx.controls = {k: c[k] for k in ARGS}  # argument order
-    for component in ctx.controls.values():
-        if not isinstance(component, gr.Textbox):  # the prompt is checked by ctx.check_condition
+    for name, component in ctx.controls.items():
+        if name == "racers":
+            checked(component, racers.check_racers)
+        elif name == "custom_omegas":
+            checked(component, lambda text: (racers.parse_omegas(text), text)[1])
+        elif name != "condition" or not isinstance(component, gr.Textbox):  # a prompt: ctx.check_condition
             checked(component)
     rows, labels = presets(ctx)
     gr.Examples(rows, list(ctx.controls.values()), label="Presets (click one, then Generate)", example_labels=labels,
