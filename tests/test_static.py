@@ -106,7 +106,8 @@ def test_same_tokens_on_both_paths_for_every_rule(tiny, tree, build_rule):
 def test_shipped_model_same_tokens_on_both_paths(embedded_bundle, build_rule):
     b = embedded_bundle
     lanes = {path: _pair(b, path) for path in ("eager", "static")}
-    for name, config in [("cool-sd", DecodeConfig(draft_len=5)), ("eagle-1", DecodeConfig(draft_len=4, tree="eagle-25"))]:
+    settings = [("cool-sd", DecodeConfig(draft_len=5)), ("eagle-1", DecodeConfig(draft_len=4, tree="eagle-25"))]
+    for name, config in settings:
         rule = _rule(build_rule, name, b)
         tokens = {path: run(t, d, rule, 7, b.num_tokens, b.default_sampling, config, seed=1).tokens.tolist()
                   for path, (t, d) in lanes.items()}
@@ -140,3 +141,54 @@ def test_path_choice_and_fork_keeps_the_path(tiny, monkeypatch):
     again, again_d = fork_models(target, drafter)
     assert again.stack.blocks_static == target.stack.blocks_static != ()
     assert again_d.stack.blocks_static != ()
+
+
+@pytest.fixture(scope="module")
+def tiny_llamagen():
+    from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
+
+    tiny = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "intermediate_size": 48, "caption_dim": 24, "cls_token_num": 6, "block_size": 16}
+    torch.manual_seed(0)
+    target = LlamaGenT2I(LlamaGenConfig(**tiny)).eval()
+    drafter = LlamaGenDrafter(LlamaGenConfig(**{**tiny, "num_hidden_layers": 1}), target).eval()
+    with torch.no_grad():
+        for module in (target, drafter):
+            for tensor in module.state_dict().values():
+                tensor.normal_(0, 0.3)
+    caption = torch.randn(6, 24, generator=torch.Generator().manual_seed(2))
+    return target, drafter, caption
+
+
+def test_llamagen_static_forward_equals_eager(tiny_llamagen):
+    target, drafter, caption = tiny_llamagen
+    (te, de), (ts, ds) = fork_models(target, drafter), fork_models(target, drafter)
+    prepare([ts, ds], path="static")
+    assert ts._blocks and ds._blocks and not te._blocks
+    ids = torch.tensor([3, 9, 14, 2, 60])
+    outs = {}
+    for key, t, d in (("eager", te, de), ("static", ts, ds)):
+        t.start(caption, True)
+        d.start(caption, True)
+        a = t.forward(ids[:3], torch.arange(3))
+        b = d.forward(ids[:3], a.hidden, torch.arange(3))
+        c = t.forward(ids[3:4], torch.arange(3, 4))
+        outs[key] = (a.logits, b.logits, c.logits, d.forward(ids[4:5], None, torch.arange(3, 4)).logits)
+    for e, s in zip(outs["eager"], outs["static"]):
+        torch.testing.assert_close(s, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2"])
+def test_llamagen_same_tokens_on_both_paths_for_every_rule(tiny_llamagen, tree, build_rule):
+    from coolsd.sampling import SamplingConfig
+
+    target, drafter, caption = tiny_llamagen
+    lanes = {"eager": fork_models(target, drafter), "static": fork_models(target, drafter)}
+    prepare(lanes["static"], path="static")
+    codebook = torch.randn(64, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for name in [*RULES, None]:
+        rule = build_rule(name, codebook=codebook) if name else None
+        tokens = {path: run(t, d if rule else None, rule, caption, 16, SamplingConfig(cfg_scale=2.0),
+                            DecodeConfig(draft_len=3, tree=tree), seed=4).tokens.tolist()
+                  for path, (t, d) in lanes.items()}
+        assert tokens["static"] == tokens["eager"], (name, tree)

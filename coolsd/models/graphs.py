@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from coolsd.models.llama import STATIC_BLOCKS, LayerStack
+from coolsd.models.llama import LayerStack
+from coolsd.models.static import STATIC_BLOCKS
 
 log = logging.getLogger("coolsd")
 PATHS = ("eager", "static", "cuda-graphs")
@@ -32,6 +33,7 @@ ENV_VAR = "COOLSD_EXECUTION"
 @dataclass
 class _Graph:
     graph: object  # torch.cuda.CUDAGraph
+    cache_ptr: int  # the cache tensor it was captured on
     x: Tensor  # (G, N, D) static inputs, copied into before each replay
     positions: Tensor  # (N,)
     slots: Tensor  # (N,)
@@ -40,64 +42,54 @@ class _Graph:
 
 
 class CudaGraphs:
-    """`LayerStack.forward_static` captured as one CUDA graph per (rows, block size), then replayed.
+    """A static-path call `fn(x (G, N, D), positions (N,), slots (N,), mask (N, S)) -> (G, N, D)` captured
+    as one CUDA graph per (rows, block size) and replayed.
 
-    Capturing runs the stack on scratch inputs; the cache is saved before and restored after, so a
-    capture in the middle of a decode (a shape not warmed at load) leaves the cache as it was.
+    `cache()` returns the (k, v) tensors `fn` writes, (layers, G, h, S, hd). Capturing runs `fn` on
+    scratch inputs with the cache saved before and restored after, so a capture in the middle of a
+    decode (a shape not warmed at load) leaves the cache as it was. A graph is tied to the cache
+    tensor it was captured on; a reallocated cache is captured again.
     """
 
-    def __init__(self, stack: LayerStack) -> None:
-        self.stack = stack
+    def __init__(self, fn: Callable, cache: Callable[[], tuple[Tensor, Tensor]], width: int) -> None:
+        self.fn, self.cache, self.width = fn, cache, width
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.pool = None
 
-    def fork(self, stack: LayerStack) -> CudaGraphs:
-        """Graphs for a forked stack (its own cache): the same shapes, captured for it now (warm)."""
-        new = CudaGraphs(stack)
-        for rows in sorted({r for r, _ in self.graphs}):
-            new.warm(rows)
-        return new
-
-    def clear(self) -> None:
-        self.graphs.clear()
-
-    def warm(self, rows: int) -> None:
-        """Allocate the cache for `rows` guidance rows and capture every block size for it."""
-        st = self.stack
-        st.reset(rows, st.cos.device, st.cos.dtype)
-        for block in st.blocks_static:
-            if (rows, block) not in self.graphs:
-                self.capture(rows, block)
-        st.length = 0
+    @property
+    def rows(self) -> tuple[int, ...]:
+        return tuple(sorted({r for r, _ in self.graphs}))
 
     def capture(self, rows: int, block: int) -> _Graph:
-        st = self.stack
-        dev, dtype, S = st.k.device, st.k.dtype, st.max_slots
-        x = torch.zeros(rows, block, st.config.hidden_size, device=dev, dtype=dtype)
+        k, v = self.cache()
+        dev, dtype, S = k.device, k.dtype, k.shape[3]
+        x = torch.zeros(rows, block, self.width, device=dev, dtype=dtype)
         positions = torch.zeros(block, dtype=torch.long, device=dev)
         slots = torch.arange(S - block, S, device=dev)
         mask = torch.zeros(block, S, dtype=torch.bool, device=dev)
         mask[:, 0] = True
-        saved = st.k.clone(), st.v.clone()
+        saved = k.clone(), v.clone()
         side = torch.cuda.Stream(device=dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
             for _ in range(2):  # let lazy kernels and workspaces initialise outside the capture
-                st.forward_static(x, positions, slots, mask)
+                self.fn(x, positions, slots, mask)
         torch.cuda.current_stream(dev).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = st.forward_static(x, positions, slots, mask)
+            out = self.fn(x, positions, slots, mask)
         self.pool = graph.pool()
-        st.k.copy_(saved[0])
-        st.v.copy_(saved[1])
-        entry = _Graph(graph, x, positions, slots, mask, out)
+        k.copy_(saved[0])
+        v.copy_(saved[1])
+        entry = _Graph(graph, k.data_ptr(), x, positions, slots, mask, out)
         self.graphs[(rows, block)] = entry
         return entry
 
     def __call__(self, x: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
         key = (x.shape[0], x.shape[1])
-        g = self.graphs.get(key) or self.capture(*key)
+        g = self.graphs.get(key)
+        if g is None or g.cache_ptr != self.cache()[0].data_ptr():
+            g = self.capture(*key)
         g.x.copy_(x)
         g.positions.copy_(positions)
         g.slots.copy_(slots)
@@ -106,19 +98,34 @@ class CudaGraphs:
         return g.out.clone()  # the static output is overwritten by the next replay
 
 
-def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
-    """Put one stack on `path` ("eager", "static" or "cuda-graphs"; the last captures for every `rows`)."""
-    if path == "eager":
-        stack.use_static(())
-    elif path == "static":
-        stack.use_static(STATIC_BLOCKS)
-    elif path == "cuda-graphs":
-        runner = CudaGraphs(stack)
-        stack.use_static(STATIC_BLOCKS, runner)
-        for r in rows:
-            runner.warm(r)
-    else:
+def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tensor]], width: int,
+                rows: Iterable[int], allocate: Callable[[int], None]) -> tuple[tuple[int, ...], CudaGraphs | None]:
+    """(block sizes, runner) for a model on `path`; for "cuda-graphs", `allocate(r)` makes the cache for
+    r guidance rows and every block size is captured for it (the warm-up)."""
+    if path not in PATHS:
         raise ValueError(f"unknown execution path {path!r}; choose one of {PATHS}")
+    if path == "eager":
+        return (), None
+    if path == "static":
+        return STATIC_BLOCKS, None
+    runner = CudaGraphs(fn, cache, width)
+    for r in rows:
+        allocate(r)
+        for block in STATIC_BLOCKS:
+            runner.capture(r, block)
+    return STATIC_BLOCKS, runner
+
+
+def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
+    """Put one LayerStack on `path` ("eager", "static" or "cuda-graphs", captured for every `rows`)."""
+
+    def allocate(r: int) -> None:
+        stack.reset(r, stack.cos.device, stack.cos.dtype)
+
+    blocks, runner = make_runner(path, stack.forward_static, lambda: (stack.k, stack.v), stack.config.hidden_size,
+                                 rows, allocate)
+    stack.use_static(blocks, runner)
+    stack.length = 0
 
 
 def choose_path(device: torch.device, requested: str | None = None) -> str:

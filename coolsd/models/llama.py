@@ -25,37 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
 
+from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
+
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
-STATIC_BLOCKS = (1, 2, 4, 8, 16, 32, 64)  # (choice) block sizes of the static path: few shapes, <= 2x padding
-
-
-def pick_block(blocks: tuple[int, ...], n: int, start: int, slots: int) -> int | None:
-    """The smallest static block size >= n that fits after `start` in `slots` cache slots, or None (eager)."""
-    return next((b for b in blocks if b >= n and start + b <= slots), None)
-
-
-def pad_block(x: Tensor, positions: Tensor, mask: Tensor | None, start: int, block: int, slots: int,
-              pad_position: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Pad a call of n new rows to a static block of N rows written at slots [start, start + N).
-
-    x (G, n, D) inputs; positions (n,); mask (n, start + n) bool or None (causal over every old slot).
-    Returns x (G, N, D) with zero rows appended, positions (N,) (`pad_position` for padded rows),
-    slots (N,) int64, and mask (N, slots): real rows see what `mask` says and never a padded slot;
-    padded rows see slot 0 only, so their softmax is finite and their outputs are thrown away.
-    """
-    g, n, d = x.shape
-    dev = x.device
-    full = torch.zeros(block, slots, dtype=torch.bool, device=dev)
-    if mask is None:
-        full[:n, :start] = True
-        full[:n, start : start + n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-    else:
-        full[:n, : start + n] = mask
-    full[n:, 0] = True
-    if block > n:
-        x = torch.cat([x, x.new_zeros(g, block - n, d)], dim=1)
-        positions = torch.cat([positions, positions.new_full((block - n,), pad_position)])
-    return x, positions, torch.arange(start, start + block, device=dev), full
 
 
 def rope_tables(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
@@ -123,8 +95,10 @@ class LayerStack:
         """Same fused weights and tables (shared, not copied), own empty cache."""
         new = copy.copy(self)
         new.k, new.v, new.length, new.runner = None, None, 0, None
-        if self.runner is not None:
-            new.runner = self.runner.fork(new)
+        if self.runner is not None:  # its own graphs, captured on its own cache
+            from coolsd.models.graphs import set_path
+
+            set_path(new, "cuda-graphs", self.runner.rows)
         return new
 
     def reset(self, rows: int, device, dtype) -> None:
@@ -132,8 +106,6 @@ class LayerStack:
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
             self.k = torch.zeros(shape, device=device, dtype=dtype)
             self.v = torch.zeros(shape, device=device, dtype=dtype)
-            if self.runner is not None:
-                self.runner.clear()  # graphs captured on the old cache tensors
         self.length = 0
 
     def _norm(self, x: Tensor) -> Tensor:
