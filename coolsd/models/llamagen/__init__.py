@@ -54,6 +54,7 @@ __all__ = [
     "ENV_VAR",
     "EXAMPLE_PROMPTS",
     "RESOLUTIONS",
+    "DEFAULT_SAMPLING",
     "CaptionEmbedding",
     "CheckpointMismatch",
     "LlamaGen",
