@@ -510,3 +510,18 @@ def test_api_trace_and_replay_before_any_race_say_so(server):
         fresh.predict(api_name="/trace")
     with pytest.raises(AppError, match="nothing to replay yet"):
         fresh.predict(step=0, overlay=False, api_name="/replay")
+
+
+def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardware(tmp_path):
+    from coolsd.ui import how
+
+    text = how.paper_beside_us()
+    rows = [line for line in text.splitlines() if line.startswith("| paper") or line.startswith("| ours")]
+    paper = [r for r in rows if r.startswith("| paper")]
+    assert len(paper) == len(how.PAPER) and all("LlamaGen-XL 775M" in r or "Lumina-mGPT 7B" in r for r in paper)
+    assert "| 3.34 | 2.72× | 21.20 |" in text  # COOL-SD delta = 2 on LlamaGen-XL, as reported
+    ours = [r for r in rows if r.startswith("| ours")]
+    assert len(ours) == len(how.OURS) and all("CPU" in r and "embedded" in r for r in ours)
+    assert not any("not measured" in r for r in ours)  # the shipped benchmark has every setting
+    missing = how.paper_beside_us(tmp_path)  # no benchmark files: said, not invented
+    assert "not measured" in missing and missing.count("| paper") == len(how.PAPER)
