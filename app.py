@@ -23,13 +23,13 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
 from coolsd.fetch import fetch_on_start  # noqa: E402
-from coolsd.ui import controls, how, race, share, theory  # noqa: E402
+from coolsd.ui import controls, how, lab, race, schedule, share, theory  # noqa: E402
 from coolsd.ui.context import Context, default_model_choice, load_models  # noqa: E402
 
 WORKERS = int(os.environ.get("COOLSD_WORKERS", "1") or 1)  # races run at once (each has its own KV caches)
 if WORKERS < 1:
     raise SystemExit(f"COOLSD_WORKERS must be an integer >= 1, got {WORKERS}")
-PANELS = [race, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
+PANELS = [race, lab, schedule, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
 CSS = """
 .panel-title {text-align: center}
 #header {margin-bottom: 0}

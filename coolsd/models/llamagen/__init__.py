@@ -53,6 +53,7 @@ __all__ = [
     "ENV_VAR",
     "EXAMPLE_PROMPTS",
     "RESOLUTIONS",
+    "DEFAULT_SAMPLING",
     "CaptionEmbedding",
     "CheckpointMismatch",
     "LlamaGen",
