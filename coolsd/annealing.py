@@ -28,11 +28,11 @@ from coolsd.oracle import OracleResult, exact, match_tau, sequence_probs
 from coolsd.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, Rule, UniformRSDRule
 from coolsd.tabular import TabularDrafter, TabularLM, random_tables
 
-SCHEDULES = {  # kind -> label (the explorer's choices, in this order)
-    "exponential": "exponential (COOL-SD): omega_i = delta exp(-nu i - mu)",
+SCHEDULES = {  # kind -> formula (the explorer's choices, in this order)
+    "exponential": "COOL-SD: omega_i = delta exp(-nu i - mu), mu mean-normalised",
     "linear": "linear decay: omega_i = delta (1 + s (L + 1 - 2i) / (L - 1))",
-    "uniform": "uniform (UniformRSD): omega_i = delta",
-    "custom": "custom: one omega per depth",
+    "uniform": "UniformRSD: omega_i = delta",
+    "custom": "custom: omega_i from a list",
 }
 DRAFTS = {  # the explorer's draft models: name -> mixing weight eps of Q = (1 - eps) P + eps R (None = noisy logits)
     "toy": None, "close": 0.2, "far": 0.7,
