@@ -20,8 +20,14 @@ from coolsd.sampling import SamplingConfig
 
 
 def sample(probs: Tensor, gen: torch.Generator) -> Tensor:
-    """One token id from (V,) probabilities, as a (1,) int64 tensor on their device (no host sync)."""
-    return torch.multinomial(probs, 1, generator=gen)
+    """One token id from (V,) probabilities, as a (1,) int64 tensor on their device.
+
+    Inverse CDF with one uniform draw: the first id whose cumulative mass exceeds u * total (a
+    zero-probability id is never picked). Unlike `torch.multinomial` it never syncs with the host.
+    """
+    cdf = probs.cumsum(-1)  # (V,)
+    u = torch.rand(1, generator=gen, device=probs.device, dtype=probs.dtype) * cdf[-1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[-1] - 1)
 
 
 class Clock:
