@@ -1,8 +1,8 @@
 """The app in headless Chromium (Debian's, driven by Playwright; Playwright never downloads a browser).
 
 Loads the page, clicks Generate, counts every change of each decoder image (a MutationObserver on
-the <img> src), waits for the final frame, checks the plots, the theory tab and the LaTeX render, that
-the page asked no host but the server, and saves a screenshot (to COOLSD_SCREENSHOT if set).
+the <img> src), waits for the final frame, checks the plots, the theory, lab and schedule tabs and the LaTeX
+render, that the page asked no host but the server, and saves a screenshot (to COOLSD_SCREENSHOT if set).
 """
 
 from __future__ import annotations
@@ -100,12 +100,27 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#how .katex", timeout=20_000)
             page.get_by_role("tab", name="Theory").click()
             page.wait_for_selector("#plot-theory .main-svg", timeout=60_000)
+            _lab_and_schedule_tabs(page)
             page.get_by_role("tab", name="Race").click()
             _stop_within_a_second(page, app)
         finally:
             browser.close()
     assert not foreign, f"the page contacted other hosts: {foreign[:5]}"
     assert not errors, errors[:3]
+
+
+def _lab_and_schedule_tabs(page):
+    """The Quality lab streams a grid to the end; the Schedule explorer draws its bars and explains omega_i < 1."""
+    page.get_by_role("tab", name="Quality lab").click()
+    page.locator("#lab-run").click()
+    page.wait_for_function("() => document.querySelector('#lab-stats').innerText.includes('Finished')",
+                           timeout=90_000)
+    assert page.locator("#lab-grid img").count() == 1
+    assert "Vanilla AR" in page.locator("#lab-stats").inner_text()
+    page.get_by_role("tab", name="Schedule explorer").click()  # selecting the tab computes the default schedule
+    page.wait_for_selector("#sched-bars .main-svg", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('stricter than')",
+                           timeout=60_000)
 
 
 def _stop_within_a_second(page, app):
