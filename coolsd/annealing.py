@@ -149,8 +149,10 @@ def compare_schedules(n_close: int = 10, n_far: int = 8, deltas: tuple[float, ..
     means of omega, tests and bound for the schedule and its twin}]}; JSON-ready. Reported, never asserted.
     """
     setup = {k: v for k, v in locals().items()}
-    setup |= {"model": f"coolsd.annealing.mixed_tables({vocab_size}, {num_tokens}, seed, eps)",
-              "draft": "Q = (1 - eps) P + eps R, R random per prefix", "mu": "mean-normalised"}
+    shape = "" if (sharpness, noise) == (1.5, "random") else f", sharpness={sharpness:g}, noise={noise!r}"
+    setup |= {"model": f"coolsd.annealing.mixed_tables({vocab_size}, {num_tokens}, seed, eps{shape})",
+              "draft": f"Q = (1 - eps) P + eps R, R {'uniform' if noise == 'uniform' else 'random per prefix'}",
+              "mu": "mean-normalised"}
     rows = []
     for variant, floor in (("floored", True), ("unclipped", False)):
         for drafts, (n_seeds, epsilons) in (("close", (n_close, close_eps)), ("far", (n_far, far_eps))):
