@@ -51,13 +51,19 @@ class OracleResult:
     """dist: (V**T,) exact output probabilities of every sequence (row-major index);
     expected_rounds: E[target forwards] (round 0 included); tau = T / expected_rounds;
     tv: TV(output, P) over whole sequences; bound: sum over reached steps of reach prob x step TV
-    (for G* this is the paper's bound sum E[sum_x [q a - p]_+]); it upper-bounds tv."""
+    (for G* this is the paper's bound sum E[sum_x [q a - p]_+]); it upper-bounds tv.
+    Per draft depth i = 1..L (tuples of L floats, per image): depth_tests[i-1] = expected number of
+    acceptance tests at depth i, depth_accepts[i-1] = expected accepted drafts there, depth_bound[i-1]
+    = that depth's share of `bound` (so sum(depth_bound) == bound)."""
 
     dist: Tensor
     expected_rounds: float
     tau: float
     tv: float
     bound: float
+    depth_tests: tuple[float, ...] = ()
+    depth_accepts: tuple[float, ...] = ()
+    depth_bound: tuple[float, ...] = ()
 
 
 def sequence_probs(model: TabularLM) -> Tensor:
@@ -69,12 +75,18 @@ def sequence_probs(model: TabularLM) -> Tensor:
     return out
 
 
-def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int) -> OracleResult:
-    """Exact output distribution of chain drafting with `rule` and draft length L = draft_len."""
+def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int,
+          target_probs: Tensor | None = None) -> OracleResult:
+    """Exact output distribution of chain drafting with `rule` and draft length L = draft_len.
+
+    target_probs: `sequence_probs(target)` when the caller already has it (sweeps and bisections
+    reuse it: it is a quarter of the time on V = 4, T = 5).
+    """
     v, t_max = target.vocab_size, target.num_tokens
     dist = torch.zeros(v**t_max, dtype=torch.float64)
     starts: list[dict] = [defaultdict(float) for _ in range(t_max + 1)]  # round-start mass per prefix
     acc = {"rounds": 1.0, "bound": 0.0}
+    tests, accepts, bounds = [0.0] * draft_len, [0.0] * draft_len, [0.0] * draft_len  # per depth 1..L
     steps: dict[tuple, StepOutput] = {}
 
     def add(prefix: tuple, mass: float) -> None:
@@ -94,6 +106,9 @@ def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int) -> 
             steps[key] = rule_step(rule, p, drafter.probs(prefix), depth, draft_len)
         step = steps[key]
         acc["bound"] += mass * step.tv
+        tests[depth - 1] += mass
+        accepts[depth - 1] += mass * step.accept_rate
+        bounds[depth - 1] += mass * step.tv
         q = drafter.probs(prefix)
         a_all = rule.accept_all(p, q, torch.tensor(depth), draft_len)
         resampled = step.kernel - q * a_all
@@ -110,21 +125,27 @@ def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int) -> 
         for prefix, mass in starts[length].items():
             acc["rounds"] += mass
             walk(prefix, mass, 1, min(draft_len, t_max - length - 1))
-    tv = 0.5 * float((dist - sequence_probs(target)).abs().sum())
-    return OracleResult(dist, acc["rounds"], t_max / acc["rounds"], tv, acc["bound"])
+    reference = sequence_probs(target) if target_probs is None else target_probs
+    tv = 0.5 * float((dist - reference).abs().sum())
+    return OracleResult(dist, acc["rounds"], t_max / acc["rounds"], tv, acc["bound"], tuple(tests), tuple(accepts),
+                        tuple(bounds))
 
 
 def match_tau(make: Callable[[float], Rule], target_tau: float, target: TabularLM, drafter: TabularLM,
-              draft_len: int, low: float = 1e-3, high: float = 1e3, iters: int = 60) -> tuple[Rule, OracleResult]:
+              draft_len: int, low: float = 1e-3, high: float = 1e3, iters: int = 60,
+              target_probs: Tensor | None = None) -> tuple[Rule, OracleResult]:
     """Bisect a scalar knob (geometric) so that rule `make(knob)` reaches tau == target_tau.
 
     tau is non-decreasing in the knob for the relaxation rules here (delta of UniformRSD / COOL-SD).
+    target_probs: as in `exact` (computed once here when None).
     """
+    if target_probs is None:
+        target_probs = sequence_probs(target)
     for _ in range(iters):
         mid = (low * high) ** 0.5
-        if exact(target, drafter, make(mid), draft_len).tau < target_tau:
+        if exact(target, drafter, make(mid), draft_len, target_probs).tau < target_tau:
             low = mid
         else:
             high = mid
     rule = make((low * high) ** 0.5)
-    return rule, exact(target, drafter, rule, draft_len)
+    return rule, exact(target, drafter, rule, draft_len, target_probs)

@@ -16,7 +16,9 @@ from torch import Tensor
 from coolsd.race import ACCEPTED, BONUS, RESAMPLED
 
 # Decoder colours (shared with coolsd.theory's figure where the decoder appears there too).
-DECODER_COLOURS = {"eagle-1": "#444444", "lantern++": "#2ca02c", "cool-sd": "#d62728", "vanilla": "#7f7f7f"}
+DECODER_COLOURS = {"eagle-1": "#444444", "lantern++": "#2ca02c", "lantern++-gstar": "#17becf", "uniform-rsd": "#1f77b4",
+                   "linear-decay": "#9467bd", "cool-sd": "#d62728", "cool-sd-floor": "#ff7f0e", "custom": "#8c564b",
+                   "vanilla": "#7f7f7f"}
 # Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
 KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255)}
 KIND_NAMES = {ACCEPTED: "accepted draft", RESAMPLED: "resampled (draft rejected)", BONUS: "bonus / target sample"}
@@ -138,16 +140,18 @@ def _layout(fig, title: str, xaxis_title: str, yaxis_title: str, height: int = 3
     return fig
 
 
-def acceptance_figure(racers: list, draft_len: int, omega: Tensor | None = None):
+def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
     """Running mean of the tested acceptance probability per draft position i, one line per racer.
 
     racers: objects with key, label, accept_rate (n,) and depth_count (n,) (coolsd.race.Racer).
-    omega: COOL-SD's omega_i (drawn dashed on the right axis), or None.
+    omegas: racer key -> (n,) omega_i of a relaxed schedule, drawn dashed on the right axis (or None).
     """
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    labels = {}
     for r in racers:
+        labels[r.key] = r.label
         rate = r.accept_rate.tolist()
         depths = list(range(1, len(rate) + 1))
         counts = r.depth_count.tolist()
@@ -155,15 +159,18 @@ def acceptance_figure(racers: list, draft_len: int, omega: Tensor | None = None)
             x=depths, y=[None if math.isnan(v) else v for v in rate], mode="lines+markers", name=r.label,
             line={"color": DECODER_COLOURS.get(r.key)}, customdata=counts,
             hovertemplate="i = %{x}<br>mean a_i = %{y:.3f}<br>tests: %{customdata:.0f}<extra>" + r.label + "</extra>"))
-    if omega is not None and len(omega):
+    omegas = {k: w for k, w in (omegas or {}).items() if w is not None and len(w)}
+    for key, omega in omegas.items():
         w = omega.tolist()
+        name = labels.get(key, key)
         fig.add_trace(go.Scatter(
-            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name="COOL-SD ω_i (right)", yaxis="y2",
-            line={"color": DECODER_COLOURS["cool-sd"], "dash": "dash"}, marker={"symbol": "diamond-open"},
-            hovertemplate="i = %{x}<br>ω_i = %{y:.3f}<extra>ω</extra>"))
+            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name=f"{name} ω_i (right)", yaxis="y2",
+            line={"color": DECODER_COLOURS.get(key), "dash": "dash"}, marker={"symbol": "diamond-open"},
+            hovertemplate="i = %{x}<br>ω_i = %{y:.3f}<extra>" + name + " ω</extra>"))
+    if omegas:
         fig.update_layout(yaxis2={"title": {"text": "ω_i", "standoff": 2}, "overlaying": "y", "side": "right",
                                   "rangemode": "tozero", "showgrid": False})
-        fig.add_hline(y=1.0, line={"color": DECODER_COLOURS["cool-sd"], "dash": "dot", "width": 1}, yref="y2",
+        fig.add_hline(y=1.0, line={"color": "#999999", "dash": "dot", "width": 1}, yref="y2",
                       annotation_text="ω = 1 (lossless)", annotation_position="top left")
     fig.update_xaxes(range=[0.5, max(draft_len, 1) + 0.5], dtick=1)
     fig.update_layout(yaxis={"range": [0, 1.05]})
@@ -189,3 +196,45 @@ def length_figure(racers: list):
     fig.update_yaxes(rangemode="tozero", dtick=1)
     fig.update_xaxes(tickformat="d", rangemode="tozero")
     return _layout(fig, "Accepted length per round", "round", "tokens committed (accepted + 1)")
+
+
+def length_histogram(racers: list):
+    """Share of speculative rounds that committed n tokens (accepted drafts + 1), grouped bars per racer."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    longest = 1
+    for r in racers:
+        y = list(r.round_tokens)
+        if not y:
+            continue
+        counts = np.bincount(np.asarray(y, dtype=np.int64))[1:]  # counts[n - 1]: rounds committing n tokens
+        longest = max(longest, len(counts))
+        fig.add_trace(go.Bar(
+            x=list(range(1, len(counts) + 1)), y=(counts / len(y)).tolist(), name=r.label, customdata=counts.tolist(),
+            marker={"color": DECODER_COLOURS.get(r.key)},
+            hovertemplate="%{x} tokens: %{y:.0%} of rounds (%{customdata})<extra>" + r.label + "</extra>"))
+    fig.update_layout(barmode="group", bargap=0.15)
+    fig.update_xaxes(range=[0.5, longest + 0.5], dtick=1)
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Accepted length histogram", "tokens committed per round", "share of rounds")
+
+
+def image_strip(images: list[Image.Image], labels: list[str], band: int = 22) -> Image.Image:
+    """The images side by side on one white strip, each with its label above it (a PNG to take away).
+
+    images: PIL images (any sizes; the strip is as tall as the tallest); labels: one per image.
+    """
+    from PIL import ImageDraw
+
+    gap = 8
+    height = max(im.height for im in images) + band
+    width = sum(im.width for im in images) + gap * (len(images) - 1)
+    strip = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    x = 0
+    for im, label in zip(images, labels):
+        strip.paste(im.convert("RGB"), (x, band))
+        draw.text((x + 2, 4), label, fill=(0, 0, 0))
+        x += im.width + gap
+    return strip

@@ -12,7 +12,6 @@ one model's weights need their own KV caches: `fork_models` makes such handles.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import torch
 from torch import Tensor
 
 from coolsd.events import RoundEvent
+from coolsd.models.protocol import Drafter, TokenModel
 
 # Token outcome codes in `Racer.kinds` (0 = not generated yet).
 EMPTY, ACCEPTED, RESAMPLED, BONUS = 0, 1, 2, 3
@@ -172,43 +172,8 @@ class Race:
 
 
 # ---------------------------------------------------------------- independent model handles
-def _shared_memo(root: object) -> dict[int, object]:
-    """deepcopy memo that maps every tensor and every non-coolsd object reachable from `root` to itself.
-
-    Weights (tensors) and third-party modules (torch, transformers) are shared; only coolsd's own
-    wrapper objects, which hold the KV caches and per-image state, are copied.
-    """
-    memo: dict[int, object] = {}
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, Tensor):
-            memo[id(obj)] = obj
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(obj)
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif type(obj).__module__.split(".")[0] == "coolsd":
-            stack.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
-        elif not isinstance(obj, (str, bytes, int, float, bool, complex, type(None))):
-            memo[id(obj)] = obj  # third-party object: shared as is
-    return memo
-
-
-def fork_models(*models: object) -> tuple:
-    """Independent handles on the same weights: each returned object has its own (empty) caches.
-
-    Pass together the models that refer to each other (a target and its drafter) so that the
-    copies refer to each other too. Fork before decoding: caches that already exist are tensors
-    and would be shared, so `fork_models` refuses models whose caches were allocated.
-    """
-    for m in models:
-        for attr in ("stack", "_cache"):
-            cache = getattr(m, attr, None)
-            if cache is not None and (attr == "_cache" or getattr(cache, "k", None) is not None):
-                raise ValueError(f"fork {type(m).__name__} before it decodes: its cache is already allocated")
-    return copy.deepcopy(tuple(models), _shared_memo(models))
+def fork_models(target: TokenModel, drafter: Drafter | None = None) -> tuple[TokenModel, Drafter | None]:
+    """Independent handles on the same weights (the models' own `fork`): each has its own empty caches,
+    and the forked drafter reads the forked target. Safe at any time, also after decoding."""
+    forked = target.fork()
+    return forked, None if drafter is None else drafter.fork(forked)

@@ -6,6 +6,7 @@ They implement the engine's TokenModel / Drafter protocols, so the real engine s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -27,6 +28,10 @@ class TabularLM:
     def __post_init__(self) -> None:
         self.device = torch.device("cpu")
         self._ids: list[int] = []
+
+    def fork(self, target: TabularLM | None = None) -> TabularLM:
+        """Same tables, own (empty) state (`target` is unused: a tabular drafter reads no target state)."""
+        return dataclasses.replace(self)
 
     def probs(self, prefix: tuple[int, ...]) -> Tensor:
         return self.table[tuple(prefix)]

@@ -3,12 +3,14 @@
 Every number here comes from the exact oracle (`coolsd.oracle.exact`): no sampling, no noise.
 
     python -m coolsd.theory --out assets/oracle_tradeoff.png   # figure, plus the points as .json beside it
-    python -m coolsd.theory --report                            # annealed vs uniform, G* vs lossless residual
+    python -m coolsd.theory --report                            # annealed vs uniform, G* vs lossless residual,
+                                                                # floored / unclipped x close / far drafts
 
 `tradeoff_curves` sweeps one knob per rule on ONE small tabular model: UniformRSD's delta, COOL-SD's
 delta (nu fixed) and LANTERN++'s lambda (k fixed); `tradeoff_figure` draws exact TV against the
 expected accepted length tau, optionally marking the app's current setting. `compare` is the
-comparison the spec says to report and never assert (section 3, "Why G*").
+comparison the spec says to report and never assert (section 3, "Why G*"); `coolsd.annealing.compare_schedules`
+is its matched-tau measurement of floored and unclipped COOL-SD for close and far drafts (section 3).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from coolsd import annealing
 from coolsd.neighbours import neighbour_table
 from coolsd.oracle import OracleResult, exact, match_tau
 from coolsd.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, UniformRSDRule
@@ -216,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print annealed-vs-uniform and G*-vs-lossless fractions")
     parser.add_argument("--report-out", type=Path, help="also write the report as JSON here")
     parser.add_argument("--n-models", type=int, default=20, help="random models in the report")
+    parser.add_argument("--n-close", type=int, default=10, help="seeds per eps, close drafts (schedule report)")
+    parser.add_argument("--n-far", type=int, default=8, help="seeds per eps, far drafts (schedule report)")
     args = parser.parse_args(argv)
     if args.out is None and not args.report:
         parser.error("nothing to do: give --out and/or --report")
@@ -235,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         report = compare(n_models=args.n_models)
         print(format_report(report))
+        schedules = annealing.compare_schedules(n_close=args.n_close, n_far=args.n_far)
+        print(annealing.format_schedules(schedules))
         if args.report_out is not None:
-            args.report_out.write_text(json.dumps(report, indent=1))
+            args.report_out.write_text(json.dumps(report | {"schedules": schedules}, indent=1))
     return 0
 
 

@@ -13,8 +13,8 @@ import math
 import torch
 from torch import Tensor
 
-from coolsd.engine import Session, _Clock, _event, sample
 from coolsd.events import BONUS, RESAMPLED, RoundEvent
+from coolsd.round import Clock, Session, make_event, nan_after, sample
 
 # Eagle-1's default 25-node tree (`mc_sim_7b_63`; 4, 8, 8, 3, 2 nodes per depth).
 EAGLE_25 = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
@@ -76,15 +76,16 @@ def _sample_without_replacement(q: Tensor, n: int, gen: torch.Generator) -> list
 
 
 def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEvent:
-    """One static-tree round: draft the tree level by level, verify it in one target forward."""
-    clock = _Clock()
+    """One static-tree round: draft the tree level by level, verify it in one target forward.
+
+    Needs at least one token left to draft (the engine runs the image's last token as a chain step).
+    """
+    clock = Clock()
     t = len(s.committed)
     depth_max = min(max(len(p) for p in paths), s.num_tokens - t - 1)
+    if depth_max < 1:
+        raise ValueError("a tree round needs at least one draftable token; the last token is a plain step")
     paths = sorted((p for p in paths if len(p) <= depth_max), key=lambda p: (len(p), p))
-    if depth_max < 1:  # last token: a plain target step
-        from coolsd.engine import chain_round
-
-        return chain_round(s, index, 1)
     children: dict[tuple, list[tuple]] = {(): []}
     for p in paths:
         children.setdefault(p, [])
@@ -134,7 +135,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     for p in nodes:
         for k in range(1, len(p) + 1):
             mask[row_of[p], old + row_of[p[:k]]] = True
-    ids = torch.tensor([s.committed[-1]] + [token_of[p] for p in nodes], device=s.device)
+    ids = torch.cat([s.last_id, torch.tensor([token_of[p] for p in nodes], dtype=torch.long, device=s.device)])
     pos = torch.tensor([t - 1] + [t - 1 + len(p) for p in nodes], device=s.device)
     step = s.target.forward(ids, pos, mask)
     clock.switch("other")
@@ -169,15 +170,15 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
             break
         accepted.append(chosen)
         node = chosen
-    y = sample(p, s.gen)
+    y = int(sample(p, s.gen))
     # 4. commit; keep the accepted path in the target cache, drop every drafted slot
     tokens = [token_of[k] for k in accepted] + [y]
     keep = torch.tensor([old + row_of[k] for k in accepted], dtype=torch.long, device=s.device)
     s.target.crop(old + 1, keep if len(accepted) else None)
     s.drafter.crop(t)
     hidden = None if step.hidden is None else step.hidden[:, [0] + [row_of[k] for k in accepted]]
-    s.commit(tokens, hidden)
-    n = len(accepted)
-    a_list = first_a + [math.nan] * (depth_max - len(first_a))
+    s.commit(tokens, torch.tensor(tokens, dtype=torch.long, device=s.device), hidden)
     omega_all = s.rule.omega(torch.arange(1, depth_max + 1), depth_max).tolist()
-    return _event(index, t, tokens, n, a_list, omega_all, tested_d, tested_a, last, 1, n_calls, clock.read())
+    return make_event(index=index, start=t, tokens=tokens, n_accepted=len(accepted), seconds=clock.read(), last=last,
+                      accept_probs=nan_after(first_a, depth_max), omega=omega_all, tested_depths=tested_d,
+                      tested_probs=tested_a, target_forwards=1, draft_forwards=n_calls)

@@ -13,6 +13,7 @@ for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -24,9 +25,9 @@ from coolsd.ui import context, controls  # noqa: E402
 from coolsd.ui import race as race_ui  # noqa: E402
 
 RACE = app.CTX.panels["race"]
+STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2  # positions in a race frame
+USED = [0, 1, 2, race_ui.VANILLA_SLOT]  # image slots of the default racers (Eagle-1, LANTERN++, COOL-SD) + vanilla
 
-ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "drafting", "delta", "nu", "mu",
-        "mean_omega", "lantern_k", "lantern_lambda", "overlay")
 # gradio's queue uses pandas options that pandas 3 deprecates: harmless, and not ours
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
@@ -82,7 +83,7 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     frames = list(RACE.race(**kwargs(overlay=True)))
     assert len(frames) > 5
     last = frames[-1]
-    stats = last[7]
+    stats = last[STATS]
     assert stats["finished"] and set(stats["decoders"]) == set(race_ui.DECODERS)
     for key, s in stats["decoders"].items():
         assert s["tokens"] == app.CTX.model.num_tokens, key
@@ -92,21 +93,22 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     # needs fewer target forwards than tokens, so a tau stuck at 1 (or a miscount) fails here
     for key in set(race_ui.DECODERS) - {"vanilla"}:
         assert stats["decoders"][key]["target_forwards"] < app.CTX.model.num_tokens, key
-    assert all(img.size == app.CTX.display_hw[::-1] for img in last[:4])
+    assert all(last[i].size == app.CTX.display_hw[::-1] for i in USED)
     # a frame only re-draws the decoder that moved: the others are skipped
     import gradio as gr
 
-    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:4]) == 1 for f in frames[1:-1])
+    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:race_ui.SLOTS]) == 1 for f in frames[1:-1])
 
 
 def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
     monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 10.0)  # first and last frame only
     a = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
     b = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
-    tokens = {k: v[1] for k, v in a[8].items()}
-    assert all(torch.equal(a[8][k][0], b[8][k][0]) for k in tokens)  # same seed, same pixels
-    # delta = 1, nu = 0 makes omega = 1: COOL-SD is Eagle-1 draw for draw
-    assert torch.equal(a[8]["cool-sd"][0], a[8]["eagle-1"][0])
+    assert sorted(a[SNAPSHOT]["images"]) == USED
+    same = [torch.equal(a[SNAPSHOT]["images"][k][0], b[SNAPSHOT]["images"][k][0]) for k in USED]
+    assert all(same)  # same seed, same pixels
+    # delta = 1, nu = 0 makes omega = 1: COOL-SD (slot 2) is Eagle-1 (slot 0) draw for draw
+    assert torch.equal(a[SNAPSHOT]["images"][2][0], a[SNAPSHOT]["images"][0][0])
 
 
 def test_import_writes_no_files_next_to_the_app():
@@ -134,9 +136,9 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     RACE.show_overlay(True, {}, request=request)  # the checkbox, clicked while the race streams
     frames = list(gen)
     final = frames[-1]
-    for i, key in enumerate(race_ui.DECODERS):
-        expected = app.CTX.render(*final[8][key], True)
-        assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), key
+    for i in USED:
+        expected = app.CTX.render(*final[SNAPSHOT]["images"][i], True)
+        assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), i
     assert "session-1" not in RACE.live_overlay  # no state left behind
 
 
@@ -166,9 +168,9 @@ def test_stop_keeps_the_last_numbers_marked_stopped():
     stats = {"decoders": {"eagle-1": {"decoder": "Eagle-1", "tokens": 5, "num_tokens": 16, "target_forwards": 2,
                                       "mean_accepted_length": 2.5, "compute_seconds": 0.1, "speedup": None,
                                       "finished": False}}}
-    text = RACE.stopped(stats)
+    text, _ = RACE.stopped(stats)
     assert text.startswith("**Stopped.**") and "5 / 16" in text and "–" in text
-    assert RACE.stopped(None).startswith("**Stopped.**")
+    assert RACE.stopped(None)[0].startswith("**Stopped.**")
 
 
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
@@ -177,7 +179,7 @@ def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     monkeypatch.setattr(app.CTX.model, "conditioning", "text")
     assert app.CTX.check_condition("  a cat  ") == "a cat"
     with pytest.raises(gr.Error, match="too long"):
-        app.CTX.check_condition("x" * (app.MAX_PROMPT_CHARS + 1))
+        app.CTX.check_condition("x" * (context.MAX_PROMPT_CHARS + 1))
     with pytest.raises(gr.Error, match="non-empty"):
         app.CTX.check_condition("   ")
 
@@ -190,8 +192,8 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     updates = job.outputs()
     assert len(updates) >= 5
     final = updates[-1]
-    images, stats = final[:4], final[7]
-    assert all(_image_size(img) == app.CTX.display_hw[::-1] for img in images[:3])  # three decoders + vanilla
+    stats = final[STATS]
+    assert all(_image_size(final[i]) == app.CTX.display_hw[::-1] for i in USED)  # three decoders + vanilla
     assert stats["finished"]
     for key, s in stats["decoders"].items():
         assert s["tokens"] == app.CTX.model.num_tokens, key
@@ -207,7 +209,7 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
-    assert final[5]["type"] == "plotly" and final[6]["type"] == "plotly"
+    assert all(final[i]["type"] == "plotly" for i in (race_ui.PLOT_ACC, race_ui.PLOT_LEN, race_ui.PLOT_HIST))
     # the images really changed along the stream
     seen = {i: {u[i]["path"] for u in updates if isinstance(u[i], dict) and "path" in u[i]} for i in range(3)}
     assert all(len(paths) >= 2 for paths in seen.values()), seen
@@ -251,14 +253,14 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
     wait_until(lambda: job.status().code.name in ("CANCELLED", "FINISHED"), "the job to end")
     assert len(drawn) == n  # nothing decoded after the cancel
     outputs = job.outputs()
-    assert not outputs or not outputs[-1][7]["finished"]
+    assert not outputs or not outputs[-1][STATS]["finished"]
 
 
 def test_api_overlay_redraws_the_last_race(client):
     client.predict(**kwargs(seed=4), api_name="/race")
     plain = client.predict(overlay=False, api_name="/overlay")
     tinted = client.predict(overlay=True, api_name="/overlay")
-    assert len(plain) == 4 and all(_image_size(img) == app.CTX.display_hw[::-1] for img in tinted)
+    assert len(plain) == race_ui.SLOTS and all(_image_size(tinted[i]) == app.CTX.display_hw[::-1] for i in USED)
     assert plain[0]["path"] != tinted[0]["path"]
 
 
@@ -302,7 +304,7 @@ def test_raw_http_non_finite_values_are_rejected(server, name, literal):
 
     values = kwargs()
     values[name] = "__X__"
-    body = json.dumps({"data": [values[k] for k in ARGS]}).replace('"__X__"', literal)
+    body = json.dumps({"data": [values[k] for k in controls.ARGS]}).replace('"__X__"', literal)
     base = server.rstrip("/") + "/gradio_api/call/race"
     event_id = httpx.post(base, content=body, headers={"Content-Type": "application/json"}).json()["event_id"]
     stream = httpx.get(f"{base}/{event_id}", timeout=30).text
@@ -334,3 +336,267 @@ def test_embedded_model_race_views():
         assert r.done == b.num_tokens == 256 and r.tau > 1
         img = token_image(b.tokenizer.decode(fill_ids(r.tokens)), r.filled, b.grid, r.kinds, overlay=True)
         assert img.size == (256, 256)
+
+
+# ---------------------------------------------------------------- racer choice, replay, trace, share links
+def _race(**changes):
+    """Every frame of a race on the handler, one frame per race step (no throttle)."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
+    mp.setattr(race_ui, "FRAME_SHARE", 1.0)
+    try:
+        return list(RACE.race(**kwargs(**changes)))
+    finally:
+        mp.undo()
+
+
+def test_racer_choice_races_exactly_the_chosen_rules():
+    """Four non-default racers: each decodes what the library decodes alone with that rule, vanilla AR races too."""
+    from coolsd.engine import DecodeConfig, run
+    from coolsd.sampling import SamplingConfig
+    from coolsd.ui.racers import RuleParams, make_racer_rule
+
+    chosen = ["uniform-rsd", "linear-decay", "cool-sd-floor", "custom"]
+    values = kwargs(racers=list(reversed(chosen)), uniform_delta=3.0, linear_delta=1.5, linear_slope=0.8,
+                    custom_omegas="3, 0.5", seed=2)
+    last = _race(**{k: v for k, v in values.items()})[-1]
+    stats, trace = last[STATS], last[TRACE]
+    assert list(stats["decoders"]) == [*chosen, "vanilla"]  # the panels' order, whatever order was given
+    rules = stats["settings"]["rules"]
+    assert rules["uniform-rsd"]["delta"] == 3.0 and rules["linear-decay"]["slope"] == 0.8
+    assert rules["cool-sd-floor"]["floor_at_one"] is True and list(rules["custom"]["omegas"]) == [3.0, 0.5]
+    assert all(isinstance(last[i], type(last[0])) for i in range(race_ui.SLOTS))  # 4 racers + vanilla: all shown
+    m = app.CTX.model
+    params = RuleParams(*(values[k] for k in ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda",
+                                              "uniform_delta", "linear_delta", "linear_slope", "custom_omegas")))
+    sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
+    final = {r.key: r for r in trace.replay(len(trace))}
+    for key in chosen:
+        rule = make_racer_rule(app.CTX, key, params)
+        ref = run(m.target, m.drafter, rule, app.CTX.check_condition(values["condition"]), m.num_tokens, sampling,
+                  DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+        assert torch.equal(final[key].tokens, ref.tokens), key
+        assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
+    # the G* variant of LANTERN++ runs another residual than the published one
+    lantern = _race(racers=["lantern++", "lantern++-gstar"])[-1][STATS]["settings"]["rules"]
+    assert (lantern["lantern++"]["residual_kind"], lantern["lantern++-gstar"]["residual_kind"]) == ("published",
+                                                                                                   "optimal")
+
+
+def test_replay_frame_equals_the_race_stopped_at_that_step():
+    import numpy as np
+
+    stop_at = 9
+    gen = RACE.race(**kwargs(seed=6, overlay=True))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
+    mp.setattr(race_ui, "FRAME_SHARE", 1.0)
+    try:
+        frames = [next(gen) for _ in range(stop_at)]  # one frame per race step
+    finally:
+        gen.close()  # Stop
+        mp.undo()
+    stopped, trace = frames[-1], frames[-1][TRACE]
+    assert len(trace) == stop_at and trace.status == "stopped"
+    replayed = RACE.replay(stop_at, True, trace)
+    shown = stopped[SNAPSHOT]["images"]
+    assert sorted(shown) == sorted(replayed[-1]["images"]) and len(shown) >= 3
+    for slot, item in stopped[SNAPSHOT]["images"].items():  # every image on show then, pixel for pixel
+        assert np.array_equal(np.asarray(app.CTX.render(*item, True)), np.asarray(replayed[slot])), slot
+    live, again = stopped[STATS]["decoders"], replayed[STATS]["decoders"]
+    assert live == again  # tokens, forwards, tau, compute seconds, speed-up: the same numbers
+    # an earlier step shows less, and the whole race replays to its final frame
+    early = RACE.replay(3, False, trace)[STATS]["decoders"]
+    assert sum(s["tokens"] for s in early.values()) < sum(s["tokens"] for s in live.values())
+    last = _race(seed=6)[-1]
+    full = RACE.replay(len(last[TRACE]), False, last[TRACE])
+    assert full[STATS]["decoders"] == last[STATS]["decoders"]
+    for slot in USED:
+        assert np.array_equal(np.asarray(last[slot]), np.asarray(full[slot])), slot
+
+
+def test_trace_json_round_trip_replays_the_same_race():
+    import json
+
+    from coolsd.trace import RaceTrace
+
+    last = _race(seed=8, racers=["eagle-1", "custom"])[-1]
+    trace = last[TRACE]
+    data = json.loads(json.dumps(RACE.trace_json(trace)))  # what a download or the API gives
+    assert data["model"] == app.CTX.model.name and data["settings"]["seed"] == 8 and data["status"] == "finished"
+    assert [r["key"] for r in data["racers"]] == ["eagle-1", "custom", "vanilla"]
+    assert len(data["steps"]) == sum(s["rounds"] for s in last[STATS]["decoders"].values())
+    back = RaceTrace.from_json(data)
+    for a, b in zip(trace.replay(len(trace)), back.replay(len(back))):
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.kinds, b.kinds) and a.seconds == b.seconds
+        assert torch.allclose(a.accept_rate, b.accept_rate, equal_nan=True)
+    with pytest.raises(ValueError, match="unknown trace version"):
+        RaceTrace.from_json(data | {"version": 99})
+
+
+def test_share_link_round_trip_restores_every_setting():
+    from coolsd.ui import share
+
+    values = kwargs(condition="7", seed=12345, temperature=0.85, top_k=7, cfg_scale=2.5, draft_len=3,
+                    drafting="eagle-25", delta=1.1, nu=0.35, mu=-0.5, mean_omega=False, lantern_k=2,
+                    lantern_lambda=20.0, overlay=True, racers=["lantern++-gstar", "linear-decay", "custom"],
+                    uniform_delta=4.0, linear_delta=0.75, linear_slope=1.0, custom_omegas="4, 2, 1, 0.5")
+    query = share.share_query(app.CTX, values)
+    restored, errors = share.parse_query(app.CTX, dict(__import__("urllib.parse").parse.parse_qsl(query[1:])),
+                                         ["race", "theory"])
+    assert not errors and restored == values
+    assert set(restored) == set(share.shared_controls(app.CTX))  # every control travels
+
+
+def test_api_replay_trace_strip_and_share_link(client):
+    import json
+
+    values = kwargs(seed=4, racers=["eagle-1", "uniform-rsd"])
+    final = client.predict(**values, api_name="/race")
+    stats = final[STATS]
+    steps = final[race_ui.REPLAY]["maximum"]
+    assert steps == sum(s["rounds"] for s in stats["decoders"].values())
+    frame = client.predict(step=4, overlay=False, api_name="/replay")
+    assert frame[STATS]["replay_step"] == 4 and "Replay" in frame[race_ui.STATS_MD]
+    assert sum(s["tokens"] for s in frame[STATS]["decoders"].values()) < 2 * app.CTX.model.num_tokens
+    trace = client.predict(api_name="/trace")
+    assert len(trace["steps"]) == steps and trace["settings"]["racers"] == ["eagle-1", "uniform-rsd"]
+    with open(client.predict(api_name="/trace_file")["path"]) as f:
+        assert json.load(f) == trace
+    strip = client.predict(overlay=True, api_name="/strip_file")
+    with Image.open(strip["path"]) as img:  # the three images on show (the last replayed step), side by side
+        assert img.size == (3 * app.CTX.display_hw[1] + 2 * 8, app.CTX.display_hw[0] + 22)
+    query = client.predict(**values, api_name="/share_link")
+    assert query.startswith("?") and "racers=eagle-1%2Cuniform-rsd" in query
+    assert client.predict(query=query, api_name="/share_restore") == values
+
+
+@pytest.mark.parametrize("endpoint, changes, message", [
+    ("/race", {"racers": ["warp-drive"]}, "unknown racer 'warp-drive'"),
+    ("/race", {"racers": []}, "choose 1 to 4 racers"),
+    ("/race", {"racers": ["eagle-1", "lantern++", "uniform-rsd", "cool-sd", "custom"]}, "choose 1 to 4 racers"),
+    ("/race", {"racers": ["custom"], "custom_omegas": "2, x"}, "numbers separated by commas"),
+    ("/race", {"racers": ["custom"], "custom_omegas": "2, -1"}, "Custom schedule: omega_2 must be"),
+    ("/race", {"linear_slope": 1.5}, "linear decay slope (0 = uniform, 1 = falls to 0) must be in [0, 1]"),
+    ("/race", {"uniform_delta": 0}, "UniformRSD delta must be in"),
+    ("/race", {"condition": "<b>'eleven'&"}, "unknown digit \"‹b›'eleven'＆\""),
+    ("/replay", {"step": 10_000, "overlay": False}, "is greater than maximum value"),  # Gradio's own check
+    ("/replay", {"step": 2.5, "overlay": False}, "replay step must be a whole number"),
+    ("/replay", {"step": 1, "overlay": "yes"}, "overlay: colour tokens by outcome must be true or false"),
+    ("/share_restore", {"query": "?seed=-1"}, "share link: seed must be in [0, 2147483647], got -1"),
+    ("/share_restore", {"query": "?racers=eagle-1,warp"}, "share link: unknown racer 'warp'"),
+    ("/share_restore", {"query": "?speed=11"}, "share link: unknown setting 'speed'"),
+    ("/share_restore", {"query": "?tab=nowhere"}, "share link: unknown tab 'nowhere'"),
+    ("/share_link", {"delta": 99}, "delta (overall relaxation) must be in"),
+])
+def test_api_new_controls_reject_bad_values_with_one_clean_line(client, endpoint, changes, message):
+    """One plain line per bad value: no trace, and no HTML entities (user text is shown without markup)."""
+    from gradio_client.exceptions import AppError
+
+    if endpoint == "/replay":
+        client.predict(**kwargs(seed=1), api_name="/race")
+    args = kwargs(**changes) if endpoint in ("/race", "/share_link") else changes
+    with pytest.raises(AppError) as err:
+        client.predict(**args, api_name=endpoint)
+    text = str(err.value)
+    assert message in text, text
+    assert "Traceback" not in text and "\n" not in text.strip() and len(text) < 400
+    assert not any(entity in text for entity in ("&#", "&lt;", "&gt;", "&amp;", "&quot;", "<b>"))
+
+
+def test_api_trace_and_replay_before_any_race_say_so(server):
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    fresh = Client(server, verbose=False, download_files=False, analytics_enabled=False)  # a new session
+    with pytest.raises(AppError, match="no race yet"):
+        fresh.predict(api_name="/trace")
+    with pytest.raises(AppError, match="nothing to replay yet"):
+        fresh.predict(step=0, overlay=False, api_name="/replay")
+
+
+def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardware(tmp_path):
+    from coolsd.ui import how
+
+    text = how.paper_beside_us()
+    rows = [line for line in text.splitlines() if line.startswith("| paper") or line.startswith("| ours")]
+    paper = [r for r in rows if r.startswith("| paper")]
+    assert len(paper) == len(how.PAPER) and all("LlamaGen-XL 775M" in r or "Lumina-mGPT 7B" in r for r in paper)
+    assert "| 3.34 | 2.72× | 21.20 |" in text  # COOL-SD delta = 2 on LlamaGen-XL, as reported
+    ours = [r for r in rows if r.startswith("| ours")]
+    assert len(ours) == len(how.OURS) and all("CPU" in r and "embedded" in r for r in ours)
+    assert not any("not measured" in r for r in ours)  # the shipped benchmark has every setting
+    missing = how.paper_beside_us(tmp_path)  # no benchmark files: said, not invented
+    assert "not measured" in missing and missing.count("| paper") == len(how.PAPER)
+
+
+# ---------------------------------------------------------------- the prompt UI on a tiny random LlamaGen (issue 9)
+@pytest.fixture(scope="module")
+def llamagen_app(tmp_path_factory):
+    """A LlamaGen folder with both resolutions (tiny random weights, as tests/test_llamagen.py builds them), the
+    app's context for it, and the app's Blocks built on that context."""
+    import json
+
+    import test_llamagen as lg
+    from safetensors.torch import save_file
+
+    import coolsd.models.llamagen as llamagen
+
+    flat = tmp_path_factory.mktemp("llamagen-flat")
+    for part, config in (("target", lg.PUBLISHED_CONFIG), ("drafter", {**lg.PUBLISHED_CONFIG, "num_hidden_layers": 1})):
+        (flat / part).mkdir()
+        (flat / part / "config.json").write_text(json.dumps(config))
+    save_file(lg.published_target(), flat / "target" / "model.safetensors")
+    torch.save(lg.published_drafter(), flat / "drafter" / "pytorch_model.bin")
+    torch.save({"model": lg.published_vq(), "steps": 1}, flat / "vq_ds16_t2i.pt")
+    lg.write_t5(flat / "t5")
+    root = lg.nested_layout(tmp_path_factory.mktemp("llamagen") / "lg", flat)
+    mp = pytest.MonkeyPatch()
+    real = llamagen.load_llamagen
+    mp.setattr(llamagen, "load_llamagen", lambda *a, **kw: real(*a, **kw, device="cpu", k_max=4, vq_config=lg.TINY_VQ))
+    mp.setenv("COOLSD_LLAMAGEN_DIR", str(root))
+    try:
+        ctx = context.Context.for_models(context.load_models("llamagen"))
+        blocks = app.build_demo(ctx)
+    finally:
+        mp.undo()
+    return ctx, blocks
+
+
+def test_llamagen_prompt_ui_offers_both_resolutions_and_races_a_prompt(llamagen_app):
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS
+
+    ctx, blocks = llamagen_app
+    assert list(ctx.variants) == ["256", "512"] and ctx.model.conditioning == "text"
+    assert ctx.variants["512"].model.target is not ctx.model.target  # one model per resolution ...
+    assert ctx.variants["512"].model.target.caption_encoder is ctx.model.target.caption_encoder  # ... one T5
+    resolution = ctx.controls["resolution"]
+    assert resolution.visible and [v for _, v in resolution.choices] == ["256", "512"]
+    assert isinstance(ctx.controls["condition"], __import__("gradio").Textbox)
+    rows, _ = controls.presets(ctx)
+    assert {row[0] for row in rows} <= set(EXAMPLE_PROMPTS)  # the presets start from the example prompts
+    panel = ctx.panels["race"]
+    values = controls.default_values(ctx) | {"condition": EXAMPLE_PROMPTS[1], "resolution": "512", "seed": 3}
+    assert values["condition"] != controls.default_values(ctx)["condition"]
+    last = list(panel.race(**values))[-1]
+    stats, snapshot = last[STATS], last[SNAPSHOT]
+    assert stats["finished"] and stats["settings"]["resolution"] == "512" and snapshot["variant"] == "512"
+    for key, s in stats["decoders"].items():
+        assert s["tokens"] == ctx.variants["512"].model.num_tokens, key
+    assert all(last[i].size == ctx.variants["512"].display_hw[::-1] for i in USED)
+    replayed = panel.replay(len(last[TRACE]), False, last[TRACE])  # replays on the 512 model's decoder
+    assert replayed[STATS]["decoders"] == stats["decoders"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"condition": "http://example.com @someone"}, "nothing is left of this prompt"),
+    ({"condition": "   "}, "the prompt must be a non-empty text"),
+    ({"condition": "a cat " * 100}, "the prompt is too long"),
+    ({"resolution": "1024"}, "unknown resolution '1024'; choose one of 256, 512"),
+])
+def test_llamagen_prompt_ui_rejects_bad_prompts_and_resolutions(llamagen_app, changes, message):
+    import gradio as gr
+
+    ctx, _ = llamagen_app
+    with pytest.raises(gr.Error, match=re.escape(message)):
+        next(ctx.panels["race"].race(**(controls.default_values(ctx) | changes)))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,9 +132,16 @@ def test_speedup_is_the_named_cpu_time_ratio_without_warm_up():
 
 
 # ---------------------------------------------------------------- the command on the tiny model
+SHIPPED_CLASSIFIER = ROOT / "assets" / "embedded" / "classifier"
+
+
 @pytest.fixture(scope="module")
 def scorer(tmp_path_factory):
-    """A random ResNet of the shipped classifier's config and real stats from random images."""
+    """The shipped digit classifier and its real-digit statistics; where they are missing (not exported), a
+    random ResNet of the same config and statistics of random images."""
+    if (SHIPPED_CLASSIFIER / "real_stats.safetensors").is_file():
+        return ["--model", "tiny", "--classifier", str(SHIPPED_CLASSIFIER), "--real-stats",
+                str(SHIPPED_CLASSIFIER / "real_stats.safetensors")]
     from transformers import ResNetForImageClassification
 
     from coolsd.metrics import classifier_features, feature_stats, save_real_stats
@@ -147,6 +155,53 @@ def scorer(tmp_path_factory):
     save_real_stats(root / "real_stats.safetensors", *feature_stats(classifier_features(classifier, images)), 64)
     return ["--model", "tiny", "--classifier", str(root / "classifier"), "--real-stats",
             str(root / "real_stats.safetensors")]
+
+
+def _fid_by_eigvals(features, mu_real, sigma_real) -> float:
+    """Textbook FID by another route than coolsd.metrics: unbiased covariance written out, and
+    tr (S1 S2)^1/2 as the sum of square roots of the eigenvalues of S1 S2."""
+    f = np.asarray(features, dtype=np.float64)
+    mu = f.mean(0)
+    sigma = (f - mu).T @ (f - mu) / (len(f) - 1)
+    eig = np.linalg.eigvals(sigma @ sigma_real).real.clip(min=0)
+    return float(((mu - mu_real) ** 2).sum() + np.trace(sigma) + np.trace(sigma_real) - 2 * np.sqrt(eig).sum())
+
+
+def test_summarise_scores_like_the_textbook():
+    """FID, accuracy, tau and NLL of a setting from hand-made image records: FID by another route
+    (`_fid_by_eigvals`) against the shipped real-digit statistics where they exist."""
+    from coolsd.bench.report import summarise
+    from coolsd.metrics import load_real_stats
+
+    stats_file = SHIPPED_CLASSIFIER / "real_stats.safetensors"
+    if stats_file.is_file():
+        mu_real, sigma_real, n_real = load_real_stats(stats_file)
+    else:
+        mu_real, sigma_real, n_real = np.zeros(128), np.eye(128), 1
+    rng = np.random.default_rng(0)
+    settings = [parse_spec("vanilla"), parse_spec("eagle-1")]
+    records = []
+    for index, setting in enumerate(settings):
+        for seed in range(5):
+            forwards = 16 if setting.rule is None else 4 + seed
+            records.append({"setting_index": index, "cls": seed % 2, "seed": seed, "num_tokens": 16,
+                            "target_forwards": forwards, "draft_forwards": 0 if setting.rule is None else forwards,
+                            "wall_s": 3.0, "cpu_s": 1.0 + index, "draft_s": 0.1, "verify_s": 0.5, "other_s": 0.1,
+                            "nll": 3.0 + seed / 10, "pred": [0, 1, 0, 0, 0][seed],
+                            "features": (mu_real + rng.normal(size=128) * (1 + index)).tolist(),
+                            "tokens_sha": f"{index}{seed}"})
+    rows = summarise(records, settings, None, (mu_real, sigma_real, n_real), fid_bootstrap=3)
+    for index, row in enumerate(rows):
+        mine = records[5 * index : 5 * index + 5]
+        assert row["n_images"] == 5 and row["n_real"] == n_real
+        assert row["fid"] == pytest.approx(_fid_by_eigvals([r["features"] for r in mine], mu_real, sigma_real),
+                                           rel=1e-6)  # N < D: rank-deficient, both routes round
+        assert row["accuracy"] == 0.8  # seeds 0, 1, 2, 4 predicted right (classes 0, 1, 0, 0); seed 3 (class 1) not
+        assert row["tau"] == pytest.approx(80 / sum(r["target_forwards"] for r in mine), rel=1e-12)
+        assert row["nll"] == pytest.approx(3.2, rel=1e-12)
+    assert rows[0]["tau"] == 1.0 and rows[1]["tau"] == pytest.approx(80 / 30)
+    assert rows[1]["speedup"] == pytest.approx(0.5)  # 1 CPU s of vanilla per image against 2 (wall time equal)
+    assert rows[1]["fid"] > rows[0]["fid"]  # features twice as spread out
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -169,13 +224,21 @@ def test_command_end_to_end(scorer, tmp_path):
     by = {r["setting"]: r for r in rows}
     assert len(rows) == 32 and all(r["n_images"] == 4 for r in rows)
     assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
+    # the per-setting numbers recomputed from the per-image records (items.jsonl, rounded to 6 digits)
+    items = _read_jsonl(out / "items.jsonl")
     for r in rows:
-        assert r["target_forwards"] * r["tau"] == pytest.approx(16)
-        assert 0 <= r["outside_share"] < 1 and r["fid"] >= 0 and 0 <= r["accuracy"] <= 1 and r["nll"] > 0
-        assert r["speedup"] > 0 and r["seconds"] > 0 and r["cpu_seconds"] > 0 and r["n_timed"] == 3
+        mine = [i for i in items if i["setting"] == r["setting"]]
+        assert len(mine) == r["n_images"] == 4
+        assert r["tau"] == pytest.approx(16 * 4 / sum(i["target_forwards"] for i in mine), rel=1e-12)
+        assert r["accuracy"] == sum(i["pred"] == i["cls"] for i in mine) / 4
+        assert r["nll"] == pytest.approx(np.mean([i["nll"] for i in mine]), rel=1e-5)
+        assert 0 <= r["outside_share"] < 1 and r["speedup"] > 0 and r["seconds"] > 0 and np.isfinite(r["fid"])
+        assert r["cpu_seconds"] > 0 and r["n_timed"] == 3
         assert r["speedup_stat"] == SPEEDUP_NAME and "speedup_median" not in r and "speedup_cpu" not in r
-    warm = [r for r in _read_jsonl(out / "items.jsonl") if r["warm_up"]]
+    warm = [r for r in items if r["warm_up"]]
     assert len(warm) == 32 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
+    # the tiny drafter helps: every speculative setting needs fewer target forwards than tokens
+    assert all(r["tau"] > 1 for r in rows if r["setting"] != "vanilla")
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
                                                    "floor_at_one": False, "residual_kind": "optimal"}
     assert len(_read_jsonl(out / "items.jsonl")) == 32 * 4

@@ -32,7 +32,7 @@ pytestmark = [
 WATCH_IMAGES = """() => {
   window.__srcs = {};
   const record = () => {
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < 5; i++) {
       const img = document.querySelector(`#img-${i} img`);
       const list = (window.__srcs[i] = window.__srcs[i] || []);
       if (img && img.src && list[list.length - 1] !== img.src) list.push(img.src);
@@ -85,8 +85,9 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#plot-len .main-svg", timeout=30_000)
             changes = page.evaluate("() => window.__srcs")
             # each decoder image: the placeholder, then several streamed blocks
-            for i in range(4):
+            for i in (0, 1, 2, 4):  # the default racers' slots and vanilla AR's (slot 3 is unused)
                 assert len(changes[str(i)]) >= 3, (i, len(changes[str(i)]))
+            assert not page.locator("#img-3").is_visible()
             stats = page.locator("#stats").inner_text()
             assert f"{app.CTX.model.num_tokens} / {app.CTX.model.num_tokens}" in stats
             assert page.locator("#plot-acc .scatterlayer .trace").count() >= 3

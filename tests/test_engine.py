@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
+from exact_engine import engine_distribution
 
 from coolsd.engine import DecodeConfig, decode, generate, make_generator, run
 from coolsd.events import BONUS, RESAMPLED, DecodeResult
 from coolsd.oracle import exact, sequence_probs
-from coolsd.rules import RULES, CoolSDRule
+from coolsd.rules import RULES, CoolSDRule, EagleRule, UniformRSDRule
 from coolsd.sampling import SamplingConfig
 
 # Whole-sequence checks: V = 3, T = 5 (243 sequences), L = 3, so the first round drafts all three
@@ -33,6 +35,7 @@ def models():
     return random_tables(V, T, seed=4)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("name", ["vanilla", "eagle-1", "lantern++", "cool-sd"])
 def test_empirical_distribution_matches_oracle(models, build_rule, distribution_test, name):
     target, drafter = models
@@ -42,8 +45,14 @@ def test_empirical_distribution_matches_oracle(models, build_rule, distribution_
         rule = build_rule(name, codebook=target.codebook, **({"k": 1} if name == "lantern++" else {}))
         probs = exact(target, drafter, rule, L).dist
     config = DecodeConfig(draft_len=L)
-    samples = [run(target, drafter if rule else None, rule, None, T, config=config, seed=s).tokens
-               for s in range(N_SAMPLES)]
+    results = [run(target, drafter if rule else None, rule, None, T, config=config, seed=s) for s in range(N_SAMPLES)]
+    samples = [r.tokens for r in results]
+    # the mean number of rounds (target forwards) against the oracle's expectation, within 4 standard errors
+    rounds = torch.tensor([float(r.rounds) for r in results], dtype=torch.float64)
+    expected_rounds = float(T) if rule is None else exact(target, drafter, rule, L).expected_rounds
+    se = float(rounds.std()) / math.sqrt(N_SAMPLES)
+    print(f"{name}: rounds {float(rounds.mean()):.4f} +- {se:.4f}, oracle {expected_rounds:.4f}")
+    assert abs(float(rounds.mean()) - expected_rounds) <= 4 * se + 1e-12
     stat, critical, df = distribution_test(samples, probs, V)
     print(f"{name}: chi2 {stat:.1f} critical {critical:.1f} df {df}")
     assert stat < critical, f"{name}: chi2 = {stat:.1f} > {critical:.1f} (df {df}) against the oracle"
@@ -51,6 +60,76 @@ def test_empirical_distribution_matches_oracle(models, build_rule, distribution_
         stat_p, critical_p, _ = distribution_test(samples, sequence_probs(target), V)
         print(f"{name} against P itself: chi2 {stat_p:.1f} critical {critical_p:.1f}")
         assert stat_p > critical_p
+
+
+# ---------------------------------------------------------------- exact: the engine's own distribution, enumerated
+# tests/exact_engine.py runs the real engine once per path of random outcomes (no sampling noise), so the
+# engine is compared with the oracle and with P to float rounding. V = 3, T = 4, L = 2: round 1 drafts both depths.
+EV, ET, EL = 3, 4, 2
+EXACT_RULES = {
+    "eagle-1": ("eagle-1", {}),
+    "uniform-rsd": ("uniform-rsd", {"delta": 1.7}),
+    "cool-sd": ("cool-sd", {"delta": 2.0, "nu": 1.5}),  # omega = 3.27, 0.73: relaxed, then stricter than lossless
+    "cool-sd-floor": ("cool-sd", {"delta": 2.0, "nu": 1.5, "floor_at_one": True}),
+    "cool-sd-lossless-residual": ("cool-sd", {"delta": 2.0, "nu": 1.5, "residual_kind": "lossless"}),
+    "lantern++": ("lantern++", {"k": 1, "lam": 3.0}),
+    "lantern++-g*": ("lantern++", {"k": 1, "lam": 3.0, "residual_kind": "optimal"}),
+    "lantern": ("lantern", {"k": 1, "delta": 0.3}),
+    "linear-decay": ("linear-decay", {"delta": 1.5, "slope": 0.8}),  # omega 2.7, 0.3
+    "custom": ("custom", {"omegas": (0.8, 2.5)}),
+}
+
+
+@pytest.fixture(scope="module")
+def small_models():
+    from coolsd.tabular import random_tables
+
+    return random_tables(EV, ET, seed=6)
+
+
+def test_exact_rules_cover_the_registry():
+    assert {name for name, _ in EXACT_RULES.values()} == set(RULES)
+
+
+@pytest.mark.parametrize("case", list(EXACT_RULES))
+def test_engine_distribution_equals_the_oracle_exactly(small_models, build_rule, monkeypatch, case):
+    """Whole sequences and expected target forwards of the chain engine == the oracle, to rounding."""
+    target, drafter = small_models
+    name, kwargs = EXACT_RULES[case]
+    rule = build_rule(name, codebook=target.codebook, **kwargs)
+    dist, forwards = engine_distribution(target, drafter, rule, ET, DecodeConfig(draft_len=EL), monkeypatch)
+    oracle = exact(target, drafter, rule, EL)
+    assert math.isclose(float(dist.sum()), 1.0, abs_tol=1e-12)
+    assert float((dist - oracle.dist).abs().max()) <= 1e-12, case
+    assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12), case
+    if not type(rule).lossless:
+        assert oracle.tv > 1e-3  # a relaxed rule: the comparison above is not P == P
+
+
+@pytest.mark.parametrize("rule", [
+    CoolSDRule(delta=0.5, nu=0.7),  # omega = 0.67, 0.33 at L = 2
+    UniformRSDRule(delta=0.6),
+], ids=["cool-sd-0.5", "uniform-0.6"])
+def test_engine_with_omega_at_most_one_and_g_star_outputs_p_exactly(small_models, monkeypatch, rule):
+    """Spec section 3: every depth with omega_i <= 1 is lossless with G*. The engine's resampling path
+    (not only the rule) must use G* there: with Norm([p - q]_+) the output moves away from P."""
+    target, drafter = small_models
+    assert (rule.omega(torch.arange(1, EL + 1), EL) <= 1).all()
+    config = DecodeConfig(draft_len=EL)
+    dist, forwards = engine_distribution(target, drafter, rule, ET, config, monkeypatch)
+    assert float((dist - sequence_probs(target)).abs().max()) <= 1e-12
+    assert math.isclose(forwards, exact(target, drafter, rule, EL).expected_rounds, rel_tol=1e-12)
+    assert forwards > exact(target, drafter, EagleRule(), EL).expected_rounds  # stricter: more target forwards
+    if isinstance(rule, CoolSDRule):  # the power of the check: the lossless residual is visibly biased here
+        biased = dataclasses.replace(rule, residual_kind="lossless")
+        dist, _ = engine_distribution(target, drafter, biased, ET, config, monkeypatch)
+        assert 0.5 * float((dist - sequence_probs(target)).abs().sum()) > 1e-3
+
+
+def test_vanilla_distribution_is_p_exactly(small_models, monkeypatch):
+    target, _ = small_models
+    dist, forwards = engine_distribution(target, None, None, ET, DecodeConfig(), monkeypatch)
+    assert float((dist - sequence_probs(target)).abs().max()) <= 1e-15 and forwards == ET
 
 
 # ---------------------------------------------------------------- events
@@ -68,6 +147,7 @@ def test_event_invariants(models, build_rule, name, tree):
     else:
         rule = build_rule(name)
     config = DecodeConfig(draft_len=L, tree=tree)
+    taus = []
     for seed in range(5):
         events = list(generate(target, drafter if rule else None, rule, None, T, config=config, seed=seed))
         result = DecodeResult.from_events(events)
@@ -88,17 +168,22 @@ def test_event_invariants(models, build_rule, name, tree):
             if e.n_drafted and rule is not None:
                 torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), e.n_drafted
                                                                if tree else L))
-            assert set(e.seconds) == {"draft", "verify", "other"} and min(e.seconds.values()) >= 0
+            # every round has a timed target forward; draft time only where a drafter ran
+            assert set(e.seconds) == {"draft", "verify", "other"} and e.seconds["verify"] > 0
+            assert (e.seconds["draft"] > 0) == (rule is not None and (e.draft_forwards > 0 or e.index == 0))
             start += len(e.tokens)
         assert events[0].index == 0 and events[0].n_drafted == 0 and len(events[0].tokens) == 1
         assert [e.index for e in events] == list(range(len(events)))
         assert len(result.tokens) == T and start == T
         assert result.target_forwards == result.rounds == len(events)
-        assert result.tau >= 1 and math.isclose(result.tau, T / result.rounds)
+        assert math.isclose(result.tau, T / len(events))
+        taus.append(result.tau)
         assert result.kinds.count("accepted") == sum(e.n_accepted for e in events)
         assert len(result.kinds) == T
         if rule is None:
             assert result.rounds == T and result.tau == 1 and result.draft_forwards == 0
+    if rule is not None:
+        assert max(taus) > 1  # some seed accepted a draft
 
 
 def test_vanilla_when_drafter_or_rule_missing(models):

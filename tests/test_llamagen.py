@@ -704,6 +704,28 @@ def test_both_target_layouts_give_the_same_logits(weights_dir, tmp_path, caption
     torch.testing.assert_close(from_folder.head.weight, converted.head.weight, atol=0, rtol=0)
 
 
+def test_original_config_reads_gpt_xl_widths():
+    """LlamaGen-XL's own state dict (meta tensors, no memory): widths from shapes, grid from the file name."""
+    from coolsd.models.llamagen.layout import VQ_FACTOR, resolution_from_name
+    from coolsd.models.llamagen.loaders import original_config, original_target_key_map
+
+    xl = LlamaGenConfig()  # GPT-XL T2I defaults: 1280 wide, 36 layers, 20 heads, SwiGLU 3584
+    with torch.device("meta"):
+        ours = LlamaGenT2I(xl).state_dict()
+    state = {}
+    for theirs, names in original_target_key_map(xl).items():
+        names = (names,) if isinstance(names, str) else names
+        shape = (sum(ours[n].shape[0] for n in names), *ours[names[0]].shape[1:])
+        state[theirs] = torch.empty(shape, device="meta")
+    for name, pixels in (("t2i_XL_stage1_256.pt", 256), ("t2i_XL_stage2_512.pt", 512)):
+        assert resolution_from_name(name) == pixels
+        config = original_config(state, (pixels // VQ_FACTOR) ** 2)
+        assert config.grid == (pixels // 16,) * 2
+        assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (1280, 36, 20)
+        assert (config.intermediate_size, config.caption_dim, config.cls_token_num) == (3584, 2048, 120)
+    assert resolution_from_name("t2i_XL.pt") is None
+
+
 @pytest.mark.parametrize(
     "change, expected",
     [

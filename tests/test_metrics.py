@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +137,71 @@ def test_token_nll_matches_token_by_token():
         logps.append(sampling.probs(step.logits.double())[-1, tokens[t]].log())
     expected = -float(torch.stack(logps).mean())
     assert token_nll(bundle.target, sampling, 3, tokens) == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------- textbook values on tiny inputs
+def test_feature_stats_textbook_values():
+    """Three 2-d points: mean (3, 4); deviations (-2, -2), (0, 2), (2, 0); unbiased covariance = sum / (N - 1)."""
+    mu, sigma = feature_stats(np.array([[1.0, 2.0], [3.0, 6.0], [5.0, 4.0]]))
+    np.testing.assert_allclose(mu, [3.0, 4.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sigma, [[4.0, 2.0], [2.0, 4.0]], rtol=0, atol=1e-14)  # biased (/ N) would be 8/3, 4/3
+
+
+def test_frechet_distance_textbook_values():
+    # 1-d: (mu1 - mu2)^2 + s1 + s2 - 2 sqrt(s1 s2) = 9 + 4 + 1 - 4
+    assert frechet_distance([0.0], [[4.0]], [3.0], [[1.0]]) == pytest.approx(10.0, abs=1e-12)
+    # the three points above against N(0, I) shifted to their mean: tr S + tr I - 2 tr S^1/2, eig(S) = 6, 2
+    x = np.array([[1.0, 2.0], [3.0, 6.0], [5.0, 4.0]])
+    expected = 8.0 + 2.0 - 2 * (np.sqrt(6.0) + np.sqrt(2.0))
+    assert fid_from_features(x, [3.0, 4.0], np.eye(2)) == pytest.approx(expected, abs=1e-12)
+    assert fid_from_features(x, [3.0, 5.0], [[4.0, 2.0], [2.0, 4.0]]) == pytest.approx(1.0, abs=1e-12)
+
+
+def _frechet_by_eigvals(mu1, s1, mu2, s2) -> float:
+    """Independent route: tr (S1 S2)^1/2 = sum of sqrt of the (real, >= 0) eigenvalues of the product S1 S2."""
+    eig = np.linalg.eigvals(np.asarray(s1) @ np.asarray(s2)).real.clip(min=0)
+    shift = float(((np.asarray(mu1) - np.asarray(mu2)) ** 2).sum())
+    return shift + float(np.trace(s1) + np.trace(s2) - 2 * np.sqrt(eig).sum())
+
+
+def test_frechet_distance_agrees_with_an_independent_route():
+    rng = np.random.default_rng(11)
+    for d in (1, 3, 16):
+        mu1, mu2, s1, s2 = rng.normal(size=d), rng.normal(size=d), _spd(d, 20 + d), _spd(d, 40 + d)
+        assert frechet_distance(mu1, s1, mu2, s2) == pytest.approx(_frechet_by_eigvals(mu1, s1, mu2, s2), rel=1e-9)
+
+
+def test_class_accuracy_textbook_values():
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.0, 1.0, 5.0], [4.0, 0.0, 1.0]])
+    assert class_accuracy(logits, torch.tensor([0, 1, 2, 0])) == 1.0
+    assert class_accuracy(logits, torch.tensor([0, 1, 2, 1])) == 0.75
+    assert class_accuracy(logits, torch.tensor([0, 0, 0, 1])) == 0.25
+    assert class_accuracy(logits, torch.tensor([1, 0, 0, 1])) == 0.0
+
+
+# ---------------------------------------------------------------- the shipped classifier and real-digit statistics
+SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "embedded" / "classifier"
+shipped = pytest.mark.skipif(not (SHIPPED / "real_stats.safetensors").is_file(), reason="assets/embedded not exported")
+
+
+@shipped
+def test_shipped_real_stats_and_classifier_features():
+    """The real-digit statistics: 128-d, symmetric PSD, from held-out digits; the shipped classifier's features
+    of blank or noise images are far from them (FID much larger than between two halves of the statistics' own
+    spread), and both FID routes agree on them."""
+    from transformers import ResNetForImageClassification
+
+    mu, sigma, n = load_real_stats(SHIPPED / "real_stats.safetensors")
+    assert mu.shape == (128,) and sigma.shape == (128, 128) and n >= 100
+    np.testing.assert_allclose(sigma, sigma.T, rtol=0, atol=1e-12)
+    assert np.linalg.eigvalsh(sigma).min() > -1e-9
+    classifier = ResNetForImageClassification.from_pretrained(SHIPPED, dtype=torch.float32).eval()
+    noise = torch.rand(16, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    feats = classifier_features(classifier, noise).numpy()
+    fid_noise = fid_from_features(feats, mu, sigma)
+    m, s = feature_stats(feats)
+    assert fid_noise == pytest.approx(_frechet_by_eigvals(m, s, mu, sigma), rel=1e-6)
+    # a Gaussian sample drawn from the real statistics themselves scores far lower than noise images
+    rng = np.random.default_rng(0)
+    fake_real = rng.multivariate_normal(mu, sigma, size=2000)
+    assert fid_from_features(fake_real, mu, sigma) < 0.1 * fid_noise

@@ -110,10 +110,12 @@ def test_rollback_greedy_speculative_equals_vanilla_greedy(llama, tree):
     ids = torch.zeros(0, dtype=torch.long)
     for _ in range(16):
         ids = torch.cat([ids, hf_logits(llama, llama.config.class_token_offset + 4, ids)[-1].argmax()[None]])
+    accepted = []
     for rule in [make_rule("cool-sd", delta=1.0, nu=0.0), make_rule("eagle-1")]:
         res = run(target, drafter, rule, 4, 16, greedy, DecodeConfig(draft_len=3, tree=tree), seed=9)
         assert res.tokens.tolist() == ids.tolist()
-        assert res.target_forwards < 16 or res.tau == 1.0
+        accepted.append([e.n_accepted for e in res.events])
+    assert accepted[0] == accepted[1]  # omega == 1 is Eagle-1: the same drafts accepted in every round
     vanilla = run(target, None, None, 4, 16, greedy, seed=0)
     assert vanilla.tokens.tolist() == ids.tolist() and vanilla.target_forwards == 16
 
@@ -124,7 +126,8 @@ def test_tiny_bundle_generates_with_every_rule():
              make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours)]
     for rule in rules:
         res = run(b.target, b.drafter, rule, 7, b.num_tokens, b.default_sampling, DecodeConfig(draft_len=4), seed=0)
-        assert len(res.tokens) == b.num_tokens and res.tau >= 1
+        assert len(res.tokens) == b.num_tokens
+        assert res.target_forwards < b.num_tokens  # the tiny drafter helps (tau 3.2 to 4 at seed 0)
     assert b.tokenizer.decode(res.tokens).shape == (1, 8, 8)
 
 
@@ -168,7 +171,7 @@ def test_shipped_bundle_generates_one_image_per_decoder(embedded):
     for drafter, rule in decoders:
         res = run(b.target, drafter, rule, 3, b.num_tokens, b.default_sampling, DecodeConfig(draft_len=5), seed=0)
         assert len(res.tokens) == 256 and res.tokens.max() < 256
-        assert res.tau >= 1 and (rule is None) == (res.tau == 1)
+        assert res.tau == 1 if rule is None else res.tau > 1.5  # the shipped drafter: tau about 2.8 to 3.5
         image = b.tokenizer.decode(res.tokens)
         assert image.shape == (1, 32, 32) and 0 <= image.min() and image.max() <= 1
 

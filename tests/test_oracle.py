@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -22,6 +23,7 @@ from coolsd.rules import (
     make_rule,
     ratio_accept,
 )
+from coolsd.tabular import TabularDrafter, TabularLM
 
 EXACT = 1e-9  # "equal" for whole-sequence distributions (float64 rounding is ~1e-16)
 
@@ -179,6 +181,7 @@ def report():
     return theory.compare(deltas=(2.0,))
 
 
+@pytest.mark.heavy
 def test_report_annealed_vs_uniform_and_g_star_vs_lossless(report):
     """Spec section 3: these comparisons are reported; only their computation is checked."""
     print("\n" + theory.format_report(report))
@@ -205,7 +208,7 @@ def test_tradeoff_curves():
     for name, points in curves["curves"].items():
         assert len(points) == 2
         for pt in points:
-            assert pt["tv"] <= pt["bound"] + 1e-12 and pt["tau"] >= 1
+            assert pt["tv"] <= pt["bound"] + 1e-12 and 1 < pt["tau"] <= 4  # T = 4; drafts are accepted
             assert make_rule(**{k if k != "rule" else "name": v for k, v in pt["rule"].items()}).name == name
     # delta = 1 for UniformRSD and lambda = 1 for LANTERN++ (dense p) are Eagle-1
     for name in ("uniform-rsd", "lantern++"):
@@ -239,3 +242,87 @@ def test_cli_writes_figure_and_points(tmp_path, capsys, monkeypatch):
     assert "wrote" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         theory.main([])  # nothing to do
+
+
+# ---------------------------------------------------------------- hand-computed two-token cases (independent of code)
+# T = 3, V = 4. Round 0 draws x_0 from P0; round 1 drafts ONE token x_1 ~ q (t = 1 leaves one token after it) and
+# commits it plus a bonus x_2 ~ P2, or a resampled x_1 and then round 2 draws x_2 ~ P2. So the output is
+# P0(x_0) K(x_1) P2(x_2 | x_0 x_1) with K the one-step kernel, and E[rounds] = 2 + (1 - beta), beta = sum_x q(x) a(x).
+# p, q at position 1 are the same for every x_0. Codes on a line at 0, 1, 2.5, 4.5: nearest others of
+# 0: [1, 2, 3]; 1: [0, 2, 3]; 2: [1, 3, 0]; 3: [2, 1, 0].
+HAND_P0 = (0.1, 0.2, 0.3, 0.4)
+HAND_P = (0.35, 0.1, 0.2, 0.35)
+HAND_Q = (0.1, 0.3, 0.4, 0.2)
+HAND_CODES = torch.tensor([[0.0], [1.0], [2.5], [4.5]], dtype=torch.float64)
+HAND_CASES = {
+    # Eagle-1: a = (1, 1/3, 1/2, 1), beta = 0.6, residual [p - q]_+ / 0.4 = (0.625, 0, 0, 0.375): K = p.
+    "eagle-1": (EagleRule(), 1, (0.35, 0.1, 0.2, 0.35), 2.4),
+    # UniformRSD delta = 1.5: a = (1, 1/2, 3/4, 1), q a = (0.1, 0.15, 0.3, 0.2), beta = 0.75;
+    # G* = [p - q a]_+ = (0.25, 0, 0, 0.15) / 0.4; K = q a + 0.25 G* = (0.25625, 0.15, 0.3, 0.29375).
+    "uniform-rsd": (UniformRSDRule(delta=1.5), 1, (0.25625, 0.15, 0.3, 0.29375), 2.25),
+    # COOL-SD at L = 1 has omega_1 = delta (mean-normalised): delta = 1.5 is the same step as UniformRSD 1.5.
+    "cool-sd": (CoolSDRule(delta=1.5, nu=0.7), 1, (0.25625, 0.15, 0.3, 0.29375), 2.25),
+    # COOL-SD delta = 0.5 (omega < 1): a = (1, 1/6, 1/4, 7/8), q a = (0.1, 0.05, 0.1, 0.175), beta = 0.425;
+    # G* = (p - q a) / 0.575 (all positive), so K = q a + (p - q a) = p: stricter than lossless, still exact.
+    "cool-sd-omega<1": (CoolSDRule(delta=0.5, nu=0.7), 1, (0.35, 0.1, 0.2, 0.35), 2.575),
+    # ... and with the lossless residual (0.625, 0, 0, 0.375) instead: K = (0.459375, 0.05, 0.1, 0.390625), biased.
+    "cool-sd-omega<1-lossless": (CoolSDRule(delta=0.5, nu=0.7, residual_kind="lossless"), 1,
+                                 (0.459375, 0.05, 0.1, 0.390625), 2.575),
+    # LANTERN++ k = 1, lambda = 2 (budget p(x)): x = 0: c_1 = p(1) = 0.1 <= 0.35, m = 1, a = 1;
+    # x = 1: c_1 = p(0) = 0.35 > 0.1, m = 0, a = 1/3; x = 2: c_1 = p(1) = 0.1 <= 0.2, m = 1, p~ = 0.3, a = 3/4;
+    # x = 3: a = 1. Rejections: x = 1 (mass 0.2) resamples [p - q]_+ / 0.4 = (0.625, 0, 0, 0.375); x = 2 (mass 0.1)
+    # zeroes q on codes {1, 3}: [p - (0.1, 0, 0.4, 0)]_+ / 0.7 = (5/14, 1/7, 0, 1/2).
+    # K = q a + 0.2 r_1 + 0.1 r_2 = (73/280, 4/35, 3/10, 13/40); beta = 0.7.
+    "lantern++": (LanternPPRule(k=1, lam=2.0), 1, (73 / 280, 4 / 35, 3 / 10, 13 / 40), 2.3),
+    # LANTERN absolute budget 0.15: the same m for the rejected drafts (x = 1: 0.35 > 0.15; x = 2: 0.1 <= 0.15).
+    "lantern": (LanternRule(k=1, delta=0.15), 1, (73 / 280, 4 / 35, 3 / 10, 13 / 40), 2.3),
+    # LANTERN++ with G*: [p - q a]_+ = (0.25, 0, 0, 0.15) / 0.4 for every rejection; K = q a + 0.3 G* =
+    # (0.2875, 0.1, 0.3, 0.3125).
+    "lantern++-g*": (LanternPPRule(k=1, lam=2.0, residual_kind="optimal"), 1, (0.2875, 0.1, 0.3, 0.3125), 2.3),
+}
+
+
+def hand_models() -> tuple[TabularLM, TabularDrafter]:
+    """The T = 3 tables above; P2 depends on the whole prefix (a rotation of HAND_P0 by x_0 + 2 x_1)."""
+    v = 4
+    p_table = {(): torch.tensor(HAND_P0, dtype=torch.float64)}
+    q_table = {(): torch.full((v,), 1 / v, dtype=torch.float64)}  # never used: round 0 is the target's
+    for x0 in range(v):
+        p_table[(x0,)], q_table[(x0,)] = torch.tensor(HAND_P, dtype=torch.float64), torch.tensor(HAND_Q,
+                                                                                                  dtype=torch.float64)
+        for x1 in range(v):
+            p_table[(x0, x1)] = torch.tensor(HAND_P0, dtype=torch.float64).roll(x0 + 2 * x1)
+            q_table[(x0, x1)] = torch.full((v,), 1 / v, dtype=torch.float64)  # never used: nothing left to draft
+    return TabularLM(p_table, v, 3, HAND_CODES), TabularDrafter(q_table, v, 3, HAND_CODES)
+
+
+def hand_rule(rule):
+    return rule.with_neighbours(neighbour_table(HAND_CODES)) if isinstance(rule, LanternPPRule) else rule
+
+
+@pytest.mark.parametrize("case", list(HAND_CASES))
+def test_hand_computed_two_token_case(case):
+    """The oracle's whole-sequence distribution and expected rounds against values worked out by hand."""
+    rule, draft_len, kernel, rounds = HAND_CASES[case]
+    target, drafter = hand_models()
+    result = exact(target, drafter, hand_rule(rule), draft_len)
+    k = torch.tensor(kernel, dtype=torch.float64)
+    assert math.isclose(float(k.sum()), 1.0, abs_tol=1e-15)  # the hand values are a distribution
+    expected = torch.zeros(64, dtype=torch.float64)
+    for x0, x1, x2 in itertools.product(range(4), repeat=3):
+        expected[16 * x0 + 4 * x1 + x2] = HAND_P0[x0] * k[x1] * target.probs((x0, x1))[x2]
+    torch.testing.assert_close(result.dist, expected, rtol=0, atol=1e-14)
+    assert math.isclose(result.expected_rounds, rounds, rel_tol=1e-12)
+    assert math.isclose(result.tau, 3 / rounds, rel_tol=1e-12)
+    step_tv = 0.5 * float((k - torch.tensor(HAND_P, dtype=torch.float64)).abs().sum())
+    assert math.isclose(result.tv, step_tv, abs_tol=1e-12)  # P0 and P2 are exact, so only the step errs
+    assert result.tv <= result.bound + 1e-12
+
+
+def test_hand_step_kernel_per_rejected_draft():
+    """rule_step on the hand p, q: the LANTERN++ residual differs per rejected draft (x = 1 vs x = 2)."""
+    p, q = torch.tensor(HAND_P, dtype=torch.float64), torch.tensor(HAND_Q, dtype=torch.float64)
+    step = rule_step(hand_rule(LanternPPRule(k=1, lam=2.0)), p, q, 1, 1)
+    torch.testing.assert_close(step.kernel, torch.tensor((73 / 280, 4 / 35, 3 / 10, 13 / 40), dtype=torch.float64),
+                               rtol=0, atol=1e-14)
+    assert math.isclose(step.accept_rate, 0.7, rel_tol=1e-12)

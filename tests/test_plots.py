@@ -15,7 +15,9 @@ from coolsd.plots import (
     acceptance_figure,
     display_size,
     fill_ids,
+    image_strip,
     length_figure,
+    length_histogram,
     overlay_legend_html,
     placeholder,
     stats_markdown,
@@ -116,9 +118,9 @@ def test_acceptance_figure_has_a_line_per_decoder_and_the_omega_curve():
     racers = [_FakeRacer("eagle-1", [0.9, 0.8, math.nan], [10, 8, 0], [3, 2]),
               _FakeRacer("cool-sd", [1.0, 0.9, 0.5], [10, 9, 7], [4, 4])]
     omega = torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64)
-    fig = acceptance_figure(racers, 3, omega)
+    fig = acceptance_figure(racers, 3, {"cool-sd": omega})
     names = [t.name for t in fig.data]
-    assert names[:2] == ["EAGLE-1", "COOL-SD"] and "ω" in names[2]
+    assert names[:2] == ["EAGLE-1", "COOL-SD"] and names[2] == "COOL-SD ω_i (right)"
     assert list(fig.data[0].y) == [0.9, 0.8, None]  # an untested depth is a gap
     assert list(fig.data[2].y) == [2.0, 1.0, 0.5] and fig.data[2].yaxis == "y2"
     assert len(acceptance_figure(racers, 3, None).data) == 2
@@ -128,3 +130,20 @@ def test_length_figure_plots_tokens_per_round():
     fig = length_figure([_FakeRacer("eagle-1", [], [], [3, 1, 4])])
     assert list(fig.data[0].y) == [3, 1, 4] and list(fig.data[0].x) == [1, 2, 3]
     assert "vanilla" in fig.data[-1].name.lower()
+
+
+def test_length_histogram_gives_each_racer_its_share_of_rounds():
+    fig = length_histogram([_FakeRacer("eagle-1", [], [], [3, 1, 3, 3]), _FakeRacer("cool-sd", [], [], [])])
+    assert len(fig.data) == 1  # a racer without speculative rounds has no bars
+    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [0.25, 0.0, 0.75]
+    assert list(fig.data[0].customdata) == [1, 0, 3]
+
+
+def test_image_strip_puts_the_images_side_by_side_under_their_labels():
+    from PIL import Image
+
+    a, b = Image.new("RGB", (10, 12), (255, 0, 0)), Image.new("RGB", (6, 6), (0, 0, 255))
+    strip = image_strip([a, b], ["A", "B"], band=5)
+    assert strip.size == (10 + 8 + 6, 12 + 5)
+    assert strip.getpixel((0, 5)) == (255, 0, 0) and strip.getpixel((18, 5)) == (0, 0, 255)
+    assert strip.getpixel((18, 16)) == (255, 255, 255)  # below the shorter image: background

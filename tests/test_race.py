@@ -91,15 +91,22 @@ def test_race_of_forked_models_equals_separate_runs(tiny_bundle_fixture):
         assert racer.target_forwards == alone.target_forwards
 
 
-def test_fork_shares_weights_and_refuses_a_used_model(tiny_bundle_fixture):
+def test_fork_shares_weights_and_has_its_own_cache(tiny_bundle_fixture):
     b = tiny_bundle_fixture
     target, drafter = fork_models(b.target, b.drafter)
     assert target is not b.target and target.stack is not b.target.stack
-    assert target.stack.blocks[0]["qkv"] is b.target.stack.blocks[0]["qkv"]  # same tensor, not a copy
+    assert target.stack.blocks[0][0] is b.target.stack.blocks[0][0]  # same fused tensor, not a copy
     assert drafter.lm_head is b.drafter.lm_head
-    run(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, config=DecodeConfig(draft_len=2), seed=0)
-    with pytest.raises(ValueError, match="before it decodes"):
-        fork_models(target, drafter)
+    config = DecodeConfig(draft_len=2)
+    first = run(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, config=config, seed=0)
+    again_t, again_d = fork_models(target, drafter)  # forking a used handle gives a fresh cache
+    assert again_t.stack.k is None and target.stack.k is not None
+    interleaved = generate(again_t, again_d, make_rule("eagle-1"), 1, b.num_tokens, config=config, seed=0)
+    next(interleaved)
+    run(target, drafter, make_rule("eagle-1"), 2, b.num_tokens, config=config, seed=5)  # the parent decodes meanwhile
+    rest = list(interleaved)
+    assert sum(len(e.tokens) for e in rest) == b.num_tokens - 1
+    assert torch.cat([first.tokens[:1]] + [e.tokens for e in rest]).tolist() == first.tokens.tolist()
 
 
 def test_race_needs_a_racer():

@@ -251,9 +251,10 @@ class TestCoolSD(RuleContract):
 class TestLanternPP(RuleContract):
     name = "lantern++"
 
-    # codes on a line: the neighbours of code 0 are 1, 2, 3, 4 in that order
+    # codes on a line: the neighbours of code 0 are 1, 2, 3, 4 in that order. p and q put different mass on
+    # them (p: 0.2, 0.3, 0.15; q: 0.05, 0.05, 0.3), so aggregating q's neighbours instead of p's changes a.
     P = torch.tensor([0.1, 0.2, 0.3, 0.15, 0.25], dtype=torch.float64)
-    Q = torch.tensor([0.5, 0.1, 0.1, 0.2, 0.1], dtype=torch.float64)
+    Q = torch.tensor([0.5, 0.05, 0.05, 0.3, 0.1], dtype=torch.float64)
 
     def rule_on_line(self, **kwargs) -> LanternPPRule:
         return LanternPPRule(**kwargs).with_neighbours(neighbour_table(line_codebook(5)))
@@ -262,7 +263,9 @@ class TestLanternPP(RuleContract):
         assert neighbour_table(line_codebook(5))[0].tolist() == [1, 2, 3, 4]
 
     def test_hand_computed_example(self):
-        """p(x) = 0.1, lambda = 3.5: budget 0.25 fits c_1 = 0.2 but not c_2 = 0.5, so p~ = 0.3, a = 0.6."""
+        """p(x) = 0.1, lambda = 3.5: budget 0.25 fits c_1 = 0.2 but not c_2 = 0.5, so p~ = 0.3, a = 0.6.
+
+        (q's neighbour masses 0.05, 0.1, 0.4 would fit two neighbours and give p~ = 0.2, a = 0.4.)"""
         x, d = torch.tensor(0), torch.tensor(1)
         rule = self.rule_on_line(k=3, lam=3.5)
         assert math.isclose(float(rule.accept_prob(self.P, self.Q, x, d, 1)), 0.6, rel_tol=1e-12)
@@ -270,7 +273,7 @@ class TestLanternPP(RuleContract):
         expected = (self.P - torch.tensor([0.5, 0, 0, 0, 0], dtype=torch.float64)).clamp_min(0)
         torch.testing.assert_close(rule.residual(self.P, self.Q, x, d, 1), expected / expected.sum())
         # a small budget aggregates nothing (m = 0): Eagle's acceptance and residual
-        small = self.rule_on_line(k=3, lam=1.5)
+        small = self.rule_on_line(k=3, lam=1.4)
         assert math.isclose(float(small.accept_prob(self.P, self.Q, x, d, 1)), 0.2, rel_tol=1e-12)
         torch.testing.assert_close(small.residual(self.P, self.Q, x, d, 1), lossless_residual(self.P, self.Q))
 

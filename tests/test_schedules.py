@@ -165,6 +165,7 @@ def test_floor_never_loses_acceptance(toy):
     assert floored.tau > plain.tau
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("rule", [LinearDecayRule(delta=1.5, slope=0.8), CustomScheduleRule((2.5, 1.0, 0.4))],
                          ids=["linear-decay", "custom"])
 def test_engine_samples_follow_the_oracle(toy, distribution_test, rule):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
+from exact_engine import engine_distribution
 
 from coolsd.engine import DecodeConfig, run
-from coolsd.oracle import sequence_probs
+from coolsd.oracle import exact, sequence_probs
 from coolsd.rules import CoolSDRule, EagleRule, UniformRSDRule
 from coolsd.tree import EAGLE_25, TREES, _sample_without_replacement, binary_tree, chain_tree, validate
 
@@ -45,6 +47,7 @@ def test_sample_without_replacement(probs, gen, distribution_test):
     assert stat < critical, f"chi2 {stat:.1f} > {critical:.1f} (df {df})"
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7)], ids=["eagle-1", "cool-sd-omega<1"])
 def test_tree_verification_is_lossless(tabular, distribution_test, rule):
     """Eagle-1 on a static tree, siblings tried without replacement, reproduces P; so does any rule whose
@@ -60,6 +63,40 @@ def test_tree_verification_is_lossless(tabular, distribution_test, rule):
     tested = [e for r in results for e in r.events if e.index > 0]
     assert any(len(e.tested_depths) > e.n_accepted + 1 for e in tested)
     assert any(e.n_accepted == 2 for e in tested)
+
+
+# ---------------------------------------------------------------- exact, by enumerating the engine's draws
+@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7), UniformRSDRule(delta=0.6)],
+                         ids=["eagle-1", "cool-sd-omega<1", "uniform-omega<1"])
+def test_tree_verification_is_exactly_lossless(tabular, monkeypatch, rule):
+    """binary-2 on V = 2, T = 4 (both depths verified in round 1): Eagle-1 and any rule with omega <= 1 and G*
+    output P exactly, siblings tried without replacement (tests/exact_engine.py enumerates every draw)."""
+    target, drafter = tabular(2, 4, seed=5)
+    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(tree="binary-2"), monkeypatch)
+    assert float((dist - sequence_probs(target)).abs().max()) <= 1e-12
+    assert 2 < forwards < 4  # the tree saves forwards on average, and not every round accepts everything
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("eagle-1", {}), ("uniform-rsd", {"delta": 1.7}),
+    ("cool-sd", {"delta": 1.7, "nu": 0.0}), ("lantern++", {"k": 1, "lam": 3.0}),
+    ("lantern++", {"k": 1, "lam": 3.0, "residual_kind": "optimal"}), ("lantern", {"k": 1, "delta": 0.3}),
+    ("linear-decay", {"delta": 1.7, "slope": 0.0}), ("custom", {"omegas": (1.7,)}),
+    # omega depends on depth but not on the draft length: explicit mu, a custom list
+    ("cool-sd", {"delta": 2.0, "nu": 0.7, "mu": 0.0}), ("custom", {"omegas": (2.5, 0.6)}),
+], ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))
+def test_depth_free_rules_on_the_chain_tree_match_the_chain_oracle(tabular, build_rule, monkeypatch, name, kwargs):
+    """A rule whose omega does not depend on the draft length verifies the chain-shaped tree `chain-5` exactly
+    as chain drafting with L = 5: the tree engine's distribution == the chain oracle's. (Rules whose omega
+    depends on L differ by design at the image's end, where a tree round uses the depth actually drafted and
+    a chain round the configured L.)"""
+    target, drafter = tabular(3, 4, seed=7)
+    rule = build_rule(name, codebook=target.codebook, **kwargs)
+    torch.testing.assert_close(rule.omega(torch.arange(1, 3), 5), rule.omega(torch.arange(1, 3), 2), rtol=0, atol=0)
+    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(tree="chain-5"), monkeypatch)
+    oracle = exact(target, drafter, rule, 5)
+    assert float((dist - oracle.dist).abs().max()) <= 1e-12
+    assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
 
 
 def test_tree_round_events(tabular):
@@ -79,4 +116,7 @@ def test_eagle_25_runs(tabular):
     target, drafter = tabular(4, 7, seed=0)
     for seed in range(3):
         result = run(target, drafter, EagleRule(), None, 7, config=DecodeConfig(tree="eagle-25"), seed=seed)
-        assert len(result.tokens) == 7 and result.tau >= 1
+        assert len(result.tokens) == 7 and result.rounds < 7  # the tree saved target forwards
+        first = result.events[1]  # t = 1 leaves 5 tokens to draft: the whole tree is drafted
+        assert first.n_drafted == 5 and first.draft_forwards == 5  # pending tokens, then levels 1-4 with children
+        assert first.tested_depths.max() <= first.n_accepted + 1

@@ -7,6 +7,8 @@ the target's, shared at run time by `EagleDrafter`, which implements the engine'
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, PreTrainedModel
@@ -61,6 +63,18 @@ class EagleDrafter:
     @property
     def length(self) -> int:
         return self.stack.length
+
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path of the layer: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import set_path
+
+        set_path(self.stack, path, rows)
+
+    def fork(self, target=None) -> EagleDrafter:
+        """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""
+        new = copy.copy(self)
+        new.stack = self.stack.fork()
+        return new
 
     def start(self, cond, guidance: bool) -> None:
         self.stack.reset(2 if guidance else 1, self.device, self.embed.dtype)

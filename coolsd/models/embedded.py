@@ -6,6 +6,8 @@ Sequence layout (set by `coolsd.train.target.target_config`): [class token] + im
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 from transformers import LlamaForCausalLM
@@ -43,6 +45,18 @@ class LlamaClassTarget:
     @property
     def length(self) -> int:
         return self.stack.length - self.prefix_len
+
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path of the layers: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import set_path
+
+        set_path(self.stack, path, rows)
+
+    def fork(self) -> LlamaClassTarget:
+        """Same weights, own empty cache."""
+        new = copy.copy(self)
+        new.stack = self.stack.fork()
+        return new
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
         cfg = self.model.config

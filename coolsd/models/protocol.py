@@ -39,10 +39,14 @@ class TokenModel(Protocol):
     """A causal model over image tokens with its own KV cache (the target, or a self-contained draft)."""
 
     vocab_size: int  # V, codebook size
+    device: torch.device  # where its weights, caches and returned tensors live
 
     @property
     def length(self) -> int:
         """Number of image-token slots in the cache."""
+
+    def fork(self) -> TokenModel:
+        """An independent handle on the same weights: its own (empty) cache, nothing copied but state."""
 
     def start(self, cond: Any, guidance: bool) -> ModelStep:
         """Clear the cache and consume the conditioning prefix (class id, caption...).
@@ -67,9 +71,14 @@ class Drafter(Protocol):
     """
 
     vocab_size: int
+    device: torch.device
 
     @property
     def length(self) -> int: ...
+
+    def fork(self, target: TokenModel) -> Drafter:
+        """An independent handle on the same weights that reads `target` (a fork of its target) where it
+        needs the target's state; its own (empty) cache."""
 
     def start(self, cond: Any, guidance: bool) -> None:
         """Clear the cache; remember the condition."""

@@ -12,7 +12,8 @@ import gradio as gr
 from coolsd.engine import DecodeConfig
 from coolsd.rules import CoolSDRule, LanternPPRule
 from coolsd.tree import TREES
-from coolsd.ui.context import MAX_PROMPT_CHARS, MAX_SEED, Context, checked
+from coolsd.ui import racers
+from coolsd.ui.context import MAX_SEED, Context, checked
 
 MAX_DRAFT_LEN = 8
 DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
@@ -21,18 +22,21 @@ EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cl
                    "a bowl of ramen, studio lighting"]
 # the race's arguments, in order (the API's positional order too)
 ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "drafting", "delta", "nu", "mu",
-        "mean_omega", "lantern_k", "lantern_lambda", "overlay")
+        "mean_omega", "lantern_k", "lantern_lambda", "overlay", "racers", "uniform_delta", "linear_delta",
+        "linear_slope", "custom_omegas", "resolution")
 
 
 def default_values(ctx: Context) -> dict:
     """Defaults of every race argument, read from the library's dataclasses (never retyped)."""
     m = ctx.model
     s, cool, lantern = m.sampling, CoolSDRule(), LanternPPRule()
-    return {"condition": m.class_names[3 % len(m.class_names)] if m.class_names else EXAMPLE_PROMPTS[0],
+    prompts = m.example_prompts or EXAMPLE_PROMPTS
+    return {"condition": m.class_names[3 % len(m.class_names)] if m.class_names else prompts[0],
             "seed": 0, "temperature": s.temperature, "top_k": s.top_k, "cfg_scale": s.cfg_scale,
             "draft_len": DecodeConfig().draft_len, "drafting": "chain",
             "delta": cool.delta, "nu": cool.nu, "mu": 0.0, "mean_omega": cool.mu is None,
-            "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False}
+            "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False,
+            "racers": list(racers.DEFAULT_RACERS), "resolution": ctx.variant_key} | racers.DEFAULTS
 
 
 def presets(ctx: Context) -> tuple[list[list], list[str]]:
@@ -44,7 +48,8 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
         v = d | changes
         return [v[k] for k in ARGS]
 
-    pick = (lambda i: names[i % len(names)]) if names else (lambda i: EXAMPLE_PROMPTS[i % len(EXAMPLE_PROMPTS)])
+    prompts = ctx.model.example_prompts or EXAMPLE_PROMPTS
+    pick = (lambda i: names[i % len(names)]) if names else (lambda i: prompts[i % len(prompts)])
     rows = [
         ("Paper setting: COOL-SD δ = 1.1, ν = 0.7", row(condition=pick(3), delta=1.1)),
         ("Aggressive: COOL-SD δ = 4", row(condition=pick(8), seed=1, delta=4.0, overlay=True)),
@@ -53,6 +58,10 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
         ("LANTERN++ k = 5, λ = 20", row(condition=pick(7), lantern_k=min(5, ctx.k_max), lantern_lambda=20.0)),
         ("Static tree (Eagle-1's 25 nodes)", row(condition=pick(0), drafting="eagle-25")),
         ("Long drafts: L = 8", row(condition=pick(6), draft_len=8, overlay=True)),
+        ("Schedules at mean ω = 2: uniform, linear, exponential, floored",
+         row(condition=pick(4), racers=["uniform-rsd", "linear-decay", "cool-sd", "cool-sd-floor"])),
+        ("LANTERN++: published residual vs G*", row(condition=pick(9), racers=["eagle-1", "lantern++",
+                                                                               "lantern++-gstar"])),
     ]
     return [r for _, r in rows], [label for label, _ in rows]
 
@@ -64,10 +73,15 @@ def build(ctx: Context) -> None:
     top_k_max = int(m.target.vocab_size) if hasattr(m.target, "vocab_size") else 256
     c = ctx.controls
     if m.conditioning == "text":
-        c["condition"] = gr.Textbox(value=d["condition"], label="Prompt", max_length=MAX_PROMPT_CHARS,
+        c["condition"] = gr.Textbox(value=d["condition"], label="Prompt", max_length=m.max_prompt_chars, lines=2,
                                     elem_id="condition")
+        gr.Examples([[p] for p in (m.example_prompts or EXAMPLE_PROMPTS)], [c["condition"]], label="Example prompts",
+                    cache_examples=False, examples_per_page=8)
     else:
         c["condition"] = gr.Dropdown(choices=m.class_names, value=d["condition"], label="Digit", elem_id="condition")
+    c["racers"] = gr.CheckboxGroup(choices=[(label, key) for key, label in racers.RACERS.items()], value=d["racers"],
+                                   label=f"Racers (up to {racers.MAX_RACERS}; vanilla AR always races)",
+                                   elem_id="racers")
     with gr.Row():
         ctx.buttons["generate"] = gr.Button("Generate", variant="primary", elem_id="gen-btn")
         ctx.buttons["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
@@ -97,10 +111,26 @@ def build(ctx: Context) -> None:
                                    elem_id="lantern-k")
         c["lantern_lambda"] = gr.Slider(1.0, 50.0, value=d["lantern_lambda"], step=0.5, label="lambda (budget)",
                                         elem_id="lantern-lambda")
+    with gr.Accordion("More rules: UniformRSD, linear decay, custom schedule", open=False):
+        c["uniform_delta"] = gr.Slider(0.1, 8.0, value=d["uniform_delta"], step=0.05, label="UniformRSD delta",
+                                       elem_id="uniform-delta")
+        c["linear_delta"] = gr.Slider(0.1, 8.0, value=d["linear_delta"], step=0.05,
+                                      label="linear decay delta (mean omega)", elem_id="linear-delta")
+        c["linear_slope"] = gr.Slider(0.0, 1.0, value=d["linear_slope"], step=0.05,
+                                      label="linear decay slope (0 = uniform, 1 = falls to 0)", elem_id="linear-slope")
+        c["custom_omegas"] = gr.Textbox(value=d["custom_omegas"], label="custom schedule omega_1, omega_2, ...",
+                                        max_lines=1, elem_id="custom-omegas")
     c["overlay"] = overlay
+    variants = list(ctx.variants) or [ctx.variant_key]
+    c["resolution"] = gr.Radio(choices=variants, value=d["resolution"], label="resolution (px)",
+                               visible=len(variants) > 1, elem_id="resolution")
     ctx.controls = {k: c[k] for k in ARGS}  # argument order
-    for component in ctx.controls.values():
-        if not isinstance(component, gr.Textbox):  # the prompt is checked by ctx.check_condition
+    for name, component in ctx.controls.items():
+        if name == "racers":
+            checked(component, racers.check_racers)
+        elif name == "custom_omegas":
+            checked(component, lambda text: (racers.parse_omegas(text), text)[1])
+        elif name != "condition" or not isinstance(component, gr.Textbox):  # a prompt: ctx.check_condition
             checked(component)
     rows, labels = presets(ctx)
     gr.Examples(rows, list(ctx.controls.values()), label="Presets (click one, then Generate)", example_labels=labels,

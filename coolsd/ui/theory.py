@@ -12,7 +12,7 @@ import gradio as gr
 
 from coolsd import theory
 from coolsd.ui.context import Context, bad, log, plain
-from coolsd.ui.race import build_rules
+from coolsd.ui.racers import RuleParams, make_rules
 
 ID, TITLE = "theory", "Theory"
 INPUTS = ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")
@@ -34,7 +34,7 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
     """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
     import plotly.graph_objects as go
 
-    rules = build_rules(ctx, delta, nu, mu, mean_omega, lantern_k, lantern_lambda)
+    rules = make_rules(ctx, ["cool-sd", "lantern++"], RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda))
     try:
         curves = _curves(round(float(nu), 3), min(int(lantern_k), theory.K))
         fig = theory.tradeoff_figure(curves, mark=rules["cool-sd"])

@@ -1,0 +1,138 @@
+"""Plant known bugs one at a time in a scratch copy of the repository and check that the fast tests catch each.
+
+Usage: nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python scripts/planted_bugs.py [--only NAME] [--keep]
+
+Each bug is a text replacement in one file (it must match exactly once, so a refactor that moves the
+code makes the script say so instead of silently planting nothing). For each, the script copies the
+working tree (tracked and untracked, not ignored files) to a temporary folder, plants the bug, runs
+the tests named for it with `pytest -x -q -m "not statistical"`, and reports CAUGHT (pytest failed)
+or MISSED. Exit status 1 if any bug is missed or cannot be planted. The first five are the planted
+bugs of issue 13; the rest are ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+FAST = ("tests/test_oracle.py", "tests/test_engine.py", "tests/test_tree.py", "tests/test_rules.py")
+BUGS = [
+    Bug("oracle resamples every rejection from token 0's residual", "coolsd/oracle.py",
+        "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n", ("tests/test_oracle.py",)),
+    Bug("oracle leaves round 0 out of the expected rounds", "coolsd/oracle.py",
+        'acc = {"rounds": 1.0, "bound": 0.0}', 'acc = {"rounds": 0.0, "bound": 0.0}', ("tests/test_oracle.py",)),
+    Bug("FID covariance with the biased estimator", "coolsd/metrics.py",
+        "np.cov(f, rowvar=False)", "np.cov(f, rowvar=False, bias=True)", ("tests/test_metrics.py",)),
+    Bug("classifier accuracy returned as sqrt(accuracy)", "coolsd/metrics.py",
+        ".double().mean())", ".double().mean().sqrt())", ("tests/test_metrics.py",)),
+    Bug("chain engine resamples Norm([p - q]_+) instead of G*", "coolsd/chain.py",
+        "s.rule.residual(p[:n_draft], q, x, depth, draft_len)",
+        "__import__('coolsd.rules').rules.lossless_residual(p[:n_draft], q)", ("tests/test_engine.py",)),
+    Bug("LANTERN++ aggregates q's neighbour mass instead of p's", "coolsd/rules.py",
+        "        p_tilde, _ = self._aggregate(p, x)\n",
+        "        p_tilde = pick(p, x) + self._aggregate(q, x)[0] - pick(q, x)\n", ("tests/test_rules.py",)),
+    Bug("tree tries later siblings against q without renormalising", "coolsd/tree.py",
+        "q_norm = q / q.sum()", "q_norm = q", ("tests/test_tree.py",)),
+    Bug("tree does not remove a rejected sibling from q", "coolsd/tree.py",
+        "            q[token_of[kid]] = 0.0", "            pass", ("tests/test_tree.py",)),
+    Bug("tree tests acceptance with another draft length than its residual", "coolsd/tree.py",
+        "a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max))",
+        "a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max + 1))", ("tests/test_tree.py",)),
+    Bug("tree resamples with the residual of depth 1 at every depth", "coolsd/tree.py",
+        "p = s.rule.residual(p, q_norm, x, depth, depth_max)",
+        "p = s.rule.residual(p, q_norm, x, torch.ones_like(depth), depth_max)", ("tests/test_tree.py",)),
+    Bug("chain engine's bonus token from the last draft's p", "coolsd/chain.py",
+        "draft_len), p[n_draft:]])", "draft_len), p[n_draft - 1 : n_draft]])", ("tests/test_engine.py",)),
+    Bug("COOL-SD depth counted from 0", "coolsd/rules.py",
+        "torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))",
+        "torch.exp(-self.nu * (depth.to(torch.float64) - 1) - self.mu_value(draft_len))", FAST),
+    Bug("G* without the acceptance: Norm([p - q]_+) for every rule", "coolsd/rules.py",
+        "return normalise((p - q * a_all).clamp_min(0), p)", "return normalise((p - q).clamp_min(0), p)", FAST),
+    Bug("normalise falls back to a uniform row", "coolsd/rules.py",
+        "return torch.where(total > tiny, v / total.clamp_min(tiny), fallback)",
+        "return torch.where(total > tiny, v / total.clamp_min(tiny), torch.full_like(v, 1 / v.shape[-1]))",
+        ("tests/test_rules.py",)),
+    Bug("oracle bound counts only depth 1", "coolsd/oracle.py",
+        "        acc[\"bound\"] += mass * step.tv\n", "        acc[\"bound\"] += mass * step.tv * (depth == 1)\n",
+        ("tests/test_oracle.py",)),
+    Bug("Frechet distance without the cross term's factor 2", "coolsd/metrics.py",
+        "- 2 * np.sqrt(w).sum())", "- np.sqrt(w).sum())", ("tests/test_metrics.py",)),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    """Tracked and untracked-but-not-ignored files; .venv linked, not copied."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file() and not src.is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    os.symlink(os.path.realpath(ROOT / ".venv"), dest / ".venv")
+
+
+def plant(dest: Path, bug: Bug) -> None:
+    path = dest / bug.path
+    text = path.read_text()
+    count = text.count(bug.old)
+    if count != 1:
+        raise LookupError(f"{bug.path}: the text to replace occurs {count} times (code moved?): {bug.old!r}")
+    path.write_text(text.replace(bug.old, bug.new))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=None, help="run only the bugs whose name contains this text")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folders (printed)")
+    args = parser.parse_args(argv)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    missed = 0
+    for bug in BUGS:
+        if args.only and args.only not in bug.name:
+            continue
+        scratch = Path(tempfile.mkdtemp(prefix="planted-"))
+        try:
+            copy_tree(scratch)
+            plant(scratch, bug)
+        except LookupError as err:
+            print(f"NOT PLANTED  {bug.name}: {err}")
+            missed += 1
+            shutil.rmtree(scratch)
+            continue
+        cmd = [str(scratch / ".venv" / "bin" / "python"), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               "-m", "not statistical", *bug.tests]
+        done = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=1800)
+        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+        caught = done.returncode == 1 and failed
+        print(f"{'CAUGHT' if caught else 'MISSED'}  {bug.name}" + (f"  <- {failed[0][7:][:110]}" if caught else
+                                                                   f"  (pytest exit {done.returncode})"))
+        sys.stdout.flush()
+        missed += not caught
+        if args.keep:
+            print(f"        kept {scratch}")
+        else:
+            shutil.rmtree(scratch)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""The real engine's exact output distribution on tabular models, by enumerating every random draw it makes.
+
+No sampling noise: `engine_distribution(...)` runs `coolsd.engine.run` once per path of random outcomes
+(depth first) and adds up the path probabilities, so a test can compare the engine with the oracle or
+with P to float rounding (1e-12) instead of a chi-square. The draws the engine makes are replaced by
+scripted choices while a path runs:
+
+- `torch.multinomial(probs, 1)` (drafts, residual and bonus tokens): each token of probs' support,
+  with probability probs[y]; so whatever distribution the engine samples from is what gets weighted;
+- `torch.rand(n)` of a chain round (n = drafts): the number of accepted drafts c = 0..n, with
+  probability a_1 ... a_c (1 - a_{c+1}), a = what the rule's `accept_prob` returned in that round;
+- `torch.rand(())` of a tree sibling test: accept (a) or reject (1 - a), a as above;
+- `coolsd.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
+  support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l)).
+
+Costs one engine run per path: keep V, T and the tree small (V = 3, T = 4, L = 2 is ~10^3 paths).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+import coolsd.tree
+from coolsd.engine import DecodeConfig, run
+
+
+class _Pruned(Exception):
+    """A path whose probability is already 0: nothing below it can contribute."""
+
+
+class _RecordingRule:
+    """Delegates to a rule; remembers the last acceptance probabilities the engine asked for, and checks that
+    every residual is asked for at a depth and draft length of the acceptance test it follows (else the
+    resampling would not be the G* of the acceptance actually used)."""
+
+    def __init__(self, rule) -> None:
+        self._rule = rule
+        self.last_accept: torch.Tensor | None = None
+        self._accept_at: tuple[set[int], int] | None = None
+
+    def accept_prob(self, p, q, x, depth, draft_len):
+        a = self._rule.accept_prob(p, q, x, depth, draft_len)
+        self.last_accept = a.detach().clone()
+        self._accept_at = (set(torch.as_tensor(depth).flatten().tolist()), draft_len)
+        return a
+
+    def residual(self, p, q, x, depth, draft_len):
+        assert self._accept_at is not None, "a residual asked for before any acceptance test"
+        depths, accept_len = self._accept_at
+        assert set(torch.as_tensor(depth).flatten().tolist()) <= depths and draft_len == accept_len, (
+            f"residual at depth {depth}, draft_len {draft_len}; acceptance at {sorted(depths)}, {accept_len}")
+        return self._rule.residual(p, q, x, depth, draft_len)
+
+    def __getattr__(self, name):
+        return getattr(self._rule, name)
+
+
+class _Path:
+    """One run's scripted choices: `prefix` fixes the first ones, later choice points take option 0."""
+
+    def __init__(self, prefix: list[int], rule: _RecordingRule) -> None:
+        self.prefix, self.rule = prefix, rule
+        self.choices: list[int] = []
+        self.n_options: list[int] = []
+        self.weight = 1.0
+
+    def choose(self, n_options: int) -> int:
+        i = len(self.choices)
+        c = self.prefix[i] if i < len(self.prefix) else 0
+        self.choices.append(c)
+        self.n_options.append(n_options)
+        return c
+
+    def scale(self, w: float) -> None:
+        self.weight *= w
+        if w <= 0:
+            raise _Pruned
+
+    # -- the engine's random draws ---------------------------------------------------------------
+    def multinomial(self, probs, num_samples, replacement=False, *, generator=None, out=None):
+        assert probs.dim() == 1 and num_samples == 1, "the engine draws one token from a (V,) row"
+        support = (probs > 0).nonzero().flatten().tolist()
+        y = support[self.choose(len(support))]
+        self.scale(float(probs[y]) / float(probs.sum()))
+        return torch.tensor([y], dtype=torch.long, device=probs.device)
+
+    def rand(self, *size, generator=None, dtype=None, device=None, **kwargs):
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+        a = self.rule.last_accept
+        assert a is not None, "torch.rand drawn before any acceptance probability was computed"
+        self.rule.last_accept = None
+        if shape == ():  # a tree sibling test: accept or reject
+            c = self.choose(2)
+            self.scale(float(a) if c == 0 else 1 - float(a))
+            return torch.tensor(0.0 if c == 0 else 2.0, dtype=dtype or torch.float32)
+        (n,) = shape
+        assert a.shape == (n,), f"a chain round draws one u per draft: a {tuple(a.shape)}, u {shape}"
+        c = self.choose(n + 1)  # number of accepted drafts
+        self.scale(math.prod(float(v) for v in a[:c]) * (1 - float(a[c]) if c < n else 1.0))
+        u = torch.zeros(n, dtype=dtype or torch.float32)
+        if c < n:
+            u[c] = 2.0  # > any a: rejected here
+        return u
+
+    def without_replacement(self, q, n, gen):
+        support = (q > 0).nonzero().flatten().tolist()
+        orders = list(itertools.permutations(support, min(n, len(support))))
+        order = orders[self.choose(len(orders))]
+        w, left = 1.0, float(q.sum())
+        for x in order:
+            w *= float(q[x]) / left
+            left -= float(q[x])
+        self.scale(w)
+        return list(order)
+
+
+def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeConfig, monkeypatch,
+                        sampling=None, max_paths: int = 200_000) -> tuple[torch.Tensor, float]:
+    """Exact (V**T,) output distribution of `coolsd.engine.run` and its expected number of target forwards.
+
+    `monkeypatch` is pytest's fixture (the draws are patched only while this runs).
+    """
+    v = target.vocab_size
+    recording = _RecordingRule(rule) if rule is not None else None
+    dist = torch.zeros(v**num_tokens, dtype=torch.float64)
+    forwards = 0.0
+    stack: list[list[int]] = [[]]
+    paths = 0
+    with monkeypatch.context() as mp:
+        while stack:
+            prefix = stack.pop()
+            path = _Path(prefix, recording or _RecordingRule(None))
+            mp.setattr(torch, "multinomial", path.multinomial)
+            mp.setattr(torch, "rand", path.rand)
+            mp.setattr(coolsd.tree, "_sample_without_replacement", path.without_replacement)
+            try:
+                result = run(target, drafter if rule is not None else None, recording, None, num_tokens,
+                             sampling=sampling, config=config, seed=0)
+            except _Pruned:
+                result = None
+            for i in range(len(prefix), len(path.choices)):
+                stack += [path.choices[:i] + [c] for c in range(1, path.n_options[i])]
+            paths += 1
+            assert paths <= max_paths, "too many paths: use a smaller model"
+            if result is None:
+                continue
+            index = sum(int(x) * v ** (num_tokens - 1 - i) for i, x in enumerate(result.tokens))
+            dist[index] += path.weight
+            forwards += path.weight * result.target_forwards
+    return dist, forwards

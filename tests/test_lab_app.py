@@ -1,0 +1,158 @@
+"""The Quality lab and Schedule explorer tabs through the HTTP API (gradio_client, in-process server, tiny model)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("COOLSD_MODEL", "tiny")
+for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+    os.environ.setdefault(_key, "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import app  # noqa: E402
+from coolsd.engine import DecodeConfig, run  # noqa: E402
+from coolsd.race import fork_models  # noqa: E402
+from coolsd.rules import CoolSDRule, UniformRSDRule  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+DEADLINE_S = 120.0  # the longest a call below may take before the test fails (a deadline, not a timing)
+LAB = {"rule": "cool-sd", "relaxation": 2.0, "samples": 3, "seed": 0, "condition": "3"}
+SCHEDULE = {"kind": "exponential", "delta": 1.5, "nu": 0.7, "slope": 0.5, "omegas": "2, 1, 0.5", "floor": False,
+            "drafts": "toy"}
+REFERENCE = fork_models(app.CTX.model.target, app.CTX.model.drafter)  # before anything decodes
+
+
+@pytest.fixture(scope="module")
+def client():
+    from gradio_client import Client
+
+    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    yield Client(url, verbose=False, download_files=False, analytics_enabled=False)
+    app.demo.close()
+
+
+def test_panels_are_mounted():
+    assert {"lab", "schedule"} <= set(app.CTX.panels)
+
+
+def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
+    job = client.submit(**LAB, api_name="/lab_grid")
+    job.result(timeout=DEADLINE_S)
+    updates = job.outputs()
+    n = LAB["samples"] * 4
+    assert len(updates) == n  # one update per finished sample
+    final = updates[-1]
+    stats = final[3]
+    assert stats["finished"] and [d["n"] for d in stats["decoders"]] == [3, 3, 3, 3]
+    assert [d["decoder"] for d in stats["decoders"]] == ["vanilla", "eagle-1", "chosen", "twin"]
+    assert stats["decoders"][2]["rule"] == CoolSDRule(delta=2.0).config() | {"rule": "cool-sd"}
+    assert stats["decoders"][3]["rule"]["rule"] == UniformRSDRule.name
+    assert not updates[0][3]["finished"] and len(updates[0][3]["samples"]) == 1
+    with Image.open(final[0]["path"]) as img:
+        assert img.width > img.height > 0
+    assert (final[2] is None) if app.CTX.model.kind != "embedded" else final[2]["type"] == "plotly"
+    # the COOL-SD samples are what run() gives on the same class and seed
+    m = app.CTX.model
+    target, drafter = REFERENCE
+    taus = []
+    for row in range(3):
+        ref = run(target, drafter, CoolSDRule(delta=2.0), row, m.num_tokens, m.sampling, DecodeConfig(), seed=0)
+        sample = next(s for s in stats["samples"] if s["row"] == row and s["decoder"] == "chosen")
+        assert sample["tau"] == pytest.approx(ref.tau) and sample["condition"] == row
+        taus.append(ref.tau)
+    assert stats["decoders"][2]["tau"] == pytest.approx(3 * m.num_tokens / sum(m.num_tokens / t for t in taus))
+
+
+def test_api_schedule(client):
+    bars, why, text, result = client.predict(**SCHEDULE, api_name="/schedule")
+    assert bars["type"] == "plotly" and why["type"] == "plotly"
+    assert result["below_one"] == [3] and "stricter than Eagle-1" in text and "G* keeps that step" in text
+    assert abs(result["twin"]["tau"] - result["schedule"]["tau"]) < 1e-6
+    floored = client.predict(**(SCHEDULE | {"floor": True}), api_name="/schedule")[3]
+    assert floored["below_one"] == [] and math.isclose(floored["schedule"]["tv"], result["schedule"]["tv"],
+                                                       rel_tol=1e-9)
+    custom = client.predict(**(SCHEDULE | {"kind": "custom", "omegas": "1, 1, 1"}), api_name="/schedule")[3]
+    assert custom["schedule"]["tv"] < 1e-9 and custom["schedule"]["omega"] == [1.0, 1.0, 1.0]
+    linear = client.predict(**(SCHEDULE | {"kind": "linear", "slope": 1.0, "delta": 2.0}), api_name="/schedule")[3]
+    assert linear["schedule"]["omega"] == pytest.approx([4.0, 2.0, 0.0])
+
+
+@pytest.mark.parametrize("api, changes, message", [
+    ("/lab_grid", {"rule": "eagle"}, "unknown rule 'eagle'"),
+    ("/lab_grid", {"relaxation": 100.0}, "relaxation: delta (lambda for LANTERN++) must be in"),
+    ("/lab_grid", {"relaxation": "two"}, "must be a number"),
+    ("/lab_grid", {"rule": "lantern++", "relaxation": 0.5}, "lam must be >= 1"),
+    ("/lab_grid", {"samples": 0}, "samples must be in [1, 10]"),
+    ("/lab_grid", {"samples": 2.5}, "samples must be a whole number"),
+    ("/lab_grid", {"seed": -1}, "lab seed must be in"),
+    ("/schedule", {"kind": "<b>spiral</b>"}, "unknown schedule"),
+    ("/schedule", {"delta": 0.0}, "delta (mean omega) must be in"),
+    ("/schedule", {"nu": -1.0}, "nu (exponential decay rate) must be in"),
+    ("/schedule", {"slope": 1.5}, "slope s (linear decay) must be in"),
+    ("/schedule", {"kind": "custom", "omegas": "2, x"}, "'x' is not a number"),
+    ("/schedule", {"kind": "custom", "omegas": "2, 0"}, "omega_2 must be > 0"),
+    ("/schedule", {"kind": "custom", "omegas": "1, 1, 1, 1"}, "give at most 3 numbers"),
+    ("/schedule", {"kind": "custom", "omegas": ""}, "give at least one number"),
+    ("/schedule", {"kind": "custom", "omegas": "inf"}, "must be finite numbers"),
+    ("/schedule", {"floor": "yes"}, "must be true or false"),
+    ("/schedule", {"drafts": "near"}, "unknown drafts"),
+])
+def test_api_bad_values_get_one_clear_error(client, api, changes, message):
+    from gradio_client.exceptions import AppError
+
+    values = (LAB if api == "/lab_grid" else SCHEDULE) | changes
+    with pytest.raises(AppError) as err:
+        client.predict(**values, api_name=api)
+    text = str(err.value)
+    assert message in text, text
+    assert "Traceback" not in text and len(text) < 400 and "<b>" not in text and "&#x27;" not in text
+
+
+def test_lab_stop_returns_the_lane():
+    """Closing the lab's stream mid-grid (what a Stop does) gives the model lane back."""
+    panel = app.CTX.panels["lab"]
+    stream = panel.grid("uniform-rsd", 3.0, 3, 1, "3")
+    next(stream)
+    stream.close()
+    assert app.CTX.lanes.qsize() == app.CTX.workers
+    assert torch.is_tensor(app.CTX.model.neighbours)
+
+
+def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
+    from coolsd.lab import lab_decoders
+    from coolsd.ui import lab as lab_ui
+
+    rows = lab_ui.bench_rows()
+    if not rows:
+        pytest.skip("assets/bench/results.jsonl is not shipped here")
+    decoders = lab_decoders("cool-sd", 2.0)
+    summary = [{"decoder": d.key, "label": d.label, "n": 10, "nll": 0.9, "tau": 3.0, "speedup": 1.5}
+               for d in decoders]
+    fig = lab_ui.pareto_figure(rows, summary)
+    marked = [t for t in fig.data if (t.name or "").startswith("lab: ")]
+    assert len(marked) == 6  # Eagle-1, the rule and its twin, on the NLL-vs-speed-up and NLL-vs-tau panels
+    assert {t.x[0] for t in marked} == {1.5, 3.0} and {t.y[0] for t in marked} == {0.9}
+    note = lab_ui.bench_note(rows, decoders, summary)
+    assert "cool-sd delta=2" in note and "uniform-rsd delta=2" in note
+
+
+def test_grid_image_layout():
+    from coolsd.lab import LabSample, lab_decoders
+    from coolsd.ui import lab as lab_ui
+
+    decoders = lab_decoders("cool-sd", 2.0)
+    sample = LabSample(1, 2, "chosen", 1, 0, torch.zeros(4, dtype=torch.long), torch.ones(1, 32, 32), 2.0, 2, 0.1,
+                       1.0, predicted=7)
+    img = lab_ui.grid_image([sample], decoders, ["0", "1", "2"], [str(i) for i in range(10)])
+    assert img.size == (lab_ui.LABEL_W + 3 * (lab_ui.CELL + lab_ui.GAP) + lab_ui.GAP,
+                        lab_ui.HEAD_H + 4 * (lab_ui.CELL + lab_ui.GAP) + lab_ui.GAP)
+    x, y = lab_ui.LABEL_W + lab_ui.GAP + (lab_ui.CELL + lab_ui.GAP), lab_ui.HEAD_H + lab_ui.GAP + 2 * (
+        lab_ui.CELL + lab_ui.GAP)
+    assert img.getpixel((x + 5, y + lab_ui.CELL - 5)) == (255, 255, 255)  # the (white) sample is pasted
+    assert img.getpixel((x - 2, y + 20)) == lab_ui.COLOURS["wrong"]  # misread (7 for 1): red frame
