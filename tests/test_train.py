@@ -90,7 +90,8 @@ def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
     state = torch.load(tmp_path / "drafter_state.pt", weights_only=False)
     assert state["step"] >= 1 and 0 < state["final"]["val_accept"] <= 1
     assert (tmp_path / "drafter" / "config.json").exists() and len(list((tmp_path / "self_samples").glob("*.pt"))) >= 2
-    train_drafter(vq, target, data, tmp_path, budget_s=1.0, init=tmp_path / "drafter", **kw)  # resumes
+    # resumes: the budget counts the first run's seconds too, so a larger one runs at least one more step
+    train_drafter(vq, target, data, tmp_path, budget_s=state["elapsed"] + 0.5, init=tmp_path / "drafter", **kw)
     assert torch.load(tmp_path / "drafter_state.pt", weights_only=False)["step"] > state["step"]
 
 
