@@ -101,6 +101,7 @@ def test_same_tokens_on_both_paths_for_every_rule(tiny, tree, build_rule):
             out[path] = res
         assert out["static"].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree)
         assert out["static"].target_forwards == out["eager"].target_forwards
+    assert lanes["static"][0].stack.blocks_static and lanes["static"][1].stack.blocks_static
 
 
 def test_shipped_model_same_tokens_on_both_paths(embedded_bundle, build_rule):
@@ -176,6 +177,7 @@ def test_llamagen_static_forward_equals_eager(tiny_llamagen):
         outs[key] = (a.logits, b.logits, c.logits, d.forward(ids[4:5], None, torch.arange(3, 4)).logits)
     for e, s in zip(outs["eager"], outs["static"]):
         torch.testing.assert_close(s, e, atol=1e-5, rtol=1e-5)
+    assert ts._blocks and ds._blocks  # still on the static path after start()
 
 
 @pytest.mark.parametrize("tree", [None, "binary-2"])
@@ -192,3 +194,26 @@ def test_llamagen_same_tokens_on_both_paths_for_every_rule(tiny_llamagen, tree, 
                             DecodeConfig(draft_len=3, tree=tree), seed=4).tokens.tolist()
                   for path, (t, d) in lanes.items()}
         assert tokens["static"] == tokens["eager"], (name, tree)
+    assert lanes["static"][0]._blocks and lanes["static"][1]._blocks and not lanes["eager"][0]._blocks
+
+
+def test_cache_per_guidance_rows_is_kept_and_never_shared_by_forks(tiny, tiny_llamagen):
+    """Captured graphs point at cache tensors: switching CFG off and on must find the same tensors again."""
+    target, _ = fork_models(tiny.target, tiny.drafter)
+    target.start(3, True)
+    with_cfg = target.stack.k
+    target.start(3, False)
+    assert target.stack.k.shape[1] == 1
+    target.start(3, True)
+    assert target.stack.k is with_cfg
+    other, _ = fork_models(target)
+    other.start(3, True)
+    assert other.stack.k is not with_cfg
+    lg, _, caption = tiny_llamagen
+    lg_a, lg_b = lg.fork(), lg.fork()
+    lg_a.start(caption, True)
+    kept = lg_a._cache
+    lg_a.start(caption, False)
+    lg_a.start(caption, True)
+    lg_b.start(caption, True)
+    assert lg_a._cache is kept and lg_b._cache is not kept

@@ -82,6 +82,7 @@ class LayerStack:
         self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
+        self._kept: dict[int, tuple[Tensor, Tensor]] = {}  # cache per guidance-row count (graphs stay valid)
         self.blocks_static: tuple[int, ...] = ()  # () = eager path
         self.runner: Callable | None = None  # runs forward_static (a CUDA-graph cache), None = call it directly
 
@@ -94,7 +95,7 @@ class LayerStack:
     def fork(self) -> LayerStack:
         """Same fused weights and tables (shared, not copied), own empty cache."""
         new = copy.copy(self)
-        new.k, new.v, new.length, new.runner = None, None, 0, None
+        new.k, new.v, new.length, new.runner, new._kept = None, None, 0, None, {}
         if self.runner is not None:  # its own graphs, captured on its own cache
             from coolsd.models.graphs import set_path
 
@@ -104,8 +105,13 @@ class LayerStack:
     def reset(self, rows: int, device, dtype) -> None:
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
-            self.k = torch.zeros(shape, device=device, dtype=dtype)
-            self.v = torch.zeros(shape, device=device, dtype=dtype)
+            kept = self._kept.get(rows)
+            if kept is not None and kept[0].shape == shape and kept[0].device == device and kept[0].dtype == dtype:
+                self.k, self.v = kept  # switching CFG on/off keeps each cache (and the graphs captured on it)
+            else:
+                self.k = torch.zeros(shape, device=device, dtype=dtype)
+                self.v = torch.zeros(shape, device=device, dtype=dtype)
+                self._kept[rows] = self.k, self.v
         self.length = 0
 
     def _norm(self, x: Tensor) -> Tensor:

@@ -53,6 +53,7 @@ class LlamaGenDrafter(nn.Module):
         self._rows = 1
         self._needs_prefix = False
         self._length = 0
+        self._kept: dict[int, tuple[KVCache, Tensor]] = {}  # (cache, own features) per guidance-row count
         self._blocks: tuple[int, ...] = ()  # static-path block sizes; () = eager (coolsd.models.graphs)
         self._runner = None  # CUDA graphs of `_layer` on the static path
 
@@ -67,7 +68,8 @@ class LlamaGenDrafter(nn.Module):
     def fork(self, target: LlamaGenT2I) -> LlamaGenDrafter:
         """An independent handle reading `target` (a fork of this drafter's target): same weights, own cache."""
         new = copy.copy(self)
-        new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False, _runner=None)
+        new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False, _runner=None,
+                            _kept={})
         if self._runner is not None:  # its own graphs, on its own cache
             new.use_path("cuda-graphs", self._runner.rows)
         return new
@@ -89,11 +91,13 @@ class LlamaGenDrafter(nn.Module):
         """Make the KV cache and own-feature buffer for `_rows` guidance rows unless they exist."""
         dtype, D = self.fc.weight.dtype, self.config.hidden_size
         slots = self._n_prefix + self.target.config.block_size + CACHE_MARGIN
-        cache = self._cache
-        if cache is None or cache.k.shape[1] != self._rows or cache.k.device != self.device or cache.k.dtype != dtype:
+        kept = self._kept.get(self._rows)
+        if kept is None or kept[0].k.device != self.device or kept[0].k.dtype != dtype:
             heads, head_dim = self.config.num_attention_heads, self.config.head_dim
-            self._cache = KVCache(1, self._rows, heads, slots, head_dim, self.device, dtype)
-            self._own = torch.zeros(self._rows, slots - self._n_prefix, D, device=self.device, dtype=dtype)
+            kept = self._kept[self._rows] = (KVCache(1, self._rows, heads, slots, head_dim, self.device, dtype),
+                                             torch.zeros(self._rows, slots - self._n_prefix, D, device=self.device,
+                                                         dtype=dtype))
+        self._cache, self._own = kept
 
     def start(self, cond: Any, guidance: bool) -> None:
         """Clear the cache. `cond` is unused: the caption reaches the drafter through the target's features."""

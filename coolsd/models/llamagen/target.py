@@ -61,6 +61,7 @@ class LlamaGenT2I(nn.Module):
         self._cache: KVCache | None = None
         self._prefix_mask: Tensor | None = None  # (C,) bool, visible caption slots
         self._length = 0
+        self._kept: dict[int, KVCache] = {}  # cache per guidance-row count (CUDA graphs stay valid)
         self._blocks: tuple[int, ...] = ()  # static-path block sizes; () = eager (coolsd.models.graphs)
         self._runner = None  # CUDA graphs of `_run` on the static path
 
@@ -75,7 +76,7 @@ class LlamaGenT2I(nn.Module):
     def fork(self) -> LlamaGenT2I:
         """An independent handle: the same modules and weights (a shallow copy), its own empty cache."""
         new = copy.copy(self)
-        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None, _runner=None)
+        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None, _runner=None, _kept={})
         if self._runner is not None:  # its own graphs, on its own cache
             new.use_path("cuda-graphs", self._runner.rows)
         return new
@@ -94,10 +95,11 @@ class LlamaGenT2I(nn.Module):
         """Make the KV cache for n_rows guidance rows unless it exists (kept across images)."""
         C, dtype = self.config.cls_token_num, self.head.weight.dtype
         slots = C + self.config.block_size + CACHE_MARGIN
-        cache = self._cache
-        if cache is None or cache.k.shape[1] != n_rows or cache.k.device != self.device or cache.k.dtype != dtype:
+        cache = self._kept.get(n_rows)
+        if cache is None or cache.k.device != self.device or cache.k.dtype != dtype:
             heads, head_dim = self.config.num_attention_heads, self.config.head_dim
-            self._cache = KVCache(len(self.layers), n_rows, heads, slots, head_dim, self.device, dtype)
+            cache = self._kept[n_rows] = KVCache(len(self.layers), n_rows, heads, slots, head_dim, self.device, dtype)
+        self._cache = cache
 
     def _run(self, x: Tensor, positions: Tensor, start: int, mask: Tensor) -> Tensor:
         """x (G, n, D) at cache slots [start, start + n) -> final-normed features (G, n, D)."""
@@ -128,8 +130,6 @@ class LlamaGenT2I(nn.Module):
         dtype = self.head.weight.dtype
         self._allocate(n_rows)
         self._length = 0
-        self._blocks: tuple[int, ...] = ()  # static-path block sizes; () = eager (coolsd.models.graphs)
-        self._runner = None  # CUDA graphs of `_run` on the static path
         valid = caption.mask.to(self.device)
         emb = (caption.emb.to(self.device, dtype) * valid[:, None]).unsqueeze(0)  # (1, C, E)
         if guidance:  # row 1: the learned unconditional caption, not masked (lantern.md §2.2 step 4)
