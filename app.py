@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from coolsd.fetch import fetch_on_start  # noqa: E402
 from coolsd.ui import controls, how, lab, race, schedule, share, theory  # noqa: E402
-from coolsd.ui.context import MAX_PROMPT_CHARS, Context, default_model_choice, load_model  # noqa: E402
+from coolsd.ui.context import Context, default_model_choice, load_models  # noqa: E402
 
 WORKERS = int(os.environ.get("COOLSD_WORKERS", "1") or 1)  # races run at once (each has its own KV caches)
 if WORKERS < 1:
@@ -36,7 +36,7 @@ CSS = """
 """
 
 fetch_on_start()  # downloads LlamaGen only when $COOLSD_FETCH_LLAMAGEN asks (a Space sets it), in a child process
-CTX = Context(load_model(default_model_choice()), workers=WORKERS)
+CTX = Context.for_models(load_models(default_model_choice()), workers=WORKERS)
 if CTX.device.type == "cpu":
     torch.set_num_threads(1)  # small models decode faster single-threaded (and leave a core to the server)
 
@@ -47,15 +47,17 @@ def model_info() -> dict:
     return {"model": m.name, "kind": m.kind, "conditioning": m.conditioning, "grid": list(m.grid),
             "classes": m.class_names, "image_size": list(CTX.display_hw), "device": str(CTX.device),
             "drafting": list(controls.DRAFTING), "lantern_k_max": CTX.k_max, "max_draft_len": controls.MAX_DRAFT_LEN,
-            "max_prompt_chars": MAX_PROMPT_CHARS, "defaults": controls.default_values(CTX)}
+            "max_prompt_chars": m.max_prompt_chars, "resolutions": list(CTX.variants),
+            "example_prompts": list(m.example_prompts), "defaults": controls.default_values(CTX)}
 
 
 def build_demo(ctx: Context) -> gr.Blocks:
     m = ctx.model
     with gr.Blocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
         note = f"\n\n⚠️ {m.note}" if m.note else ""
+        name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
         gr.Markdown(f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-                    f"Model: **{m.name}** on {ctx.device.type.upper()}, {m.grid[0]}×{m.grid[1]} tokens. "
+                    f"Model: **{name}** on {ctx.device.type.upper()}, {m.grid[0]}×{m.grid[1]} tokens. "
                     f"One click decodes the same image four ways; the decoder that has used the least compute "
                     f"runs next, so each frame compares equal compute.{note}", elem_id="header")
         with gr.Row(equal_height=False):

@@ -28,11 +28,11 @@ from coolsd.oracle import OracleResult, exact, match_tau, sequence_probs
 from coolsd.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, Rule, UniformRSDRule
 from coolsd.tabular import TabularDrafter, TabularLM, random_tables
 
-SCHEDULES = {  # kind -> label (the explorer's choices, in this order)
-    "exponential": "exponential (COOL-SD): omega_i = delta exp(-nu i - mu)",
+SCHEDULES = {  # kind -> formula (the explorer's choices, in this order)
+    "exponential": "COOL-SD: omega_i = delta exp(-nu i - mu), mu mean-normalised",
     "linear": "linear decay: omega_i = delta (1 + s (L + 1 - 2i) / (L - 1))",
-    "uniform": "uniform (UniformRSD): omega_i = delta",
-    "custom": "custom: one omega per depth",
+    "uniform": "UniformRSD: omega_i = delta",
+    "custom": "custom: omega_i from a list",
 }
 DRAFTS = {  # the explorer's draft models: name -> mixing weight eps of Q = (1 - eps) P + eps R (None = noisy logits)
     "toy": None, "close": 0.2, "far": 0.7,
@@ -43,20 +43,25 @@ TWIN_BRACKET = (1e-2, 1e2)  # UniformRSD delta searched in [low, high] (geometri
 
 
 # ---------------------------------------------------------------- models and rules
-def mixed_tables(vocab_size: int, num_tokens: int, seed: int, eps: float) -> tuple[TabularLM, TabularDrafter]:
-    """Target P of `random_tables(vocab_size, num_tokens, seed)` and draft Q = (1 - eps) P + eps R on every prefix.
+def mixed_tables(vocab_size: int, num_tokens: int, seed: int, eps: float, sharpness: float = 1.5,
+                 noise: str = "random") -> tuple[TabularLM, TabularDrafter]:
+    """Target P of `random_tables(vocab_size, num_tokens, seed, sharpness)` and draft Q = (1 - eps) P + eps R.
 
-    R: an independent random conditional per prefix (softmax of 1.5 x standard normal logits, as P's),
-    drawn from a generator seeded with `seed`; eps in [0, 1] (0: Q = P; 1: Q knows nothing of P).
+    R (per prefix): noise="random" an independent softmax(sharpness x standard normal logits), drawn from a
+    generator seeded with `seed`; noise="uniform" the uniform distribution. eps in [0, 1] (0: Q = P).
     """
     if not 0 <= eps <= 1:
         raise ValueError(f"eps must be in [0, 1], got {eps!r}")
-    target, _ = random_tables(vocab_size, num_tokens, seed)
+    if noise not in ("random", "uniform"):
+        raise ValueError(f"noise must be 'random' or 'uniform', got {noise!r}")
+    target, _ = random_tables(vocab_size, num_tokens, seed, sharpness=sharpness)
     gen = torch.Generator().manual_seed(10_000 + seed)
     table = {}
     for length in range(num_tokens):
         for prefix in itertools.product(range(vocab_size), repeat=length):
-            r = (1.5 * torch.randn(vocab_size, generator=gen, dtype=torch.float64)).softmax(-1)
+            r = (sharpness * torch.randn(vocab_size, generator=gen, dtype=torch.float64)).softmax(-1)
+            if noise == "uniform":
+                r = torch.full_like(r, 1 / vocab_size)
             table[prefix] = (1 - eps) * target.table[prefix] + eps * r
     return target, TabularDrafter(table, vocab_size, num_tokens, target.codebook)
 
@@ -134,18 +139,20 @@ def explore(rule: Rule, drafts: str = "toy", vocab_size: int = 4, num_tokens: in
 def compare_schedules(n_close: int = 10, n_far: int = 8, deltas: tuple[float, ...] = (1.5, 3.0),
                       vocab_size: int = 4, num_tokens: int = 5, draft_len: int = 3, nu: float = 0.7,
                       close_eps: tuple[float, ...] = CLOSE_EPS, far_eps: tuple[float, ...] = FAR_EPS,
-                      iters: int = 30, tau_tol: float = 1e-6) -> dict:
+                      iters: int = 30, tau_tol: float = 1e-6, sharpness: float = 1.5, noise: str = "random") -> dict:
     """Floored and unclipped COOL-SD against the uniform twin at matched tau, for close and far drafts.
 
-    Models: `mixed_tables(vocab_size, num_tokens, seed, eps)` for every eps of the regime and seeds
+    Models: `mixed_tables(vocab_size, num_tokens, seed, eps, sharpness, noise)` for every eps of the regime and seeds
     0..n-1; each delta in `deltas`. A comparison counts only when the twin's tau is within `tau_tol`
     (the rest are listed as unmatched). "Wins" = strictly lower exact TV (or bound) than the twin.
     Returns {"setup", "rows": [{"variant", "drafts", "n", "wins_tv", "wins_bound", means..., per-depth
     means of omega, tests and bound for the schedule and its twin}]}; JSON-ready. Reported, never asserted.
     """
     setup = {k: v for k, v in locals().items()}
-    setup |= {"model": f"coolsd.annealing.mixed_tables({vocab_size}, {num_tokens}, seed, eps)",
-              "draft": "Q = (1 - eps) P + eps R, R random per prefix", "mu": "mean-normalised"}
+    shape = "" if (sharpness, noise) == (1.5, "random") else f", sharpness={sharpness:g}, noise={noise!r}"
+    setup |= {"model": f"coolsd.annealing.mixed_tables({vocab_size}, {num_tokens}, seed, eps{shape})",
+              "draft": f"Q = (1 - eps) P + eps R, R {'uniform' if noise == 'uniform' else 'random per prefix'}",
+              "mu": "mean-normalised"}
     rows = []
     for variant, floor in (("floored", True), ("unclipped", False)):
         for drafts, (n_seeds, epsilons) in (("close", (n_close, close_eps)), ("far", (n_far, far_eps))):
@@ -153,7 +160,7 @@ def compare_schedules(n_close: int = 10, n_far: int = 8, deltas: tuple[float, ..
             sums: dict[str, float] = {}
             depth_sums = {k: [0.0] * draft_len for k in ("omega", "tests", "bound", "twin_tests", "twin_bound")}
             for eps, seed, delta in itertools.product(epsilons, range(n_seeds), deltas):
-                target, drafter = mixed_tables(vocab_size, num_tokens, seed, eps)
+                target, drafter = mixed_tables(vocab_size, num_tokens, seed, eps, sharpness, noise)
                 probs = sequence_probs(target)
                 rule = CoolSDRule(delta=delta, nu=nu, floor_at_one=floor)
                 cool = exact(target, drafter, rule, draft_len, probs)

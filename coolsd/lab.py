@@ -19,7 +19,6 @@ import dataclasses
 import math
 import queue
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +44,7 @@ LAB_RULES = {
     "lantern++": ("LANTERN++ (published residual)", "lambda"),
 }
 CACHED = ("vanilla", "eagle-1")  # decoders whose samples do not depend on the relaxation
-CACHE_SIZE = 512  # samples kept (a sample holds T token ids and a few numbers)
+CACHE_SIZE = 256  # samples kept, without their images (T token ids and a few numbers; images are re-decoded)
 
 
 @dataclass(frozen=True)
@@ -188,7 +187,8 @@ class Lab:
                     with self._lock:
                         hit = self._cache.get(key) if use_cache and decoder.key in CACHED else None
                     if hit is not None:
-                        done.put(dataclasses.replace(hit, row=row, column=column, cached=True))
+                        image = self.tokenizer.decode(hit.tokens)  # (C, H, W) in [0, 1]
+                        done.put(dataclasses.replace(hit, row=row, column=column, image=image, cached=True))
                         continue
                     future = pool.submit(self._decode, free, decoder, row, column, cond, seed, sampling, config)
                     future.add_done_callback(lambda f, key=key, d=decoder.key: self._finish(f, key, d, done))
@@ -210,7 +210,7 @@ class Lab:
         sample = future.result()
         if decoder_key in CACHED:
             with self._lock:
-                self._cache[key] = sample
+                self._cache[key] = dataclasses.replace(sample, image=None)
                 self._cache.move_to_end(key)
                 while len(self._cache) > CACHE_SIZE:
                     self._cache.popitem(last=False)
@@ -246,13 +246,6 @@ def summarise(samples: list[LabSample], decoders: list[LabDecoder]) -> list[dict
             "cached": sum(s.cached for s in mine),
         })
     return out
-
-
-def timed(iterator: Iterator[LabSample]) -> Iterator[tuple[float, LabSample]]:
-    """(seconds since the first request, sample) for each sample of a `Lab.run` (for the measurements)."""
-    t0 = time.perf_counter()
-    for sample in iterator:
-        yield time.perf_counter() - t0, sample
 
 
 def load_classifier(path=None):

@@ -83,48 +83,53 @@ def exact(target: TabularLM, drafter: TabularLM, rule: Rule, draft_len: int,
     reuse it: it is a quarter of the time on V = 4, T = 5).
     """
     v, t_max = target.vocab_size, target.num_tokens
-    dist = torch.zeros(v**t_max, dtype=torch.float64)
+    dist = [0.0] * v**t_max  # Python floats (float64): the same sums as a tensor, without per-item tensor calls
     starts: list[dict] = [defaultdict(float) for _ in range(t_max + 1)]  # round-start mass per prefix
     acc = {"rounds": 1.0, "bound": 0.0}
     tests, accepts, bounds = [0.0] * draft_len, [0.0] * draft_len, [0.0] * draft_len  # per depth 1..L
-    steps: dict[tuple, StepOutput] = {}
+    steps: dict[tuple, tuple[StepOutput, list[float], list[float]]] = {}  # (prefix, depth) -> step, q a, resampled
+    bonus: dict[tuple, list[float]] = {}  # prefix -> p as floats
 
-    def add(prefix: tuple, mass: float) -> None:
+    def add(prefix: tuple, index: int, mass: float) -> None:
+        """index: row-major index of `prefix` among sequences of its length."""
         if len(prefix) == t_max:
-            dist[sum(x * v ** (t_max - 1 - i) for i, x in enumerate(prefix))] += mass
+            dist[index] += mass
         else:
             starts[len(prefix)][prefix] += mass
 
-    def walk(prefix: tuple, mass: float, depth: int, n_draft: int) -> None:
-        p = target.probs(prefix)
+    def walk(prefix: tuple, index: int, mass: float, depth: int, n_draft: int) -> None:
         if depth > n_draft:  # every draft accepted: bonus token from p
-            for y in range(v):
-                add(prefix + (y,), mass * float(p[y]))
+            if prefix not in bonus:
+                bonus[prefix] = target.probs(prefix).tolist()
+            for y, py in enumerate(bonus[prefix]):
+                add(prefix + (y,), index * v + y, mass * py)
             return
         key = (prefix, depth)
         if key not in steps:
-            steps[key] = rule_step(rule, p, drafter.probs(prefix), depth, draft_len)
-        step = steps[key]
+            p, q = target.probs(prefix), drafter.probs(prefix)
+            step = rule_step(rule, p, q, depth, draft_len)
+            accepted = q * rule.accept_all(p, q, torch.tensor(depth), draft_len)  # (V,) draft y and keep it
+            steps[key] = (step, accepted.tolist(), (step.kernel - accepted).tolist())
+        step, accepted, resampled = steps[key]
         acc["bound"] += mass * step.tv
         tests[depth - 1] += mass
         accepts[depth - 1] += mass * step.accept_rate
         bounds[depth - 1] += mass * step.tv
-        q = drafter.probs(prefix)
-        a_all = rule.accept_all(p, q, torch.tensor(depth), draft_len)
-        resampled = step.kernel - q * a_all
         for y in range(v):
-            if float(q[y] * a_all[y]) > 0:
-                walk(prefix + (y,), mass * float(q[y] * a_all[y]), depth + 1, n_draft)
-            if float(resampled[y]) > 0:
-                add(prefix + (y,), mass * float(resampled[y]))
+            if accepted[y] > 0:
+                walk(prefix + (y,), index * v + y, mass * accepted[y], depth + 1, n_draft)
+            if resampled[y] > 0:
+                add(prefix + (y,), index * v + y, mass * resampled[y])
 
     p0 = target.probs(())
     for y in range(v):  # round 0: the target's prefix step
-        add((y,), float(p0[y]))
+        add((y,), y, float(p0[y]))
     for length in range(1, t_max):
         for prefix, mass in starts[length].items():
             acc["rounds"] += mass
-            walk(prefix, mass, 1, min(draft_len, t_max - length - 1))
+            index = sum(x * v ** (length - 1 - i) for i, x in enumerate(prefix))
+            walk(prefix, index, mass, 1, min(draft_len, t_max - length - 1))
+    dist = torch.tensor(dist, dtype=torch.float64)
     reference = sequence_probs(target) if target_probs is None else target_probs
     tv = 0.5 * float((dist - reference).abs().sum())
     return OracleResult(dist, acc["rounds"], t_max / acc["rounds"], tv, acc["bound"], tuple(tests), tuple(accepts),

@@ -12,8 +12,10 @@ one model's weights need their own KV caches: `fork_models` makes such handles.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +23,8 @@ from torch import Tensor
 
 from coolsd.events import RoundEvent
 from coolsd.models.protocol import Drafter, TokenModel
+
+log = logging.getLogger("coolsd")
 
 # Token outcome codes in `Racer.kinds` (0 = not generated yet).
 EMPTY, ACCEPTED, RESAMPLED, BONUS = 0, 1, 2, 3
@@ -132,6 +136,43 @@ class Racer:
         return out
 
 
+# ---------------------------------------------------------------- device failures
+class DeviceFailure(RuntimeError):
+    """A decoder failed on the device (out of memory, a CUDA error): this race is over, the server is not."""
+
+
+_DEVICE_ERROR_WORDS = ("CUDA", "cuDNN", "CUBLAS", "out of memory", "device-side assert", "HIP", "XPU")
+_fault: Callable[[Racer], None] | None = None  # test hook: called before every round (see `inject_fault`)
+
+
+def is_device_failure(err: BaseException) -> bool:
+    """True for errors raised by the accelerator (OOM, CUDA/cuDNN/cuBLAS errors), not by our code."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(err, accelerator_error):
+        return True
+    return isinstance(err, RuntimeError) and any(w in str(err) for w in _DEVICE_ERROR_WORDS)
+
+
+@contextlib.contextmanager
+def inject_fault(fault: Callable[[Racer], None]):
+    """Within the block, `fault(racer)` runs before each round of every race (it may raise, e.g. a
+    `torch.OutOfMemoryError`): how CPU tests exercise the device-failure path of races and the app."""
+    global _fault
+    previous, _fault = _fault, fault
+    try:
+        yield
+    finally:
+        _fault = previous
+
+
+def _free_device_memory() -> None:
+    if torch.cuda.is_available():
+        with contextlib.suppress(Exception):  # after a fatal CUDA error even this may fail
+            torch.cuda.empty_cache()
+
+
 class Race:
     """Steps several racers fairly: each step advances the unfinished racer with the least compute seconds.
 
@@ -153,7 +194,20 @@ class Race:
         """Advance the least-compute unfinished racer by one round; None when every racer has finished."""
         while not self.finished:
             racer = min((r for r in self.racers if not r.finished), key=lambda r: r.seconds)
-            event = racer.advance()
+            try:
+                if _fault is not None:
+                    _fault(racer)
+                event = racer.advance()
+            except Exception as err:
+                if not is_device_failure(err):
+                    raise
+                self.close()  # every racer's iterator: their caches are released with them
+                _free_device_memory()
+                first_line = (str(err).strip().splitlines() or [""])[0][:160]
+                log.error("race stopped: %s failed on the device: %s: %s", racer.label, type(err).__name__, first_line)
+                raise DeviceFailure(f"the race was stopped: {racer.label} ran out of device memory or hit a device "
+                                    f"error ({type(err).__name__}: {first_line}). The server keeps serving; "
+                                    "try again, or with fewer decoders.") from err
             if event is not None:
                 self.steps += 1
                 return racer, event

@@ -20,8 +20,18 @@ from coolsd.sampling import SamplingConfig
 
 
 def sample(probs: Tensor, gen: torch.Generator) -> Tensor:
-    """One token id from (V,) probabilities, as a (1,) int64 tensor on their device (no host sync)."""
-    return torch.multinomial(probs, 1, generator=gen)
+    """One token id from (V,) probabilities, as a (1,) int64 tensor on their device.
+
+    On CPU: `torch.multinomial`. On an accelerator, where `multinomial` waits for the device, the
+    inverse CDF with one uniform draw (the first id whose cumulative mass exceeds u * total; an id of
+    probability 0 is never picked), which never syncs with the host. Each device has its own random
+    stream anyway, so a seed gives the same tokens on both paths of one device.
+    """
+    if probs.device.type == "cpu":
+        return torch.multinomial(probs, 1, generator=gen)
+    cdf = probs.cumsum(-1)  # (V,)
+    u = torch.rand(1, generator=gen, device=probs.device, dtype=probs.dtype) * cdf[-1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[-1] - 1)
 
 
 class Clock:

@@ -1,6 +1,10 @@
-"""Measure the quality lab on the embedded model: first row, full grid, server memory (not a test).
+"""Measure the Quality lab and the Schedule explorer in the app process (not a test; never asserted).
 
-    OMP_NUM_THREADS=1 python -m scripts.lab_measure [--workers 2] [--rule cool-sd] [--relaxation 2]
+    COOLSD_MODEL=embedded OMP_NUM_THREADS=1 python -m scripts.lab_measure [--rule cool-sd] [--relaxation 2]
+
+Imports the app (model loaded, panels built), then runs the lab handler twice (cold, then with vanilla AR
+and Eagle-1 reused) and the schedule explorer on every draft model, printing JSON: time to the first
+sample of every decoder, time to the full grid, and the process's resident memory after each step.
 """
 
 from __future__ import annotations
@@ -8,10 +12,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
+import os
 import time
 
-import torch
+os.environ.setdefault("COOLSD_MODEL", "embedded")
 
 
 def rss_mb() -> float:
@@ -24,39 +28,40 @@ def rss_mb() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rule", default="cool-sd")
     parser.add_argument("--relaxation", type=float, default=2.0)
     parser.add_argument("--samples", type=int, default=10)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    from coolsd.lab import Lab, lab_decoders, summarise
-    from coolsd.models.bundle import load_embedded
+    import app
 
-    bundle = load_embedded()
     gc.collect()
-    before = rss_mb()
-    from coolsd.lab import load_classifier
-
-    lab = Lab(bundle.target, bundle.drafter, bundle.tokenizer, bundle.num_tokens, load_classifier(),
-              workers=args.workers)
-    decoders = lab_decoders(args.rule, args.relaxation, bundle.neighbours)
-    out = {"workers": args.workers, "rule": args.rule, "relaxation": args.relaxation, "rss_model_mb": before}
-    for attempt in ("cold", "warm (vanilla + Eagle-1 cached)"):
-        conds = list(range(args.samples))
+    out = {"model": app.CTX.model.name, "cpus": os.cpu_count(), "load_before": os.getloadavg(),
+           "rss_app_mb": rss_mb()}
+    lab = app.CTX.panels["lab"]
+    for attempt in ("cold", "warm"):
         t0 = time.perf_counter()
-        samples, first_row = [], None
-        for s in lab.run(decoders, conds, conds, bundle.default_sampling):
-            samples.append(s)
-            if first_row is None and sum(x.row == 0 for x in samples) == len(decoders):
-                first_row = time.perf_counter() - t0
-        total = time.perf_counter() - t0
-        out[attempt] = {"first_row_s": first_row, "full_grid_s": total,
-                        "summary": summarise(samples, decoders)}
-    out["rss_after_mb"] = rss_mb()
-    out["rss_added_mb"] = out["rss_after_mb"] - before
-    out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(out, indent=1, default=str))
+        first = None
+        for frame in lab.grid(args.rule, args.relaxation, args.samples, 0, "3"):
+            stats = frame[3]
+            if first is None and stats["first_row_seconds"] is not None:
+                first = time.perf_counter() - t0
+        out[attempt] = {"first_row_s": first, "full_grid_s": time.perf_counter() - t0,
+                        "decoders": {d["label"]: {k: d[k] for k in ("accuracy", "nll", "tau", "speedup", "cached")}
+                                     for d in stats["decoders"]}}
+        gc.collect()
+        out[f"rss_after_lab_{attempt}_mb"] = rss_mb()
+    schedule = app.CTX.panels["schedule"]
+    t0 = time.perf_counter()
+    for drafts in ("toy", "close", "far"):
+        for floor in (False, True):
+            schedule.compute("exponential", 1.5, 0.7, 0.5, "", floor, drafts)
+    out["schedule_6_calls_s"] = time.perf_counter() - t0
+    gc.collect()
+    out["rss_after_schedule_mb"] = rss_mb()
+    out["lab_added_mb"] = out["rss_after_lab_warm_mb"] - out["rss_app_mb"]
+    out["schedule_added_mb"] = out["rss_after_schedule_mb"] - out["rss_after_lab_warm_mb"]
+    out["load_after"] = os.getloadavg()
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

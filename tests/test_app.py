@@ -13,6 +13,7 @@ for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -103,10 +104,11 @@ def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
     monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 10.0)  # first and last frame only
     a = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
     b = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
-    assert sorted(a[SNAPSHOT]) == USED
-    assert all(torch.equal(a[SNAPSHOT][k][0], b[SNAPSHOT][k][0]) for k in USED)  # same seed, same pixels
+    assert sorted(a[SNAPSHOT]["images"]) == USED
+    same = [torch.equal(a[SNAPSHOT]["images"][k][0], b[SNAPSHOT]["images"][k][0]) for k in USED]
+    assert all(same)  # same seed, same pixels
     # delta = 1, nu = 0 makes omega = 1: COOL-SD (slot 2) is Eagle-1 (slot 0) draw for draw
-    assert torch.equal(a[SNAPSHOT][2][0], a[SNAPSHOT][0][0])
+    assert torch.equal(a[SNAPSHOT]["images"][2][0], a[SNAPSHOT]["images"][0][0])
 
 
 def test_import_writes_no_files_next_to_the_app():
@@ -135,7 +137,7 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     frames = list(gen)
     final = frames[-1]
     for i in USED:
-        expected = app.CTX.render(*final[SNAPSHOT][i], True)
+        expected = app.CTX.render(*final[SNAPSHOT]["images"][i], True)
         assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), i
     assert "session-1" not in RACE.live_overlay  # no state left behind
 
@@ -177,7 +179,7 @@ def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     monkeypatch.setattr(app.CTX.model, "conditioning", "text")
     assert app.CTX.check_condition("  a cat  ") == "a cat"
     with pytest.raises(gr.Error, match="too long"):
-        app.CTX.check_condition("x" * (app.MAX_PROMPT_CHARS + 1))
+        app.CTX.check_condition("x" * (context.MAX_PROMPT_CHARS + 1))
     with pytest.raises(gr.Error, match="non-empty"):
         app.CTX.check_condition("   ")
 
@@ -397,8 +399,9 @@ def test_replay_frame_equals_the_race_stopped_at_that_step():
     stopped, trace = frames[-1], frames[-1][TRACE]
     assert len(trace) == stop_at and trace.status == "stopped"
     replayed = RACE.replay(stop_at, True, trace)
-    assert sorted(stopped[SNAPSHOT]) == sorted(replayed[-1]) and len(stopped[SNAPSHOT]) >= 3
-    for slot, item in stopped[SNAPSHOT].items():  # every image on show then, pixel for pixel
+    shown = stopped[SNAPSHOT]["images"]
+    assert sorted(shown) == sorted(replayed[-1]["images"]) and len(shown) >= 3
+    for slot, item in stopped[SNAPSHOT]["images"].items():  # every image on show then, pixel for pixel
         assert np.array_equal(np.asarray(app.CTX.render(*item, True)), np.asarray(replayed[slot])), slot
     live, again = stopped[STATS]["decoders"], replayed[STATS]["decoders"]
     assert live == again  # tokens, forwards, tau, compute seconds, speed-up: the same numbers
@@ -510,3 +513,94 @@ def test_api_trace_and_replay_before_any_race_say_so(server):
         fresh.predict(api_name="/trace")
     with pytest.raises(AppError, match="nothing to replay yet"):
         fresh.predict(step=0, overlay=False, api_name="/replay")
+
+
+def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardware(tmp_path):
+    from coolsd.ui import how
+
+    text = how.paper_beside_us()
+    rows = [line for line in text.splitlines() if line.startswith("| paper") or line.startswith("| ours")]
+    paper = [r for r in rows if r.startswith("| paper")]
+    assert len(paper) == len(how.PAPER) and all("LlamaGen-XL 775M" in r or "Lumina-mGPT 7B" in r for r in paper)
+    assert "| 3.34 | 2.72× | 21.20 |" in text  # COOL-SD delta = 2 on LlamaGen-XL, as reported
+    ours = [r for r in rows if r.startswith("| ours")]
+    assert len(ours) == len(how.OURS) and all("CPU" in r and "embedded" in r for r in ours)
+    assert not any("not measured" in r for r in ours)  # the shipped benchmark has every setting
+    missing = how.paper_beside_us(tmp_path)  # no benchmark files: said, not invented
+    assert "not measured" in missing and missing.count("| paper") == len(how.PAPER)
+
+
+# ---------------------------------------------------------------- the prompt UI on a tiny random LlamaGen (issue 9)
+@pytest.fixture(scope="module")
+def llamagen_app(tmp_path_factory):
+    return tiny_llamagen_app(tmp_path_factory)
+
+
+def tiny_llamagen_app(tmp_path_factory):
+    """A LlamaGen folder with both resolutions (tiny random weights, as tests/test_llamagen.py builds them), the
+    app's context for it, and the app's Blocks built on that context (the browser test uses it too)."""
+    import json
+
+    import test_llamagen as lg
+    from safetensors.torch import save_file
+
+    import coolsd.models.llamagen as llamagen
+
+    flat = tmp_path_factory.mktemp("llamagen-flat")
+    for part, config in (("target", lg.PUBLISHED_CONFIG), ("drafter", {**lg.PUBLISHED_CONFIG, "num_hidden_layers": 1})):
+        (flat / part).mkdir()
+        (flat / part / "config.json").write_text(json.dumps(config))
+    save_file(lg.published_target(), flat / "target" / "model.safetensors")
+    torch.save(lg.published_drafter(), flat / "drafter" / "pytorch_model.bin")
+    torch.save({"model": lg.published_vq(), "steps": 1}, flat / "vq_ds16_t2i.pt")
+    lg.write_t5(flat / "t5")
+    root = lg.nested_layout(tmp_path_factory.mktemp("llamagen") / "lg", flat)
+    mp = pytest.MonkeyPatch()
+    real = llamagen.load_llamagen
+    mp.setattr(llamagen, "load_llamagen", lambda *a, **kw: real(*a, **kw, device="cpu", k_max=4, vq_config=lg.TINY_VQ))
+    mp.setenv("COOLSD_LLAMAGEN_DIR", str(root))
+    try:
+        ctx = context.Context.for_models(context.load_models("llamagen"))
+        blocks = app.build_demo(ctx)
+    finally:
+        mp.undo()
+    return ctx, blocks
+
+
+def test_llamagen_prompt_ui_offers_both_resolutions_and_races_a_prompt(llamagen_app):
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS
+
+    ctx, blocks = llamagen_app
+    assert list(ctx.variants) == ["256", "512"] and ctx.model.conditioning == "text"
+    assert ctx.variants["512"].model.target is not ctx.model.target  # one model per resolution ...
+    assert ctx.variants["512"].model.target.caption_encoder is ctx.model.target.caption_encoder  # ... one T5
+    resolution = ctx.controls["resolution"]
+    assert resolution.visible and [v for _, v in resolution.choices] == ["256", "512"]
+    assert isinstance(ctx.controls["condition"], __import__("gradio").Textbox)
+    rows, _ = controls.presets(ctx)
+    assert {row[0] for row in rows} <= set(EXAMPLE_PROMPTS)  # the presets start from the example prompts
+    panel = ctx.panels["race"]
+    values = controls.default_values(ctx) | {"condition": EXAMPLE_PROMPTS[1], "resolution": "512", "seed": 3}
+    assert values["condition"] != controls.default_values(ctx)["condition"]
+    last = list(panel.race(**values))[-1]
+    stats, snapshot = last[STATS], last[SNAPSHOT]
+    assert stats["finished"] and stats["settings"]["resolution"] == "512" and snapshot["variant"] == "512"
+    for key, s in stats["decoders"].items():
+        assert s["tokens"] == ctx.variants["512"].model.num_tokens, key
+    assert all(last[i].size == ctx.variants["512"].display_hw[::-1] for i in USED)
+    replayed = panel.replay(len(last[TRACE]), False, last[TRACE])  # replays on the 512 model's decoder
+    assert replayed[STATS]["decoders"] == stats["decoders"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"condition": "http://example.com @someone"}, "nothing is left of this prompt"),
+    ({"condition": "   "}, "the prompt must be a non-empty text"),
+    ({"condition": "a cat " * 100}, "the prompt is too long"),
+    ({"resolution": "1024"}, "unknown resolution '1024'; choose one of 256, 512"),
+])
+def test_llamagen_prompt_ui_rejects_bad_prompts_and_resolutions(llamagen_app, changes, message):
+    import gradio as gr
+
+    ctx, _ = llamagen_app
+    with pytest.raises(gr.Error, match=re.escape(message)):
+        next(ctx.panels["race"].race(**(controls.default_values(ctx) | changes)))

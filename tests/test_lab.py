@@ -89,10 +89,11 @@ def test_cache_reuses_only_the_relaxation_free_decoders(tiny):
     again = list(lab.run(lab_decoders("uniform-rsd", 4.0), [0, 1], [3, 3], tiny.default_sampling))
     reused = {(s.decoder, s.row) for s in again if s.cached}
     assert reused == {(key, row) for key in CACHED for row in (0, 1)}
-    before = {(s.decoder, s.row): s.tokens for s in first}
+    before = {(s.decoder, s.row): s for s in first}
     for s in again:
         if s.cached:
-            assert torch.equal(s.tokens, before[(s.decoder, s.row)])
+            assert torch.equal(s.tokens, before[(s.decoder, s.row)].tokens)
+            assert torch.equal(s.image, before[(s.decoder, s.row)].image)  # re-decoded from the cached tokens
     fresh = list(lab.run(lab_decoders("uniform-rsd", 2.0), [0], [3], tiny.default_sampling, use_cache=False))
     assert not any(s.cached for s in fresh)
 

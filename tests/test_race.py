@@ -148,3 +148,39 @@ def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
         t, d = solo[key]
         alone = run(t, d if rule else None, rule, caption, 16, sampling, config, seed=3)
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
+
+
+def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(tiny_bundle_fixture):
+    """An injected out-of-memory error in round 3 of one racer: the race stops cleanly, the next one is fine."""
+    from coolsd.race import DeviceFailure, inject_fault, is_device_failure
+
+    b = tiny_bundle_fixture
+    target, drafter = fork_models(b.target, b.drafter)
+    other, _ = fork_models(b.target)
+
+    def racers():
+        return [Racer("eagle-1", "Eagle-1", generate(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, seed=0),
+                      b.num_tokens),
+                Racer("vanilla", "Vanilla AR", generate(other, None, None, 1, b.num_tokens, seed=0), b.num_tokens)]
+
+    rounds = {"n": 0}
+
+    def oom_at_round_3(racer):
+        rounds["n"] += 1
+        if rounds["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    race = Race(racers())
+    with inject_fault(oom_at_round_3), pytest.raises(DeviceFailure, match="ran out of device memory") as info:
+        list(race)
+    assert "Eagle-1" in str(info.value) or "Vanilla AR" in str(info.value)
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
+    assert all(r.events.gi_frame is None for r in race.racers)  # every engine iterator closed
+    # a bug is not a device failure: it propagates unchanged
+    with inject_fault(lambda racer: 1 / 0), pytest.raises(ZeroDivisionError):
+        list(Race(racers()))
+    assert is_device_failure(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_device_failure(ValueError("class must be an integer"))
+    # the same handles serve the next race, to the end
+    done = list(Race(racers()))
+    assert sum(len(e.tokens) for r, e in done if r.key == "vanilla") == b.num_tokens

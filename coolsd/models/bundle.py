@@ -97,6 +97,7 @@ def load_embedded(path: str | Path | None = None, device: str | torch.device | N
 
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
+    from coolsd.models.graphs import prepare
     from coolsd.neighbours import neighbour_table
 
     root = Path(path) if path is not None else EMBEDDED_DIR
@@ -114,6 +115,7 @@ def load_embedded(path: str | Path | None = None, device: str | torch.device | N
     drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[: cfg.codebook_size],
                            grid[0] * grid[1])
     tokenizer = VQTokenizer(vq, grid)
+    prepare([target, drafter], rows=(2, 1))  # execution path (CUDA graphs on a GPU) + warm-up; logs it
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification

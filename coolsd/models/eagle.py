@@ -64,6 +64,12 @@ class EagleDrafter:
     def length(self) -> int:
         return self.stack.length
 
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path of the layer: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import set_path
+
+        set_path(self.stack, path, rows)
+
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""
         new = copy.copy(self)

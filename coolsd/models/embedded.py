@@ -46,6 +46,12 @@ class LlamaClassTarget:
     def length(self) -> int:
         return self.stack.length - self.prefix_len
 
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path of the layers: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import set_path
+
+        set_path(self.stack, path, rows)
+
     def fork(self) -> LlamaClassTarget:
         """Same weights, own empty cache."""
         new = copy.copy(self)

@@ -8,19 +8,24 @@ it), keeps a pre-allocated cache and RoPE tables, and supports any attention mas
 
 Two ways to run a call (same weights, same cache):
 - eager (`forward`): exact shapes, attention over the slots in use; the CPU default;
-- static (`forward_static`): a fixed block of N rows written at slots given as a tensor, attention
-  over the whole cache with a (N, S) mask; shapes never change, so a call can be captured once as a
-  CUDA graph and replayed (`coolsd.models.static`).
+- static (`use_static`): a call of n rows is padded to the smallest block size N >= n of a fixed
+  ladder, written at slots given as a tensor, with attention over the whole cache under an (N, S)
+  mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
+  change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
+  graph and replayed (`coolsd.models.graphs`).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
+
+from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
 
@@ -77,18 +82,36 @@ class LayerStack:
         self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
+        self._kept: dict[int, tuple[Tensor, Tensor]] = {}  # cache per guidance-row count (graphs stay valid)
+        self.blocks_static: tuple[int, ...] = ()  # () = eager path
+        self.runner: Callable | None = None  # runs forward_static (a CUDA-graph cache), None = call it directly
+
+    def use_static(self, blocks: tuple[int, ...] = STATIC_BLOCKS, runner: Callable | None = None) -> None:
+        """Switch to the static path with these block sizes (() switches back to eager). `runner(x,
+        positions, slots, mask)` replaces the direct call of `forward_static` (CUDA graphs)."""
+        self.blocks_static = tuple(sorted(blocks))
+        self.runner = runner
 
     def fork(self) -> LayerStack:
         """Same fused weights and tables (shared, not copied), own empty cache."""
         new = copy.copy(self)
-        new.k, new.v, new.length = None, None, 0
+        new.k, new.v, new.length, new.runner, new._kept = None, None, 0, None, {}
+        if self.runner is not None:  # its own graphs, captured on its own cache
+            from coolsd.models.graphs import set_path
+
+            set_path(new, "cuda-graphs", self.runner.rows)
         return new
 
     def reset(self, rows: int, device, dtype) -> None:
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
-            self.k = torch.zeros(shape, device=device, dtype=dtype)
-            self.v = torch.zeros(shape, device=device, dtype=dtype)
+            kept = self._kept.get(rows)
+            if kept is not None and kept[0].shape == shape and kept[0].device == device and kept[0].dtype == dtype:
+                self.k, self.v = kept  # switching CFG on/off keeps each cache (and the graphs captured on it)
+            else:
+                self.k = torch.zeros(shape, device=device, dtype=dtype)
+                self.v = torch.zeros(shape, device=device, dtype=dtype)
+                self._kept[rows] = self.k, self.v
         self.length = 0
 
     def _norm(self, x: Tensor) -> Tensor:
@@ -127,6 +150,12 @@ class LayerStack:
         start, end = self.length, self.length + n
         if end > self.max_slots:
             raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
+        block = pick_block(self.blocks_static, n, start, self.max_slots)
+        if block is not None:  # static path
+            x, positions, slots, full = pad_block(x, positions, mask, start, block, self.max_slots)
+            out = (self.runner or self.forward_static)(x, positions, slots, full)
+            self.length = end  # padded slots lie past the end: free, overwritten by the next call
+            return out[:, :n]
         if mask is None:
             mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
 

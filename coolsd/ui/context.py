@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -53,6 +54,10 @@ class AppModel:
     class_names: list[str]
     sampling: SamplingConfig
     note: str = ""  # shown under the title (e.g. a fallback)
+    resolution: int | None = None  # pixels per side, for models offered at several resolutions (LlamaGen)
+    example_prompts: tuple[str, ...] = ()  # text models: a handful of prompts to start from
+    check_prompt: Callable[[str], str] | None = None  # text models: the family's own prompt check (ValueError)
+    max_prompt_chars: int = MAX_PROMPT_CHARS
 
     @property
     def num_tokens(self) -> int:
@@ -64,6 +69,32 @@ def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
                     tuple(bundle.grid), bundle.conditioning, list(bundle.class_names), bundle.default_sampling, note)
 
 
+def load_llamagen_models(path) -> list[AppModel]:
+    """One AppModel per LlamaGen resolution present under `path` (lowest first), sharing one T5 encoder."""
+    from coolsd.models import llamagen
+
+    models, encoder = [], None
+    for resolution in llamagen.available_resolutions(path):
+        lg = llamagen.load_llamagen(path, resolution=resolution, caption_encoder=encoder)  # (pixels per side)
+        encoder = lg.target.caption_encoder
+        models.append(AppModel("llamagen", lg.name, lg.target, lg.drafter, lg.tokenizer, lg.neighbours,
+                               tuple(lg.grid), "text", [], lg.default_sampling, resolution=resolution,
+                               example_prompts=tuple(llamagen.EXAMPLE_PROMPTS), check_prompt=llamagen.check_prompt,
+                               max_prompt_chars=llamagen.prompts.MAX_PROMPT_CHARS))
+    return models
+
+
+def load_models(choice: str) -> list[AppModel]:
+    """Like `load_model`, with every resolution of a model offered at several (LlamaGen: 256 and 512 px)."""
+    if (choice or "").strip().lower() == "llamagen":
+        from coolsd.models.llamagen import find_llamagen
+
+        path = find_llamagen()
+        if path is not None:
+            return load_llamagen_models(path)
+    return [load_model(choice)]
+
+
 def load_model(choice: str) -> AppModel:
     """"embedded", "tiny" or "llamagen"; falls back (with a warning, also on the page) to what is there."""
     choice = (choice or "embedded").strip().lower()
@@ -72,14 +103,11 @@ def load_model(choice: str) -> AppModel:
         log.warning("unknown COOLSD_MODEL=%r (use embedded, tiny or llamagen); using embedded", choice)
         choice = "embedded"
     if choice == "llamagen":
-        from coolsd.models.llamagen import find_llamagen, load_llamagen
+        from coolsd.models.llamagen import find_llamagen
 
         path = find_llamagen()
         if path is not None:
-            lg = load_llamagen(path)
-            # LlamaGen's published sampling: CFG 7.5, top-k 1000, temperature 1
-            return AppModel("llamagen", lg.name, lg.target, lg.drafter, lg.tokenizer, lg.neighbours, tuple(lg.grid),
-                            "text", [], SamplingConfig(cfg_scale=7.5, temperature=1.0, top_k=1000))
+            return load_llamagen_models(path)[0]
         note = "LlamaGen weights not found (set COOLSD_LLAMAGEN_DIR); "
         log.warning("COOLSD_MODEL=llamagen but no LlamaGen folder was found; falling back to the embedded model")
         choice = "embedded"
@@ -133,6 +161,29 @@ class Context:
     buttons: dict = field(default_factory=dict, repr=False)
     share_controls: dict = field(default_factory=dict, repr=False)
     panels: dict = field(default_factory=dict, repr=False)
+    variants: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_models(cls, models: list[AppModel], workers: int = 1) -> Context:
+        """The context of models[0]; every model is a variant (`variant(key)`), each with its own lanes."""
+        contexts = [cls(m, workers) for m in models]
+        variants = {c.variant_key: c for c in contexts}
+        for c in contexts:
+            c.variants = variants
+        return contexts[0]
+
+    @property
+    def variant_key(self) -> str:
+        """"256" / "512" for a model offered at several resolutions, else the model kind."""
+        return str(self.model.resolution) if self.model.resolution else self.model.kind
+
+    def variant(self, key=None) -> Context:
+        """The context of variant `key` (None: this one); an unknown key is a clear error."""
+        if key is None or str(key) == self.variant_key:
+            return self
+        if str(key) not in self.variants:
+            raise bad(f"unknown resolution {show(key)}; choose one of {', '.join(self.variants) or self.variant_key}")
+        return self.variants[str(key)]
 
     def __post_init__(self) -> None:
         m = self.model
@@ -175,8 +226,14 @@ class Context:
         if self.model.conditioning == "text":
             if not isinstance(condition, str) or not condition.strip():
                 raise bad("the prompt must be a non-empty text")
-            if len(condition) > MAX_PROMPT_CHARS:
-                raise bad(f"the prompt is too long: {len(condition)} characters (at most {MAX_PROMPT_CHARS})")
+            limit = self.model.max_prompt_chars
+            if len(condition) > limit:
+                raise bad(f"the prompt is too long: {len(condition)} characters (at most {limit})")
+            if self.model.check_prompt is not None:
+                try:
+                    return self.model.check_prompt(condition)
+                except ValueError as err:
+                    raise bad(str(err)) from None
             return condition.strip()
         if str(condition) not in self.model.class_names:
             raise bad(f"unknown class {show(condition)}; choose one of {', '.join(self.model.class_names)}")

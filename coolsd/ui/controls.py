@@ -13,7 +13,7 @@ from coolsd.engine import DecodeConfig
 from coolsd.rules import CoolSDRule, LanternPPRule
 from coolsd.tree import TREES
 from coolsd.ui import racers
-from coolsd.ui.context import MAX_PROMPT_CHARS, MAX_SEED, Context, checked
+from coolsd.ui.context import MAX_SEED, Context, checked
 
 MAX_DRAFT_LEN = 8
 DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
@@ -23,19 +23,25 @@ EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cl
 # the race's arguments, in order (the API's positional order too)
 ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "drafting", "delta", "nu", "mu",
         "mean_omega", "lantern_k", "lantern_lambda", "overlay", "racers", "uniform_delta", "linear_delta",
-        "linear_slope", "custom_omegas")
+        "linear_slope", "custom_omegas", "resolution")
+
+
+def top_k_max(ctx: Context) -> int:
+    """The top-k slider's end: the codebook size (top-k >= V keeps every code, like a smaller V would)."""
+    return int(getattr(ctx.model.target, "vocab_size", 256))
 
 
 def default_values(ctx: Context) -> dict:
     """Defaults of every race argument, read from the library's dataclasses (never retyped)."""
     m = ctx.model
     s, cool, lantern = m.sampling, CoolSDRule(), LanternPPRule()
-    return {"condition": m.class_names[3 % len(m.class_names)] if m.class_names else EXAMPLE_PROMPTS[0],
-            "seed": 0, "temperature": s.temperature, "top_k": s.top_k, "cfg_scale": s.cfg_scale,
+    prompts = m.example_prompts or EXAMPLE_PROMPTS
+    return {"condition": m.class_names[3 % len(m.class_names)] if m.class_names else prompts[0],
+            "seed": 0, "temperature": s.temperature, "top_k": min(s.top_k, top_k_max(ctx)), "cfg_scale": s.cfg_scale,
             "draft_len": DecodeConfig().draft_len, "drafting": "chain",
             "delta": cool.delta, "nu": cool.nu, "mu": 0.0, "mean_omega": cool.mu is None,
             "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False,
-            "racers": list(racers.DEFAULT_RACERS)} | racers.DEFAULTS
+            "racers": list(racers.DEFAULT_RACERS), "resolution": ctx.variant_key} | racers.DEFAULTS
 
 
 def presets(ctx: Context) -> tuple[list[list], list[str]]:
@@ -47,7 +53,8 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
         v = d | changes
         return [v[k] for k in ARGS]
 
-    pick = (lambda i: names[i % len(names)]) if names else (lambda i: EXAMPLE_PROMPTS[i % len(EXAMPLE_PROMPTS)])
+    prompts = ctx.model.example_prompts or EXAMPLE_PROMPTS
+    pick = (lambda i: names[i % len(names)]) if names else (lambda i: prompts[i % len(prompts)])
     rows = [
         ("Paper setting: COOL-SD δ = 1.1, ν = 0.7", row(condition=pick(3), delta=1.1)),
         ("Aggressive: COOL-SD δ = 4", row(condition=pick(8), seed=1, delta=4.0, overlay=True)),
@@ -68,11 +75,12 @@ def build(ctx: Context) -> None:
     """The settings column; call inside a `gr.Column`. Fills ctx.controls and ctx.buttons."""
     d = default_values(ctx)
     m = ctx.model
-    top_k_max = int(m.target.vocab_size) if hasattr(m.target, "vocab_size") else 256
     c = ctx.controls
     if m.conditioning == "text":
-        c["condition"] = gr.Textbox(value=d["condition"], label="Prompt", max_length=MAX_PROMPT_CHARS,
+        c["condition"] = gr.Textbox(value=d["condition"], label="Prompt", max_length=m.max_prompt_chars, lines=2,
                                     elem_id="condition")
+        gr.Examples([[p] for p in (m.example_prompts or EXAMPLE_PROMPTS)], [c["condition"]], label="Example prompts",
+                    cache_examples=False, examples_per_page=8)
     else:
         c["condition"] = gr.Dropdown(choices=m.class_names, value=d["condition"], label="Digit", elem_id="condition")
     c["racers"] = gr.CheckboxGroup(choices=[(label, key) for key, label in racers.RACERS.items()], value=d["racers"],
@@ -86,7 +94,7 @@ def build(ctx: Context) -> None:
         c["seed"] = gr.Number(value=d["seed"], label="seed", precision=0, minimum=0, maximum=MAX_SEED, elem_id="seed")
         c["temperature"] = gr.Slider(0.0, 2.0, value=d["temperature"], step=0.05, label="temperature (0 = greedy)",
                                      elem_id="temperature")
-        c["top_k"] = gr.Slider(0, top_k_max, value=d["top_k"], step=1, label="top-k (0 = off)", elem_id="top-k")
+        c["top_k"] = gr.Slider(0, top_k_max(ctx), value=d["top_k"], step=1, label="top-k (0 = off)", elem_id="top-k")
         c["cfg_scale"] = gr.Slider(1.0, 10.0, value=d["cfg_scale"], step=0.1, label="CFG scale (1 = off)",
                                    elem_id="cfg")
     with gr.Accordion("Drafting", open=True):
@@ -117,6 +125,9 @@ def build(ctx: Context) -> None:
         c["custom_omegas"] = gr.Textbox(value=d["custom_omegas"], label="custom schedule omega_1, omega_2, ...",
                                         max_lines=1, elem_id="custom-omegas")
     c["overlay"] = overlay
+    variants = list(ctx.variants) or [ctx.variant_key]
+    c["resolution"] = gr.Radio(choices=variants, value=d["resolution"], label="resolution (px)",
+                               visible=len(variants) > 1, elem_id="resolution")
     ctx.controls = {k: c[k] for k in ARGS}  # argument order
     for name, component in ctx.controls.items():
         if name == "racers":

@@ -55,9 +55,15 @@ class RacePanel:
         self.live_overlay: dict[str, bool] = {}
 
     # ---------------------------------------------------------------- drawing (live frames and replays)
-    def _images(self, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict, redraw) -> list:
-        """One entry per slot: a new image where `redraw(key)` says so (snapshot updated), else gr.skip()."""
+    def _images(self, ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
+                redraw) -> list:
+        """One entry per slot: a new image where `redraw(key)` says so (snapshot updated), else gr.skip().
+
+        snapshot: {"variant": the model variant's key, "images": slot -> (pixels, filled, kinds)}.
+        """
         by_key = {r.key: r for r in racers}
+        snapshot["variant"] = ctx.variant_key
+        shown = snapshot.setdefault("images", {})
         images = []
         for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
             if key is None:
@@ -65,11 +71,11 @@ class RacePanel:
                 continue
             r, how = by_key[key], redraw(key)
             if how == "decode":
-                pixels = self.ctx.decode_pixels(r.tokens)
-                snapshot[slot] = (pixels, r.filled.clone(), r.kinds.clone())
-                images.append(self.ctx.render(pixels, r.filled, r.kinds, overlay))
-            elif how == "tint" and slot in snapshot:
-                images.append(self.ctx.render(*snapshot[slot], overlay))
+                pixels = ctx.decode_pixels(r.tokens)
+                shown[slot] = (pixels, r.filled.clone(), r.kinds.clone())
+                images.append(ctx.render(pixels, r.filled, r.kinds, overlay))
+            elif how == "tint" and slot in shown:
+                images.append(ctx.render(*shown[slot], overlay))
             else:
                 images.append(gr.skip())
         return images
@@ -92,10 +98,9 @@ class RacePanel:
 
     # ---------------------------------------------------------------- the race
     @gpu
-    def _run(self, cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict, seed: int, overlay: bool,
-             trace: RaceTrace, session: str | None = None):
-        """Generator of output frames; holds one lane of model handles for the whole race."""
-        ctx = self.ctx
+    def _run(self, ctx: Context, cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict, seed: int,
+             overlay: bool, trace: RaceTrace, session: str | None = None):
+        """Generator of output frames; holds one lane of model handles (of `ctx`'s model) for the whole race."""
         num_tokens = ctx.model.num_tokens
         with ctx.lane() as lane:
             race = None
@@ -109,7 +114,7 @@ class RacePanel:
                                       seed=seed)
                     racers.append(Racer(key, label, events, num_tokens))
                 race = Race(racers)
-                yield from self._frames(race, trace, overlay, session)
+                yield from self._frames(ctx, race, trace, overlay, session)
             except gr.Error:
                 raise
             except Exception as err:  # a bug or a device error: log it here, show one line there
@@ -122,10 +127,10 @@ class RacePanel:
                     trace.status = "stopped"
                 self.live_overlay.pop(session, None)
 
-    def _frames(self, race: Race, trace: RaceTrace, overlay: bool, session: str | None):
+    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None):
         racers = race.racers
         index = {r.key: i for i, r in enumerate(racers)}
-        snapshot: dict = {}  # slot -> (pixels, filled, kinds), for the overlay toggle
+        snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
         dirty: set[str] = set()
         t0 = time.perf_counter()
         last_frame = last_plot = -math.inf
@@ -137,7 +142,7 @@ class RacePanel:
             now = time.perf_counter()
             live = self.live_overlay.get(session, overlay)
             toggled, overlay = live != overlay, live
-            images = self._images(trace, racers, overlay, snapshot,
+            images = self._images(ctx, trace, racers, overlay, snapshot,
                                   lambda key: "decode" if key in dirty else "tint" if toggled else "skip")
             dirty.clear()
             wall = now - t0
@@ -155,7 +160,7 @@ class RacePanel:
             else:
                 plots = [gr.skip()] * 3
             replay = gr.Slider(maximum=max(len(trace), 1), value=len(trace), interactive=True) if final else gr.skip()
-            return (*images, table, *plots, payload, replay, dict(snapshot), trace)
+            return (*images, table, *plots, payload, replay, {**snapshot, "images": dict(snapshot["images"])}, trace)
 
         for racer, event in race:
             trace.record(index[racer.key], event)
@@ -171,14 +176,14 @@ class RacePanel:
     def race(self, condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, delta, nu, mu, mean_omega,
              lantern_k, lantern_lambda, overlay, racers=None, uniform_delta=choice.DEFAULTS["uniform_delta"],
              linear_delta=choice.DEFAULTS["linear_delta"], linear_slope=choice.DEFAULTS["linear_slope"],
-             custom_omegas=choice.DEFAULTS["custom_omegas"], request: gr.Request = None):
+             custom_omegas=choice.DEFAULTS["custom_omegas"], resolution=None, request: gr.Request = None):
         """Race the chosen decoders (default Eagle-1, LANTERN++, COOL-SD) and vanilla AR; streams a frame per update.
 
         Yields (5 images: the racers in order, unused slots skipped, vanilla AR last; stats table (markdown);
         acceptance, accepted-length and histogram plots; stats (JSON); replay slider; snapshot and trace
         states). Unchanged outputs are skipped.
         """
-        ctx = self.ctx
+        ctx = self.ctx.variant(resolution)  # the model at this resolution (LlamaGen); else the one model
         cond = ctx.check_condition(condition)
         keys = choice.check_racers(choice.DEFAULT_RACERS if racers is None else racers)
         try:
@@ -195,12 +200,12 @@ class RacePanel:
         if config.tree is not None and draft_len != DecodeConfig().draft_len:
             gr.Info(f"static tree '{config.tree}': the tree's depth sets the draft length; the L slider is not used.")
         settings = {"condition": condition, "seed": seed, "sampling": dataclasses.asdict(sampling),
-                    "draft_len": draft_len, "drafting": drafting, "racers": keys,
+                    "draft_len": draft_len, "drafting": drafting, "racers": keys, "resolution": ctx.variant_key,
                     "rules": {k: r.config() for k, r in rules.items()}}
         trace = RaceTrace(ctx.model.name, settings, [(k, choice.RACERS[k]) for k in keys] + [choice.VANILLA],
                           ctx.model.num_tokens, ctx.model.grid)
         session = getattr(request, "session_hash", None)
-        yield from self._run(cond, sampling, config, rules, seed, overlay, trace, session)
+        yield from self._run(ctx, cond, sampling, config, rules, seed, overlay, trace, session)
 
     # ---------------------------------------------------------------- after (or during) a race
     @staticmethod
@@ -220,9 +225,13 @@ class RacePanel:
         session = getattr(request, "session_hash", None)
         if session in self.live_overlay:
             self.live_overlay[session] = overlay
-        snapshot = snapshot or {}
-        return tuple(self.ctx.render(*snapshot[slot], overlay) if slot in snapshot else self.ctx.blank_image()
-                     for slot in range(SLOTS))
+        ctx = self.view_context(snapshot)
+        shown = (snapshot or {}).get("images", {})
+        return tuple(ctx.render(*shown[slot], overlay) if slot in shown else ctx.blank_image() for slot in range(SLOTS))
+
+    def view_context(self, snapshot) -> Context:
+        """The context of the model variant whose images `snapshot` holds (the default one when empty)."""
+        return self.ctx.variant((snapshot or {}).get("variant"))
 
     def replay(self, step, overlay, trace):
         """The race as it was after `step` race steps, from its recorded events (no decoding).
@@ -236,7 +245,8 @@ class RacePanel:
             raise bad(f"overlay must be true or false, got {overlay!r}")
         racers = trace.replay(step)
         snapshot: dict = {}
-        images = self._images(trace, racers, overlay, snapshot, lambda key: "decode")
+        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        images = self._images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
         table, payload = self._numbers(trace, racers, f"**Replay**: step {step} of {len(trace)}.", replay_step=step,
                                        steps=len(trace), race_status=trace.status)
         return (*images, table, *self._plots(trace, racers, step), payload, snapshot)
@@ -270,7 +280,9 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     panel = RacePanel(ctx)
     default = slot_keys(choice.DEFAULT_RACERS)
     titles, columns, images = [], [], []
-    min_width = ctx.display_hw[1] if ctx.model.conditioning == "text" else 150  # full resolution for text models
+    # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; digits: side by side
+    widest = max(v.display_hw[1] for v in ctx.variants.values()) if ctx.variants else ctx.display_hw[1]
+    min_width = widest if ctx.model.conditioning == "text" else 150
     with gr.Row():
         for slot, key in enumerate(default):
             label = choice.RACERS.get(key) or (choice.VANILLA[1] if key else "")

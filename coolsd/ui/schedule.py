@@ -21,8 +21,9 @@ from coolsd.ui.context import Context, bad, checked, log, plain, show
 ID, TITLE = "schedule", "Schedule explorer"
 DRAFT_LEN = theory.DRAFT_LEN  # the toy model's L (V = 4, T = 5: the first round drafts all L depths)
 REPORT = Path(__file__).resolve().parents[2] / "assets" / "theory_schedules.json"
-DRAFT_LABELS = {"toy": "toy drafter (noisy logits, the Theory tab's)", "close": "close drafts (eps = 0.2)",
-                "far": "far drafts (eps = 0.7)"}
+DRAFT_LABELS = {"toy": "toy (the Theory tab's)", "close": "close (ε = 0.2)", "far": "far (ε = 0.7)"}
+KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay", "uniform": "uniform (UniformRSD)",
+               "custom": "custom list"}
 COLOURS = {"schedule": "#d62728", "below": "#ff9896", "twin": "#1f77b4", "eagle": "#444444"}
 INTRO = f"""
 COOL-SD relaxes each draft depth i of a round by its own weight ω_i: a draft is kept with probability
@@ -30,6 +31,8 @@ min(1, ω_i p/q) and a rejection resamples from G*_i. Shape the schedule, then c
 the UniformRSD whose single δ gives the **same** mean accepted length τ, so the only difference is where along the
 round the relaxation is spent. Exact numbers (no sampling) on the toy tabular model (V = {theory.VOCAB_SIZE},
 T = {theory.NUM_TOKENS}, L = {DRAFT_LEN}); drafts are the Theory tab's or a mix Q = (1 − ε) P + ε R.
+The family: exponential ω_i = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = 0.7); linear decay
+ω_i = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ω_i = δ; or your own list ω_1..ω_L.
 """
 WHY = """
 **Why the floor matters.** With G*, a depth whose ω_i ≤ 1 has step error exactly 0, so pushing ω_i below 1 buys no
@@ -113,8 +116,7 @@ def why_figure(result: dict):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("acceptance tests per image", "accepted drafts per image",
-                                                        "error spent (bound share)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tests per image", "accepted per image", "error spent"))
     runs = [("this schedule", result["schedule"], COLOURS["schedule"]), ("Eagle-1", result["eagle"], COLOURS["eagle"])]
     if result["twin"] is not None:
         runs.insert(1, ("uniform twin", result["twin"], COLOURS["twin"]))
@@ -133,11 +135,13 @@ def why_figure(result: dict):
 def numbers_markdown(result: dict) -> str:
     """The exact numbers and what omega_i < 1 means where it happens."""
     s, t, e = result["schedule"], result["twin"], result["eagle"]
-    lines = ["| | τ (tokens / target forward) | exact TV(output, P) | bound |", "|---|---|---|---|",
+    lines = ["| | τ | exact TV | bound |", "|---|---|---|---|",
              f"| this schedule | {s['tau']:.4f} | {s['tv']:.4f} | {s['bound']:.4f} |"]
     if t is not None:
         lines.append(f"| uniform twin, δ = {t['delta']:.4f} | {t['tau']:.4f} | {t['tv']:.4f} | {t['bound']:.4f} |")
     lines.append(f"| Eagle-1 (lossless) | {e['tau']:.4f} | {e['tv']:.1e} | {e['bound']:.1e} |")
+    lines.append("\nτ: tokens per target forward; exact TV: total variation between the output and P over whole "
+                 "sequences; bound: the paper's bound, the sum of the per-depth errors drawn above.")
     if t is None:
         lines.append(f"\n{plain(result['twin_note'])}.")
     else:
@@ -191,8 +195,8 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     cool, linear = CoolSDRule(), LinearDecayRule()
     gr.Markdown(INTRO)
     with gr.Row():
-        with gr.Column(scale=1, min_width=260):
-            kind = checked(gr.Radio(choices=[(label, key) for key, label in annealing.SCHEDULES.items()],
+        with gr.Column(scale=1, min_width=240):
+            kind = checked(gr.Radio(choices=[(label, key) for key, label in KIND_LABELS.items()],
                                     value="exponential", label="Schedule", elem_id="sched-kind"))
             delta = checked(gr.Slider(0.1, 8.0, value=cool.delta, step=0.05, label="delta (mean omega)",
                                       elem_id="sched-delta"))
@@ -209,8 +213,8 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
             button = gr.Button("Compute", variant="primary", elem_id="sched-btn")
         with gr.Column(scale=3):
             bars = gr.Plot(show_label=False, elem_id="sched-bars")
-            numbers = gr.Markdown(elem_id="sched-numbers")
             depth_plot = gr.Plot(show_label=False, elem_id="sched-why")
+    numbers = gr.Markdown(elem_id="sched-numbers")
     gr.Markdown(WHY)
     gr.Markdown(report_markdown(), elem_id="sched-report")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):

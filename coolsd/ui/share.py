@@ -144,14 +144,15 @@ class TakeAway:
         """The images on show (last race or replayed step) side by side in one .png, labelled."""
         from coolsd.ui.race import SLOTS, slot_keys
 
-        if not isinstance(trace, RaceTrace) or not snapshot:
+        if not isinstance(trace, RaceTrace) or not (snapshot or {}).get("images"):
             raise bad("no images yet: run a race first")
         if not isinstance(overlay, bool):
             raise bad(f"overlay must be true or false, got {show(overlay)}")
         labels = dict(trace.racers)
         keys = slot_keys([k for k, _ in trace.racers[:-1]])
-        shown = [slot for slot in range(SLOTS) if slot in snapshot and keys[slot] is not None]
-        strip = image_strip([self.ctx.render(*snapshot[slot], overlay) for slot in shown],
+        images, ctx = snapshot["images"], self.panel.view_context(snapshot)
+        shown = [slot for slot in range(SLOTS) if slot in images and keys[slot] is not None]
+        strip = image_strip([ctx.render(*images[slot], overlay) for slot in shown],
                             [labels[keys[slot]] for slot in shown])
         path = _file(f"images-seed{trace.settings.get('seed', 0)}", ".png")
         strip.save(path)
@@ -208,4 +209,5 @@ def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list
         return values
 
     gr.api(share_restore, api_name="share_restore")
-    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", queue=False)
+    # queued: a warning reaches the page as a toast only through the queue
+    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", concurrency_limit=None)

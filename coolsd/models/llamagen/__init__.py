@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from coolsd.models.graphs import prepare
 from coolsd.models.llamagen.caption import CaptionEmbedding, T5CaptionEncoder
 from coolsd.models.llamagen.clean import clean_caption
 from coolsd.models.llamagen.config import LlamaGenConfig
@@ -146,6 +147,7 @@ def load_llamagen(
         caption_encoder = T5CaptionEncoder(parts.t5, device=device, dtype=dtype, max_length=target.config.cls_token_num)
     target.caption_encoder = caption_encoder
     drafter = load_drafter(parts.drafter, target, device, dtype)
+    prepare([target, drafter], rows=(2, 1))  # execution path (CUDA graphs on a GPU) + warm-up; logs it
     tokenizer = load_vq(parts.vq, target.config.grid, device, config=vq_config)
     neighbours = neighbour_table(tokenizer.codebook.weight, k_max=k_max, normalise=normalise_neighbours)
     H, W = target.config.grid

@@ -18,6 +18,7 @@ from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import DecoderLayer, KVCache, build_mask, check_crop, rope_2d
 from coolsd.models.llamagen.target import CACHE_MARGIN, LlamaGenT2I
 from coolsd.models.protocol import ModelStep
+from coolsd.models.static import pad_block, pick_block
 
 
 class LlamaGenDrafter(nn.Module):
@@ -52,6 +53,9 @@ class LlamaGenDrafter(nn.Module):
         self._rows = 1
         self._needs_prefix = False
         self._length = 0
+        self._kept: dict[int, tuple[KVCache, Tensor]] = {}  # (cache, own features) per guidance-row count
+        self._blocks: tuple[int, ...] = ()  # static-path block sizes; () = eager (coolsd.models.graphs)
+        self._runner = None  # CUDA graphs of `_layer` on the static path
 
     @property
     def device(self) -> torch.device:
@@ -64,8 +68,36 @@ class LlamaGenDrafter(nn.Module):
     def fork(self, target: LlamaGenT2I) -> LlamaGenDrafter:
         """An independent handle reading `target` (a fork of this drafter's target): same weights, own cache."""
         new = copy.copy(self)
-        new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False)
+        new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False, _runner=None,
+                            _kept={})
+        if self._runner is not None:  # its own graphs, on its own cache
+            new.use_path("cuda-graphs", self._runner.rows)
         return new
+
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import make_runner
+
+        def cache():
+            return self._cache.k, self._cache.v
+
+        def allocate(n_rows: int) -> None:
+            self._rows = n_rows
+            self._allocate()
+
+        self._blocks, self._runner = make_runner(path, self._layer, cache, self.config.hidden_size, rows, allocate)
+
+    def _allocate(self) -> None:
+        """Make the KV cache and own-feature buffer for `_rows` guidance rows unless they exist."""
+        dtype, D = self.fc.weight.dtype, self.config.hidden_size
+        slots = self._n_prefix + self.target.config.block_size + CACHE_MARGIN
+        kept = self._kept.get(self._rows)
+        if kept is None or kept[0].k.device != self.device or kept[0].k.dtype != dtype:
+            heads, head_dim = self.config.num_attention_heads, self.config.head_dim
+            kept = self._kept[self._rows] = (KVCache(1, self._rows, heads, slots, head_dim, self.device, dtype),
+                                             torch.zeros(self._rows, slots - self._n_prefix, D, device=self.device,
+                                                         dtype=dtype))
+        self._cache, self._own = kept
 
     def start(self, cond: Any, guidance: bool) -> None:
         """Clear the cache. `cond` is unused: the caption reaches the drafter through the target's features."""
@@ -77,13 +109,7 @@ class LlamaGenDrafter(nn.Module):
         features = self.target.prefix_hidden
         if features is None or features.shape[0] != self._rows:
             raise RuntimeError("start the target (with the same guidance) before the drafter's first forward")
-        dtype, D = self.fc.weight.dtype, self.config.hidden_size
-        slots = self._n_prefix + self.target.config.block_size + CACHE_MARGIN
-        cache = self._cache
-        if cache is None or cache.k.shape[1] != self._rows or cache.k.device != self.device or cache.k.dtype != dtype:
-            heads, head_dim = self.config.num_attention_heads, self.config.head_dim
-            self._cache = KVCache(1, self._rows, heads, slots, head_dim, self.device, dtype)
-            self._own = torch.zeros(self._rows, slots - self._n_prefix, D, device=self.device, dtype=dtype)
+        self._allocate()
         P = self._n_prefix
         if P:
             placeholder = torch.zeros(P, dtype=torch.long, device=self.device)
@@ -95,6 +121,16 @@ class LlamaGenDrafter(nn.Module):
         """ids (n,), hidden (G, n, D) at cache slots [start, start + n) -> predicted features (G, n, D)."""
         emb = self.tok_emb(ids).unsqueeze(0).expand(hidden.shape[0], -1, -1)
         x = self.fc(torch.cat([emb, hidden.to(emb.dtype)], dim=-1))  # embedding first (§4.1)
+        n = x.shape[1]
+        block = None if isinstance(start, Tensor) else pick_block(self._blocks, n, start, self._cache.slots)
+        if block is None:
+            return self._layer(x, positions, start, mask)
+        # static path: a padded block, no rotation on padded rows
+        padded = pad_block(x, positions, mask, start, block, self._cache.slots, pad_position=-1)
+        return (self._runner or self._layer)(*padded)[:, :n]
+
+    def _layer(self, x: Tensor, positions: Tensor, start: int | Tensor, mask: Tensor) -> Tensor:
+        """The decoder layer on x (G, n, D) at cache slots [start, start + n) (or the slots tensor `start`)."""
         cos, sin = rope_2d(positions, self.target.config.grid, self.config.head_dim, self.config.rope_base)
         return self.layer(x, cos, sin, self._cache, 0, start, mask)
 

@@ -83,13 +83,22 @@ class Attention(nn.Module):
         self.v = nn.Linear(dim, dim, bias=bias)
         self.o = nn.Linear(dim, dim, bias=bias)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask: Tensor) -> Tensor:
-        """x (G, n, D); mask (n, start + n) bool, True = may attend. Returns (G, n, D)."""
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int | Tensor, mask: Tensor) -> Tensor:
+        """x (G, n, D); mask (n, start + n) bool, True = may attend. Returns (G, n, D).
+
+        Static path (`coolsd.models.graphs`): `start` is a tensor of the n slots to write and `mask`
+        is (n, S) over the whole cache, so shapes do not depend on the cache length.
+        """
         G, n, D = x.shape
         q = self.q(x).view(G, n, self.heads, self.head_dim).transpose(1, 2)  # (G, h, n, hd)
         k = self.k(x).view(G, n, self.heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(G, n, self.heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if isinstance(start, Tensor):
+            cache.k[layer].index_copy_(2, start, k)
+            cache.v[layer].index_copy_(2, start, v)
+            out = F.scaled_dot_product_attention(q, cache.k[layer], cache.v[layer], attn_mask=mask)
+            return self.o(out.transpose(1, 2).reshape(G, n, D))
         cache.k[layer, :, :, start : start + n] = k
         cache.v[layer, :, :, start : start + n] = v
         keys = cache.k[layer, :, :, : start + n]  # (G, h, start + n, hd)
@@ -120,7 +129,7 @@ class DecoderLayer(nn.Module):
         self.norm_mlp = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask: Tensor) -> Tensor:
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int | Tensor, mask: Tensor) -> Tensor:
         x = x + self.attn(self.norm_attn(x), cos, sin, cache, layer, start, mask)
         return x + self.mlp(self.norm_mlp(x))
 

@@ -16,6 +16,7 @@ from coolsd.models.llamagen.caption import CaptionEmbedding, CaptionMLP
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import DecoderLayer, KVCache, RMSNorm, build_mask, check_crop, rope_2d
 from coolsd.models.protocol import ModelStep
+from coolsd.models.static import pad_block, pick_block
 
 CACHE_MARGIN = 128  # image slots allocated past the grid, for drafts verified at the end of an image
 
@@ -60,6 +61,9 @@ class LlamaGenT2I(nn.Module):
         self._cache: KVCache | None = None
         self._prefix_mask: Tensor | None = None  # (C,) bool, visible caption slots
         self._length = 0
+        self._kept: dict[int, KVCache] = {}  # cache per guidance-row count (CUDA graphs stay valid)
+        self._blocks: tuple[int, ...] = ()  # static-path block sizes; () = eager (coolsd.models.graphs)
+        self._runner = None  # CUDA graphs of `_run` on the static path
 
     @property
     def device(self) -> torch.device:
@@ -72,8 +76,30 @@ class LlamaGenT2I(nn.Module):
     def fork(self) -> LlamaGenT2I:
         """An independent handle: the same modules and weights (a shallow copy), its own empty cache."""
         new = copy.copy(self)
-        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None)
+        new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None, _runner=None, _kept={})
+        if self._runner is not None:  # its own graphs, on its own cache
+            new.use_path("cuda-graphs", self._runner.rows)
         return new
+
+    def use_path(self, path: str, rows=(2,)) -> None:
+        """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        from coolsd.models.graphs import make_runner
+
+        def cache():
+            return self._cache.k, self._cache.v
+
+        self._blocks, self._runner = make_runner(path, self._run, cache, self.config.hidden_size, rows,
+                                                 self._allocate)
+
+    def _allocate(self, n_rows: int) -> None:
+        """Make the KV cache for n_rows guidance rows unless it exists (kept across images)."""
+        C, dtype = self.config.cls_token_num, self.head.weight.dtype
+        slots = C + self.config.block_size + CACHE_MARGIN
+        cache = self._kept.get(n_rows)
+        if cache is None or cache.k.device != self.device or cache.k.dtype != dtype:
+            heads, head_dim = self.config.num_attention_heads, self.config.head_dim
+            cache = self._kept[n_rows] = KVCache(len(self.layers), n_rows, heads, slots, head_dim, self.device, dtype)
+        self._cache = cache
 
     def _run(self, x: Tensor, positions: Tensor, start: int, mask: Tensor) -> Tensor:
         """x (G, n, D) at cache slots [start, start + n) -> final-normed features (G, n, D)."""
@@ -102,11 +128,7 @@ class LlamaGenT2I(nn.Module):
         caption = self._caption_of(cond)
         n_rows, C = (2 if guidance else 1), self.config.cls_token_num
         dtype = self.head.weight.dtype
-        slots = C + self.config.block_size + CACHE_MARGIN
-        cache = self._cache
-        if cache is None or cache.k.shape[1] != n_rows or cache.k.device != self.device or cache.k.dtype != dtype:
-            heads, head_dim = self.config.num_attention_heads, self.config.head_dim
-            self._cache = KVCache(len(self.layers), n_rows, heads, slots, head_dim, self.device, dtype)
+        self._allocate(n_rows)
         self._length = 0
         valid = caption.mask.to(self.device)
         emb = (caption.emb.to(self.device, dtype) * valid[:, None]).unsqueeze(0)  # (1, C, E)
@@ -134,7 +156,13 @@ class LlamaGenT2I(nn.Module):
             raise ValueError(f"KV cache full: {self._length} + {n} image slots > {self._cache.slots - C}")
         full_mask = build_mask(self._prefix_mask, self._length, n, mask)  # (n, C + length + n)
         x = self.tok_emb(ids).unsqueeze(0).expand(self._cache.k.shape[1], n, -1)  # (G, n, D)
-        h = self._run(x, positions, C + self._length, full_mask)
+        start = C + self._length
+        block = pick_block(self._blocks, n, start, self._cache.slots)
+        if block is None:
+            h = self._run(x, positions, start, full_mask)
+        else:  # static path: a padded block, no rotation on padded rows
+            padded = pad_block(x, positions, full_mask, start, block, self._cache.slots, pad_position=-1)
+            h = (self._runner or self._run)(*padded)[:, :n]
         self._length += n
         return ModelStep(self.head(h).float(), h)
 

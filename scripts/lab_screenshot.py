@@ -1,0 +1,61 @@
+"""Screenshots of the Quality lab and the Schedule explorer on the embedded model, for the README (not a test).
+
+    COOLSD_MODEL=embedded OMP_NUM_THREADS=1 python -m scripts.lab_screenshot --relaxation 4
+
+Starts the app in-process, drives headless Chromium (Debian's, via Playwright), runs the lab to the end,
+and writes assets/lab_screenshot.png and assets/schedule_screenshot.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+
+os.environ.setdefault("COOLSD_MODEL", "embedded")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--relaxation", default="4")
+    parser.add_argument("--rule", default="COOL-SD (nu 0.7, mean omega = delta)")
+    parser.add_argument("--out", default="assets")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    import app
+
+    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                        args=["--no-sandbox", "--headless", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.goto(url)
+            page.get_by_role("tab", name="Quality lab").click()
+            box = page.locator("#lab-relaxation input[type=number]")
+            box.fill(args.relaxation)
+            box.press("Enter")
+            t0 = time.perf_counter()
+            page.locator("#lab-run").click()
+            page.wait_for_function("() => document.querySelector('#lab-stats').innerText.includes('Finished')",
+                                   timeout=900_000)
+            page.wait_for_selector("#lab-pareto .main-svg", timeout=60_000)
+            print(f"lab finished after {time.perf_counter() - t0:.1f} s in the browser")
+            page.wait_for_timeout(500)
+            page.screenshot(path=f"{args.out}/lab_screenshot.png", full_page=True)
+            page.get_by_role("tab", name="Schedule explorer").click()
+            page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('τ')",
+                                   timeout=120_000)
+            page.wait_for_timeout(800)
+            page.screenshot(path=f"{args.out}/schedule_screenshot.png", full_page=True)
+            browser.close()
+    finally:
+        app.demo.close()
+
+
+if __name__ == "__main__":
+    main()
