@@ -533,8 +533,12 @@ def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardwar
 # ---------------------------------------------------------------- the prompt UI on a tiny random LlamaGen (issue 9)
 @pytest.fixture(scope="module")
 def llamagen_app(tmp_path_factory):
+    return tiny_llamagen_app(tmp_path_factory)
+
+
+def tiny_llamagen_app(tmp_path_factory):
     """A LlamaGen folder with both resolutions (tiny random weights, as tests/test_llamagen.py builds them), the
-    app's context for it, and the app's Blocks built on that context."""
+    app's context for it, and the app's Blocks built on that context (the browser test uses it too)."""
     import json
 
     import test_llamagen as lg

@@ -102,7 +102,7 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#plot-theory .main-svg", timeout=60_000)
             _lab_and_schedule_tabs(page)
             page.get_by_role("tab", name="Race").click()
-            _stop_within_a_second(page, app)
+            _stop(page, app)
         finally:
             browser.close()
     assert not foreign, f"the page contacted other hosts: {foreign[:5]}"
@@ -123,18 +123,25 @@ def _lab_and_schedule_tabs(page):
                            timeout=60_000)
 
 
-def _stop_within_a_second(page, app):
-    """Stop mid-race (a slowed-down model): the page says so and the server frees the race within a second."""
+def _stop(page, app):
+    """Stop mid-race (a slowed-down model): the page says so, the race's decoders are closed before their end,
+    and the server gets its model lane back. Every wait has a deadline; nothing is timed."""
+    import threading
     import time
 
     from coolsd.ui import race as race_ui
 
     real_generate = race_ui.generate
+    closed = threading.Event()
 
     def slow_generate(*args, **kw):
-        for event in real_generate(*args, **kw):
-            time.sleep(0.1)
-            yield event
+        try:
+            for event in real_generate(*args, **kw):
+                time.sleep(0.1)
+                yield event
+        except GeneratorExit:
+            closed.set()
+            raise
 
     mp = pytest.MonkeyPatch()
     mp.setattr(race_ui, "generate", slow_generate)
@@ -142,14 +149,129 @@ def _stop_within_a_second(page, app):
         page.locator("#gen-btn").click()
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Racing')",
                                timeout=30_000)
-        t0 = time.perf_counter()
         page.locator("#stop-btn").click()
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
-                               timeout=5_000)
-        while app.CTX.lanes.qsize() < app.WORKERS and time.perf_counter() - t0 < 5:
+                               timeout=30_000)
+        assert closed.wait(30), "the race's decoders were never closed"
+        end = time.monotonic() + 30
+        while app.CTX.lanes.qsize() < app.WORKERS:
+            assert time.monotonic() < end, "the model lane never came back"
             time.sleep(0.01)
-        assert time.perf_counter() - t0 < 1.0 and app.CTX.lanes.qsize() == app.WORKERS
-        page.wait_for_timeout(500)
-        assert "Stopped" in page.locator("#stats").inner_text()  # no frame arrived after the stop
+        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
+                               timeout=30_000)  # still: no frame after the stop replaced it
+        assert "Replay" not in page.locator("#stats").inner_text()
+        assert page.locator("#replay input[type=range]").is_enabled()  # the stopped race can be replayed
     finally:
         mp.undo()
+
+
+def _browser(p):
+    return p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def test_share_link_racers_replay_and_downloads(page_url):
+    """A share link sets the controls (racer choice included); the race, the replay slider, the downloads and a new
+    share link work on the page; a bad link value is one plain warning, without markup."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    base = page_url.rstrip("/") + "/"
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base + "?seed=7&racers=eagle-1,uniform-rsd,custom&custom_omegas=3,1&uniform_delta=4")
+            page.locator("#gen-btn").wait_for(timeout=60_000)
+            page.wait_for_function("() => document.querySelector('#seed input').value === '7'", timeout=30_000)
+            page.wait_for_function("() => document.querySelector('#title-1').innerText.includes('UniformRSD')",
+                                   timeout=30_000)
+            assert page.locator("#racers label", has_text="UniformRSD").locator("input").is_checked()
+            assert not page.locator("#racers label", has_text="LANTERN++").first.locator("input").is_checked()
+            assert page.locator("#title-2").inner_text().strip() == "Custom schedule"
+            assert not page.locator("#img-3").is_visible() and page.locator("#img-4").is_visible()
+            page.locator("#gen-btn").click()
+            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
+                                   timeout=90_000)
+            page.wait_for_selector("#plot-hist .main-svg", timeout=30_000)
+            assert page.locator("#plot-hist .barlayer .trace").count() == 3  # one bar series per racer
+            # replay: step back with the keyboard; the stats say which step is shown
+            slider = page.locator("#replay input[type=range]")
+            slider.focus()
+            t0 = time.perf_counter()
+            page.keyboard.press("Home")
+            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Replay: step 0 ')",
+                                   timeout=30_000)
+            print(f"replay redraw in the browser: {time.perf_counter() - t0:.3f} s")  # measured, not asserted
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Replay: step 1 ')",
+                                   timeout=30_000)
+            # take it away
+            page.locator("#trace-btn").click()
+            page.wait_for_function("() => document.querySelector('#download').innerText.includes('.json')",
+                                   timeout=30_000)
+            page.locator("#strip-btn").click()
+            page.wait_for_function("() => document.querySelector('#download').innerText.includes('.png')",
+                                   timeout=30_000)
+            page.locator("#link-btn").click()
+            page.wait_for_function("() => (document.querySelector('#share-link textarea, #share-link input') || {})"
+                                   ".value?.startsWith(location.origin)", timeout=30_000)
+            link = page.locator("#share-link textarea, #share-link input").first.input_value()
+            assert "seed=7" in link and "racers=eagle-1%2Cuniform-rsd%2Ccustom" in link
+            # a bad value: one warning, plain text, the rest restored
+            page.goto(base + "?seed=-5&delta=3&condition=%3Cb%3Eeleven%3C/b%3E")
+            toast = page.locator("[data-testid='toast-body']").first
+            toast.wait_for(timeout=30_000)
+            text = toast.inner_text()
+            assert "share link: seed must be in [0, 2147483647], got -5" in text, text
+            assert "unknown digit '‹b›eleven‹/b›'" in text and "&#" not in text and "&lt;" not in text
+            assert page.locator("[data-testid='toast-body'] b").count() == 0  # no markup rendered
+            page.wait_for_function("() => document.querySelector('#delta input[type=number]').value === '3'",
+                                   timeout=30_000)
+        finally:
+            browser.close()
+    assert not errors, errors[:3]
+
+
+def test_llamagen_prompt_ui(tmp_path_factory):
+    """The prompt UI on a tiny random LlamaGen with both resolutions: an example prompt, 512 px, one race."""
+    pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
+    from playwright.sync_api import sync_playwright
+    from test_app import tiny_llamagen_app
+
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS
+
+    ctx, blocks = tiny_llamagen_app(tmp_path_factory)
+    _, url, _ = blocks.launch(prevent_thread_lock=True, quiet=True)
+    try:
+        with sync_playwright() as p:
+            browser = _browser(p)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1400})
+                page.goto(url)
+                page.locator("#gen-btn").wait_for(timeout=60_000)
+                assert page.locator("#condition textarea").input_value() == EXAMPLE_PROMPTS[0]
+                page.get_by_text(EXAMPLE_PROMPTS[2], exact=True).first.click()  # an example prompt
+                page.wait_for_function(f"() => document.querySelector('#condition textarea').value === "
+                                       f"{EXAMPLE_PROMPTS[2]!r}", timeout=30_000)
+                page.locator("#resolution label", has_text="512").click()
+                page.locator("#gen-btn").click()
+                page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
+                                       timeout=90_000)
+                page.wait_for_function("() => { const i = document.querySelector('#img-0 img');"
+                                       " return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
+                size = page.evaluate("() => { const i = document.querySelector('#img-0 img');"
+                                     " return [i.naturalWidth, i.naturalHeight]; }")
+                assert tuple(size) == ctx.variants["512"].display_hw[::-1]
+                n = ctx.variants["512"].model.num_tokens
+                assert page.locator("#stats").inner_text().count(f"{n} / {n}") == 4  # three racers + vanilla AR
+                page.get_by_text("Raw numbers (what the API returns)").click()  # what the page raced
+                page.wait_for_selector("#stats-json", timeout=30_000)
+                raw = page.locator("#stats-json").inner_text()
+                assert '"512"' in raw and EXAMPLE_PROMPTS[2] in raw, raw[:500]
+            finally:
+                browser.close()
+    finally:
+        blocks.close()

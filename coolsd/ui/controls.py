@@ -26,13 +26,18 @@ ARGS = ("condition", "seed", "temperature", "top_k", "cfg_scale", "draft_len", "
         "linear_slope", "custom_omegas", "resolution")
 
 
+def top_k_max(ctx: Context) -> int:
+    """The top-k slider's end: the codebook size (top-k >= V keeps every code, like a smaller V would)."""
+    return int(getattr(ctx.model.target, "vocab_size", 256))
+
+
 def default_values(ctx: Context) -> dict:
     """Defaults of every race argument, read from the library's dataclasses (never retyped)."""
     m = ctx.model
     s, cool, lantern = m.sampling, CoolSDRule(), LanternPPRule()
     prompts = m.example_prompts or EXAMPLE_PROMPTS
     return {"condition": m.class_names[3 % len(m.class_names)] if m.class_names else prompts[0],
-            "seed": 0, "temperature": s.temperature, "top_k": s.top_k, "cfg_scale": s.cfg_scale,
+            "seed": 0, "temperature": s.temperature, "top_k": min(s.top_k, top_k_max(ctx)), "cfg_scale": s.cfg_scale,
             "draft_len": DecodeConfig().draft_len, "drafting": "chain",
             "delta": cool.delta, "nu": cool.nu, "mu": 0.0, "mean_omega": cool.mu is None,
             "lantern_k": min(lantern.k, ctx.k_max), "lantern_lambda": lantern.lam, "overlay": False,
@@ -70,7 +75,6 @@ def build(ctx: Context) -> None:
     """The settings column; call inside a `gr.Column`. Fills ctx.controls and ctx.buttons."""
     d = default_values(ctx)
     m = ctx.model
-    top_k_max = int(m.target.vocab_size) if hasattr(m.target, "vocab_size") else 256
     c = ctx.controls
     if m.conditioning == "text":
         c["condition"] = gr.Textbox(value=d["condition"], label="Prompt", max_length=m.max_prompt_chars, lines=2,
@@ -90,7 +94,7 @@ def build(ctx: Context) -> None:
         c["seed"] = gr.Number(value=d["seed"], label="seed", precision=0, minimum=0, maximum=MAX_SEED, elem_id="seed")
         c["temperature"] = gr.Slider(0.0, 2.0, value=d["temperature"], step=0.05, label="temperature (0 = greedy)",
                                      elem_id="temperature")
-        c["top_k"] = gr.Slider(0, top_k_max, value=d["top_k"], step=1, label="top-k (0 = off)", elem_id="top-k")
+        c["top_k"] = gr.Slider(0, top_k_max(ctx), value=d["top_k"], step=1, label="top-k (0 = off)", elem_id="top-k")
         c["cfg_scale"] = gr.Slider(1.0, 10.0, value=d["cfg_scale"], step=0.1, label="CFG scale (1 = off)",
                                    elem_id="cfg")
     with gr.Accordion("Drafting", open=True):

@@ -209,4 +209,5 @@ def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list
         return values
 
     gr.api(share_restore, api_name="share_restore")
-    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", queue=False)
+    # queued: a warning reaches the page as a toast only through the queue
+    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", concurrency_limit=None)
