@@ -257,3 +257,15 @@ def test_bad_run_arguments(models, num_tokens, seed, match):
     target, drafter = models
     with pytest.raises(ValueError, match=match):
         run(target, drafter, CoolSDRule(), None, num_tokens, seed=seed)
+
+
+def test_chain_feeds_features_and_positions_like_eagle(tabular):
+    """Models that check their inputs (tests/exact_engine.py): pending tokens reach the drafter with the
+    target's feature of the position before each, drafts with the drafter's own, all at their positions."""
+    from exact_engine import checked_models
+
+    target, drafter = checked_models(*tabular(3, 7, seed=9))
+    for draft_len in (1, 3):
+        for seed in range(4):
+            result = run(target, drafter, CoolSDRule(), None, 7, config=DecodeConfig(draft_len=draft_len), seed=seed)
+            assert len(result.tokens) == 7

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from exact_engine import engine_distribution
+from exact_engine import checked_models, engine_distribution
 
 from coolsd.engine import DecodeConfig, run
 from coolsd.oracle import exact, sequence_probs
@@ -189,3 +189,14 @@ def test_tree_round_refuses_the_last_token(tabular):
     with pytest.raises(ValueError) as err:
         tree_round(s, 1, TREES["binary-2"])
     assert str(err.value) == "a tree round needs at least one draftable token; the last token is a plain step"
+
+
+@pytest.mark.parametrize("tree", ["binary-2", "eagle-25", "chain-5"])
+def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
+    """Models that check their inputs (tests/exact_engine.py: CheckedTarget, CheckedDrafter): every drafter
+    input comes with the feature of the context before it (the target's for committed tokens, the drafter's
+    own for drafted ones) at its own position, and the target sees tree positions t - 1 + depth."""
+    target, drafter = checked_models(*tabular(3, 7, seed=9))
+    for seed in range(4):
+        result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+        assert len(result.tokens) == 7

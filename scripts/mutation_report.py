@@ -1,0 +1,110 @@
+"""Summarise a mutmut run: kill rate per module and every surviving mutant with its diff and the reason it lives.
+
+Usage (after `nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/mutmut run --max-children 2`, see README, Testing):
+    .venv/bin/python scripts/mutation_report.py [--out tests/MUTANTS.md]
+
+Reasons come from REASONS (one per mutant name, written by hand after reading the mutant) or, failing
+that, from PATTERNS (a regex on the mutant's diff for families of mutants that are equivalent for one
+stated reason). A survivor with neither is listed as "not explained": read it, then kill it with a
+test or add its reason here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MUTMUT = [str(ROOT / ".venv" / "bin" / "mutmut")]
+
+# Families of equivalent mutants, recognised from the changed line ("-" old, "+" new).
+PATTERNS: list[tuple[str, str]] = [
+    (r"device=None|\.to\(None\)|_table\(None\)|,\s*\)$",
+     "E1 device: the tests run on the CPU, where device=None (or no device argument, or .to(None)) is the CPU "
+     "too; device placement is checked on a GPU by scripts/gpu_check.py"),
+    (r"np\.asarray\((mu1|mu2), (None)?\)",
+     "E2 dtype promotion: the mean is only used in (mu1 - mu2) ** 2, promoted to float64 by the other float64 "
+     "operand"),
+    (r"rowvar=None",
+     "E2 np.cov(rowvar=None): None is falsy, the same as rowvar=False"),
+    (r"argmax\(\+1\)|reshape\(\+1\)|shape\[\+1\]",
+     "E3 index +1 == -1 here: the tensor has exactly two dims (or one element), so dim 1 is the last dim"),
+]
+
+REASONS: dict[str, str] = {}
+
+
+def mutmut(*args: str) -> str:
+    return subprocess.run(MUTMUT + list(args), cwd=ROOT, capture_output=True, text=True, timeout=600).stdout
+
+
+def diff_of(name: str) -> str:
+    lines = [line for line in mutmut("show", name).splitlines() if line.startswith(("- ", "+ ", "-\t", "+\t"))
+             or (line[:1] in "+-" and not line.startswith(("+++", "---")))]
+    return "\n".join(lines)
+
+
+def reason_for(name: str, diff: str) -> str | None:
+    if name in REASONS:
+        return REASONS[name]
+    added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
+    for pattern, reason in PATTERNS:
+        if re.search(pattern, added, flags=re.M):
+            return reason
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "MUTANTS.md")
+    args = parser.parse_args(argv)
+    status: dict[str, str] = {}
+    for line in mutmut("results", "--all", "true").splitlines():
+        if ":" in line:
+            name, _, verdict = line.strip().rpartition(": ")
+            status[name] = verdict
+    if not status:
+        print("no mutmut results: run `mutmut run` first", file=sys.stderr)
+        return 1
+    by_module: dict[str, Counter] = defaultdict(Counter)
+    for name, verdict in status.items():
+        by_module[name.split(".x")[0]][verdict] += 1
+    total = Counter(status.values())
+    checked = total["killed"] + total["survived"] + total["timeout"]
+    lines = ["# Mutation testing: the survivors", "",
+             "Made by `scripts/mutation_report.py` from the last `mutmut run` (README, Testing).", "",
+             "| module | mutants | killed | timeout | survived | not checked | kill rate (of checked) |",
+             "|---|---|---|---|---|---|---|"]
+    for module, c in sorted(by_module.items()):
+        done = c["killed"] + c["survived"] + c["timeout"]
+        rate = f"{100 * (c['killed'] + c['timeout']) / done:.1f} %" if done else "-"
+        lines.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+                     f"{c['not checked']} | {rate} |")
+    rate = 100 * (total["killed"] + total["timeout"]) / checked if checked else 0.0
+    lines += [f"| **all** | {sum(total.values())} | {total['killed']} | {total['timeout']} | {total['survived']} | "
+              f"{total['not checked']} | **{rate:.1f} %** |", ""]
+    survivors = sorted(n for n, v in status.items() if v == "survived")
+    unexplained = 0
+    groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for name in survivors:
+        diff = diff_of(name)
+        reason = reason_for(name, diff)
+        unexplained += reason is None
+        groups[reason or "NOT EXPLAINED"].append((name, diff))
+    lines += [f"{len(survivors)} survivors, {unexplained} not explained.", ""]
+    for reason, items in sorted(groups.items(), key=lambda kv: (kv[0] != "NOT EXPLAINED", kv[0])):
+        lines += [f"## {reason}", ""]
+        for name, diff in items:
+            lines += [f"- `{name}`", "", "```diff", diff, "```", ""]
+    args.out.write_text("\n".join(lines))
+    print(f"kill rate {rate:.1f} % of {checked} checked mutants ({total['not checked']} not checked); "
+          f"{len(survivors)} survivors, {unexplained} not explained -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
