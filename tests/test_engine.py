@@ -269,3 +269,26 @@ def test_chain_feeds_features_and_positions_like_eagle(tabular):
         for seed in range(4):
             result = run(target, drafter, CoolSDRule(), None, 7, config=DecodeConfig(draft_len=draft_len), seed=seed)
             assert len(result.tokens) == 7
+
+
+def test_error_messages_in_full(models):
+    """The app and the CLI show these texts as they are: whole messages, not fragments."""
+    from coolsd.tree import TREES
+
+    target, drafter = models
+    cases = [
+        (lambda: DecodeConfig(draft_len=0), "draft_len must be an integer >= 1, got 0"),
+        (lambda: DecodeConfig(tree="oak"), f"unknown tree 'oak'; choose one of {sorted(TREES)} or None for chain"),
+        (lambda: make_generator(2**63), "seed must be an integer in [0, 2**63), got 9223372036854775808"),
+        (lambda: run(target, drafter, None, None, T),
+         "a drafter without a rule: pass both for speculative decoding, or neither for vanilla AR"),
+        (lambda: run(target, None, CoolSDRule(), None, T),
+         "a rule without a drafter: pass both for speculative decoding, or neither for vanilla AR"),
+        (lambda: run(target, None, None, None, 0), "num_tokens must be an integer >= 1, got 0"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == message
+    make_generator(2**63 - 1)  # the largest seed is fine
+    make_generator(0)

@@ -276,3 +276,11 @@ def test_load_real_stats_messages(tmp_path):
     with pytest.raises(ValueError) as err:
         load_real_stats(tmp_path / "part.safetensors")
     assert str(err.value) == f"{tmp_path / 'part.safetensors'} lacks the keys ['n', 'sigma'] (expected mu, sigma, n)"
+
+
+def test_bootstrap_defaults_are_20_resamples_seed_0():
+    x = np.random.default_rng(14).normal(size=(10, 2))
+    mu, sigma = np.zeros(2), np.eye(2)
+    assert fid_bootstrap_std(x, mu, sigma) == fid_bootstrap_std(x, mu, sigma, 20, seed=0)
+    assert fid_bootstrap_std(x, mu, sigma) != fid_bootstrap_std(x, mu, sigma, 21, seed=0)
+    assert fid_bootstrap_std(x, mu, sigma) != fid_bootstrap_std(x, mu, sigma, 20, seed=1)
