@@ -8,9 +8,13 @@ is "cuda-graphs" on CUDA and "static" (the same padded shapes, uncaptured) elsew
 
     PYTHONPATH=. python scripts/gpu_check.py            # H200: about 4-6 minutes
     PYTHONPATH=. python scripts/gpu_check.py --tiny     # tiny random models on CPU, seconds (CI)
+    PYTHONPATH=. python scripts/gpu_check.py --models embedded   # the shipped model; on CPU: eager vs static
 
 Needs torch, transformers, diffusers (and their own dependencies). On a machine without network,
-run `/work/shared/tools/device-wheels.sh` here first and carry `.whl` (see that script). Writes
+run `/work/shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+      && PYTHONPATH=/tmp/site:$PWD python3 scripts/gpu_check.py
+(about 6 minutes at most: give it a timeout of 420 s). Writes
 gpu_check.json and gpu_check.md to $OUT (or --out); each part is written as soon as it ends, and
 parts that would pass --budget-s are skipped and say so.
 """
@@ -126,18 +130,21 @@ def throughput(target, drafter, neighbours, cond, sampling, num_tokens, images, 
     return rows
 
 
-def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> float:
-    """Wall seconds of one app-style race (vanilla, Eagle-1, COOL-SD delta 2) on fresh handles."""
+def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[float, float]:
+    """(seconds to fork 3 lanes of handles, as the app does at start; wall seconds of one app-style race
+    of vanilla, Eagle-1 and COOL-SD delta 2 on them)."""
+    t0 = time.perf_counter()
     lanes = [fork_models(target, drafter) for _ in range(3)]
     rules = [None, make_rule("eagle-1"), make_rule("cool-sd", delta=2.0)]
     sync(device)
+    fork_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     racers = [Racer(str(i), str(i), _gen(t, d if r else None, r, cond, num_tokens, sampling), num_tokens)
               for i, ((t, d), r) in enumerate(zip(lanes, rules))]
     for _ in Race(racers):
         pass
     sync(device)
-    return time.perf_counter() - t0
+    return fork_s, time.perf_counter() - t0
 
 
 def _gen(target, drafter, rule, cond, num_tokens, sampling):
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per per-call measurement")
     parser.add_argument("--images", type=int, default=1, help="images per decoder for tokens/s")
     parser.add_argument("--xl-tokens", type=int, default=128, help="tokens per LlamaGen image (256 = whole)")
+    parser.add_argument("--models", default="embedded,llamagen", help="comma list: embedded, llamagen")
     parser.add_argument("--budget-s", type=float, default=330.0, help="skip parts that start after this")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"), help="folder for the outputs")
     args = parser.parse_args(argv)
@@ -229,22 +237,32 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "draft_len": DRAFT_LEN, "tiny": args.tiny, "parts": [],
               "note": "LlamaGen weights are random: its tau and speed-ups say nothing about the trained model"}
     t_start = time.perf_counter()
-    for model, build in (("embedded", embedded_models), ("llamagen-xl" if not args.tiny else "llamagen-tiny",
-                                                          llamagen_models)):
+    chosen = {m.strip() for m in args.models.split(",")}
+    if not chosen <= {"embedded", "llamagen"}:
+        parser.error(f"--models takes embedded and/or llamagen, got {args.models!r}")
+    models = [("embedded", embedded_models), ("llamagen-xl" if not args.tiny else "llamagen-tiny", llamagen_models)]
+    for model, build in [(m, b) for m, b in models if m.split("-")[0] in chosen]:
         for path in (fast, "eager"):  # fast first: its first race is the first thing after process start
             part = {"model": model, "path": path}
             report["parts"].append(part)
             if time.perf_counter() - t_start > args.budget_s:
                 part["skipped"] = f"time budget of {args.budget_s:.0f} s spent"
                 continue
-            target, drafter, neighbours, cond, sampling, num_tokens, load_s = build(path, args.tiny, device)
-            part["load_s"] = load_s
-            if model == "embedded":  # the app's first visitor: a race right after the model loaded
-                part["first_race_s"] = first_race_s(target, drafter, cond, sampling, num_tokens, device)
-            part["call_ms"] = call_ms(target, drafter, cond, num_tokens, args.repeats, device)
-            tokens = num_tokens if model == "embedded" else min(args.xl_tokens, num_tokens)
-            part["decoders"] = throughput(target, drafter, neighbours, cond, sampling, tokens, args.images,
-                                          part["call_ms"], device)
+            target = drafter = None
+            try:
+                target, drafter, neighbours, cond, sampling, num_tokens, load_s = build(path, args.tiny, device)
+                part["load_s"] = load_s
+                if model == "embedded":  # the app's first visitor: a race right after the model loaded
+                    part["fork_3_lanes_s"], part["first_race_s"] = first_race_s(target, drafter, cond, sampling,
+                                                                                num_tokens, device)
+                part["call_ms"] = call_ms(target, drafter, cond, num_tokens, args.repeats, device)
+                tokens = num_tokens if model == "embedded" else min(args.xl_tokens, num_tokens)
+                part["decoders"] = throughput(target, drafter, neighbours, cond, sampling, tokens, args.images,
+                                              part["call_ms"], device)
+            except Exception as err:  # one failing part must not cost the others their numbers
+                part["skipped"] = f"failed: {type(err).__name__}: {str(err)[:300]}"
+                if args.tiny:
+                    raise
             part["seconds"] = time.perf_counter() - t_start
             del target, drafter
             if device.type == "cuda":

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from coolsd.bench import main
-from coolsd.bench.report import claims, frontier_fid, pareto, targets
+from coolsd.bench.report import SPEEDUP_NAME, claims, frontier_fid, pareto, summarise, targets
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
 
@@ -94,12 +94,41 @@ def test_claims_hold_and_fail():
 
 
 def test_targets_report_values():
-    rows = [_row("vanilla", "vanilla", 10.0, 1.0), _row("eagle-1", "eagle-1", 10.0, 1.5),
+    rows = [_row("vanilla", "vanilla", 10.0, 1.0) | {"cpu_seconds": 0.9}, _row("eagle-1", "eagle-1", 10.0, 1.5),
             _row("cool-sd delta=2", "cool-sd", 10.5, 2.2)]
-    found = {t["target"]: t for t in targets(rows)}
-    assert found["speed-up vs vanilla AR"]["met"] is True
-    assert found["speed-up vs Eagle-1"]["value"] == pytest.approx(2.2 / 1.5) and found["speed-up vs Eagle-1"]["met"]
-    assert found["FID / vanilla FID"]["met"] is True and found["time outside model forwards"]["met"] is True
+    found = {(t["setting"], t["target"]): t for t in targets(rows)}
+    assert found[("cool-sd delta=2", "speed-up vs vanilla AR")]["met"] is True
+    vs_eagle = found[("cool-sd delta=2", "speed-up vs Eagle-1")]
+    assert vs_eagle["value"] == pytest.approx(2.2 / 1.5) and vs_eagle["met"] and vs_eagle["goal"] == ">= 1.3"
+    assert found[("eagle-1", "speed-up vs vanilla AR")]["met"] is False  # 1.5 < 1.6
+    assert found[("vanilla", "CPU s / image")]["met"] is True
+    assert found[("cool-sd delta=2", "FID / vanilla FID")]["met"] is True
+    assert found[("cool-sd delta=2", "time outside model forwards")]["met"] is True
+
+
+def test_speedup_is_the_named_cpu_time_ratio_without_warm_up():
+    """speed-up = sum of vanilla CPU s / sum of the setting's CPU s over the same images, warm-up left out;
+    wall time, the per-image median and warm-up images must not move it."""
+    settings = sweep(uniform_delta=[], cool_delta=[2.0], cool_floor_delta=[])
+    assert [s.label for s in settings] == ["vanilla", "eagle-1", "cool-sd delta=2"]
+    rng = torch.Generator().manual_seed(0)
+    records = []
+    cpu = {0: [9.0, 2.0, 2.0, 4.0], 1: [9.0, 1.0, 1.0, 1.0], 2: [9.0, 1.0, 0.5, 2.0]}  # image 0: warm-up
+    for i in range(3):
+        for img in range(4):
+            records.append({"setting_index": i, "cls": img % 2, "seed": img // 2, "warm_up": img == 0,
+                            "num_tokens": 16, "target_forwards": 16 // (i + 1), "draft_forwards": 0,
+                            "wall_s": 5 * cpu[i][img], "cpu_s": cpu[i][img], "draft_s": 0.0,
+                            "verify_s": cpu[i][img], "pred": 0, "nll": 1.0,
+                            "features": torch.randn(3, generator=rng).tolist(), "tokens_sha": "x"})
+    real = (torch.zeros(3).numpy(), torch.eye(3).numpy(), 10)
+    rows = {r["setting"]: r for r in summarise(records, settings, None, real, fid_bootstrap=0)}
+    assert rows["eagle-1"]["speedup"] == pytest.approx(8.0 / 3.0)  # not the median ratio (2.0), not with warm-up
+    assert rows["cool-sd delta=2"]["speedup"] == pytest.approx(8.0 / 3.5)
+    assert rows["vanilla"]["speedup"] == 1.0 and rows["vanilla"]["cpu_seconds"] == pytest.approx(8.0 / 3)
+    assert rows["vanilla"]["seconds"] == pytest.approx(40.0 / 3) and rows["eagle-1"]["n_timed"] == 3
+    assert rows["eagle-1"]["n_images"] == 4 and rows["eagle-1"]["speedup_stat"] == SPEEDUP_NAME
+    assert "CPU time" in SPEEDUP_NAME and "warm-up excluded" in SPEEDUP_NAME
 
 
 # ---------------------------------------------------------------- the command on the tiny model
@@ -157,7 +186,7 @@ def test_summarise_scores_like_the_textbook():
             forwards = 16 if setting.rule is None else 4 + seed
             records.append({"setting_index": index, "cls": seed % 2, "seed": seed, "num_tokens": 16,
                             "target_forwards": forwards, "draft_forwards": 0 if setting.rule is None else forwards,
-                            "wall_s": 1.0 + index, "cpu_s": 1.0, "draft_s": 0.1, "verify_s": 0.5, "other_s": 0.1,
+                            "wall_s": 3.0, "cpu_s": 1.0 + index, "draft_s": 0.1, "verify_s": 0.5, "other_s": 0.1,
                             "nll": 3.0 + seed / 10, "pred": [0, 1, 0, 0, 0][seed],
                             "features": (mu_real + rng.normal(size=128) * (1 + index)).tolist(),
                             "tokens_sha": f"{index}{seed}"})
@@ -171,7 +200,7 @@ def test_summarise_scores_like_the_textbook():
         assert row["tau"] == pytest.approx(80 / sum(r["target_forwards"] for r in mine), rel=1e-12)
         assert row["nll"] == pytest.approx(3.2, rel=1e-12)
     assert rows[0]["tau"] == 1.0 and rows[1]["tau"] == pytest.approx(80 / 30)
-    assert rows[1]["speedup"] == pytest.approx(0.5)  # 1 s of vanilla per image against 2 s
+    assert rows[1]["speedup"] == pytest.approx(0.5)  # 1 CPU s of vanilla per image against 2 (wall time equal)
     assert rows[1]["fid"] > rows[0]["fid"]  # features twice as spread out
 
 
@@ -204,6 +233,10 @@ def test_command_end_to_end(scorer, tmp_path):
         assert r["accuracy"] == sum(i["pred"] == i["cls"] for i in mine) / 4
         assert r["nll"] == pytest.approx(np.mean([i["nll"] for i in mine]), rel=1e-5)
         assert 0 <= r["outside_share"] < 1 and r["speedup"] > 0 and r["seconds"] > 0 and np.isfinite(r["fid"])
+        assert r["cpu_seconds"] > 0 and r["n_timed"] == 3
+        assert r["speedup_stat"] == SPEEDUP_NAME and "speedup_median" not in r and "speedup_cpu" not in r
+    warm = [r for r in items if r["warm_up"]]
+    assert len(warm) == 32 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
     # the tiny drafter helps: every speculative setting needs fewer target forwards than tokens
     assert all(r["tau"] > 1 for r in rows if r["setting"] != "vanilla")
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
@@ -212,10 +245,11 @@ def test_command_end_to_end(scorer, tmp_path):
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
                                                    "gstar_improves_lantern"}
-    assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 4
+    assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 6
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "| cool-sd delta=2 |" in text and "pareto.png" in text and "python -m coolsd.bench --model tiny" in text
+    assert SPEEDUP_NAME in text and "speed-up CPU time" not in text
     # --report-only remakes the report from results.jsonl alone (no decoding) and adds the notes
     before = (out / "results.md").read_text()
     (tmp_path / "notes.md").write_text("Hand-written notes.\n")

@@ -90,7 +90,8 @@ def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
     state = torch.load(tmp_path / "drafter_state.pt", weights_only=False)
     assert state["step"] >= 1 and 0 < state["final"]["val_accept"] <= 1
     assert (tmp_path / "drafter" / "config.json").exists() and len(list((tmp_path / "self_samples").glob("*.pt"))) >= 2
-    train_drafter(vq, target, data, tmp_path, budget_s=1.0, init=tmp_path / "drafter", **kw)  # resumes
+    # resumes: the budget counts the first run's seconds too, so a larger one runs at least one more step
+    train_drafter(vq, target, data, tmp_path, budget_s=state["elapsed"] + 0.5, init=tmp_path / "drafter", **kw)
     assert torch.load(tmp_path / "drafter_state.pt", weights_only=False)["step"] > state["step"]
 
 
@@ -103,3 +104,16 @@ def test_depth_rates():
     rates = depth_rates([E(3, 3), E(1, 3), E(0, 3), E(2, 2)], 3)
     assert rates == [3 / 4, 2 / 3, 1 / 1]
     assert np.isnan(depth_rates([E(0, 1)], 2)[1])
+
+
+def test_engine_hands_the_drafter_the_training_features(target):
+    """The feature the engine passes to the Eagle head (TokenModel hidden, post final norm) is the one it is
+    trained on (`target_features`), for the class row and the CFG null row."""
+    from coolsd.models.embedded import LlamaClassTarget
+
+    model = LlamaClassTarget(target)
+    first = model.start(3, guidance=True)  # (G=2, 1, D): after the class / null token
+    step = model.forward(torch.tensor([5, 7, 9]), torch.arange(3))  # after codes 5, 7, 9
+    ref = target_features(target, pair_ids(torch.tensor([[5, 7, 9, 0]]), torch.tensor([3]), target.config))
+    torch.testing.assert_close(first.hidden[:, 0], ref[:, 0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(step.hidden, ref[:, 1:4], atol=1e-5, rtol=1e-5)

@@ -191,7 +191,7 @@ def read_measurements(out: Path) -> tuple[list[dict], dict]:
     if not (out / "results.jsonl").is_file():
         raise SystemExit(f"--report-only: no results.jsonl in {out}")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "speedup", "speedup_median", "speedup_cpu",
+    numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "cpu_seconds", "speedup",
                "outside_share", "fid", "fid_std", "accuracy", "nll", "nll_se")
     rows = [r | {k: NAN for k in numeric if k in r and r[k] is None} for r in rows]
     return rows, json.loads((out / "config.json").read_text())
@@ -211,7 +211,7 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
     parts = {
         "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
                f"Wall time: {config['wall_minutes']:.1f} min",
-        "targets": "Targets (issue 4):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
+        "targets": "Targets (issue 11):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
         "claims": "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
         "table": report.table(rows),
     }
@@ -240,11 +240,13 @@ def readme_section(parts: dict[str, str], out: Path, readme: Path, notes: Path |
              "FID = Frechet distance in the shipped digit classifier's 128-d feature space against held-out real "
              "digits (± = bootstrap spread over the generated images; biased upwards at small N, compare at equal N). "
              "acc = classifier accuracy on the requested class. NLL = target's mean NLL (nats/token) of the "
-             "generated tokens under the processed p (± standard error over images). Speed-up = vanilla AR wall "
-             "seconds / setting wall seconds, summed over the same classes and seeds decoded in the same run "
-             "(interleaved per image); speed-up CPU time = the same ratio of process CPU time, which other "
-             "processes on a shared machine do not inflate. outside fwd = share of wall time spent outside "
-             "draft and target forwards.",
+             "generated tokens under the processed p (± standard error over images). "
+             f"Speed-up, the one speed statistic reported everywhere: {report.SPEEDUP_NAME}; the images are "
+             "decoded interleaved (every setting of one image in a row) and each process's first image is a "
+             "warm-up, kept for quality, left out of every speed number. CPU time, because on a shared "
+             "machine other processes stretch wall time but not this single-threaded process's CPU time. "
+             "s / img = wall seconds per timed image, CPU s / img the process CPU seconds. "
+             "outside fwd = share of wall time spent outside draft and target forwards.",
              parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)", parts["table"]]
     if notes is not None and notes.is_file():
         parts.append(notes.read_text().strip())

@@ -94,7 +94,11 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
 
 def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem], sampling: SamplingConfig,
               classifier, rank: int = 0, warmup: int = 1, progress: bool = True) -> list[dict]:
-    """Measure `items` in order; `warmup` untimed passes over a few settings first (allocations, caches)."""
+    """Measure `items` in order; `warmup` untimed passes over a few settings first (allocations, caches).
+
+    Every setting's image of this process's first (class, seed) is still marked `warm_up`: the report
+    leaves those images out of the speed statistics (first-image effects) and keeps them for quality.
+    """
     rules = [s.build_rule(bundle.neighbours) for s in settings]
     warm = [i for i, s in enumerate(settings) if s.rule is None or s.rule == "eagle-1"]
     warm_cls = items[0].cls if items else 0
@@ -103,12 +107,13 @@ def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem
             run(bundle.target, bundle.drafter if rules[i] else None, rules[i], warm_cls, bundle.num_tokens, sampling,
                 settings[i].decode_config(), seed=2**31 - 1)
     records = []
+    first = (items[0].cls, items[0].seed) if items else None
     bar = tqdm(items, desc=f"bench rank {rank}", disable=not progress, unit="img", dynamic_ncols=True)
     for order, item in enumerate(bar):
         setting = settings[item.setting]
         record = measure(bundle, setting, rules[item.setting], item.cls, item.seed, sampling, classifier)
-        records.append({"setting": setting.label, "setting_index": item.setting, "rank": rank, "order": order}
-                       | record)
+        records.append({"setting": setting.label, "setting_index": item.setting, "rank": rank, "order": order,
+                        "warm_up": (item.cls, item.seed) == first} | record)
         bar.set_postfix_str(setting.label, refresh=False)
     return records
 
