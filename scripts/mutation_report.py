@@ -23,7 +23,7 @@ MUTMUT = [str(ROOT / ".venv" / "bin" / "mutmut")]
 
 # Families of equivalent mutants, recognised from the changed line ("-" old, "+" new).
 PATTERNS: list[tuple[str, str]] = [
-    (r"device=None|\.to\(None\)|_table\(None\)|<device argument removed>",
+    (r"device=None|\.to\(None\)|_table\(None\)|dev = None|<device argument removed>",
      "E1 device: the tests run on the CPU, where device=None (or no device argument, or .to(None)) is the CPU "
      "too; device placement is checked on a GPU by scripts/gpu_check.py"),
     (r"np\.asarray\((mu1|mu2), (None)?\)",

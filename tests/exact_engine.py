@@ -165,8 +165,11 @@ def feature(prefix) -> torch.Tensor:
 
 
 def _contexts(model: TabularLM, ids, mask) -> list[tuple[int, ...]]:
-    """Context (every visible token, the row's own included) of each new row, as TabularLM.forward reads it."""
+    """Context (every visible token, the row's own included) of each new row, as TabularLM.forward reads it.
+    A tree mask must be a (new rows, all slots) bool tensor (the protocol's), not just truthy numbers."""
     old = len(model._ids) - len(ids)
+    if mask is not None:
+        assert mask.dtype == torch.bool and tuple(mask.shape) == (len(ids), old + len(ids)), "tree mask"
     if mask is None:
         mask = torch.ones(len(ids), old + len(ids), dtype=torch.bool).tril(old)
     return [tuple(model._ids[s] for s in range(old + len(ids)) if mask[i, s]) for i in range(len(ids))]

@@ -292,3 +292,15 @@ def test_error_messages_in_full(models):
         assert str(err.value) == message
     make_generator(2**63 - 1)  # the largest seed is fine
     make_generator(0)
+
+
+def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
+    """Same seed, same events, whatever torch's global random state (so no draw uses it)."""
+    target, drafter = models
+    for seed in range(6):
+        outcomes = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            result = run(target, drafter, build_rule("cool-sd"), None, T, config=DecodeConfig(draft_len=L), seed=seed)
+            outcomes.append([(e.tokens.tolist(), e.tested_probs.tolist()) for e in result.events])
+        assert outcomes[0] == outcomes[1]

@@ -200,3 +200,17 @@ def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
     for seed in range(4):
         result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
         assert len(result.tokens) == 7
+
+
+@pytest.mark.parametrize("tree", ["binary-2", "eagle-25"])
+def test_tree_draws_only_from_the_seeded_generator(tabular, tree):
+    """Same seed, same round by round outcome, whatever torch's global random state (so no draw uses it)."""
+    target, drafter = tabular(3, 7, seed=9)
+    for seed in range(6):
+        outcomes = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+            outcomes.append([(e.tokens.tolist(), e.tested_depths.tolist(), e.tested_probs.tolist())
+                             for e in result.events])
+        assert outcomes[0] == outcomes[1]
