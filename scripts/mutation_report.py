@@ -50,6 +50,24 @@ PATTERNS: list[tuple[str, str]] = [
      r"topk\(keys, min\(n, int\(\(q > 0\)\.sum\(\)\)\), \)",
      "E8 draws without replacement: -inf keys already exclude q == 0 (log 0); topk's default dim is -1; float32 "
      "uniforms give the same Gumbel-top-k law (another random stream, so no seed-level test can tell)"),
+    (r"key=lambda p: \(len\(p\), p\)\)|sorted\(\(p for p in paths if len\(p\) <= depth_max\), (key=None)?\)",
+     "E9 tree order: plain tuple order also puts every parent before its children and siblings in rank order, "
+     "the only orders the round relies on"),
+    (r"for d in range\(depth_max \+ 1\)|range\(1, depth_max \+ 2\)|for k in range\(len\(p\) \+ 1\)|"
+     r"range\(1, len\(p\) \+ 2\)",
+     "E10 loop bounds that only add a level with no nodes, or set a mask entry that is already set (the root "
+     "slot, or the node's own slot)"),
+    (r"children\.get\((parent|node), (None)?\)",
+     "E11 every node asked for is in `children` (the root and every path have an entry)"),
+    (r"if not feed and d == depth_max:|^\+\s+break$",
+     "E12 the deepest level never has children to feed, and a level with no fed node has no deeper nodes: "
+     "skipping it or stopping there is the same"),
+    (r"logits\[:, j : j \+ 2\]\)\[0\]",
+     "E13 row 0 of the rows j..j+1 is row j"),
+    (r"for p in (feed|nodes)\], (dtype=None, )?(device=s\.device)?\)",
+     "E14 a tensor of Python ints is int64 without dtype=torch.long"),
+    (r"generator=s\.gen, device=s\.device, (dtype=None)?\)\) <= a",
+     "E8 a float32 uniform against a: the same Bernoulli(a) to float32 resolution (another random stream)"),
 ]
 
 REASONS: dict[str, str] = {}

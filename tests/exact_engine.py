@@ -193,7 +193,10 @@ class CheckedDrafter(TabularDrafter):
     """A tabular drafter that checks every token comes with the feature of the context before it (Eagle's
     input) at its own position, and returns `feature(context)` as its hidden state."""
 
+    calls = 0  # forward calls since construction (compared with the events' draft_forwards)
+
     def forward(self, ids, hidden, positions, mask=None):
+        self.calls += 1
         step = TabularLM.forward(self, ids, positions, mask)
         contexts = _contexts(self, ids, mask)
         assert [len(c) - 1 for c in contexts] == torch.as_tensor(positions).tolist(), "drafter positions"

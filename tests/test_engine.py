@@ -267,8 +267,10 @@ def test_chain_feeds_features_and_positions_like_eagle(tabular):
     target, drafter = checked_models(*tabular(3, 7, seed=9))
     for draft_len in (1, 3):
         for seed in range(4):
+            calls = drafter.calls
             result = run(target, drafter, CoolSDRule(), None, 7, config=DecodeConfig(draft_len=draft_len), seed=seed)
             assert len(result.tokens) == 7
+            assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # no wasted drafter call
 
 
 def test_error_messages_in_full(models):

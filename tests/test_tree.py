@@ -198,8 +198,10 @@ def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
     own for drafted ones) at its own position, and the target sees tree positions t - 1 + depth."""
     target, drafter = checked_models(*tabular(3, 7, seed=9))
     for seed in range(4):
+        calls = drafter.calls
         result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
         assert len(result.tokens) == 7
+        assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # counted, not assumed
 
 
 @pytest.mark.parametrize("tree", ["binary-2", "eagle-25"])
