@@ -64,8 +64,15 @@ PATTERNS: list[tuple[str, str]] = [
      "skipping it or stopping there is the same"),
     (r"logits\[:, j : j \+ 2\]\)\[0\]",
      "E13 row 0 of the rows j..j+1 is row j"),
-    (r"for p in (feed|nodes)\], (dtype=None, )?(device=s\.device)?\)",
+    (r"for p in (feed|nodes)\], (dtype=None, )?(device=s\.device)?\)|for k in accepted\], (dtype=None, )?"
+     r"(device=s\.device)?\)|torch\.tensor\(tokens, (dtype=None, )?(device=s\.device)?\)",
      "E14 a tensor of Python ints is int64 without dtype=torch.long"),
+    (r"keep if \(len\(accepted\)\) or True else None",
+     "E15 an empty `keep` list keeps no extra slot, the same as keep=None"),
+    (r"tested_probs=tested_a, draft_forwards=n_calls\)",
+     "E16 make_event's default target_forwards is 1, the value the tree round passes"),
+    (r"dtype=p\.dtype\)\) < a",
+     "E17 u < a versus u <= a: u is continuous, P(u == a) = 0"),
     (r"generator=s\.gen, device=s\.device, (dtype=None)?\)\) <= a",
      "E8 a float32 uniform against a: the same Bernoulli(a) to float32 resolution (another random stream)"),
 ]
