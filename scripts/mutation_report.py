@@ -71,8 +71,18 @@ PATTERNS: list[tuple[str, str]] = [
      "E15 an empty `keep` list keeps no extra slot, the same as keep=None"),
     (r"tested_probs=tested_a, draft_forwards=n_calls\)",
      "E16 make_event's default target_forwards is 1, the value the tree round passes"),
-    (r"dtype=p\.dtype\)\) < a",
+    (r"dtype=p\.dtype\)\) < a|\(u < a\)",
      "E17 u < a versus u <= a: u is continuous, P(u == a) = 0"),
+    (r"u = torch\.rand\(n_draft, generator=s\.gen, device=dev, (dtype=None)?\)",
+     "E8 float32 uniforms against a: the same Bernoulli(a) to float32 resolution (another random stream)"),
+    (r"a = torch\.zeros\(0, (dtype=None, )?device=dev\)|n = torch\.zeros\(\(\), (dtype=None, )?device=dev\)|"
+     r"\]\)\.to\(None\)",
+     "E18 the round's outcome travels as one float tensor: token ids and counts below 2**24 are exact in float32 "
+     "and float64 alike (V = 16384 at most)"),
+    (r"a = torch\.zeros\(1, dtype=p\.dtype, device=dev\)|packed\[2 : 3 \+ n_draft\]",
+     "E19 an extra packed value that is never read (no depth is tested without drafts; drafts[:n] with n <= L)"),
+    (r"^\+\s+draft_forwards=n_draft\)",
+     "E16 make_event's default target_forwards is 1, the value the chain round passes"),
     (r"generator=s\.gen, device=s\.device, (dtype=None)?\)\) <= a",
      "E8 a float32 uniform against a: the same Bernoulli(a) to float32 resolution (another random stream)"),
 ]
