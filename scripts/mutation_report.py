@@ -81,6 +81,12 @@ PATTERNS: list[tuple[str, str]] = [
      "and float64 alike (V = 16384 at most)"),
     (r"a = torch\.zeros\(1, dtype=p\.dtype, device=dev\)|packed\[2 : 3 \+ n_draft\]",
      "E19 an extra packed value that is never read (no depth is tested without drafts; drafts[:n] with n <= L)"),
+    (r"cdf = |\* cdf\[-1:\]|/ cdf\[-1:\]|searchsorted\(cdf",
+     "G1 accelerator-only branch of round.sample (inverse CDF without a host sync): the CPU test machine takes "
+     "torch.multinomial; scripts/gpu_check.py runs this branch on a GPU"),
+    (r"torch\.cat\(self\.pending_hidden, (dim=2)?\)",
+     "E20 pending features hold one chunk per round (ingested every round that drafts): a cat of one tensor "
+     "along any dim is that tensor"),
     (r"^\+\s+draft_forwards=n_draft\)",
      "E16 make_event's default target_forwards is 1, the value the chain round passes"),
     (r"generator=s\.gen, device=s\.device, (dtype=None)?\)\) <= a",

@@ -179,6 +179,7 @@ class CheckedTarget(TabularLM):
     """A tabular target that returns `feature(context)` as its hidden state and checks the positions it is given."""
 
     def start(self, cond, guidance: bool):
+        self.cond = cond  # what the engine conditioned on (checked by the tests)
         step = super().start(cond, guidance)
         return dataclasses.replace(step, hidden=feature(()).expand(step.logits.shape[0], 1, -1))
 
@@ -194,6 +195,10 @@ class CheckedDrafter(TabularDrafter):
     input) at its own position, and returns `feature(context)` as its hidden state."""
 
     calls = 0  # forward calls since construction (compared with the events' draft_forwards)
+
+    def start(self, cond, guidance: bool) -> None:
+        self.cond = cond
+        super().start(cond, guidance)
 
     def forward(self, ids, hidden, positions, mask=None):
         self.calls += 1

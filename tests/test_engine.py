@@ -341,3 +341,20 @@ def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
                     torch.testing.assert_close(q[i], drafter.probs(path), rtol=0, atol=1e-12)
             prefix += e.tokens.tolist()
         assert next(calls, None) is None and any(e.n_accepted >= 1 for e in result.events[1:-1])
+
+
+def test_condition_and_default_seed_reach_the_models(tabular):
+    """The condition goes to both models' start; no generator means seed 0, in decode and in generate."""
+    from exact_engine import checked_models
+
+    target, drafter = checked_models(*tabular(3, 5, seed=11))
+    rule, config = CoolSDRule(), DecodeConfig(draft_len=2)
+    reference = run(target, drafter, rule, 7, 5, config=config, seed=0)
+    assert target.cond == drafter.cond == 7
+    by_decode = DecodeResult.from_events(decode(target, drafter, rule, 8, 5, config=config))
+    assert target.cond == drafter.cond == 8
+    by_generate = DecodeResult.from_events(generate(target, drafter, rule, 7, 5, config=config))
+    for result in (by_decode, by_generate):
+        assert [e.tokens.tolist() for e in result.events] == [e.tokens.tolist() for e in reference.events]
+    assert any(run(target, drafter, rule, 7, 5, config=config, seed=s).tokens.tolist() != reference.tokens.tolist()
+               for s in range(1, 6))  # so the equality above is about the seed
