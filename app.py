@@ -33,6 +33,7 @@ PANELS = [race, lab, schedule, theory, how]  # tab order; each module has ID, TI
 CSS = """
 .panel-title {text-align: center}
 #header {margin-bottom: 0}
+#download {max-height: 120px; overflow: auto}
 """
 
 fetch_on_start()  # downloads LlamaGen only when $COOLSD_FETCH_LLAMAGEN asks (a Space sets it), in a child process

@@ -5,7 +5,8 @@ without reading them back, the rule's acceptance test and the residual draw are 
 depths, and the round's outcome (n accepted, the committed ids, the tested a_i) comes back to the
 host in ONE transfer. Random draws happen in the same order as a host-side loop would make them
 (one multinomial per draft, one uniform per depth, one multinomial for the last token), so a seed
-gives the same tokens on every path.
+gives the same tokens on every path. On an accelerator the phase clock times launches: the wait
+for the device lands in "other", at the round's one transfer (wall time per round stays exact).
 """
 
 from __future__ import annotations

@@ -131,9 +131,24 @@ def stats_markdown(stats: list[dict], status: str = "") -> str:
 
 
 # ---------------------------------------------------------------- figures
+# A light look close to plotly's "plotly_white", spelled out on the empty "none" template: building and sending a
+# figure is then about 8x faster and 5x smaller (plotly copies and serialises a named template with every figure),
+# which the replay slider needs.
+_GRID = "#EBF0F8"
+_AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "ticks": "", "automargin": True}
+LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"},
+                "hovermode": "closest", "xaxis": _AXIS, "yaxis": _AXIS}
+
+
+def _figure():
+    import plotly.graph_objects as go
+
+    return go.Figure(layout=LIGHT_LAYOUT)
+
+
 def _layout(fig, title: str, xaxis_title: str, yaxis_title: str, height: int = 340):
     fig.update_layout(title={"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
-                      xaxis_title=xaxis_title, yaxis_title=yaxis_title, template="plotly_white", height=height,
+                      xaxis_title=xaxis_title, yaxis_title=yaxis_title, height=height,
                       margin={"l": 55, "r": 50, "t": 80, "b": 45},
                       legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
                       uirevision="keep")  # keep the user's zoom across streamed updates
@@ -148,7 +163,7 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
     """
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     labels = {}
     for r in racers:
         labels[r.key] = r.label
@@ -182,7 +197,7 @@ def length_figure(racers: list):
     """Tokens committed per speculative round (accepted drafts + 1), one line per racer, vanilla AR = 1."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     longest = 1
     for r in racers:
         y = list(r.round_tokens)
@@ -202,7 +217,7 @@ def length_histogram(racers: list):
     """Share of speculative rounds that committed n tokens (accepted drafts + 1), grouped bars per racer."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     longest = 1
     for r in racers:
         y = list(r.round_tokens)

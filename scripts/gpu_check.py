@@ -8,6 +8,7 @@ is "cuda-graphs" on CUDA and "static" (the same padded shapes, uncaptured) elsew
 
     PYTHONPATH=. python scripts/gpu_check.py            # H200: about 4-6 minutes
     PYTHONPATH=. python scripts/gpu_check.py --tiny     # tiny random models on CPU, seconds (CI)
+    PYTHONPATH=. python scripts/gpu_check.py --models embedded   # the shipped model; on CPU: eager vs static
 
 Needs torch, transformers, diffusers (and their own dependencies). On a machine without network,
 run `/work/shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per per-call measurement")
     parser.add_argument("--images", type=int, default=1, help="images per decoder for tokens/s")
     parser.add_argument("--xl-tokens", type=int, default=128, help="tokens per LlamaGen image (256 = whole)")
+    parser.add_argument("--models", default="embedded,llamagen", help="comma list: embedded, llamagen")
     parser.add_argument("--budget-s", type=float, default=330.0, help="skip parts that start after this")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"), help="folder for the outputs")
     args = parser.parse_args(argv)
@@ -235,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "draft_len": DRAFT_LEN, "tiny": args.tiny, "parts": [],
               "note": "LlamaGen weights are random: its tau and speed-ups say nothing about the trained model"}
     t_start = time.perf_counter()
-    for model, build in (("embedded", embedded_models), ("llamagen-xl" if not args.tiny else "llamagen-tiny",
-                                                          llamagen_models)):
+    chosen = {m.strip() for m in args.models.split(",")}
+    if not chosen <= {"embedded", "llamagen"}:
+        parser.error(f"--models takes embedded and/or llamagen, got {args.models!r}")
+    models = [("embedded", embedded_models), ("llamagen-xl" if not args.tiny else "llamagen-tiny", llamagen_models)]
+    for model, build in [(m, b) for m, b in models if m.split("-")[0] in chosen]:
         for path in (fast, "eager"):  # fast first: its first race is the first thing after process start
             part = {"model": model, "path": path}
             report["parts"].append(part)

@@ -18,11 +18,37 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def lab(page, args) -> None:
+    page.get_by_role("tab", name="Quality lab").click()
+    box = page.locator("#lab-relaxation input[type=number]")
+    box.fill(args.relaxation)
+    box.press("Enter")
+    t0 = time.perf_counter()
+    page.locator("#lab-run").click()
+    page.wait_for_function("() => document.querySelector('#lab-stats').innerText.includes('Finished')",
+                           timeout=900_000)
+    page.wait_for_selector("#lab-pareto .main-svg", timeout=60_000)
+    print(f"lab finished after {time.perf_counter() - t0:.1f} s in the browser")
+    page.wait_for_timeout(500)
+    page.screenshot(path=f"{args.out}/lab_screenshot.png", full_page=True)
+    crop(f"{args.out}/lab_screenshot.png")
+
+
+def crop(path: str) -> None:
+    """Keep the tab's column (the shared settings column and the footer are cut away)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        box = (470, 150, 1370, min(img.height, 2190))
+        img.crop(box).save(path, optimize=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--relaxation", default="4")
     parser.add_argument("--rule", default="COOL-SD (nu 0.7, mean omega = delta)")
     parser.add_argument("--out", default="assets")
+    parser.add_argument("--skip-lab", action="store_true", help="only the schedule explorer")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -35,23 +61,14 @@ def main() -> None:
                                         args=["--no-sandbox", "--headless", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.goto(url)
-            page.get_by_role("tab", name="Quality lab").click()
-            box = page.locator("#lab-relaxation input[type=number]")
-            box.fill(args.relaxation)
-            box.press("Enter")
-            t0 = time.perf_counter()
-            page.locator("#lab-run").click()
-            page.wait_for_function("() => document.querySelector('#lab-stats').innerText.includes('Finished')",
-                                   timeout=900_000)
-            page.wait_for_selector("#lab-pareto .main-svg", timeout=60_000)
-            print(f"lab finished after {time.perf_counter() - t0:.1f} s in the browser")
-            page.wait_for_timeout(500)
-            page.screenshot(path=f"{args.out}/lab_screenshot.png", full_page=True)
+            if not args.skip_lab:
+                lab(page, args)
             page.get_by_role("tab", name="Schedule explorer").click()
             page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('τ')",
                                    timeout=120_000)
             page.wait_for_timeout(800)
             page.screenshot(path=f"{args.out}/schedule_screenshot.png", full_page=True)
+            crop(f"{args.out}/schedule_screenshot.png")
             browser.close()
     finally:
         app.demo.close()

@@ -18,6 +18,7 @@ Costs one engine run per path: keep V, T and the tree small (V = 3, T = 4, L = 2
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -25,6 +26,7 @@ import torch
 
 import coolsd.tree
 from coolsd.engine import DecodeConfig, run
+from coolsd.tabular import TabularDrafter, TabularLM
 
 
 class _Pruned(Exception):
@@ -151,3 +153,60 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
             dist[index] += path.weight
             forwards += path.weight * result.target_forwards
     return dist, forwards
+
+
+# ---------------------------------------------------------------- models that check what the engine feeds them
+def feature(prefix) -> torch.Tensor:
+    """A (1, 1, D) stand-in for a model's last-layer feature of a context: its length and tokens (D = 16)."""
+    f = torch.full((16,), -1.0, dtype=torch.float64)
+    f[0] = len(prefix)
+    f[1 : 1 + len(prefix)] = torch.tensor(list(prefix), dtype=torch.float64)
+    return f.view(1, 1, -1)
+
+
+def _contexts(model: TabularLM, ids, mask) -> list[tuple[int, ...]]:
+    """Context (every visible token, the row's own included) of each new row, as TabularLM.forward reads it.
+    A tree mask must be a (new rows, all slots) bool tensor (the protocol's), not just truthy numbers."""
+    old = len(model._ids) - len(ids)
+    if mask is not None:
+        assert mask.dtype == torch.bool and tuple(mask.shape) == (len(ids), old + len(ids)), "tree mask"
+    if mask is None:
+        mask = torch.ones(len(ids), old + len(ids), dtype=torch.bool).tril(old)
+    return [tuple(model._ids[s] for s in range(old + len(ids)) if mask[i, s]) for i in range(len(ids))]
+
+
+class CheckedTarget(TabularLM):
+    """A tabular target that returns `feature(context)` as its hidden state and checks the positions it is given."""
+
+    def start(self, cond, guidance: bool):
+        step = super().start(cond, guidance)
+        return dataclasses.replace(step, hidden=feature(()).expand(step.logits.shape[0], 1, -1))
+
+    def forward(self, ids, positions, mask=None, rows: int = 1):
+        step = super().forward(ids, positions, mask, rows)
+        contexts = _contexts(self, ids, mask)
+        assert [len(c) - 1 for c in contexts] == torch.as_tensor(positions).tolist(), "target positions"
+        return dataclasses.replace(step, hidden=torch.cat([feature(c) for c in contexts], dim=1))
+
+
+class CheckedDrafter(TabularDrafter):
+    """A tabular drafter that checks every token comes with the feature of the context before it (Eagle's
+    input) at its own position, and returns `feature(context)` as its hidden state."""
+
+    calls = 0  # forward calls since construction (compared with the events' draft_forwards)
+
+    def forward(self, ids, hidden, positions, mask=None):
+        self.calls += 1
+        step = TabularLM.forward(self, ids, positions, mask)
+        contexts = _contexts(self, ids, mask)
+        assert [len(c) - 1 for c in contexts] == torch.as_tensor(positions).tolist(), "drafter positions"
+        assert hidden is not None and hidden.shape[1] == len(ids), "one feature per drafter input"
+        for j, c in enumerate(contexts):
+            assert torch.equal(hidden[0, j], feature(c[:-1])[0, 0]), f"feature of input {j}: context {c[:-1]}"
+        return dataclasses.replace(step, hidden=torch.cat([feature(c) for c in contexts], dim=1))
+
+
+def checked_models(target: TabularLM, drafter: TabularDrafter) -> tuple[CheckedTarget, CheckedDrafter]:
+    """The same tables as models that check hidden features and positions."""
+    return (CheckedTarget(target.table, target.vocab_size, target.num_tokens, target.codebook),
+            CheckedDrafter(drafter.table, drafter.vocab_size, drafter.num_tokens, drafter.codebook))

@@ -168,9 +168,32 @@ def test_stop_keeps_the_last_numbers_marked_stopped():
     stats = {"decoders": {"eagle-1": {"decoder": "Eagle-1", "tokens": 5, "num_tokens": 16, "target_forwards": 2,
                                       "mean_accepted_length": 2.5, "compute_seconds": 0.1, "speedup": None,
                                       "finished": False}}}
-    text, _ = RACE.stopped(stats)
+    text = RACE.stopped(stats)[race_ui.STATS_MD]  # no race of this session in progress: the numbers shown
     assert text.startswith("**Stopped.**") and "5 / 16" in text and "–" in text
-    assert RACE.stopped(None)[0].startswith("**Stopped.**")
+    assert RACE.stopped(None)[race_ui.STATS_MD].startswith("**Stopped.**")
+
+
+def test_stop_waits_for_the_race_to_close_and_shows_what_it_reached(monkeypatch):
+    """Stop during a race: once the race has closed, the page gets the state of every recorded step (so no frame
+    still in flight can override it), marked stopped, and the replay opens there."""
+    import threading
+
+    monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
+    monkeypatch.setattr(race_ui, "FRAME_SHARE", 1.0)
+    request = type("FakeRequest", (), {"session_hash": "session-stop"})()
+    gen = RACE.race(**kwargs(seed=3), request=request)
+    frames = [next(gen) for _ in range(6)]
+    trace = frames[-1][TRACE]
+    box = {}
+    stopper = threading.Thread(target=lambda: box.setdefault("out", RACE.stopped(frames[-1][STATS], True, request)))
+    stopper.start()  # Stop's handler waits for the race to close ...
+    gen.close()  # ... which Gradio's cancel does
+    stopper.join(DEADLINE_S)
+    assert not stopper.is_alive() and "session-stop" not in RACE.active
+    out = box["out"]
+    assert out[race_ui.STATS_MD].startswith(f"**Stopped** after {len(trace)} race steps.")
+    assert out[STATS]["decoders"] == RACE.replay(len(trace), True, trace)[STATS]["decoders"]
+    assert out[-1].maximum == len(trace) == 6 and trace.status == "stopped"
 
 
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):

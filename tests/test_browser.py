@@ -98,6 +98,8 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             # the explanation renders its formulas, the theory tab its plot
             page.get_by_role("tab", name="How it works").click()
             page.wait_for_selector("#how .katex", timeout=20_000)
+            paper = page.locator("#paper-beside-us").inner_text()  # the paper's numbers beside ours
+            assert "LlamaGen-XL 775M" in paper and "embedded MNIST" in paper and "CPU only" in paper
             page.get_by_role("tab", name="Theory").click()
             page.wait_for_selector("#plot-theory .main-svg", timeout=60_000)
             _lab_and_schedule_tabs(page)

@@ -164,7 +164,9 @@ def test_event_invariants(models, build_rule, name, tree):
             assert e.last in (RESAMPLED, BONUS)
             if tree is None:
                 assert e.n_drafted <= L
-                assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
+            # binary-2: every node above the deepest level has children, so a round ends on a bonus token
+            # exactly when it accepted a draft at every depth it drafted
+            assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
             if e.n_drafted and rule is not None:
                 torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), e.n_drafted
                                                                if tree else L))
@@ -257,3 +259,85 @@ def test_bad_run_arguments(models, num_tokens, seed, match):
     target, drafter = models
     with pytest.raises(ValueError, match=match):
         run(target, drafter, CoolSDRule(), None, num_tokens, seed=seed)
+
+
+def test_chain_feeds_features_and_positions_like_eagle(tabular):
+    """Models that check their inputs (tests/exact_engine.py): pending tokens reach the drafter with the
+    target's feature of the position before each, drafts with the drafter's own, all at their positions."""
+    from exact_engine import checked_models
+
+    target, drafter = checked_models(*tabular(3, 7, seed=9))
+    for draft_len in (1, 3):
+        for seed in range(4):
+            calls = drafter.calls
+            result = run(target, drafter, CoolSDRule(), None, 7, config=DecodeConfig(draft_len=draft_len), seed=seed)
+            assert len(result.tokens) == 7
+            assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # no wasted drafter call
+
+
+def test_error_messages_in_full(models):
+    """The app and the CLI show these texts as they are: whole messages, not fragments."""
+    from coolsd.tree import TREES
+
+    target, drafter = models
+    cases = [
+        (lambda: DecodeConfig(draft_len=0), "draft_len must be an integer >= 1, got 0"),
+        (lambda: DecodeConfig(tree="oak"), f"unknown tree 'oak'; choose one of {sorted(TREES)} or None for chain"),
+        (lambda: make_generator(2**63), "seed must be an integer in [0, 2**63), got 9223372036854775808"),
+        (lambda: run(target, drafter, None, None, T),
+         "a drafter without a rule: pass both for speculative decoding, or neither for vanilla AR"),
+        (lambda: run(target, None, CoolSDRule(), None, T),
+         "a rule without a drafter: pass both for speculative decoding, or neither for vanilla AR"),
+        (lambda: run(target, None, None, None, 0), "num_tokens must be an integer >= 1, got 0"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == message
+    make_generator(2**63 - 1)  # the largest seed is fine
+    make_generator(0)
+
+
+def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
+    """Same seed, same events, whatever torch's global random state (so no draw uses it)."""
+    target, drafter = models
+    for seed in range(6):
+        outcomes = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            result = run(target, drafter, build_rule("cool-sd"), None, T, config=DecodeConfig(draft_len=L), seed=seed)
+            outcomes.append([(e.tokens.tolist(), e.tested_probs.tolist()) for e in result.events])
+        assert outcomes[0] == outcomes[1]
+
+
+def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
+    """Depth i of a round is tested with the target's and the drafter's conditionals of committed tokens +
+    drafts 1..i-1 (so the first draft of a round reads the drafter's LAST row after several pending tokens)."""
+
+    class Spy:
+        def __init__(self, rule):
+            self.rule, self.calls = rule, []
+
+        def accept_prob(self, p, q, x, depth, draft_len):
+            self.calls.append((p.clone(), q.clone(), x.tolist()))
+            return self.rule.accept_prob(p, q, x, depth, draft_len)
+
+        def __getattr__(self, name):
+            return getattr(self.rule, name)
+
+    target, drafter = tabular(3, 7, seed=10)
+    for seed in range(6):
+        spy = Spy(CoolSDRule())
+        result = run(target, drafter, spy, None, 7, config=DecodeConfig(draft_len=3), seed=seed)
+        calls = iter(spy.calls)
+        prefix = result.events[0].tokens.tolist()
+        for e in result.events[1:]:
+            if e.n_drafted:
+                p, q, x = next(calls)
+                assert x[: e.n_accepted] == e.tokens[: e.n_accepted].tolist()
+                for i in range(e.n_drafted):
+                    path = tuple(prefix + x[:i])
+                    torch.testing.assert_close(p[i], target.probs(path), rtol=0, atol=1e-12)
+                    torch.testing.assert_close(q[i], drafter.probs(path), rtol=0, atol=1e-12)
+            prefix += e.tokens.tolist()
+        assert next(calls, None) is None and any(e.n_accepted >= 1 for e in result.events[1:-1])

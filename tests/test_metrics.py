@@ -205,3 +205,82 @@ def test_shipped_real_stats_and_classifier_features():
     rng = np.random.default_rng(0)
     fake_real = rng.multivariate_normal(mu, sigma, size=2000)
     assert fid_from_features(fake_real, mu, sigma) < 0.1 * fid_noise
+
+
+# ---------------------------------------------------------------- edges and dtypes (mutation testing)
+def test_feature_stats_two_points_and_float32_input():
+    mu, sigma = feature_stats(np.array([[0.0, 1.0], [2.0, 5.0]], dtype=np.float32))  # N = 2 is enough
+    assert mu.dtype == sigma.dtype == np.float64
+    np.testing.assert_allclose(mu, [1.0, 3.0], rtol=0, atol=0)
+    np.testing.assert_allclose(sigma, [[2.0, 4.0], [4.0, 8.0]], rtol=0, atol=0)
+
+
+def test_frechet_distance_computes_in_float64():
+    rng = np.random.default_rng(12)
+    mu1, mu2, s1, s2 = rng.normal(size=8), rng.normal(size=8), _spd(8, 60), _spd(8, 61)
+    ref = frechet_distance(mu1, s1, mu2, s2)
+    for args in ((mu1.astype(np.float32), s1, mu2, s2), (mu1, s1, mu2.astype(np.float32), s2),
+                 (mu1, s1.astype(np.float32), mu2, s2), (mu1, s1, mu2, s2.astype(np.float32))):
+        cast = [np.asarray(a, dtype=np.float64) for a in args]  # the same float32-rounded values, in float64
+        assert frechet_distance(*args) == pytest.approx(frechet_distance(*cast), rel=1e-12, abs=1e-12)
+    assert ref > 0
+
+
+@pytest.mark.parametrize(("mu1", "s1", "mu2", "s2"), [
+    (np.zeros(3), np.eye(3), np.zeros(3), np.eye(4)),  # sigmas differ
+    (np.zeros(3), np.eye(3), np.zeros(4), np.eye(3)),  # means differ
+    (np.zeros(3), np.eye(4), np.zeros(3), np.eye(4)),  # sigma does not fit mu
+])
+def test_each_shape_mismatch_is_refused(mu1, s1, mu2, s2):
+    with pytest.raises(ValueError, match="shape mismatch"):
+        frechet_distance(mu1, s1, mu2, s2)
+
+
+def test_bootstrap_std_textbook():
+    """The spread of FIDs of n_boot resamples (rng.integers(0, N, N) per resample), sample std (ddof 1)."""
+    x = np.random.default_rng(13).normal(size=(12, 3)).astype(np.float32)
+    mu, sigma = np.zeros(3), np.eye(3)
+    rng = np.random.default_rng(5)
+    f = x.astype(np.float64)
+    values = [fid_from_features(f[rng.integers(0, 12, 12)], mu, sigma) for _ in range(4)]
+    assert fid_bootstrap_std(x, mu, sigma, 4, seed=5) == pytest.approx(float(np.std(values, ddof=1)), rel=1e-12)
+    assert fid_bootstrap_std(x, mu, sigma, 1, seed=5) == 0.0  # one resample: no spread
+    assert fid_bootstrap_std(x, mu, sigma, 2, seed=5) > 0
+
+
+def test_real_stats_file_is_float64_in_nested_folders(tmp_path):
+    from safetensors.torch import load_file
+
+    path = tmp_path / "a" / "b" / "real_stats.safetensors"
+    save_real_stats(path, np.arange(3, dtype=np.float32), np.eye(3, dtype=np.float32), 7)
+    save_real_stats(path, np.arange(3, dtype=np.float32), np.eye(3, dtype=np.float32), 7)  # again: folder exists
+    data = load_file(str(path))
+    assert data["mu"].dtype == data["sigma"].dtype == torch.float64 and int(data["n"][0]) == 7
+
+
+@pytest.mark.parametrize(("mu", "sigma"), [(np.zeros((2, 2)), np.eye(2)), (np.zeros(2), np.eye(3))])
+def test_save_real_stats_refuses_bad_shapes(tmp_path, mu, sigma):
+    with pytest.raises(ValueError) as err:
+        save_real_stats(tmp_path / "x.safetensors", mu, sigma, 1)
+    assert str(err.value) == f"expected mu (D,) and sigma (D, D), got {mu.shape} and {sigma.shape}"
+
+
+def test_load_real_stats_messages(tmp_path):
+    from safetensors.torch import save_file
+
+    with pytest.raises(FileNotFoundError) as err:
+        load_real_stats(tmp_path / "nope.safetensors")
+    assert str(err.value).endswith("(classifier_features -> feature_stats -> save_real_stats); pass another file "
+                                   "with --real-stats.")
+    save_file({"mu": torch.zeros(2, dtype=torch.float64)}, str(tmp_path / "part.safetensors"))
+    with pytest.raises(ValueError) as err:
+        load_real_stats(tmp_path / "part.safetensors")
+    assert str(err.value) == f"{tmp_path / 'part.safetensors'} lacks the keys ['n', 'sigma'] (expected mu, sigma, n)"
+
+
+def test_bootstrap_defaults_are_20_resamples_seed_0():
+    x = np.random.default_rng(14).normal(size=(10, 2))
+    mu, sigma = np.zeros(2), np.eye(2)
+    assert fid_bootstrap_std(x, mu, sigma) == fid_bootstrap_std(x, mu, sigma, 20, seed=0)
+    assert fid_bootstrap_std(x, mu, sigma) != fid_bootstrap_std(x, mu, sigma, 21, seed=0)
+    assert fid_bootstrap_std(x, mu, sigma) != fid_bootstrap_std(x, mu, sigma, 20, seed=1)

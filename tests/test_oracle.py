@@ -166,6 +166,14 @@ def test_tv_never_exceeds_the_bound(tabular, vocab_size, num_tokens, draft_len, 
         assert 1 <= result.tau <= num_tokens, rule
 
 
+def test_match_tau_below_eagle(tabular):
+    """The default bracket (1e-3, 1e3) also finds deltas below 1 (slower than Eagle-1): delta = 0.5 comes back."""
+    target, drafter = tabular(3, 4, seed=0)
+    goal = exact(target, drafter, UniformRSDRule(delta=0.5), 2).tau
+    rule, result = match_tau(lambda d: UniformRSDRule(delta=d), goal, target, drafter, 2)
+    assert abs(rule.delta - 0.5) < 1e-6 and abs(result.tau - goal) < 1e-9
+
+
 def test_match_tau(tabular):
     target, drafter = tabular(3, 4, seed=0)
     goal = exact(target, drafter, CoolSDRule(delta=2.0), 2).tau

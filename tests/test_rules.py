@@ -396,3 +396,88 @@ def test_make_rule_builds_each_class():
     assert make_rule("cool-sd", delta=1.1) == CoolSDRule(delta=1.1)
     assert isinstance(make_rule("eagle-1"), EagleRule)
     assert make_rule("lantern++", k=5, lam=10.0) == LanternPPRule(k=5, lam=10.0)
+
+
+# ---------------------------------------------------------------- exact messages and boundaries (mutation testing)
+EXACT_MESSAGES = [
+    ("uniform-rsd", {"delta": 0.0}, "delta must be > 0, got 0.0"),
+    ("cool-sd", {"delta": -1.0}, "delta must be > 0, got -1.0"),
+    ("cool-sd", {"nu": -1}, "nu must be >= 0, got -1"),
+    ("cool-sd", {"mu": math.inf}, "mu must be a finite number, got inf"),
+    ("cool-sd", {"residual_kind": "x"}, "residual_kind must be 'optimal' or 'lossless', got 'x'"),
+    ("lantern++", {"k": 0}, "k must be >= 1, got 0"),
+    ("lantern++", {"k": 2.5}, "k must be an integer, got 2.5"),
+    ("lantern++", {"lam": 0.5}, "lam must be >= 1, got 0.5"),
+    ("lantern++", {"residual_kind": "x"}, "residual_kind must be 'published' or 'optimal', got 'x'"),
+    ("lantern", {"delta": 0.0}, "delta must be > 0, got 0.0"),
+    ("lantern", {"delta": 1.5}, "LANTERN's absolute delta must be <= 1, got 1.5 (use lantern++ for lambda)"),
+    ("linear-decay", {"slope": 2}, "slope must be in [0, 1] (1 falls from 2 delta to 0), got 2"),
+    ("custom", {"omegas": ()}, "omegas must hold at least one number (omega_1)"),
+    ("custom", {"omegas": (1, -1)}, "omega_2 must be > 0, got -1"),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "message"), EXACT_MESSAGES)
+def test_error_messages_name_the_field_and_value(name, kwargs, message):
+    """The app shows these texts as they are: the whole message is checked, not a fragment."""
+    with pytest.raises(ValueError) as err:
+        make_rule(name, **kwargs)
+    assert str(err.value) == message
+
+
+def test_boundaries_that_are_allowed():
+    assert LanternRule(delta=1.0).delta == 1.0  # LANTERN's absolute budget may be 1 (spec: delta <= 1)
+    from coolsd.rules import MAX_SCHEDULE_LEN, CustomScheduleRule
+
+    assert len(CustomScheduleRule(omegas=(1.0,) * MAX_SCHEDULE_LEN).omegas) == MAX_SCHEDULE_LEN
+    with pytest.raises(ValueError, match="at most"):
+        CustomScheduleRule(omegas=(1.0,) * (MAX_SCHEDULE_LEN + 1))
+
+
+def test_neighbour_table_columns_are_checked():
+    """k needs k + 1 columns (codes besides x); a table with many rows but too few columns is refused."""
+    table = neighbour_table(line_codebook(8), k_max=1)  # (8, 2)
+    assert table.shape == (8, 2)
+    with pytest.raises(ValueError) as err:
+        LanternPPRule(k=3).with_neighbours(table)
+    assert str(err.value) == "k=3 needs a neighbour table with >= 4 columns, got 2"
+    LanternPPRule(k=1).with_neighbours(table)  # k + 1 = 2 columns: fine
+
+
+def test_lantern_budget_is_inclusive():
+    """c_j <= budget (spec): a neighbour mass exactly equal to the budget is aggregated (binary fractions)."""
+    p = torch.tensor([0.25, 0.25, 0.5, 0.0, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.5, 0.125, 0.125, 0.125, 0.125], dtype=torch.float64)
+    rule = LanternPPRule(k=1, lam=2.0).with_neighbours(neighbour_table(line_codebook(5)))  # budget p(0) = 0.25
+    a = rule.accept_prob(p, q, torch.tensor(0), torch.tensor(1), 1)
+    assert float(a) == 1.0  # p~ = 0.25 + p(1) = 0.5 = q(0); with a strict < it would be 0.5
+
+
+def test_lantern_never_drafted_token_accepts():
+    """q(x) = 0 (never drafted): a = 1 by convention, also when p(x) and its neighbours' mass are 0."""
+    p = torch.tensor([0.0, 0.0, 0.5, 0.5, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.0, 0.25, 0.25, 0.25, 0.25], dtype=torch.float64)
+    rule = LanternPPRule(k=1, lam=2.0).with_neighbours(neighbour_table(line_codebook(5)))
+    assert float(rule.accept_prob(p, q, torch.tensor(0), torch.tensor(1), 1)) == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_float32_inputs_stay_float32(build_rule, probs, gen, name):
+    """The rules compute in the dtype of p and q (a float32 GPU path stays float32) and agree with float64."""
+    rule = build_rule(name)
+    p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
+    x, depth = torch.multinomial(q, 1, generator=gen).squeeze(-1), torch.arange(1, L + 1)
+    a32 = rule.accept_all(p.float(), q.float(), depth, L)
+    r32 = rule.residual(p.float(), q.float(), x, depth, L)
+    assert a32.dtype == r32.dtype == torch.float32
+    torch.testing.assert_close(a32.double(), rule.accept_all(p, q, depth, L), rtol=0, atol=1e-5)
+    torch.testing.assert_close(r32.double(), rule.residual(p, q, x, depth, L), rtol=0, atol=1e-5)
+
+
+def test_schedules_floor_and_length():
+    from coolsd.rules import LinearDecayRule
+
+    floored = LinearDecayRule(delta=1.0, slope=0.5, floor_at_one=True).omega(torch.tensor([1, 2]), 2)
+    assert floored.tolist() == [1.5, 1.0]  # 0.5 floored at exactly 1
+    for draft_len in (1, 2, 3, 4):
+        assert LinearDecayRule(delta=1.3, slope=0.5).schedule(draft_len).shape == (draft_len,)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from exact_engine import engine_distribution
+from exact_engine import checked_models, engine_distribution
 
 from coolsd.engine import DecodeConfig, run
 from coolsd.oracle import exact, sequence_probs
@@ -120,3 +120,99 @@ def test_eagle_25_runs(tabular):
         first = result.events[1]  # t = 1 leaves 5 tokens to draft: the whole tree is drafted
         assert first.n_drafted == 5 and first.draft_forwards == 5  # pending tokens, then levels 1-4 with children
         assert first.tested_depths.max() <= first.n_accepted + 1
+
+
+# ---------------------------------------------------------------- each node sees its own path (mutation testing)
+class _Spy:
+    """A rule that records what every sibling test was given: (p, q, x)."""
+
+    def __init__(self, rule) -> None:
+        self.rule, self.calls = rule, []
+
+    def accept_prob(self, p, q, x, depth, draft_len):
+        self.calls.append((p.clone(), q.clone(), int(x)))
+        return self.rule.accept_prob(p, q, x, depth, draft_len)
+
+    def __getattr__(self, name):
+        return getattr(self.rule, name)
+
+
+@pytest.mark.parametrize("tree", ["binary-2", "eagle-25"])
+def test_every_node_is_verified_with_its_own_paths_p_and_q(tabular, tree):
+    """The first sibling test at a node gets the target's and the drafter's conditionals of the node's path
+    (committed tokens + drafts accepted so far); later siblings get q with the earlier siblings removed and
+    renormalised. So the drafter's tree mask, slots and the target's tree mask pick the right contexts."""
+    num_tokens = 7
+    target, drafter = tabular(4, num_tokens, seed=8)
+    for seed in range(6):
+        spy = _Spy(UniformRSDRule(delta=1.5))
+        result = run(target, drafter, spy, None, num_tokens, config=DecodeConfig(tree=tree), seed=seed)
+        calls = iter(spy.calls)
+        prefix: list[int] = result.events[0].tokens.tolist()
+        for e in result.events[1:]:
+            accepted, depth_before, removed = e.tokens[: e.n_accepted].tolist(), 0, []
+            for d in e.tested_depths.tolist():
+                p, q, x = next(calls)
+                path = tuple(prefix + accepted[: d - 1])
+                if d != depth_before:  # the first sibling tested at this node
+                    torch.testing.assert_close(p, target.probs(path), rtol=0, atol=1e-12)
+                    removed = []
+                expected = drafter.probs(path).clone()
+                expected[removed] = 0.0
+                torch.testing.assert_close(q, expected / expected.sum(), rtol=0, atol=1e-12)
+                assert expected[x] > 0
+                removed.append(x)
+                depth_before = d
+            prefix += e.tokens.tolist()
+        assert next(calls, None) is None  # every recorded test was accounted for
+
+
+def test_validate_checks_the_direct_parent_and_says_which():
+    with pytest.raises(ValueError) as err:
+        validate([(0,), (0, 0, 0)])
+    assert str(err.value) == "tree path (0, 0, 0) has no parent (0, 0)"
+    with pytest.raises(ValueError) as err:
+        validate([(0,), (0, 1)])
+    assert str(err.value) == "tree path (0, 1) has no elder sibling"
+
+
+def test_tree_round_refuses_the_last_token(tabular):
+    """The engine runs the image's last token as a plain step; a tree round asked for it says so."""
+    from coolsd.engine import make_generator
+    from coolsd.round import Session
+    from coolsd.sampling import SamplingConfig
+    from coolsd.tree import tree_round
+
+    target, drafter = tabular(3, 2, seed=0)
+    s = Session(target, drafter, EagleRule(), SamplingConfig(), make_generator(0), 2, None)
+    s.first()
+    with pytest.raises(ValueError) as err:
+        tree_round(s, 1, TREES["binary-2"])
+    assert str(err.value) == "a tree round needs at least one draftable token; the last token is a plain step"
+
+
+@pytest.mark.parametrize("tree", ["binary-2", "eagle-25", "chain-5"])
+def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
+    """Models that check their inputs (tests/exact_engine.py: CheckedTarget, CheckedDrafter): every drafter
+    input comes with the feature of the context before it (the target's for committed tokens, the drafter's
+    own for drafted ones) at its own position, and the target sees tree positions t - 1 + depth."""
+    target, drafter = checked_models(*tabular(3, 7, seed=9))
+    for seed in range(4):
+        calls = drafter.calls
+        result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+        assert len(result.tokens) == 7
+        assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # counted, not assumed
+
+
+@pytest.mark.parametrize("tree", ["binary-2", "eagle-25"])
+def test_tree_draws_only_from_the_seeded_generator(tabular, tree):
+    """Same seed, same round by round outcome, whatever torch's global random state (so no draw uses it)."""
+    target, drafter = tabular(3, 7, seed=9)
+    for seed in range(6):
+        outcomes = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+            outcomes.append([(e.tokens.tolist(), e.tested_depths.tolist(), e.tested_probs.tolist())
+                             for e in result.events])
+        assert outcomes[0] == outcomes[1]

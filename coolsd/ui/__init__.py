@@ -1,7 +1,10 @@
 """The Gradio app's panels (UI only: every number comes from `coolsd`; nothing here computes maths).
 
 `app.py` (the entry point) loads the model once into a `Context` (`coolsd.ui.context`), builds the
-settings column (`coolsd.ui.controls`), then one `gr.Tab` per panel module listed in `app.PANELS`.
+settings column (`coolsd.ui.controls`), then one `gr.Tab` per panel module listed in `app.PANELS`, then
+the share-link restore (`coolsd.ui.share.wire_restore`). Modules: context (model, lanes, checks),
+controls (settings column), racers (racer choice -> rules), race (Race tab: stream, replay, overlay),
+share (trace / PNG strip downloads, share links), theory, how, lab, schedule.
 
 The panel interface (each tab is one small module):
 
@@ -23,8 +26,12 @@ What a panel may use from `ctx` (a `coolsd.ui.context.Context`):
                    leaving the `with` (also when a streaming generator is closed)
     ctx.decode_pixels(tokens (T,), -1 = missing) -> (C, h, w); ctx.render(pixels, filled, kinds, overlay)
                    -> PIL image of display_hw; ctx.blank_image(); ctx.check_condition(value) -> engine cond
-    ctx.controls   the race settings, name -> component (condition, seed, temperature, ...): use them as
-                   inputs to read the current settings; ctx.buttons ("generate", "stop")
+    ctx.controls   the race settings, name -> component (condition, seed, temperature, ..., racers, resolution):
+                   use them as inputs to read the current settings; ctx.buttons ("generate", "stop")
+    ctx.share_controls  add your own controls here (name -> component, names unique, e.g. "lab_delta") and
+                   share links carry and restore them too (`coolsd.ui.share`)
+    ctx.variants   variant key -> Context, one per model resolution (LlamaGen "256" / "512"; else one entry);
+                   ctx.variant(key) picks one (a clear error for an unknown key)
     ctx.panels     id -> what each earlier panel's build returned
 Input checks (`coolsd.ui.context`): `checked(component)` puts a server-side range/choice check in
 front of a component (the HTTP API skips the page's limits); `check_number`, `check_choice`,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 
 import gradio as gr
@@ -34,6 +35,7 @@ ID, TITLE = "race", "Race"
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
 FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
+STOP_WAIT_S = 10.0  # Stop waits at most this long for the cancelled race to close before it draws the final state
 SLOTS = choice.MAX_RACERS + 1  # image panels: the chosen racers in order, vanilla AR always in the last one
 VANILLA_SLOT = SLOTS - 1
 # Output positions of a race frame (the API returns them in this order; the two states are not returned).
@@ -53,6 +55,8 @@ class RacePanel:
         self.ctx = ctx
         # session -> overlay flag of a race in progress: the overlay checkbox changes it while the race streams
         self.live_overlay: dict[str, bool] = {}
+        # session -> (set once the race has closed, its trace) of a race in progress, for Stop
+        self.active: dict[str, tuple[threading.Event, RaceTrace]] = {}
 
     # ---------------------------------------------------------------- drawing (live frames and replays)
     def _images(self, ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
@@ -102,10 +106,12 @@ class RacePanel:
              overlay: bool, trace: RaceTrace, session: str | None = None):
         """Generator of output frames; holds one lane of model handles (of `ctx`'s model) for the whole race."""
         num_tokens = ctx.model.num_tokens
+        closed = threading.Event()
         with ctx.lane() as lane:
             race = None
             if session is not None:
                 self.live_overlay[session] = overlay
+                self.active[session] = (closed, trace)
             try:
                 racers = []
                 for (key, label), (target, drafter) in zip(trace.racers, lane):
@@ -126,6 +132,9 @@ class RacePanel:
                 if trace.status == "running":
                     trace.status = "stopped"
                 self.live_overlay.pop(session, None)
+                if session is not None and self.active.get(session, (None,))[0] is closed:
+                    del self.active[session]
+                closed.set()
 
     def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None):
         racers = race.racers
@@ -208,14 +217,21 @@ class RacePanel:
         yield from self._run(ctx, cond, sampling, config, rules, seed, overlay, trace, session)
 
     # ---------------------------------------------------------------- after (or during) a race
-    @staticmethod
-    def stopped(stats, trace=None):
-        """Stop: the race itself is cancelled (cancels=); this keeps its last numbers, marked as stopped,
-        and opens the replay over every step recorded."""
-        decoders = (stats or {}).get("decoders") or {}
-        steps = len(trace) if isinstance(trace, RaceTrace) else 0
-        replay = gr.Slider(maximum=max(steps, 1), value=steps, interactive=True) if steps else gr.skip()
-        return stats_markdown(list(decoders.values()), "**Stopped.**"), replay
+    def stopped(self, stats, overlay=False, request: gr.Request = None):
+        """Stop: the race itself is cancelled (cancels=). This waits for it to close, then shows the state it
+        reached (every recorded step, so no late frame overrides it) marked *Stopped*, and opens the replay.
+
+        Returns (5 images, stats table, 3 plots, stats (JSON), snapshot state, replay slider). Without a race
+        of this session in progress: the last numbers shown (`stats`), marked stopped, and nothing else.
+        """
+        session = getattr(request, "session_hash", None)
+        closed, trace = self.active.get(session, (None, None))
+        if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
+            decoders = (stats or {}).get("decoders") or {}
+            table = stats_markdown(list(decoders.values()), "**Stopped.**")
+            return (*[gr.skip()] * SLOTS, table, *[gr.skip()] * 5, gr.skip())
+        view = self._view(trace, len(trace), bool(overlay), f"**Stopped** after {len(trace)} race steps.")
+        return (*view, gr.Slider(maximum=len(trace), value=len(trace), interactive=True))
 
     def show_overlay(self, overlay, snapshot, request: gr.Request = None):
         """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
@@ -243,12 +259,15 @@ class RacePanel:
         step = check_number("replay step", step, 0, len(trace), integer=True)
         if not isinstance(overlay, bool):
             raise bad(f"overlay must be true or false, got {overlay!r}")
+        return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.")
+
+    def _view(self, trace: RaceTrace, step: int, overlay: bool, status: str) -> tuple:
         racers = trace.replay(step)
         snapshot: dict = {}
         ctx = self.ctx.variant(trace.settings.get("resolution"))
         images = self._images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
-        table, payload = self._numbers(trace, racers, f"**Replay**: step {step} of {len(trace)}.", replay_step=step,
-                                       steps=len(trace), race_status=trace.status)
+        table, payload = self._numbers(trace, racers, status, replay_step=step, steps=len(trace),
+                                       race_status=trace.status)
         return (*images, table, *self._plots(trace, racers, step), payload, snapshot)
 
     @staticmethod
@@ -310,14 +329,14 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     run_event = ctx.buttons["generate"].click(panel.race, list(c.values()), outputs, api_name="race",
                                               concurrency_limit=ctx.workers, concurrency_id="race",
                                               show_progress="minimal")
-    ctx.buttons["stop"].click(panel.stopped, [stats_json, trace], [stats_md, replay], cancels=[run_event], queue=False,
-                              api_visibility="private")
+    view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
+    ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay], cancels=[run_event],
+                              queue=False, api_visibility="private")
     c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay",
                         concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
     c["racers"].change(panel.slot_layout, c["racers"], [*titles, *columns], queue=False, api_visibility="private",
                        show_progress="hidden")
-    replay.input(panel.replay, [replay, c["overlay"], trace],
-                  [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot], api_name="replay",
+    replay.input(panel.replay, [replay, c["overlay"], trace], view, api_name="replay",
                   concurrency_limit=4, concurrency_id="replay", trigger_mode="always_last", show_progress="hidden")
     take.wire()
     return panel

@@ -39,7 +39,7 @@ WHY = """
 accuracy: it only rejects more. For ω_i ≥ 1 a step's error is exactly the acceptance it gains over Eagle-1
 (Σ_x [min(q, ω_i p) − p]_+). Relaxing early pays more: a draft accepted at depth 1 also opens depths 2..L, so each
 unit of error spent early buys more tokens than the same unit spent late. Hence the floored annealed schedule tends
-to beat its twin in the bound (the sum of the per-depth errors below), while the unclipped one throws acceptance
+to beat its twin in the bound (the sum of the "error spent" bars), while the unclipped one throws acceptance
 away at the late depths and must relax the early ones harder to reach the same τ.
 """
 
@@ -103,7 +103,7 @@ def omega_figure(result: dict):
                              marker={"color": COLOURS["twin"], "opacity": 0.45},
                              hovertemplate="depth %{x}: ω = %{y:.3f}<extra>twin</extra>"))
     fig.add_hline(y=1, line={"color": "black", "dash": "dash"}, annotation_text="ω = 1 (Eagle-1)",
-                  annotation_position="top left")
+                  annotation_position="top right")
     fig.update_layout(title="ω_i over the draft depth i (lighter bars: ω_i < 1, stricter than Eagle-1)",
                       xaxis={"title": "draft depth i", "tickmode": "array", "tickvals": depth},
                       yaxis_title="ω_i", barmode="group", template="plotly_white", height=380,

@@ -126,7 +126,7 @@ class TakeAway:
             self.strip_btn = gr.Button("Download the images (PNG strip)", size="sm", elem_id="strip-btn")
             self.link_btn = gr.Button("Share link", size="sm", elem_id="link-btn")
         with gr.Row(equal_height=True):
-            self.file = gr.File(label="download", interactive=False, elem_id="download", height=60)
+            self.file = gr.File(label="download", interactive=False, elem_id="download", height=100)
             self.link = gr.Textbox(label="share link (restores every control)", interactive=False, buttons=["copy"],
                                    elem_id="share-link")
         self.trace_view = gr.JSON(visible=False)

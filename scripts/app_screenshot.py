@@ -1,0 +1,65 @@
+"""The README's screenshot of the race on the embedded model (not a test): four chosen racers, replayed mid-race.
+
+    OMP_NUM_THREADS=1 python scripts/app_screenshot.py --out assets/screenshot.png
+
+Starts the app in-process, opens a share link in headless Chromium (Debian's, via Playwright) that picks the
+racers and settings, runs the race to the end, steps the replay slider back to the middle of the race with the
+overlay on, and saves the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+os.environ.setdefault("COOLSD_MODEL", "embedded")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LINK = "?condition=8&seed=2&overlay=true&delta=2&racers=eagle-1,lantern%2B%2B,uniform-rsd,cool-sd"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="assets/screenshot.png")
+    parser.add_argument("--replay-share", type=float, default=0.5, help="replay step, as a share of the race")
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    import app
+
+    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                        args=["--no-sandbox", "--headless", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1500, "height": 1250})
+            page.goto(url.rstrip("/") + "/" + LINK)
+            page.wait_for_function("() => document.querySelector('#title-2')?.innerText?.includes('UniformRSD')",
+                                   timeout=60_000)
+            page.locator("#gen-btn").click()
+            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
+                                   timeout=300_000)
+            steps = int(page.locator("#replay input[type=range]").get_attribute("max"))
+            target = round(steps * args.replay_share)
+            box = page.locator("#replay input[type=number]")
+            box.fill(str(target))
+            box.press("Enter")
+            page.wait_for_function(f"() => document.querySelector('#stats').innerText.includes('step {target} ')",
+                                   timeout=60_000)
+            page.wait_for_selector("#plot-hist .main-svg", timeout=60_000)
+            page.wait_for_timeout(800)
+            page.screenshot(path=args.out, full_page=True)
+            print(f"replayed step {target} of {steps}; wrote {args.out}")
+            browser.close()
+    finally:
+        app.demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
