@@ -26,7 +26,7 @@ from coolsd.tree import TREES, tree_round
 class DecodeConfig:
     """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.tree.TREES` or None (chain)."""
 
-    draft_len: int = 5
+    draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (README, scripts/round_tuning.py)
     tree: str | None = None
 
     def __post_init__(self) -> None:

@@ -77,7 +77,7 @@ def one_race(url: str, seed: int) -> dict:
         if first is None:
             first = time.perf_counter() - t0
     done = time.perf_counter() - t0
-    final = job.outputs()[-1][7]
+    final = next(o for o in job.outputs()[-1] if isinstance(o, dict) and "decoders" in o)  # the stats JSON
     num = final["decoders"]["vanilla"]["num_tokens"]
     ok = final["finished"] and all(d["tokens"] == num and d["mean_accepted_length"] >= 1
                                    for d in final["decoders"].values())

@@ -7,8 +7,10 @@ For every image (class i % 10, seed 100 + i) the script decodes vanilla AR and t
 (rule, L or tree) once, interleaved, on one torch thread, and records tau and the process CPU
 seconds (`time.process_time`). Speed-up = the benchmark's statistic: total vanilla CPU seconds /
 total CPU seconds of the setting over the same images, the first image a warm-up left out.
-Also reports the mean CPU cost of one round (CPU seconds / target forwards) so that speed-up
-can be read as tau x (vanilla step cost) / (round cost). Writes OUT.json and OUT.md.
+Also reports the mean CPU cost of one round (CPU seconds / target forwards), so that speed-up
+can be read as tau x (vanilla step cost) / (round cost), and the engine's wall-clock split of a
+round into drafter calls, the target's verify forward and everything else (sampling, rule maths).
+Writes OUT.json and OUT.md.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def main() -> int:
             s = parse_spec(spec + (f"@{tree}" if tree else ""), draft_len=5 if tree else shape)
             settings.append((f"{spec} {'tree ' + tree if tree else 'L=' + str(shape)}", s.build_rule(bundle.neighbours),
                              s.decode_config()))
-    stats = {name: {"cpu": 0.0, "tokens": 0, "forwards": 0, "drafts": 0} for name, _, _ in settings}
+    zero = {"cpu": 0.0, "tokens": 0, "forwards": 0, "drafts": 0, "draft": 0.0, "verify": 0.0, "other": 0.0}
+    stats = {name: dict(zero) for name, _, _ in settings}
     for i in range(args.images + 1):
         for name, rule, config in settings:
             t0 = time.process_time()
@@ -66,6 +69,8 @@ def main() -> int:
             st["tokens"] += len(res.tokens)
             st["forwards"] += res.target_forwards
             st["drafts"] += res.draft_forwards
+            for phase in ("draft", "verify", "other"):
+                st[phase] += res.seconds[phase]
         print(f"image {i}/{args.images} done", flush=True)
     base = stats["vanilla"]["cpu"]
     rows = []
@@ -74,11 +79,14 @@ def main() -> int:
         rows.append({"setting": name, "draft_len": config.draft_len, "tree": config.tree,
                      "tau": st["tokens"] / st["forwards"], "cpu_s_per_image": st["cpu"] / args.images,
                      "speedup": base / st["cpu"], "round_ms": 1000 * st["cpu"] / st["forwards"],
-                     "draft_calls_per_round": st["drafts"] / st["forwards"], "images": args.images})
+                     "draft_calls_per_round": st["drafts"] / st["forwards"], "images": args.images}
+                    | {f"{ph}_ms_per_round": 1000 * st[ph] / st["forwards"] for ph in ("draft", "verify", "other")})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = ["| setting | tau | CPU s / img | CPU ms / round | speed-up |", "|---|---|---|---|---|"]
+    lines = ["| setting | tau | CPU s / img | CPU ms / round | wall ms / round: draft + verify + other | speed-up |",
+             "|---|---|---|---|---|---|"]
     lines += [f"| {r['setting']} | {r['tau']:.2f} | {r['cpu_s_per_image']:.3f} | {r['round_ms']:.2f} "
+              f"| {r['draft_ms_per_round']:.2f} + {r['verify_ms_per_round']:.2f} + {r['other_ms_per_round']:.2f} "
               f"| {r['speedup']:.2f}x |" for r in rows]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

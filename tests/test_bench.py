@@ -18,13 +18,14 @@ from coolsd.bench import main
 from coolsd.bench.report import SPEEDUP_NAME, claims, frontier_fid, pareto, summarise, targets
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
+from coolsd.engine import DecodeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- settings and work items
 def test_sweep_covers_every_family_with_unique_labels():
-    settings = sweep(5, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
+    settings = sweep(DecodeConfig().draft_len, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
                      ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25"])
     labels = [s.label for s in settings]
     assert labels[:2] == ["vanilla", "eagle-1"]
@@ -34,6 +35,10 @@ def test_sweep_covers_every_family_with_unique_labels():
     assert len(settings) == 2 + 16 + 2 + 3 + 1 + 2
     assert {s.family for s in settings} >= {"vanilla", "lantern++ k=5", "lantern++ k=5 G*", "cool-sd",
                                             "eagle-1 tree eagle-25"}
+    # the engine's default L goes unnamed, any other L is in the label
+    other = DecodeConfig().draft_len + 2
+    assert [s.label for s in sweep(other, cool_delta=[2])] == ["vanilla", f"eagle-1 L={other}",
+                                                              f"cool-sd delta=2 L={other}"]
 
 
 def test_parse_spec():

@@ -25,7 +25,7 @@ class Setting:
 
     rule: str | None
     options: tuple[tuple[str, object], ...] = ()
-    draft_len: int = 5
+    draft_len: int = DecodeConfig.draft_len
     tree: str | None = None
 
     @property
@@ -60,7 +60,7 @@ class Setting:
         if shown.get("nu") == CoolSDRule.nu and self.rule == "cool-sd":
             shown.pop("nu")  # the paper's value, left out of labels
         parts = [self._name()] + [f"{k}={_fmt(v)}" for k, v in shown.items()]
-        if self.tree is None and self.draft_len != 5:
+        if self.tree is None and self.draft_len != DecodeConfig().draft_len:  # the default L goes unnamed
             parts.append(f"L={self.draft_len}")
         if self.tree:
             parts.append(f"tree {self.tree}")
@@ -94,7 +94,7 @@ def _setting(rule: str | None, draft_len: int, tree: str | None = None, **option
     return Setting(rule, tuple(sorted(options.items())), draft_len, tree)
 
 
-def parse_spec(text: str, draft_len: int = 5) -> Setting:
+def parse_spec(text: str, draft_len: int = DecodeConfig.draft_len) -> Setting:
     """'rule[:name=value,...][@tree]' -> Setting, e.g. 'cool-sd:delta=2,nu=0.7@eagle-25', 'vanilla'.
 
     Values are read as int, then float, then true/false, else kept as text; 'L=3' sets the draft length.
@@ -136,7 +136,8 @@ def _value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def sweep(draft_len: int = 5, lantern_k: list[int] = (), lantern_lam: list[float] = (), lantern_gstar: bool = True,
+def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), lantern_lam: list[float] = (),
+          lantern_gstar: bool = True,
           uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = 0.7,
           cool_floor_delta: list[float] = (), extra: list[str] = ()) -> list[Setting]:
     """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, then the `extra` specs."""
