@@ -358,3 +358,56 @@ def test_condition_and_default_seed_reach_the_models(tabular):
         assert [e.tokens.tolist() for e in result.events] == [e.tokens.tolist() for e in reference.events]
     assert any(run(target, drafter, rule, 7, 5, config=config, seed=s).tokens.tolist() != reference.tokens.tolist()
                for s in range(1, 6))  # so the equality above is about the seed
+
+
+def test_make_event_dtypes_even_when_empty():
+    """Token ids and depths are int64, probabilities float64, also for the empty lists of round 0."""
+    from coolsd.round import make_event
+    for kw in ({}, dict(accept_probs=[0.5], omega=[1.0], tested_depths=[1], tested_probs=[0.25])):
+        ev = make_event(index=0, start=0, tokens=[] if not kw else [3], n_accepted=0, seconds={}, **kw)
+        assert ev.tokens.dtype == ev.tested_depths.dtype == torch.long
+        assert ev.accept_probs.dtype == ev.omega.dtype == ev.tested_probs.dtype == torch.float64
+
+
+def test_clock_accumulates_each_phase(monkeypatch):
+    """A fake perf_counter: the clock starts at zero in every phase and charges each span to its phase."""
+    import coolsd.round as round_mod
+    ticks = iter([100.0, 101.0, 103.0, 106.0, 110.0, 115.0])
+    monkeypatch.setattr(round_mod.time, "perf_counter", lambda: next(ticks))
+    clock = round_mod.Clock()  # t = 100
+    assert clock.seconds == {"draft": 0.0, "verify": 0.0, "other": 0.0}
+    clock.switch("draft")  # 101: other += 1
+    clock.switch("verify")  # 103: draft += 2
+    clock.switch("draft")  # 106: verify += 3
+    assert dict(clock.read()) == {"draft": 6.0, "verify": 3.0, "other": 1.0}  # 110: draft += 4
+    assert clock.read() == {"draft": 6.0, "verify": 3.0, "other": 6.0}  # 115: other += 5
+
+
+def test_first_round_passes_guidance_and_the_last_feature(tabular):
+    """Round 0 hands the guidance flag to both models and keeps only the last position's feature."""
+    from coolsd.models.protocol import ModelStep
+    from coolsd.round import Session
+    from coolsd.tabular import TabularDrafter, TabularLM
+
+    seen = []
+    p, q = tabular(4, 3, 0)
+
+    class Target(TabularLM):
+        def start(self, cond, guidance):
+            seen.append(("target", guidance))
+            logits = self.probs(()).log().expand(2 if guidance else 1, 3, -1)
+            hidden = torch.arange(2 * 3 * 2, dtype=torch.float64).reshape(2, 3, 2)[: logits.shape[0]]
+            return ModelStep(logits, hidden)
+
+    class Drafter(TabularDrafter):
+        def start(self, cond, guidance):
+            seen.append(("drafter", guidance))
+
+    target = Target(p.table, 4, 3)
+    s = Session(target, Drafter(q.table, 4, 3), EagleRule(), SamplingConfig(cfg_scale=2.0),
+                make_generator(0, target.device), 3, None)
+    ev = s.first()
+    assert seen == [("target", True), ("drafter", True)]
+    assert s.pending_hidden[0].shape == (2, 1, 2)
+    assert torch.equal(s.pending_hidden[0][:, 0], torch.tensor([[4.0, 5.0], [10.0, 11.0]], dtype=torch.float64))
+    assert ev.tokens.tolist() == s.committed == [int(s.last_id)]

@@ -334,3 +334,39 @@ def test_hand_step_kernel_per_rejected_draft():
     torch.testing.assert_close(step.kernel, torch.tensor((73 / 280, 4 / 35, 3 / 10, 13 / 40), dtype=torch.float64),
                                rtol=0, atol=1e-14)
     assert math.isclose(step.accept_rate, 0.7, rel_tol=1e-12)
+
+
+def test_per_depth_outputs_on_a_deterministic_schedule():
+    """P = (1/2, 1/2), Q = (3/4, 1/4) after every prefix; delta = 1000 accepts every draft, so with T = 6
+    and L = 2 the rounds start at lengths 1 (2 drafts) and 4 (1 draft); each test costs TV(Q, P) = 1/4."""
+    v, t = 2, 6
+    p, q = torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([0.75, 0.25], dtype=torch.float64)
+    prefixes = [x for n in range(t) for x in itertools.product(range(v), repeat=n)]
+    target = TabularLM({x: p for x in prefixes}, v, t)
+    drafter = TabularDrafter({x: q for x in prefixes}, v, t)
+    res = exact(target, drafter, UniformRSDRule(delta=1000.0), 2)
+    assert res.expected_rounds == pytest.approx(3.0, abs=1e-12)
+    assert res.depth_tests == pytest.approx((2.0, 1.0), abs=1e-12)
+    assert res.depth_accepts == pytest.approx((2.0, 1.0), abs=1e-12)
+    assert res.depth_bound == pytest.approx((0.5, 0.25), abs=1e-12)
+    assert res.bound == pytest.approx(0.75, abs=1e-12)
+
+
+def test_depth_bound_sums_to_bound_and_accepts_add_up_to_the_tokens(tabular):
+    """sum(depth_bound) == bound; every image has T tokens = one per round plus the accepted drafts."""
+    target, drafter = tabular(3, 5, 2)
+    for rule in (CoolSDRule(delta=2.0), UniformRSDRule(delta=0.7), EagleRule()):
+        res = exact(target, drafter, rule, 3)
+        assert len(res.depth_tests) == len(res.depth_accepts) == len(res.depth_bound) == 3
+        assert sum(res.depth_bound) == pytest.approx(res.bound, abs=1e-12)
+        assert res.expected_rounds + sum(res.depth_accepts) == pytest.approx(5.0, abs=1e-12)
+        assert all(a <= t + 1e-12 for a, t in zip(res.depth_accepts, res.depth_tests))
+
+
+def test_exact_with_a_single_token_is_p():
+    """T = 1: only the target's prefix step runs; its output is p(()) itself."""
+    p = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    q = torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64)
+    res = exact(TabularLM({(): p}, 3, 1), TabularDrafter({(): q}, 3, 1), EagleRule(), 2)
+    assert torch.equal(res.dist, p)
+    assert res.expected_rounds == 1.0 and res.tv == 0.0

@@ -481,3 +481,20 @@ def test_schedules_floor_and_length():
     assert floored.tolist() == [1.5, 1.0]  # 0.5 floored at exactly 1
     for draft_len in (1, 2, 3, 4):
         assert LinearDecayRule(delta=1.3, slope=0.5).schedule(draft_len).shape == (draft_len,)
+
+
+def test_normalise_threshold_is_sixteen_eps_exclusive():
+    """Mass 16.5 eps is normalised; mass exactly 16 eps is rounding noise and falls back to p."""
+    from coolsd.rules import normalise
+    eps = torch.finfo(torch.float64).eps
+    fallback = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    above = normalise(torch.tensor([16.5 * eps, 0.0], dtype=torch.float64), fallback)
+    assert torch.equal(above, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    at = normalise(torch.tensor([16.0 * eps, 0.0], dtype=torch.float64), fallback)
+    assert torch.equal(at, fallback)
+
+
+def test_ratio_accept_is_one_where_q_is_zero_even_if_p_is_zero():
+    from coolsd.rules import ratio_accept
+    a = ratio_accept(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64), 1.0)
+    assert torch.equal(a, torch.tensor([1.0, 1.0], dtype=torch.float64))
