@@ -82,7 +82,8 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     """
     clock = Clock()
     t = len(s.committed)
-    depth_max = min(max(len(p) for p in paths), s.num_tokens - t - 1)
+    tree_depth = max(len(p) for p in paths)  # the shape's L: what the rule's schedule is defined over
+    depth_max = min(tree_depth, s.num_tokens - t - 1)  # fewer levels near the end of the image
     if depth_max < 1:
         raise ValueError("a tree round needs at least one draftable token; the last token is a plain step")
     paths = sorted((p for p in paths if len(p) <= depth_max), key=lambda p: (len(p), p))
@@ -155,7 +156,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
         for kid in kids:
             x = torch.tensor(token_of[kid], device=s.device)
             q_norm = q / q.sum()
-            a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max))
+            a = float(s.rule.accept_prob(p, q_norm, x, depth, tree_depth))
             tested_d.append(d)
             tested_a.append(a)
             if len(tested_d) == 1 or tested_d[-2] != d:
@@ -163,7 +164,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
             if float(torch.rand((), generator=s.gen, device=s.device, dtype=p.dtype)) <= a:
                 chosen = kid
                 break
-            p = s.rule.residual(p, q_norm, x, depth, depth_max)
+            p = s.rule.residual(p, q_norm, x, depth, tree_depth)
             q[token_of[kid]] = 0.0  # draw without replacement: later siblings never repeat x
         if chosen is None:
             last = RESAMPLED
@@ -178,7 +179,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     s.drafter.crop(t)
     hidden = None if step.hidden is None else step.hidden[:, [0] + [row_of[k] for k in accepted]]
     s.commit(tokens, torch.tensor(tokens, dtype=torch.long, device=s.device), hidden)
-    omega_all = s.rule.omega(torch.arange(1, depth_max + 1), depth_max).tolist()
+    omega_all = s.rule.omega(torch.arange(1, depth_max + 1), tree_depth).tolist()
     return make_event(index=index, start=t, tokens=tokens, n_accepted=len(accepted), seconds=clock.read(), last=last,
                       accept_probs=nan_after(first_a, depth_max), omega=omega_all, tested_depths=tested_d,
                       tested_probs=tested_a, target_forwards=1, draft_forwards=n_calls)

@@ -14,6 +14,7 @@ from coolsd.events import BONUS, RESAMPLED, DecodeResult
 from coolsd.oracle import exact, sequence_probs
 from coolsd.rules import RULES, CoolSDRule, EagleRule, UniformRSDRule
 from coolsd.sampling import SamplingConfig
+from coolsd.tree import TREES
 
 # Whole-sequence checks: V = 3, T = 5 (243 sequences), L = 3, so the first round drafts all three
 # depths (COOL-SD's omega_3 < 1 at delta = 2). About 1 ms per sequence.
@@ -168,8 +169,10 @@ def test_event_invariants(models, build_rule, name, tree):
             # exactly when it accepted a draft at every depth it drafted
             assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
             if e.n_drafted and rule is not None:
-                torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), e.n_drafted
-                                                               if tree else L))
+                # the schedule's L: the configured draft length, or the tree's full depth (also where fewer
+                # levels were left to draft at the image's end)
+                schedule_len = max(map(len, TREES[tree])) if tree else L
+                torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), schedule_len))
             # every round has a timed target forward; draft time only where a drafter ran
             assert set(e.seconds) == {"draft", "verify", "other"} and e.seconds["verify"] > 0
             assert (e.seconds["draft"] > 0) == (rule is not None and (e.draft_forwards > 0 or e.index == 0))
