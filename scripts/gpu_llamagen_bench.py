@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from coolsd.neighbours import neighbour_table
 from coolsd.rules import make_rule
 from coolsd.sampling import SamplingConfig
 from coolsd.tree import EAGLE_25
+from scripts.gpu_check import median_ms, sync  # one timing helper for both GPU scripts
 
 XL = LlamaGenConfig()  # published GPT-XL T2I widths, 16 x 16 tokens
 TINY = LlamaGenConfig(
@@ -35,25 +35,6 @@ TINY = LlamaGenConfig(
     caption_dim=32, cls_token_num=8, block_size=64,
 )  # fmt: skip
 CODE_DIM = 8  # VQ-16 code width, for the random neighbour table
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_ms(fn, device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median wall milliseconds of fn() over `repeats` synchronised calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
 
 
 def tree_mask(paths, context: int) -> tuple[torch.Tensor, torch.Tensor]:
