@@ -3,8 +3,8 @@
     python app.py                      # http://127.0.0.1:7860 (a Space runs the same file)
     COOLSD_MODEL=tiny python app.py    # embedded | tiny (random weights, fast) | llamagen (GPU)
 
-The entry point only: offline flags, the model loaded once (`coolsd.ui.context`), the settings
-column, one tab per panel module of `coolsd.ui` (interface documented there), launch. All maths
+The entry point only: offline flags, the model loaded once (`coolsd.app.context`), the settings
+column, one tab per panel module of `coolsd.app` (interface documented there), launch. All maths
 lives in `coolsd`. API: see the README section "The app".
 """
 
@@ -22,9 +22,9 @@ import logging  # noqa: E402
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
-from coolsd.fetch import fetch_on_start  # noqa: E402
-from coolsd.ui import controls, how, lab, race, schedule, share, theory  # noqa: E402
-from coolsd.ui.context import Context, default_model_choice, load_models  # noqa: E402
+from coolsd.app import controls, how, lab, race, schedule, share, theory  # noqa: E402
+from coolsd.app.context import Context, default_model_choice, load_models  # noqa: E402
+from coolsd.models.llamagen.fetch import fetch_on_start  # noqa: E402
 
 WORKERS = int(os.environ.get("COOLSD_WORKERS", "1") or 1)  # races run at once (each has its own KV caches)
 if WORKERS < 1:

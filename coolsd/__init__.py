@@ -10,12 +10,10 @@ Public API (kept stable):
     oracle:   exact, rule_step, step_output, match_tau, sequence_probs, random_tables
 """
 
-from coolsd.engine import DecodeConfig, decode, generate, make_generator, run
-from coolsd.events import DecodeResult, RoundEvent
-from coolsd.models.bundle import ModelBundle, load_embedded
-from coolsd.neighbours import neighbour_table
-from coolsd.oracle import exact, match_tau, rule_step, sequence_probs, step_output
-from coolsd.rules import (
+from coolsd.decoding.engine import DecodeConfig, decode, generate, make_generator, run
+from coolsd.decoding.events import DecodeResult, RoundEvent
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
     CustomScheduleRule,
@@ -27,8 +25,10 @@ from coolsd.rules import (
     UniformRSDRule,
     make_rule,
 )
-from coolsd.sampling import SamplingConfig
-from coolsd.tabular import random_tables
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.bundle import ModelBundle, load_embedded
+from coolsd.theory.oracle import exact, match_tau, rule_step, sequence_probs, step_output
+from coolsd.theory.tabular import random_tables
 
 Eagle1, LanternPP, Lantern, UniformRSD, CoolSD = EagleRule, LanternPPRule, LanternRule, UniformRSDRule, CoolSDRule
 

@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 
 import torch
-
-from coolsd.engine import DecodeConfig, run
-from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
-from coolsd.neighbours import neighbour_table
-from coolsd.rules import make_rule
-from coolsd.sampling import SamplingConfig
-from coolsd.tree import EAGLE_25
 from scripts.gpu_check import median_ms, sync  # one timing helper for both GPU scripts
+
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import make_rule
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.decoding.tree import EAGLE_25
+from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
 
 XL = LlamaGenConfig()  # published GPT-XL T2I widths, 16 x 16 tokens
 TINY = LlamaGenConfig(

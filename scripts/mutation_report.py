@@ -25,7 +25,7 @@ MUTMUT = [str(ROOT / ".venv" / "bin" / "mutmut")]
 PATTERNS: list[tuple[str, str]] = [
     (r"device=None|\.to\(None\)|_table\(None\)|dev = None|<device argument removed>",
      "E1 device: the tests run on the CPU, where device=None (or no device argument, or .to(None)) is the CPU "
-     "too; device placement is checked on a GPU by scripts/gpu_check.py"),
+     "too; device placement is checked on a GPU by coolsd/bench/gpu.py"),
     (r"np\.asarray\((mu1|mu2), (None)?\)",
      "E2 dtype promotion: the mean is only used in (mu1 - mu2) ** 2, promoted to float64 by the other float64 "
      "operand"),
@@ -111,19 +111,19 @@ _R6 = ("E25 Session's first values are overwritten before use: round 0 commits t
 _R7 = ("E25 Session's first values are overwritten before use: in round 0 `committed` holds exactly one "
       'token, so [:2] == [:1]')
 _R8 = ('E1 device: the tests run on the CPU, where device=None (or no device argument, or .to(None)) is the '
-      'CPU too; device placement is checked on a GPU by scripts/gpu_check.py')
+      'CPU too; device placement is checked on a GPU by coolsd/bench/gpu.py')
 REASONS: dict[str, str] = {
-    'coolsd.oracle.x_exact__mutmut_10': _R1,
-    'coolsd.oracle.x_exact__mutmut_139': _R2,
-    'coolsd.oracle.x_exact__mutmut_97': _R3,
-    'coolsd.oracle.x_exact__mutmut_115': _R3,
-    'coolsd.oracle.x_exact__mutmut_118': _R4,
-    'coolsd.oracle.x_exact__mutmut_124': _R4,
-    'coolsd.oracle.x_exact__mutmut_125': _R4,
-    'coolsd.oracle.x_exact__mutmut_179': _R5,
-    'coolsd.round.xǁSessionǁ__init____mutmut_6': _R6,
-    'coolsd.round.xǁSessionǁfirst__mutmut_53': _R7,
-    'coolsd.round.xǁSessionǁ__init____mutmut_3': _R8,
+    'coolsd.theory.oracle.x_exact__mutmut_10': _R1,
+    'coolsd.theory.oracle.x_exact__mutmut_139': _R2,
+    'coolsd.theory.oracle.x_exact__mutmut_97': _R3,
+    'coolsd.theory.oracle.x_exact__mutmut_115': _R3,
+    'coolsd.theory.oracle.x_exact__mutmut_118': _R4,
+    'coolsd.theory.oracle.x_exact__mutmut_124': _R4,
+    'coolsd.theory.oracle.x_exact__mutmut_125': _R4,
+    'coolsd.theory.oracle.x_exact__mutmut_179': _R5,
+    'coolsd.decoding.round.xǁSessionǁ__init____mutmut_6': _R6,
+    'coolsd.decoding.round.xǁSessionǁfirst__mutmut_53': _R7,
+    'coolsd.decoding.round.xǁSessionǁ__init____mutmut_3': _R8,
 }
 
 
@@ -138,13 +138,13 @@ def diff_of(name: str) -> str:
 
 
 GPU_ONLY = "G1 accelerator-only branch of round.sample (inverse CDF without a host sync): the CPU test machine " \
-    "takes torch.multinomial; scripts/gpu_check.py runs this branch on a GPU"
+    "takes torch.multinomial; coolsd/bench/gpu.py runs this branch on a GPU"
 
 
 def reason_for(name: str, diff: str) -> str | None:
     if name in REASONS:
         return REASONS[name]
-    if name.startswith("coolsd.round.x_sample__") and "multinomial" not in diff and "device.type" not in diff:
+    if name.startswith("coolsd.decoding.round.x_sample__") and "multinomial" not in diff and "device.type" not in diff:
         return GPU_ONLY
     added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
     removed = "\n".join(line for line in diff.splitlines() if line.startswith("-"))

@@ -1,4 +1,4 @@
-"""How the annealed-vs-uniform verdict (coolsd.annealing.compare_schedules) moves with the random models' shape.
+"""How the annealed-vs-uniform verdict (coolsd.theory.annealing.compare_schedules) moves with the random models' shape.
 
     OMP_NUM_THREADS=1 python -m scripts.schedule_sensitivity > runs/sensitivity.txt   (reported, not asserted)
 """
@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from coolsd.annealing import compare_schedules, format_schedules
+from coolsd.theory.annealing import compare_schedules, format_schedules
 
 VARIANTS = [{"sharpness": 1.5, "noise": "uniform"}, {"sharpness": 3.0, "noise": "random"},
             {"sharpness": 0.75, "noise": "random"}]

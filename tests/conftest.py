@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from coolsd.neighbours import neighbour_table
-from coolsd.rules import LanternPPRule, Rule, make_rule
-from coolsd.tabular import random_tables
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import LanternPPRule, Rule, make_rule
+from coolsd.theory.tabular import random_tables
 
 # Tests use tiny tensors on a small shared CPU: intra-op threads only add contention (about 10x slower).
 torch.set_num_threads(1)
@@ -65,7 +65,7 @@ def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor, z: float = 3.
 
 
 def sequence_index(tokens: torch.Tensor, vocab_size: int) -> int:
-    """Row-major index of a whole sequence, as in `coolsd.oracle.sequence_probs`."""
+    """Row-major index of a whole sequence, as in `coolsd.theory.oracle.sequence_probs`."""
     return sum(int(x) * vocab_size ** (len(tokens) - 1 - i) for i, x in enumerate(tokens))
 
 
@@ -97,7 +97,7 @@ def probs():
 
 @pytest.fixture
 def tabular():
-    """tabular(vocab_size, num_tokens, seed, **kw) -> (TabularLM P, TabularDrafter Q), see coolsd.tabular."""
+    """tabular(vocab_size, num_tokens, seed, **kw) -> (TabularLM P, TabularDrafter Q), see coolsd.theory.tabular."""
     return random_tables
 
 

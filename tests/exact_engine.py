@@ -1,6 +1,6 @@
 """The real engine's exact output distribution on tabular models, by enumerating every random draw it makes.
 
-No sampling noise: `engine_distribution(...)` runs `coolsd.engine.run` once per path of random outcomes
+No sampling noise: `engine_distribution(...)` runs `coolsd.decoding.engine.run` once per path of random outcomes
 (depth first) and adds up the path probabilities, so a test can compare the engine with the oracle or
 with P to float rounding (1e-12) instead of a chi-square. The draws the engine makes are replaced by
 scripted choices while a path runs:
@@ -10,7 +10,7 @@ scripted choices while a path runs:
 - `torch.rand(n)` of a chain round (n = drafts): the number of accepted drafts c = 0..n, with
   probability a_1 ... a_c (1 - a_{c+1}), a = what the rule's `accept_prob` returned in that round;
 - `torch.rand(())` of a tree sibling test: accept (a) or reject (1 - a), a as above;
-- `coolsd.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
+- `coolsd.decoding.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
   support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l)).
 
 Costs one engine run per path: keep V, T and the tree small (V = 3, T = 4, L = 2 is ~10^3 paths).
@@ -24,9 +24,9 @@ import math
 
 import torch
 
-import coolsd.tree
-from coolsd.engine import DecodeConfig, run
-from coolsd.tabular import TabularDrafter, TabularLM
+import coolsd.decoding.tree
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.theory.tabular import TabularDrafter, TabularLM
 
 
 class _Pruned(Exception):
@@ -121,7 +121,7 @@ class _Path:
 
 def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeConfig, monkeypatch,
                         sampling=None, max_paths: int = 200_000) -> tuple[torch.Tensor, float]:
-    """Exact (V**T,) output distribution of `coolsd.engine.run` and its expected number of target forwards.
+    """Exact (V**T,) output distribution of `coolsd.decoding.engine.run` and its expected number of target forwards.
 
     `monkeypatch` is pytest's fixture (the draws are patched only while this runs).
     """
@@ -137,7 +137,7 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
             path = _Path(prefix, recording or _RecordingRule(None))
             mp.setattr(torch, "multinomial", path.multinomial)
             mp.setattr(torch, "rand", path.rand)
-            mp.setattr(coolsd.tree, "_sample_without_replacement", path.without_replacement)
+            mp.setattr(coolsd.decoding.tree, "_sample_without_replacement", path.without_replacement)
             try:
                 result = run(target, drafter if rule is not None else None, recording, None, num_tokens,
                              sampling=sampling, config=config, seed=0)

@@ -1,4 +1,4 @@
-"""coolsd.annealing and the oracle's per-depth numbers: exact identities, and the report's plumbing."""
+"""coolsd.theory.annealing and the oracle's per-depth numbers: exact identities, and the report's plumbing."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from coolsd import annealing
-from coolsd.oracle import exact, rule_step, sequence_probs
-from coolsd.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, UniformRSDRule
+from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, UniformRSDRule
+from coolsd.theory import annealing
+from coolsd.theory.oracle import exact, rule_step, sequence_probs
 
 V, T, L = 3, 5, 3  # 243 sequences; round 1 drafts all L depths
 

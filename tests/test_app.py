@@ -1,4 +1,4 @@
-"""app.py and coolsd.ui: the race handler, the HTTP API through gradio_client (in-process server), and input checks.
+"""app.py and coolsd.app: the race handler, the HTTP API through gradio_client (in-process server), and input checks.
 
 Runs on the tiny random-weight model (COOLSD_MODEL=tiny, set before app is imported) so it takes
 seconds; one test decodes with the shipped embedded model when assets/embedded exists.
@@ -21,8 +21,8 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import app  # noqa: E402
-from coolsd.ui import context, controls  # noqa: E402
-from coolsd.ui import race as race_ui  # noqa: E402
+from coolsd.app import context, controls  # noqa: E402
+from coolsd.app import race as race_ui  # noqa: E402
 
 RACE = app.CTX.panels["race"]
 STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2  # positions in a race frame
@@ -221,9 +221,9 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     for key, s in stats["decoders"].items():
         assert s["tokens"] == app.CTX.model.num_tokens, key
     # the numbers the API reports are the library's: Eagle-1 decoded directly with the same settings
-    from coolsd.engine import DecodeConfig, run
-    from coolsd.rules import make_rule
-    from coolsd.sampling import SamplingConfig
+    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.rules import make_rule
+    from coolsd.decoding.sampling import SamplingConfig
 
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     m = app.CTX.model
@@ -340,11 +340,11 @@ def test_raw_http_non_finite_values_are_rejected(server, name, literal):
 @pytest.mark.skipif(not (EMBEDDED / "target").is_dir(), reason="assets/embedded/ is not there yet (model not exported)")
 def test_embedded_model_race_views():
     """The real 16x16-token model: a short race on forked handles gives full grids and 256 px images."""
-    from coolsd.engine import DecodeConfig, generate
+    from coolsd.app.plots import fill_ids, token_image
+    from coolsd.compare.race import Race, Racer, fork_models
+    from coolsd.decoding.engine import DecodeConfig, generate
+    from coolsd.decoding.rules import make_rule
     from coolsd.models.bundle import load_embedded
-    from coolsd.plots import fill_ids, token_image
-    from coolsd.race import Race, Racer, fork_models
-    from coolsd.rules import make_rule
 
     b = load_embedded(device="cpu")
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0)}
@@ -375,9 +375,9 @@ def _race(**changes):
 
 def test_racer_choice_races_exactly_the_chosen_rules():
     """Four non-default racers: each decodes what the library decodes alone with that rule, vanilla AR races too."""
-    from coolsd.engine import DecodeConfig, run
-    from coolsd.sampling import SamplingConfig
-    from coolsd.ui.racers import RuleParams, make_racer_rule
+    from coolsd.app.racers import RuleParams, make_racer_rule
+    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.sampling import SamplingConfig
 
     chosen = ["uniform-rsd", "linear-decay", "cool-sd-floor", "custom"]
     values = kwargs(racers=list(reversed(chosen)), uniform_delta=3.0, linear_delta=1.5, linear_slope=0.8,
@@ -441,7 +441,7 @@ def test_replay_frame_equals_the_race_stopped_at_that_step():
 def test_trace_json_round_trip_replays_the_same_race():
     import json
 
-    from coolsd.trace import RaceTrace
+    from coolsd.compare.trace import RaceTrace
 
     last = _race(seed=8, racers=["eagle-1", "custom"])[-1]
     trace = last[TRACE]
@@ -458,7 +458,7 @@ def test_trace_json_round_trip_replays_the_same_race():
 
 
 def test_share_link_round_trip_restores_every_setting():
-    from coolsd.ui import share
+    from coolsd.app import share
 
     values = kwargs(condition="7", seed=12345, temperature=0.85, top_k=7, cfg_scale=2.5, draft_len=3,
                     drafting="eagle-25", delta=1.1, nu=0.35, mu=-0.5, mean_omega=False, lantern_k=2,
@@ -539,7 +539,7 @@ def test_api_trace_and_replay_before_any_race_say_so(server):
 
 
 def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardware(tmp_path):
-    from coolsd.ui import how
+    from coolsd.app import how
 
     text = how.paper_beside_us()
     rows = [line for line in text.splitlines() if line.startswith("| paper") or line.startswith("| ours")]

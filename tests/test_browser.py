@@ -48,7 +48,7 @@ WATCH_IMAGES = """() => {
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
     import app
-    from coolsd.ui import race as race_ui
+    from coolsd.app import race as race_ui
 
     mp = pytest.MonkeyPatch()
     mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
@@ -131,7 +131,7 @@ def _stop(page, app):
     import threading
     import time
 
-    from coolsd.ui import race as race_ui
+    from coolsd.app import race as race_ui
 
     real_generate = race_ui.generate
     closed = threading.Event()

@@ -9,12 +9,15 @@ import pytest
 import torch
 from exact_engine import engine_distribution
 
-from coolsd.engine import DecodeConfig, decode, generate, make_generator, run
-from coolsd.events import BONUS, RESAMPLED, DecodeResult
-from coolsd.oracle import exact, sequence_probs
-from coolsd.rules import RULES, CoolSDRule, EagleRule, UniformRSDRule
-from coolsd.sampling import SamplingConfig
-from coolsd.tree import TREES
+from coolsd.decoding.engine import DecodeConfig, decode, generate, make_generator, run
+from coolsd.decoding.events import DecodeResult, TokenOutcome
+from coolsd.decoding.rules import RULES, CoolSDRule, EagleRule, UniformRSDRule
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.decoding.tree import TREES
+from coolsd.theory.oracle import exact, sequence_probs
+
+RESAMPLED, BONUS = TokenOutcome.RESAMPLED, TokenOutcome.BONUS
+
 
 # Whole-sequence checks: V = 3, T = 5 (243 sequences), L = 3, so the first round drafts all three
 # depths (COOL-SD's omega_3 < 1 at delta = 2). About 1 ms per sequence.
@@ -31,7 +34,7 @@ def greedy_sequence(target) -> list[int]:
 
 @pytest.fixture(scope="module")
 def models():
-    from coolsd.tabular import random_tables
+    from coolsd.theory.tabular import random_tables
 
     return random_tables(V, T, seed=4)
 
@@ -83,7 +86,7 @@ EXACT_RULES = {
 
 @pytest.fixture(scope="module")
 def small_models():
-    from coolsd.tabular import random_tables
+    from coolsd.theory.tabular import random_tables
 
     return random_tables(EV, ET, seed=6)
 
@@ -280,7 +283,7 @@ def test_chain_feeds_features_and_positions_like_eagle(tabular):
 
 def test_error_messages_in_full(models):
     """The app and the CLI show these texts as they are: whole messages, not fragments."""
-    from coolsd.tree import TREES
+    from coolsd.decoding.tree import TREES
 
     target, drafter = models
     cases = [
@@ -365,7 +368,7 @@ def test_condition_and_default_seed_reach_the_models(tabular):
 
 def test_make_event_dtypes_even_when_empty():
     """Token ids and depths are int64, probabilities float64, also for the empty lists of round 0."""
-    from coolsd.round import make_event
+    from coolsd.decoding.round import make_event
     for kw in ({}, dict(accept_probs=[0.5], omega=[1.0], tested_depths=[1], tested_probs=[0.25])):
         ev = make_event(index=0, start=0, tokens=[] if not kw else [3], n_accepted=0, seconds={}, **kw)
         assert ev.tokens.dtype == ev.tested_depths.dtype == torch.long
@@ -374,7 +377,7 @@ def test_make_event_dtypes_even_when_empty():
 
 def test_clock_accumulates_each_phase(monkeypatch):
     """A fake perf_counter: the clock starts at zero in every phase and charges each span to its phase."""
-    import coolsd.round as round_mod
+    import coolsd.decoding.round as round_mod
     ticks = iter([100.0, 101.0, 103.0, 106.0, 110.0, 115.0])
     monkeypatch.setattr(round_mod.time, "perf_counter", lambda: next(ticks))
     clock = round_mod.Clock()  # t = 100
@@ -388,9 +391,9 @@ def test_clock_accumulates_each_phase(monkeypatch):
 
 def test_first_round_passes_guidance_and_the_last_feature(tabular):
     """Round 0 hands the guidance flag to both models and keeps only the last position's feature."""
+    from coolsd.decoding.round import Session
     from coolsd.models.protocol import ModelStep
-    from coolsd.round import Session
-    from coolsd.tabular import TabularDrafter, TabularLM
+    from coolsd.theory.tabular import TabularDrafter, TabularLM
 
     seen = []
     p, q = tabular(4, 3, 0)

@@ -21,9 +21,9 @@ import torch
 from huggingface_hub import constants
 from safetensors.torch import save
 
-from coolsd import fetch as fetch_module
-from coolsd.fetch import FETCH_ENV, FetchError, fetch, fetch_on_start, main
 from coolsd.models.llamagen import ENV_VAR, available_resolutions, load_llamagen
+from coolsd.models.llamagen import fetch as fetch_module
+from coolsd.models.llamagen.fetch import FETCH_ENV, FetchError, fetch, fetch_on_start, main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_llamagen import (  # noqa: E402

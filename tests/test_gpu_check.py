@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py runs end to end on tiny random models on CPU and writes its JSON and Markdown."""
+"""coolsd/bench/gpu.py runs end to end on tiny random models on CPU and writes its JSON and Markdown."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""coolsd.lab (the quality lab's backend): samples equal independent decodes, the numbers are recomputed here."""
+"""coolsd.compare.lab (the quality lab backend): samples equal independent decodes, the numbers are recomputed here."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from coolsd.engine import DecodeConfig, run
-from coolsd.lab import CACHED, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
-from coolsd.metrics import classifier_outputs, token_nll
-from coolsd.race import fork_models
-from coolsd.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule
+from coolsd.bench.metrics import classifier_outputs, token_nll
+from coolsd.compare.lab import CACHED, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
+from coolsd.compare.race import fork_models
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 

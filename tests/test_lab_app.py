@@ -16,9 +16,9 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import app  # noqa: E402
-from coolsd.engine import DecodeConfig, run  # noqa: E402
-from coolsd.race import fork_models  # noqa: E402
-from coolsd.rules import CoolSDRule, UniformRSDRule  # noqa: E402
+from coolsd.compare.race import fork_models  # noqa: E402
+from coolsd.decoding.engine import DecodeConfig, run  # noqa: E402
+from coolsd.decoding.rules import CoolSDRule, UniformRSDRule  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 DEADLINE_S = 120.0  # the longest a call below may take before the test fails (a deadline, not a timing)
@@ -125,8 +125,8 @@ def test_lab_stop_returns_the_lane():
 
 
 def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
-    from coolsd.lab import lab_decoders
-    from coolsd.ui import lab as lab_ui
+    from coolsd.app import lab as lab_ui
+    from coolsd.compare.lab import lab_decoders
 
     rows = lab_ui.bench_rows()
     if not rows:
@@ -143,8 +143,8 @@ def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
 
 
 def test_grid_image_layout():
-    from coolsd.lab import LabSample, lab_decoders
-    from coolsd.ui import lab as lab_ui
+    from coolsd.app import lab as lab_ui
+    from coolsd.compare.lab import LabSample, lab_decoders
 
     decoders = lab_decoders("cool-sd", 2.0)
     sample = LabSample(1, 2, "chosen", 1, 0, torch.zeros(4, dtype=torch.long), torch.ones(1, 32, 32), 2.0, 2, 0.1,

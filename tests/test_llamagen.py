@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from coolsd.decoding.neighbours import neighbour_table
 from coolsd.models.llamagen import (
     CaptionEmbedding,
     CheckpointMismatch,
@@ -27,7 +28,6 @@ from coolsd.models.llamagen.clean import clean_caption, clean_caption_once
 from coolsd.models.llamagen.layers import apply_rope, rope_2d
 from coolsd.models.llamagen.loaders import load_drafter, load_target, load_vq
 from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
-from coolsd.neighbours import neighbour_table
 
 torch.set_num_threads(1)
 
@@ -544,9 +544,9 @@ def test_t5_prompt_path(weights_dir):
 
 @pytest.mark.parametrize("tree", [None, "binary-2", "lantern-57"])
 def test_engine_generation_each_rule(target, drafter, caption, tree):
-    from coolsd.engine import DecodeConfig, run
-    from coolsd.rules import make_rule
-    from coolsd.sampling import SamplingConfig
+    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.rules import make_rule
+    from coolsd.decoding.sampling import SamplingConfig
 
     vq = VQ16Tokenizer(TINY_VQ, grid=(4, 4))
     table = neighbour_table(vq.codes(), k_max=4)
@@ -623,7 +623,7 @@ def test_t5_encoder_cleans_prompts(weights_dir):
 def test_lantern_static_tree_shape():
     from collections import Counter
 
-    from coolsd.tree import NAIVE_EXTEND_57, TREES, validate
+    from coolsd.decoding.tree import NAIVE_EXTEND_57, TREES, validate
 
     assert TREES["lantern-57"] is NAIVE_EXTEND_57
     assert len(NAIVE_EXTEND_57) == len(set(NAIVE_EXTEND_57)) == 57

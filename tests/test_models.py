@@ -8,15 +8,14 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from coolsd.engine import DecodeConfig, run
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import make_rule
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import EMBEDDED_DIR, BundleError, load_embedded
 from coolsd.models.eagle import EagleDrafter, EagleHead, eagle_config
-from coolsd.models.embedded import LlamaClassTarget
+from coolsd.models.embedded import LlamaClassTarget, target_config
 from coolsd.models.protocol import causal_mask
 from coolsd.models.tiny import tiny_bundle
-from coolsd.rules import make_rule
-from coolsd.sampling import SamplingConfig
-from coolsd.train.target import target_config
 
 K = 32  # codebook size of the tiny models
 

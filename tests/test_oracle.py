@@ -9,10 +9,8 @@ import math
 import pytest
 import torch
 
-from coolsd import theory
-from coolsd.neighbours import neighbour_table
-from coolsd.oracle import exact, match_tau, rule_step, sequence_probs, step_output
-from coolsd.rules import (
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import (
     CoolSDRule,
     EagleRule,
     LanternPPRule,
@@ -23,7 +21,9 @@ from coolsd.rules import (
     make_rule,
     ratio_accept,
 )
-from coolsd.tabular import TabularDrafter, TabularLM
+from coolsd.theory import sweeps
+from coolsd.theory.oracle import exact, match_tau, rule_step, sequence_probs, step_output
+from coolsd.theory.tabular import TabularDrafter, TabularLM
 
 EXACT = 1e-9  # "equal" for whole-sequence distributions (float64 rounding is ~1e-16)
 
@@ -186,13 +186,13 @@ def test_match_tau(tabular):
 @pytest.fixture(scope="module")
 def report():
     """The delta = 2 row of `python -m coolsd.theory --report` (same models and seeds; delta = 1.1 only there)."""
-    return theory.compare(deltas=(2.0,))
+    return sweeps.compare(deltas=(2.0,))
 
 
 @pytest.mark.heavy
 def test_report_annealed_vs_uniform_and_g_star_vs_lossless(report):
     """Spec section 3: these comparisons are reported; only their computation is checked."""
-    print("\n" + theory.format_report(report))
+    print("\n" + sweeps.format_report(report))
     assert report["setup"]["n_models"] == 20
     for row in report["results"]:
         for key in ("annealed_lower_tv", "annealed_lower_bound", "gstar_lower_tv"):
@@ -204,7 +204,7 @@ def test_report_annealed_vs_uniform_and_g_star_vs_lossless(report):
 
 # ---------------------------------------------------------------- the theory view
 def small_curves() -> dict:
-    return theory.tradeoff_curves(vocab_size=3, num_tokens=4, draft_len=2, k=1, deltas=(1.0, 2.0), lams=(1.0, 4.0))
+    return sweeps.tradeoff_curves(vocab_size=3, num_tokens=4, draft_len=2, k=1, deltas=(1.0, 2.0), lams=(1.0, 4.0))
 
 
 def test_tradeoff_curves():
@@ -226,30 +226,30 @@ def test_tradeoff_curves():
 
 def test_tradeoff_figure_and_mark():
     curves = small_curves()
-    fig = theory.tradeoff_figure(curves)
+    fig = sweeps.tradeoff_figure(curves)
     names = [trace.name for trace in fig.data]
     assert {"uniform-rsd", "cool-sd", "lantern++", "eagle-1 (lossless)"} <= set(names)
-    fig = theory.tradeoff_figure(curves, mark=make_rule("lantern++", k=10, lam=5.0))
+    fig = sweeps.tradeoff_figure(curves, mark=make_rule("lantern++", k=10, lam=5.0))
     assert fig.data[-1].name == "current: lantern++ (k 10 -> 1 on the toy codebook)"
-    fig = theory.tradeoff_figure(curves, mark=make_rule("cool-sd", delta=2.0))
+    fig = sweeps.tradeoff_figure(curves, mark=make_rule("cool-sd", delta=2.0))
     cool_2 = curves["curves"]["cool-sd"][1]
     assert math.isclose(fig.data[-1].x[0], cool_2["tau"]) and math.isclose(fig.data[-1].y[0], cool_2["tv"])
-    fig = theory.tradeoff_figure(curves, mark={"tau": 1.5, "tv": 0.1, "label": "here"})
+    fig = sweeps.tradeoff_figure(curves, mark={"tau": 1.5, "tv": 0.1, "label": "here"})
     assert fig.data[-1].name == "here"
 
 
 def test_cli_writes_figure_and_points(tmp_path, capsys, monkeypatch):
     """The CLI plumbing (HTML, so no browser is needed), on the small sweeps to keep it quick."""
     curves = small_curves()
-    monkeypatch.setattr(theory, "tradeoff_curves", lambda: curves)
+    monkeypatch.setattr(sweeps, "tradeoff_curves", lambda: curves)
     out = tmp_path / "tradeoff.html"
-    assert theory.main(["--out", str(out)]) == 0
+    assert sweeps.main(["--out", str(out)]) == 0
     assert out.exists() and out.stat().st_size > 1000
     points = json.loads(out.with_suffix(".json").read_text())
     assert points == json.loads(json.dumps(curves))
     assert "wrote" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        theory.main([])  # nothing to do
+        sweeps.main([])  # nothing to do
 
 
 # ---------------------------------------------------------------- hand-computed two-token cases (independent of code)

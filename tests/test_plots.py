@@ -1,4 +1,4 @@
-"""coolsd.plots: token grid to image, outcome overlay, stats table and figures, on hand-made inputs."""
+"""coolsd.app.plots: token grid to image, outcome overlay, stats table and figures, on hand-made inputs."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from coolsd.plots import (
+from coolsd.app.plots import (
+    ACCEPTED,
+    BONUS,
     KIND_COLOURS,
     OVERLAY_ALPHA,
     PLACEHOLDER_GREYS,
+    RESAMPLED,
     acceptance_figure,
     display_size,
     fill_ids,
@@ -24,7 +27,7 @@ from coolsd.plots import (
     to_rgb_array,
     token_image,
 )
-from coolsd.race import ACCEPTED, BONUS, EMPTY, RESAMPLED
+from coolsd.decoding.events import EMPTY_CODE as EMPTY
 
 
 def test_fill_ids_uses_the_most_common_committed_id():

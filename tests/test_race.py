@@ -1,4 +1,4 @@
-"""coolsd.race: least-compute scheduling, per-decoder bookkeeping, and independent model handles (fork_models)."""
+"""coolsd.compare.race: least-compute scheduling, per-decoder bookkeeping, independent model handles (fork_models)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import math
 import pytest
 import torch
 
-from coolsd.engine import DecodeConfig, generate, run
-from coolsd.events import BONUS, RESAMPLED, RoundEvent
-from coolsd.race import ACCEPTED, Race, Racer, fork_models
-from coolsd.race import BONUS as BONUS_CODE
-from coolsd.race import RESAMPLED as RESAMPLED_CODE
-from coolsd.rules import make_rule
-from coolsd.sampling import SamplingConfig
+from coolsd.compare.race import Race, Racer, fork_models
+from coolsd.decoding.engine import DecodeConfig, generate, run
+from coolsd.decoding.events import RoundEvent, TokenOutcome
+from coolsd.decoding.rules import make_rule
+from coolsd.decoding.sampling import SamplingConfig
+
+RESAMPLED, BONUS = TokenOutcome.RESAMPLED, TokenOutcome.BONUS
+ACCEPTED, RESAMPLED_CODE, BONUS_CODE = (k.code for k in TokenOutcome)  # Racer.kinds codes
+
 
 
 def _event(index, start, tokens, n_accepted, last, seconds, depths=(), probs=(), omega=()):
@@ -152,7 +154,7 @@ def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
 
 def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(tiny_bundle_fixture):
     """An injected out-of-memory error in round 3 of one racer: the race stops cleanly, the next one is fine."""
-    from coolsd.race import DeviceFailure, inject_fault, is_device_failure
+    from coolsd.compare.race import DeviceFailure, inject_fault, is_device_failure
 
     b = tiny_bundle_fixture
     target, drafter = fork_models(b.target, b.drafter)

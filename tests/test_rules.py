@@ -9,9 +9,8 @@ import math
 import pytest
 import torch
 
-from coolsd.neighbours import neighbour_table
-from coolsd.oracle import rule_step
-from coolsd.rules import (
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
     EagleRule,
@@ -24,6 +23,7 @@ from coolsd.rules import (
     normalise,
     pick,
 )
+from coolsd.theory.oracle import rule_step
 
 V, L = 8, 3  # codebook size and draft length of the contract batches
 
@@ -427,7 +427,7 @@ def test_error_messages_name_the_field_and_value(name, kwargs, message):
 
 def test_boundaries_that_are_allowed():
     assert LanternRule(delta=1.0).delta == 1.0  # LANTERN's absolute budget may be 1 (spec: delta <= 1)
-    from coolsd.rules import MAX_SCHEDULE_LEN, CustomScheduleRule
+    from coolsd.decoding.rules import MAX_SCHEDULE_LEN, CustomScheduleRule
 
     assert len(CustomScheduleRule(omegas=(1.0,) * MAX_SCHEDULE_LEN).omegas) == MAX_SCHEDULE_LEN
     with pytest.raises(ValueError, match="at most"):
@@ -475,7 +475,7 @@ def test_float32_inputs_stay_float32(build_rule, probs, gen, name):
 
 
 def test_schedules_floor_and_length():
-    from coolsd.rules import LinearDecayRule
+    from coolsd.decoding.rules import LinearDecayRule
 
     floored = LinearDecayRule(delta=1.0, slope=0.5, floor_at_one=True).omega(torch.tensor([1, 2]), 2)
     assert floored.tolist() == [1.5, 1.0]  # 0.5 floored at exactly 1
@@ -485,7 +485,7 @@ def test_schedules_floor_and_length():
 
 def test_normalise_threshold_is_sixteen_eps_exclusive():
     """Mass 16.5 eps is normalised; mass exactly 16 eps is rounding noise and falls back to p."""
-    from coolsd.rules import normalise
+    from coolsd.decoding.rules import normalise
     eps = torch.finfo(torch.float64).eps
     fallback = torch.tensor([0.25, 0.75], dtype=torch.float64)
     above = normalise(torch.tensor([16.5 * eps, 0.0], dtype=torch.float64), fallback)
@@ -495,6 +495,6 @@ def test_normalise_threshold_is_sixteen_eps_exclusive():
 
 
 def test_ratio_accept_is_one_where_q_is_zero_even_if_p_is_zero():
-    from coolsd.rules import ratio_accept
+    from coolsd.decoding.rules import ratio_accept
     a = ratio_accept(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64), 1.0)
     assert torch.equal(a, torch.tensor([1.0, 1.0], dtype=torch.float64))

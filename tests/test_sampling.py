@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from coolsd.sampling import SamplingConfig
+from coolsd.decoding.sampling import SamplingConfig
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
 LOGITS = PROBS.log()[None]  # (G = 1, V = 4)

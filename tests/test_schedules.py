@@ -8,9 +8,8 @@ import pytest
 import torch
 from test_rules import RuleContract
 
-from coolsd.engine import DecodeConfig, run
-from coolsd.oracle import exact, rule_step, sequence_probs
-from coolsd.rules import (
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import (
     CoolSDRule,
     CustomScheduleRule,
     EagleRule,
@@ -20,6 +19,7 @@ from coolsd.rules import (
     lossless_residual,
     make_rule,
 )
+from coolsd.theory.oracle import exact, rule_step, sequence_probs
 
 V, L = 8, 3  # contract batches (as tests/test_rules.py)
 ORACLE = (3, 5, 3)  # tabular V, T, L of the whole-sequence checks (243 sequences; round 1 drafts all L depths)
@@ -31,7 +31,7 @@ def depths(n: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def toy():
-    from coolsd.tabular import random_tables
+    from coolsd.theory.tabular import random_tables
 
     return random_tables(ORACLE[0], ORACLE[1], seed=3)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coolsd.engine import DecodeConfig, generate, run
+from coolsd.compare.race import fork_models
+from coolsd.decoding.engine import DecodeConfig, generate, run
+from coolsd.decoding.rules import RULES
 from coolsd.models.graphs import choose_path, prepare
-from coolsd.race import fork_models
-from coolsd.rules import RULES
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_llamagen_static_forward_equals_eager(tiny_llamagen):
 
 @pytest.mark.parametrize("tree", [None, "binary-2"])
 def test_llamagen_same_tokens_on_both_paths_for_every_rule(tiny_llamagen, tree, build_rule):
-    from coolsd.sampling import SamplingConfig
+    from coolsd.decoding.sampling import SamplingConfig
 
     target, drafter, caption = tiny_llamagen
     lanes = {"eager": fork_models(target, drafter), "static": fork_models(target, drafter)}

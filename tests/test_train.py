@@ -9,10 +9,10 @@ from transformers import LlamaForCausalLM
 
 from coolsd.models.bundle import EMBEDDED_SAMPLING
 from coolsd.models.eagle import EagleHead, eagle_config
+from coolsd.models.embedded import target_config
 from coolsd.train.acceptance import depth_rates
 from coolsd.train.drafter import drafter_losses, pair_ids, target_features, train_drafter
 from coolsd.train.selfdistill import SampleShards, sample_batch
-from coolsd.train.target import target_config
 
 K = 32
 
@@ -77,7 +77,7 @@ def test_shards_resume_to_the_same_samples(target, tmp_path):
 def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
     from diffusers import VQModel
 
-    from coolsd.train.vq import vq_config
+    from coolsd.models.embedded import vq_config
 
     torch.manual_seed(0)
     vq = VQModel(**(vq_config(K) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()

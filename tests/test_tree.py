@@ -9,10 +9,10 @@ import pytest
 import torch
 from exact_engine import checked_models, engine_distribution
 
-from coolsd.engine import DecodeConfig, run
-from coolsd.oracle import exact, sequence_probs
-from coolsd.rules import CoolSDRule, EagleRule, UniformRSDRule
-from coolsd.tree import EAGLE_25, TREES, _sample_without_replacement, binary_tree, chain_tree, validate
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import CoolSDRule, EagleRule, UniformRSDRule
+from coolsd.decoding.tree import EAGLE_25, TREES, _sample_without_replacement, binary_tree, chain_tree, validate
+from coolsd.theory.oracle import exact, sequence_probs
 
 V, T = 3, 4  # 81 sequences; the first speculative round verifies both depths of binary-2
 N_SAMPLES = 3000
@@ -179,10 +179,10 @@ def test_validate_checks_the_direct_parent_and_says_which():
 
 def test_tree_round_refuses_the_last_token(tabular):
     """The engine runs the image's last token as a plain step; a tree round asked for it says so."""
-    from coolsd.engine import make_generator
-    from coolsd.round import Session
-    from coolsd.sampling import SamplingConfig
-    from coolsd.tree import tree_round
+    from coolsd.decoding.engine import make_generator
+    from coolsd.decoding.round import Session
+    from coolsd.decoding.sampling import SamplingConfig
+    from coolsd.decoding.tree import tree_round
 
     target, drafter = tabular(3, 2, seed=0)
     s = Session(target, drafter, EagleRule(), SamplingConfig(), make_generator(0), 2, None)

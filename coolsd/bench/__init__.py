@@ -1,7 +1,10 @@
 """Benchmark of the decoders (issue 4): `python -m coolsd.bench`; see `coolsd.bench.cli` for the command.
 
-settings.py: what is compared; runner.py: timed, scored work items and their split across processes;
-report.py: per-setting rows, the paper's claims, targets, table and figure; cli.py: the command.
+Start reading at `cli.py` (the command). settings.py: what is compared; runner.py: timed, scored work
+items and their split across processes; report.py: per-setting rows, the paper's claims, targets,
+table and figure; metrics.py: token NLL, classifier outputs, FID. Tools on the same code:
+`python -m coolsd.bench.gpu` (GPU check of the LlamaGen path) and `python -m coolsd.bench.tuning`
+(chain length / tree tuned to this CPU).
 """
 
 from coolsd.bench.cli import main

@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import os
 import platform
 import shlex
@@ -27,13 +26,13 @@ import torch
 from coolsd.bench import report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
-from coolsd.engine import DecodeConfig
-from coolsd.sampling import SamplingConfig
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.util.jsonsafe import dumps
+from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER
 
 log = logging.getLogger("coolsd.bench")
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = ROOT / "assets" / "bench"
-EMBEDDED_CLASSIFIER = ROOT / "assets" / "embedded" / "classifier"
+DEFAULT_OUT = BENCH_DIR
 REAL_STATS_NAME = "real_stats.safetensors"  # inside the classifier folder
 NAN = float("nan")
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -68,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
     g.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len,
-                   help="L, drafts per round of chain drafting (default: the engine's, see scripts/round_tuning.py)")
+                   help="L, drafts per round of chain drafting (default: the engine's, see coolsd/bench/tuning.py)")
     g.add_argument("--lantern-k", type=_ints, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
     g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")
     g.add_argument("--lantern-gstar", action=argparse.BooleanOptionalAction, default=True,
@@ -104,7 +103,7 @@ def load_bundle(args, device: torch.device):
     """(bundle, classifier, (mu, sigma, n)); fails with a clear message when a part is missing."""
     from transformers import ResNetForImageClassification
 
-    from coolsd.metrics import load_real_stats
+    from coolsd.bench.metrics import load_real_stats
 
     if args.model == "tiny":
         from coolsd.models.tiny import tiny_bundle
@@ -164,26 +163,13 @@ def _read(path: str) -> str:
         return ""
 
 
-def _json(obj) -> str:
-    """JSON with nan/inf written as null."""
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-    return json.dumps(clean(obj))
-
-
 def write_measurements(out: Path, rows: list[dict], records: list[dict], config: dict) -> None:
     """results.jsonl (one row per setting), items.jsonl (one line per image, no features), config.json."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.jsonl").write_text("".join(_json(r) + "\n" for r in rows))
+    (out / "results.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     slim = [{k: round(v, 6) if isinstance(v, float) else v for k, v in r.items() if k != "features"}
             for r in records]
-    (out / "items.jsonl").write_text("".join(_json(r) + "\n" for r in sorted(
+    (out / "items.jsonl").write_text("".join(dumps(r) + "\n" for r in sorted(
         slim, key=lambda r: (r["setting_index"], r["cls"], r["seed"]))))
     (out / "config.json").write_text(json.dumps(config, indent=1, default=str) + "\n")
 
@@ -203,7 +189,7 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
     """claims.json, pareto.html/.png and results.md, all from the rows; returns the Markdown parts
     (run, targets, claims, table)."""
     found_claims, found_targets = report.claims(rows), report.targets(rows)
-    (out / "claims.json").write_text(_json({"claims": found_claims, "targets": found_targets}) + "\n")
+    (out / "claims.json").write_text(dumps({"claims": found_claims, "targets": found_targets}) + "\n")
     n = max((r["n_images"] for r in rows), default=0)
     fig = report.figure(rows, f"{config['model']}: quality vs speed ({n} images per setting, "
                               f"FID against {rows[0]['n_real']} real digits)")

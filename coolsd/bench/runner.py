@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from coolsd.bench.metrics import classifier_outputs, token_nll
 from coolsd.bench.settings import Setting
-from coolsd.engine import run
-from coolsd.metrics import classifier_outputs, token_nll
+from coolsd.decoding.engine import run
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle
-from coolsd.sampling import SamplingConfig
 
 
 @dataclass(frozen=True)

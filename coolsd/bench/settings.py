@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coolsd.engine import DecodeConfig
-from coolsd.rules import CoolSDRule, LanternPPRule, Rule, make_rule
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule, make_rule
 
 VANILLA = "vanilla"  # vanilla AR: no drafter, one target forward per token (not a rule)
 
@@ -18,9 +18,9 @@ VANILLA = "vanilla"  # vanilla AR: no drafter, one target forward per token (not
 class Setting:
     """One decoder to benchmark.
 
-    rule: a slug of `coolsd.rules.RULES`, or None for vanilla AR.
+    rule: a slug of `coolsd.decoding.rules.RULES`, or None for vanilla AR.
     options: the rule's fields, as sorted (name, value) pairs (hashable).
-    draft_len: L for chain drafting; tree: a name in `coolsd.tree.TREES` or None (chain).
+    draft_len: L for chain drafting; tree: a name in `coolsd.decoding.tree.TREES` or None (chain).
     """
 
     rule: str | None

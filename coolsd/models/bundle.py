@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
-from coolsd.sampling import SamplingConfig
+from coolsd.util.paths import EMBEDDED_DIR
 
-EMBEDDED_DIR = Path(__file__).resolve().parents[2] / "assets" / "embedded"
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
 EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 PARTS = ("vq", "target", "drafter")
@@ -95,10 +95,10 @@ def load_embedded(path: str | Path | None = None, device: str | torch.device | N
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
+    from coolsd.decoding.neighbours import neighbour_table
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
     from coolsd.models.graphs import prepare
-    from coolsd.neighbours import neighbour_table
 
     root = Path(path) if path is not None else EMBEDDED_DIR
     if not root.is_dir():

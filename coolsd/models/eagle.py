@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from coolsd.models.llama import LayerStack
+from coolsd.models.llama import LayerStack, set_path
 from coolsd.models.protocol import ModelStep
 
 
@@ -66,8 +66,6 @@ class EagleDrafter:
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path of the layer: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        from coolsd.models.graphs import set_path
-
         set_path(self.stack, path, rows)
 
     def fork(self, target=None) -> EagleDrafter:

@@ -1,6 +1,6 @@
 """The embedded class-conditional target: a transformers `LlamaForCausalLM` behind the TokenModel protocol.
 
-Sequence layout (set by `coolsd.train.target.target_config`): [class token] + image tokens; ids
+Sequence layout (set by `target_config`): [class token] + image tokens; ids
 0..K-1 are codes, `class_token_offset + c` is class c, `null_class_token` the CFG null class.
 """
 
@@ -10,10 +10,34 @@ import copy
 
 import torch
 from torch import Tensor
-from transformers import LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from coolsd.models.llama import LayerStack
+from coolsd.models.llama import LayerStack, set_path
 from coolsd.models.protocol import ModelStep
+from coolsd.util import checks
+
+NUM_CLASSES = 10  # the digits 0..9
+
+
+def vq_config(codebook_size: int = 256) -> dict:
+    """One downsample (32 -> 16), 16-dim codes, no attention: 0.64 M parameters."""
+    return dict(in_channels=1, out_channels=1, down_block_types=("DownEncoderBlock2D",) * 2,
+                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
+                latent_channels=16, num_vq_embeddings=codebook_size, norm_num_groups=16, sample_size=32,
+                mid_block_add_attention=False)
+
+
+def target_config(codebook_size: int = 256, hidden: int = 256, layers: int = 8, heads: int = 4,
+                  intermediate: int = 672, grid: tuple[int, int] = (16, 16)) -> LlamaConfig:
+    """Llama over K codes + 10 classes + 1 null; extra fields describe the token layout."""
+    return LlamaConfig(
+        vocab_size=codebook_size + NUM_CLASSES + 1, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=intermediate,
+        max_position_embeddings=grid[0] * grid[1] + 8, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        codebook_size=codebook_size, class_token_offset=codebook_size, num_classes=NUM_CLASSES,
+        null_class_token=codebook_size + NUM_CLASSES, image_grid=list(grid),
+        class_names=[str(c) for c in range(NUM_CLASSES)],
+    )
 
 
 def _mask_with_prefix(mask: Tensor | None, prefix: int) -> Tensor | None:
@@ -48,8 +72,6 @@ class LlamaClassTarget:
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path of the layers: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        from coolsd.models.graphs import set_path
-
         set_path(self.stack, path, rows)
 
     def fork(self) -> LlamaClassTarget:
@@ -60,8 +82,7 @@ class LlamaClassTarget:
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
         cfg = self.model.config
-        if isinstance(cond, bool) or not isinstance(cond, int) or not 0 <= cond < self.num_classes:
-            raise ValueError(f"class must be an integer in [0, {self.num_classes - 1}], got {cond!r}")
+        checks.integer("class", cond, 0, self.num_classes - 1)
         ids = [cfg.class_token_offset + cond] + ([cfg.null_class_token] if guidance else [])
         return torch.tensor(ids, device=self.device)
 

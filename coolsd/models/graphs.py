@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from coolsd.models.llama import LayerStack
 from coolsd.models.static import STATIC_BLOCKS
 
 log = logging.getLogger("coolsd")
@@ -114,18 +113,6 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
         for block in STATIC_BLOCKS:
             runner.capture(r, block)
     return STATIC_BLOCKS, runner
-
-
-def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
-    """Put one LayerStack on `path` ("eager", "static" or "cuda-graphs", captured for every `rows`)."""
-
-    def allocate(r: int) -> None:
-        stack.reset(r, stack.cos.device, stack.cos.dtype)
-
-    blocks, runner = make_runner(path, stack.forward_static, lambda: (stack.k, stack.v), stack.config.hidden_size,
-                                 rows, allocate)
-    stack.use_static(blocks, runner)
-    stack.length = 0
 
 
 def choose_path(device: torch.device, requested: str | None = None) -> str:

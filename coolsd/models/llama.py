@@ -18,13 +18,14 @@ Two ways to run a call (same weights, same cache):
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
 
+from coolsd.models.graphs import make_runner
 from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
@@ -97,8 +98,6 @@ class LayerStack:
         new = copy.copy(self)
         new.k, new.v, new.length, new.runner, new._kept = None, None, 0, None, {}
         if self.runner is not None:  # its own graphs, captured on its own cache
-            from coolsd.models.graphs import set_path
-
             set_path(new, "cuda-graphs", self.runner.rows)
         return new
 
@@ -189,3 +188,15 @@ class LayerStack:
             self.v[:, :, :, dest] = self.v[:, :, :, keep]
             length += len(keep)
         self.length = length
+
+
+def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
+    """Put one LayerStack on `path` ("eager", "static" or "cuda-graphs", captured for every `rows`)."""
+
+    def allocate(r: int) -> None:
+        stack.reset(r, stack.cos.device, stack.cos.dtype)
+
+    blocks, runner = make_runner(path, stack.forward_static, lambda: (stack.k, stack.v), stack.config.hidden_size,
+                                 rows, allocate)
+    stack.use_static(blocks, runner)
+    stack.length = 0

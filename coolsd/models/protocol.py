@@ -4,7 +4,7 @@ Conventions (used by every model the engine drives: tabular test models, the emb
 LlamaGen):
 - One image per call sequence. G guidance rows: G = 1 without CFG, G = 2 with CFG
   (row 0 conditional, row 1 unconditional). Models never see the guidance scale; CFG mixing is
-  processing (`coolsd.sampling`).
+  processing (`coolsd.decoding.sampling`).
 - A *slot* is one image token held in the model's KV cache. `length` counts slots; the
   conditioning prefix (class token, caption) is not counted.
 - `positions` are 0-based image-token indices (row-major on the token grid), so a model can

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle, VQTokenizer
-from coolsd.sampling import SamplingConfig
 
 
 def tiny_bundle(seed: int = 0, grid: tuple[int, int] = (4, 4), codebook_size: int = 32) -> ModelBundle:
@@ -13,11 +13,9 @@ def tiny_bundle(seed: int = 0, grid: tuple[int, int] = (4, 4), codebook_size: in
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
+    from coolsd.decoding.neighbours import neighbour_table
     from coolsd.models.eagle import EagleDrafter, EagleHead, eagle_config
-    from coolsd.models.embedded import LlamaClassTarget
-    from coolsd.neighbours import neighbour_table
-    from coolsd.train.target import target_config
-    from coolsd.train.vq import vq_config
+    from coolsd.models.embedded import LlamaClassTarget, target_config, vq_config
 
     torch.manual_seed(seed)
     vq_cfg = vq_config(codebook_size) | {"block_out_channels": (16, 16), "norm_num_groups": 8,

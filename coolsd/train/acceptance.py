@@ -52,8 +52,8 @@ def heldout(head, target, vq, val_dir: Path | None, n_real: int = 64) -> dict[st
 
 def engine_acceptance(bundle, images: int, draft_len: int, seed0: int = 1000) -> dict:
     """Eagle-1, chain L = draft_len, app sampling: tau and per-depth rates over `images` images."""
-    from coolsd.engine import DecodeConfig, generate
-    from coolsd.rules import make_rule
+    from coolsd.decoding.engine import DecodeConfig, generate
+    from coolsd.decoding.rules import make_rule
 
     events, tokens, forwards = [], 0, 0
     for i in range(images):

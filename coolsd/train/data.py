@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 IMAGE_SIZE = 32  # pixels; 28x28 digits padded by 2 on every side
-NUM_CLASSES = 10
 
 
 def load_mnist_5k() -> tuple[np.ndarray, np.ndarray]:

@@ -17,9 +17,9 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from coolsd.engine import DecodeConfig, run
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import load_embedded
-from coolsd.rules import make_rule
 
 
 def grid_image(images: list[torch.Tensor], cols: int, scale: int = 2) -> Image.Image:

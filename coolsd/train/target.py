@@ -10,26 +10,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-from coolsd.train.data import NUM_CLASSES, to_tensor
+from coolsd.models.embedded import target_config
+from coolsd.train.data import to_tensor
 from coolsd.train.loop import run_budgeted
 from coolsd.train.vq import encode_tokens
 
 AUG_OFFSETS = [(t, lft) for t in (1, 2, 3) for lft in (1, 2, 3)]  # pixel padding offsets (top, left)
-
-
-def target_config(codebook_size: int = 256, hidden: int = 256, layers: int = 8, heads: int = 4,
-                  intermediate: int = 672, grid: tuple[int, int] = (16, 16)) -> LlamaConfig:
-    """Llama over K codes + 10 classes + 1 null; extra fields describe the token layout."""
-    return LlamaConfig(
-        vocab_size=codebook_size + NUM_CLASSES + 1, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=intermediate,
-        max_position_embeddings=grid[0] * grid[1] + 8, rms_norm_eps=1e-5, tie_word_embeddings=False,
-        codebook_size=codebook_size, class_token_offset=codebook_size, num_classes=NUM_CLASSES,
-        null_class_token=codebook_size + NUM_CLASSES, image_grid=list(grid),
-        class_names=[str(c) for c in range(NUM_CLASSES)],
-    )
 
 
 def token_dataset(vq, raw_images, labels, offsets=AUG_OFFSETS) -> tuple[torch.Tensor, torch.Tensor]:

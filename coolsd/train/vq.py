@@ -7,15 +7,8 @@ from pathlib import Path
 import torch
 from diffusers import VQModel
 
+from coolsd.models.embedded import vq_config
 from coolsd.train.loop import run_budgeted
-
-
-def vq_config(codebook_size: int = 256) -> dict:
-    """One downsample (32 -> 16), 16-dim codes, no attention: 0.64 M parameters."""
-    return dict(in_channels=1, out_channels=1, down_block_types=("DownEncoderBlock2D",) * 2,
-                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
-                latent_channels=16, num_vq_embeddings=codebook_size, norm_num_groups=16, sample_size=32,
-                mid_block_add_attention=False)
 
 
 def psnr(x: torch.Tensor, y: torch.Tensor) -> float:

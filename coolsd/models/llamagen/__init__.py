@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.graphs import prepare
 from coolsd.models.llamagen.caption import CaptionEmbedding, T5CaptionEncoder
 from coolsd.models.llamagen.clean import clean_caption
@@ -45,8 +47,6 @@ from coolsd.models.llamagen.loaders import (
 from coolsd.models.llamagen.prompts import EXAMPLE_PROMPTS, check_prompt, clean_prompt
 from coolsd.models.llamagen.target import LlamaGenT2I
 from coolsd.models.llamagen.vq16 import VQ16Config, VQ16Tokenizer
-from coolsd.neighbours import neighbour_table
-from coolsd.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
 

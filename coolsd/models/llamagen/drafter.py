@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from coolsd.models.graphs import make_runner
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import DecoderLayer, KVCache, build_mask, check_crop, rope_2d
 from coolsd.models.llamagen.target import CACHE_MARGIN, LlamaGenT2I
@@ -76,8 +77,6 @@ class LlamaGenDrafter(nn.Module):
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        from coolsd.models.graphs import make_runner
-
         def cache():
             return self._cache.k, self._cache.v
 

@@ -12,7 +12,7 @@ One folder (`$COOLSD_LLAMAGEN_DIR`) holds the shared parts and one sub-folder pe
         512/drafter/      jadohu/llamagen2_drafter
 
 A flat ROOT/target + ROOT/drafter (one resolution, read from the target) is accepted too.
-`python -m coolsd.fetch llamagen --resolution 256` fills this layout (coolsd/fetch.py).
+`python -m coolsd.fetch llamagen --resolution 256` fills this layout (coolsd/models/llamagen/fetch.py).
 """
 
 from __future__ import annotations

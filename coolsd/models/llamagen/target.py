@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from coolsd.models.graphs import make_runner
 from coolsd.models.llamagen.caption import CaptionEmbedding, CaptionMLP
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import DecoderLayer, KVCache, RMSNorm, build_mask, check_crop, rope_2d
@@ -83,8 +84,6 @@ class LlamaGenT2I(nn.Module):
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        from coolsd.models.graphs import make_runner
-
         def cache():
             return self._cache.k, self._cache.v
 

@@ -1,0 +1,317 @@
+"""The app's shared state: the model loaded once, model handles for concurrent decodes, input checks.
+
+One `Context` is made by `app.py` and passed to every panel's `build(ctx)` (see `coolsd.app`).
+Input checks live here because the HTTP API bypasses the page's sliders: every handler checks
+what it is given and answers a bad value with one plain-text line (`bad(...)`), never a trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import queue
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gradio as gr
+import torch
+
+from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
+from coolsd.compare.race import fork_models
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.bundle import BundleError, load_embedded
+
+try:  # ZeroGPU: holds a GPU for the whole call; a no-op elsewhere (and absent locally)
+    import spaces
+
+    gpu = spaces.GPU(duration=120)
+except ImportError:
+    def gpu(fn):
+        return fn
+
+log = logging.getLogger("coolsd.app")
+
+MAX_PROMPT_CHARS = 300
+MAX_SEED = 2**31 - 1
+MAX_LANE_HANDLES = 5  # model handles per lane: up to four racers + vanilla AR
+
+
+# ---------------------------------------------------------------- the model, loaded once
+@dataclass
+class AppModel:
+    """What the app needs from a model family (an embedded/tiny ModelBundle or LlamaGen)."""
+
+    kind: str  # "embedded" | "tiny" | "llamagen"
+    name: str
+    target: object
+    drafter: object
+    tokenizer: object
+    neighbours: torch.Tensor
+    grid: tuple[int, int]
+    conditioning: str  # "class" | "text"
+    class_names: list[str]
+    sampling: SamplingConfig
+    note: str = ""  # shown under the title (e.g. a fallback)
+    resolution: int | None = None  # pixels per side, for models offered at several resolutions (LlamaGen)
+    example_prompts: tuple[str, ...] = ()  # text models: a handful of prompts to start from
+    check_prompt: Callable[[str], str] | None = None  # text models: the family's own prompt check (ValueError)
+    max_prompt_chars: int = MAX_PROMPT_CHARS
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+
+def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
+    return AppModel(kind, bundle.name, bundle.target, bundle.drafter, bundle.tokenizer, bundle.neighbours,
+                    tuple(bundle.grid), bundle.conditioning, list(bundle.class_names), bundle.default_sampling, note)
+
+
+def load_llamagen_models(path) -> list[AppModel]:
+    """One AppModel per LlamaGen resolution present under `path` (lowest first), sharing one T5 encoder."""
+    from coolsd.models import llamagen
+
+    models, encoder = [], None
+    for resolution in llamagen.available_resolutions(path):
+        lg = llamagen.load_llamagen(path, resolution=resolution, caption_encoder=encoder)  # (pixels per side)
+        encoder = lg.target.caption_encoder
+        models.append(AppModel("llamagen", lg.name, lg.target, lg.drafter, lg.tokenizer, lg.neighbours,
+                               tuple(lg.grid), "text", [], lg.default_sampling, resolution=resolution,
+                               example_prompts=tuple(llamagen.EXAMPLE_PROMPTS), check_prompt=llamagen.check_prompt,
+                               max_prompt_chars=llamagen.prompts.MAX_PROMPT_CHARS))
+    return models
+
+
+def load_models(choice: str) -> list[AppModel]:
+    """Like `load_model`, with every resolution of a model offered at several (LlamaGen: 256 and 512 px)."""
+    if (choice or "").strip().lower() == "llamagen":
+        from coolsd.models.llamagen import find_llamagen
+
+        path = find_llamagen()
+        if path is not None:
+            return load_llamagen_models(path)
+    return [load_model(choice)]
+
+
+def load_model(choice: str) -> AppModel:
+    """"embedded", "tiny" or "llamagen"; falls back (with a warning, also on the page) to what is there."""
+    choice = (choice or "embedded").strip().lower()
+    note = ""
+    if choice not in ("embedded", "tiny", "llamagen"):
+        log.warning("unknown COOLSD_MODEL=%r (use embedded, tiny or llamagen); using embedded", choice)
+        choice = "embedded"
+    if choice == "llamagen":
+        from coolsd.models.llamagen import find_llamagen
+
+        path = find_llamagen()
+        if path is not None:
+            return load_llamagen_models(path)[0]
+        note = "LlamaGen weights not found (set COOLSD_LLAMAGEN_DIR); "
+        log.warning("COOLSD_MODEL=llamagen but no LlamaGen folder was found; falling back to the embedded model")
+        choice = "embedded"
+    if choice == "embedded":
+        try:
+            return _from_bundle(load_embedded(), "embedded", note.rstrip("; "))
+        except BundleError as err:
+            log.warning("%s; falling back to the tiny random-weight model", err)
+            note += "the embedded model is missing (assets/embedded/); "
+    from coolsd.models.tiny import tiny_bundle
+
+    if note:
+        note += "running the tiny random-weight model: its images are noise, the decoding is real"
+    return _from_bundle(tiny_bundle(), "tiny", note)
+
+
+def default_model_choice() -> str:
+    """COOLSD_MODEL when set; else LlamaGen when its weights are found (COOLSD_LLAMAGEN_DIR), else embedded."""
+    if os.environ.get("COOLSD_MODEL"):
+        return os.environ["COOLSD_MODEL"]
+    from coolsd.models.llamagen import find_llamagen
+
+    return "llamagen" if find_llamagen() is not None else "embedded"
+
+
+@dataclass
+class Context:
+    """The loaded model and what every panel shares.
+
+    model: the AppModel; device: where it runs; pixels_hw / display_hw: (H, W) pixels of a decoded
+    image and of its on-page (integer-upscaled) view; image_format: "png" | "webp" for streamed images;
+    k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes that may run at once.
+    lanes: a queue of `workers` lanes; a lane is a list of MAX_LANE_HANDLES (target, drafter) handles on
+        the shared weights, each with its own KV caches (borrow one with `lane()`).
+    controls: name -> component of the race settings, in the race's argument order (filled by
+        `coolsd.app.controls.build`), so a panel may take the current settings as inputs;
+    buttons: "generate" / "stop" -> the race's buttons; panels: panel id -> what its `build` returned.
+    share_controls: name -> component of a panel's own controls that share links carry too (names
+        unique across panels, e.g. "lab_delta"; the race settings are carried already).
+    """
+
+    model: AppModel
+    workers: int = 1
+    device: torch.device = field(init=False)
+    pixels_hw: tuple[int, int] = field(init=False)
+    display_hw: tuple[int, int] = field(init=False)
+    image_format: str = field(init=False)
+    k_max: int = field(init=False)
+    lanes: queue.Queue = field(init=False, repr=False)
+    controls: dict = field(default_factory=dict, repr=False)
+    buttons: dict = field(default_factory=dict, repr=False)
+    share_controls: dict = field(default_factory=dict, repr=False)
+    panels: dict = field(default_factory=dict, repr=False)
+    variants: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_models(cls, models: list[AppModel], workers: int = 1) -> Context:
+        """The context of models[0]; every model is a variant (`variant(key)`), each with its own lanes."""
+        contexts = [cls(m, workers) for m in models]
+        variants = {c.variant_key: c for c in contexts}
+        for c in contexts:
+            c.variants = variants
+        return contexts[0]
+
+    @property
+    def variant_key(self) -> str:
+        """"256" / "512" for a model offered at several resolutions, else the model kind."""
+        return str(self.model.resolution) if self.model.resolution else self.model.kind
+
+    def variant(self, key=None) -> Context:
+        """The context of variant `key` (None: this one); an unknown key is a clear error."""
+        if key is None or str(key) == self.variant_key:
+            return self
+        if str(key) not in self.variants:
+            raise bad(f"unknown resolution {show(key)}; choose one of {', '.join(self.variants) or self.variant_key}")
+        return self.variants[str(key)]
+
+    def __post_init__(self) -> None:
+        m = self.model
+        self.device = torch.device(getattr(m.target, "device", "cpu"))
+        self.pixels_hw = tuple(m.tokenizer.decode(torch.zeros(m.num_tokens, dtype=torch.long)).shape[-2:])
+        self.display_hw = display_size(m.grid, self.pixels_hw)
+        self.image_format = "webp" if m.kind == "llamagen" else "png"  # flat digit grids: png is exact and small
+        self.k_max = int(m.neighbours.shape[-1]) - 1
+        self.lanes = queue.Queue()
+        for _ in range(self.workers):
+            self.lanes.put([fork_models(m.target, m.drafter) for _ in range(MAX_LANE_HANDLES)])
+
+    @contextlib.contextmanager
+    def lane(self, timeout: float = 60.0):
+        """Borrow one lane (a list of (target, drafter) handles) for a whole decode; returned on exit."""
+        try:
+            handles = self.lanes.get(timeout=timeout)
+        except queue.Empty:
+            raise bad("the server is busy; try again in a minute") from None
+        try:
+            yield handles
+        finally:
+            self.lanes.put(handles)
+
+    # ---- views (drawing lives in coolsd.app.plots)
+    def decode_pixels(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in; painted over later)."""
+        return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
+
+    def render(self, pixels: torch.Tensor, filled: torch.Tensor, kinds: torch.Tensor, overlay: bool):
+        """PIL image of `display_hw`: committed tokens shown, the rest a checkerboard; optional outcome tint."""
+        return token_image(pixels, filled, self.model.grid, kinds, overlay)
+
+    def blank_image(self):
+        return placeholder(self.model.grid, self.display_hw)
+
+    # ---- the condition
+    def check_condition(self, condition):
+        """Class id (class models) or stripped prompt (text models) for the engine; else a clear error."""
+        if self.model.conditioning == "text":
+            if not isinstance(condition, str) or not condition.strip():
+                raise bad("the prompt must be a non-empty text")
+            limit = self.model.max_prompt_chars
+            if len(condition) > limit:
+                raise bad(f"the prompt is too long: {len(condition)} characters (at most {limit})")
+            if self.model.check_prompt is not None:
+                try:
+                    return self.model.check_prompt(condition)
+                except ValueError as err:
+                    raise bad(str(err)) from None
+            return condition.strip()
+        if str(condition) not in self.model.class_names:
+            raise bad(f"unknown class {show(condition)}; choose one of {', '.join(self.model.class_names)}")
+        return self.model.class_names.index(str(condition))
+
+
+# ---------------------------------------------------------------- input checks (the HTTP API bypasses the sliders)
+def bad(message: str) -> gr.Error:
+    """A one-line error for the page and the API (plain text: Gradio shows it as text, never as markup)."""
+    return gr.Error(message, print_exception=False)
+
+
+# Gradio renders an error message as HTML on the page but hands it verbatim to API clients, so user text
+# in a message is neither escaped (API clients would read entities) nor raw (the page would render markup):
+# the three characters that make markup are swapped for look-alikes that read the same on both.
+PLAIN = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
+
+
+def plain(text: str) -> str:
+    """`text` without markup characters (see PLAIN): safe as HTML, clean as plain text."""
+    return str(text).translate(PLAIN)
+
+
+def show(value) -> str:
+    """A short repr of user input for error messages (plain text, cut at 40 characters)."""
+    text = repr(value)
+    return plain(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _num(v, unbounded: str) -> str:
+    return unbounded if v is None else str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def check_number(label: str, value, minimum: float | None, maximum: float | None, integer: bool = False):
+    """A finite number (int when `integer`) within [minimum, maximum], else a gr.Error naming `label`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad(f"{label} must be a number, got {show(value)}")
+    if not math.isfinite(value):
+        raise bad(f"{label} must be a finite number, got {show(value)}")
+    if integer and value != int(value):
+        raise bad(f"{label} must be a whole number, got {show(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise bad(f"{label} must be in [{_num(minimum, '-inf')}, {_num(maximum, 'inf')}], got {show(value)}")
+    return int(value) if integer else float(value)
+
+
+def check_choice(label: str, value, values: list) -> object:
+    """`value` when it is one of `values` (an int matches its string), else "unknown <label> ...; choose one of"."""
+    if isinstance(value, int) and not isinstance(value, bool) and str(value) in values:
+        value = str(value)  # digit 3 and "3" mean the same class
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or value not in values:
+        shown = ", ".join(map(str, values[:12])) + (" ..." if len(values) > 12 else "")
+        raise bad(f"unknown {label} {show(value)}; choose one of {shown}")
+    return value
+
+
+def checked(component, check=None):
+    """The component, with a server-side check in front of its own preprocess (the HTTP API skips the UI).
+
+    Numeric components get `check_number` with their label and bounds, choice components a short
+    "unknown ..." error, checkboxes a bool check. (An instance attribute, not a subclass: subclassing a
+    Gradio component makes Gradio write a .pyi file next to this module at import.)
+    """
+    original = component.preprocess
+    if check is None:
+        if isinstance(component, gr.Checkbox):
+            def check(payload):
+                if not isinstance(payload, bool):
+                    raise bad(f"{component.label} must be true or false, got {show(payload)}")
+                return payload
+        elif isinstance(component, (gr.Dropdown, gr.Radio)):
+            def check(payload):
+                return check_choice(component.label.lower(), payload, [value for _, value in component.choices])
+        else:  # gr.Slider, gr.Number
+            def check(payload):
+                integer = (getattr(component, "precision", None) == 0 or
+                           (isinstance(component, gr.Slider) and float(component.step).is_integer()
+                            and float(component.minimum).is_integer()))
+                return check_number(component.label, payload, component.minimum, component.maximum, integer)
+    component.preprocess = lambda payload: original(check(payload))
+    return component

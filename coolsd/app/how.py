@@ -1,0 +1,130 @@
+"""The How it works tab: one round of speculative decoding, each rule's formulas (rendered LaTeX), the sliders."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import gradio as gr
+
+from coolsd.app.context import Context
+from coolsd.bench.report import SPEEDUP_NAME
+from coolsd.util.paths import BENCH_DIR
+
+# The paper's main table (spec section 7; COOL-SD, arXiv 2601.09212), as reported: (model, method, accept len,
+# speed-up, FID, CLIP). Hardware and sampling settings are not stated in the paper.
+PAPER = [
+    ("Lumina-mGPT 7B", "Vanilla AR", 1.00, 1.00, 28.99, 0.3330),
+    ("Lumina-mGPT 7B", "Eagle-1", 2.76, 2.37, 29.05, 0.3330),
+    ("Lumina-mGPT 7B", "LANTERN++", 2.99, 2.48, 30.31, 0.3328),
+    ("Lumina-mGPT 7B", "COOL-SD δ = 1.1", 3.11, 2.69, 30.30, 0.3325),
+    ("LlamaGen-XL 775M", "Eagle-1", 2.42, 2.03, 20.97, 0.3157),
+    ("LlamaGen-XL 775M", "LANTERN++", 2.67, 2.15, 21.17, 0.3157),
+    ("LlamaGen-XL 775M", "COOL-SD δ = 1.1", 2.73, 2.27, 21.02, 0.3167),
+    ("LlamaGen-XL 775M", "COOL-SD δ = 2", 3.34, 2.72, 21.20, 0.3154),
+]
+PAPER_HARDWARE = "GPU (type not stated in the paper)"
+# Our benchmark settings beside the paper's methods (assets/bench/results.jsonl "setting" names).
+OURS = [("Vanilla AR", "vanilla"), ("Eagle-1", "eagle-1"), ("LANTERN++ (k = 5, λ = 10)", "lantern++ k=5 lam=10"),
+        ("COOL-SD δ = 1.1", "cool-sd delta=1.1"), ("COOL-SD δ = 2", "cool-sd delta=2")]
+
+ID, TITLE = "how", "How it works"
+LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+
+TEXT = r"""
+### One round of speculative decoding
+A small **drafter** $q$ proposes $L$ image tokens $\tilde x_1..\tilde x_L$; the big **target** $p$ scores all of
+them in **one** forward pass. Left to right, draft $\tilde x_i$ is kept with probability $a_i$; at the first
+rejection a replacement is drawn from a **residual** distribution and the round ends; if all $L$ pass, a bonus
+token comes from $p_{L+1}$. Each round commits $n+1$ tokens for one target forward, so the
+**mean accepted length** is $\tau = \text{tokens} / \text{target forwards}$ and vanilla AR has $\tau = 1$.
+
+**Eagle-1** (lossless): exactly the target's distribution.
+$$a_i = \min\Big(1, \frac{p(\tilde x_i)}{q(\tilde x_i)}\Big), \qquad r = \mathrm{Norm}\big([p - q]_+\big)$$
+
+**LANTERN++** ($k$, $\lambda$): a draft also gets the target mass of its nearest codes in the VQ codebook
+(latent neighbours $c_1, c_2, \dots$), up to $m \le k$ of them while that mass stays within $(\lambda-1)\,p(x)$:
+$$\tilde p(x) = p(x) + \sum_{j \le m} p(c_j) \le \lambda\, p(x)$$
+$$a_i = \min\Big(1, \frac{\tilde p(\tilde x_i)}{q(\tilde x_i)}\Big), \qquad r = \mathrm{Norm}\big([p - q']_+\big)$$
+where $q'$ is $q$ set to zero on the $k+1$ nearest codes of $\tilde x_i$ whenever some neighbour mass was
+pooled ($m \ge 1$), as in the published code. $\lambda = 1$ is Eagle-1.
+
+**COOL-SD** ($\delta$, $\nu$, $\mu$): an annealed relaxation, generous early in the round and strict late,
+with the optimal residual $G^*$ (the one that minimises the total variation of each step):
+$$\omega_i = \delta\, e^{-\nu i - \mu}, \qquad a_i = \min\Big(1, \omega_i \frac{p(\tilde x_i)}{q(\tilde x_i)}\Big)$$
+$$G^*_i = \mathrm{Norm}\big([\,p - \min(q, \omega_i p)\,]_+\big)$$
+"mean ω = δ" sets $\mu = \log \frac{1}{L}\sum_{i=1}^{L} e^{-\nu i}$ so that the $\omega_i$ average $\delta$.
+$\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$ is uniform relaxation.
+
+### What the sliders change
+| slider | effect |
+|---|---|
+| temperature, top-k, CFG scale | how logits become $p$ and $q$ (same processing for both) |
+| draft length $L$ | drafts per round: more speed if they are accepted, wasted drafter work if not |
+| drafting | a chain of $L$ drafts, or a static tree verified in one forward (Eagle-1's 25 nodes) |
+| $\delta$ | overall relaxation: larger = longer accepted runs, further from the target's distribution |
+| $\nu$ | annealing: how fast $\omega_i$ falls along the round ($\nu = 0.7$ in the paper) |
+| $\mu$ | shift of the schedule (only when "mean ω = δ" is off) |
+| LANTERN++ $k$, $\lambda$ | neighbourhood size and budget of the latent relaxation |
+
+### Reading the race
+The four decoders take turns: the one that has used the **least compute time** runs next round, so every
+frame compares them at the same compute budget; the speed-up is each decoder's tokens per compute second over
+vanilla AR's in the same race. The overlay colours each token: **green** accepted draft,
+**orange** resampled after a rejection, **blue** bonus / target sample. Relaxed rules trade exactness for
+speed: compare the images and the Theory tab's exact error.
+
+### Papers
+[COOL-SD (arXiv 2601.09212)](https://arxiv.org/abs/2601.09212) ·
+[LANTERN (arXiv 2410.03355)](https://arxiv.org/abs/2410.03355) ·
+[LANTERN++ (arXiv 2502.06352)](https://arxiv.org/abs/2502.06352) ·
+[EAGLE (arXiv 2401.15077)](https://arxiv.org/abs/2401.15077)
+"""
+
+
+def _fmt(v, spec: str) -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def paper_beside_us(bench_dir: Path = BENCH_DIR) -> str:
+    """Markdown: the paper's reported numbers, then ours for the same decoders from the shipped benchmark files."""
+    lines = ["### The paper beside us",
+             "Reported in the COOL-SD paper (spec section 7) and measured by this project's benchmark "
+             "(`python -m coolsd.bench`, files in `assets/bench/`). Every row names its model and hardware. "
+             "The two FIDs are different measures: the paper's is on MS-COCO images (Inception features), ours is in "
+             "the shipped digit classifier's feature space against held-out real digits, so compare the trends, "
+             "not the values.", "",
+             "| source | model | hardware | method | accept len τ | speed-up | FID | CLIP / digit accuracy |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for model, method, tau, speedup, fid, clip in PAPER:
+        lines.append(f"| paper | {model} | {PAPER_HARDWARE} | {method} | {tau:.2f} | {speedup:.2f}× | {fid:.2f} | "
+                     f"CLIP {clip:.4f} |")
+    try:
+        config = json.loads((bench_dir / "config.json").read_text())
+        rows = {r["setting"]: r for r in map(json.loads, (bench_dir / "results.jsonl").read_text().splitlines()) if r}
+    except (OSError, ValueError, KeyError):
+        lines.append("| ours | – | – | – | not measured: `assets/bench/` is missing | | | |")
+        return "\n".join(lines)
+    model, machine = config.get("model", "embedded model"), config.get("machine", "not recorded")
+    machine = machine.split(";")[0] + (", CPU only" if "+cpu" in machine else "")  # "AMD EPYC, 2 cores, CPU only"
+    for method, setting in OURS:
+        r = rows.get(setting)
+        if r is None:
+            lines.append(f"| ours | {model} | {machine} | {method} | not measured | | | |")
+            continue
+        lines.append(f"| ours | {model} | {machine} | {method} | {_fmt(r.get('tau'), '.2f')} | "
+                     f"{_fmt(r.get('speedup'), '.2f')}× | {_fmt(r.get('fid'), '.2f')} | "
+                     f"accuracy {_fmt(r.get('accuracy', math.nan) * 100, '.0f')} % |")
+    lines += ["", f"Ours: `{config.get('command', 'python -m coolsd.bench')}`, {r.get('n_images', '?')} images per "
+              "setting, " + SPEEDUP_NAME + ". The paper's LANTERN++ "
+              "k and λ are not stated; ours are the benchmark's (k = 5, λ = 10). A run of the LlamaGen-XL "
+              "architecture on one H200 "
+              "with random weights (`scripts/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights "
+              "say nothing about acceptance, so there is no LlamaGen row of ours until the real weights are fetched."]
+    return "\n".join(lines)
+
+
+def build(ctx: Context, tab: gr.Tab) -> None:
+    gr.Markdown(TEXT, latex_delimiters=LATEX, elem_id="how")
+    gr.Markdown(paper_beside_us(), elem_id="paper-beside-us")

@@ -1,0 +1,281 @@
+"""The Quality lab tab: a grid of samples per decoder for one rule and relaxation, judged as it streams.
+
+Decoding and judging live in `coolsd.compare.lab`; this module lays out the controls, draws the grid (one
+row per decoder, one column per sample) and marks the run on the shipped benchmark's Pareto
+figure (`assets/bench/results.jsonl`, drawn by `coolsd.bench.report.figure`). API: lab_grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from coolsd.app.context import MAX_SEED, Context, bad, checked, gpu, log, plain
+from coolsd.app.plots import to_rgb_array
+from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.util.jsonsafe import json_safe
+from coolsd.util.paths import BENCH_DIR
+
+ID, TITLE = "lab", "Quality lab"
+MAX_SAMPLES = 10
+LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
+BENCH = BENCH_DIR / "results.jsonl"
+CELL = 64  # pixels per sample in the grid image
+LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample header row, gap between cells
+COLOURS = {"right": (0, 170, 90), "wrong": (220, 40, 40), "pending": (200, 200, 200)}
+MARKS = {"eagle-1": ("#444444", "star"), "chosen": ("#d62728", "x"), "twin": ("#1f77b4", "cross")}
+INTRO = """
+Pick a rule and how much to relax it, then **Run**: every decoder draws the same samples (one per digit class,
+same seed), streamed as they finish. Vanilla AR is the reference (exact, slow); Eagle-1 is exact and faster; the
+relaxed rule and its twin trade exactness for speed. A frame around a sample is **green** when the digit classifier
+reads the intended digit, **red** (with what it read) when it does not. Raise the relaxation until the red frames
+and the NLL climb: that is where digits start to break. Sampling and draft length (L = 5) are the benchmark's, so
+the run is marked on the benchmark's Pareto figure below.
+"""
+
+
+# ---------------------------------------------------------------- drawing (no maths)
+def _font(size: int):
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has one bitmap size
+        return ImageFont.load_default()
+
+
+def _cell(pixels: torch.Tensor) -> Image.Image:
+    img = Image.fromarray(to_rgb_array(pixels))
+    return img.resize((CELL, CELL), Image.NEAREST if img.width <= CELL else Image.LANCZOS)
+
+
+def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
+               class_names: list[str]) -> Image.Image:
+    """RGB grid: one row per decoder, one column per sample (header = its condition); empty cells grey."""
+    n = len(headers)
+    width = LABEL_W + n * (CELL + GAP) + GAP
+    height = HEAD_H + len(decoders) * (CELL + GAP) + GAP
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    font, small = _font(13), _font(11)
+    for j, text in enumerate(headers):
+        draw.text((LABEL_W + GAP + j * (CELL + GAP) + CELL // 2, HEAD_H // 2), text, fill="black", font=font,
+                  anchor="mm")
+    for i, d in enumerate(decoders):
+        y = HEAD_H + GAP + i * (CELL + GAP)
+        lines: list[str] = []
+        for w in d.label.split(" "):  # wrap the label into the label column
+            if lines and draw.textlength(lines[-1] + " " + w, font=small) < LABEL_W - 10:
+                lines[-1] += " " + w
+            else:
+                lines.append(w)
+        draw.multiline_text((6, y + CELL // 2), "\n".join(lines), fill="black", font=small, anchor="lm")
+        for j in range(n):
+            x = LABEL_W + GAP + j * (CELL + GAP)
+            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=COLOURS["pending"], width=1)
+    for s in samples:
+        x, y = LABEL_W + GAP + s.row * (CELL + GAP), HEAD_H + GAP + s.column * (CELL + GAP)
+        canvas.paste(_cell(s.image), (x, y))
+        if s.correct is not None:
+            colour = COLOURS["right" if s.correct else "wrong"]
+            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=colour, width=3)
+            if not s.correct:
+                read = class_names[s.predicted] if s.predicted < len(class_names) else str(s.predicted)
+                draw.rectangle((x + CELL - 16, y, x + CELL, y + 16), fill=colour)
+                draw.text((x + CELL - 8, y + 8), read, fill="white", font=small, anchor="mm")
+    return canvas
+
+
+def _fmt(value, spec: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+
+def stats_markdown(rows: list[dict], status: str) -> str:
+    """Per-decoder table: samples, classifier accuracy, mean NLL, tau, speed-up."""
+    lines = [status, "", "| decoder | samples | classifier accuracy | target NLL (nats/token) | tau | speed-up |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.0%}"
+        cached = f" ({r['cached']} reused)" if r["cached"] else ""
+        lines.append(f"| {plain(r['label'])} | {r['n']}{cached} | {acc} | {_fmt(r['nll'], '.3f')} | "
+                     f"{_fmt(r['tau'], '.2f')} | {_fmt(r['speedup'], '.2f')}{'×' if r['speedup'] else ''} |")
+    lines.append("\nNLL: the target's mean negative log-likelihood of the samples' tokens under its own sampling "
+                 "distribution (lower = more typical of the target). Speed-up: vanilla AR's decode time over the "
+                 "decoder's, summed over the samples both have finished, on this server as loaded now "
+                 "(reused samples keep their first time); tau = tokens per target forward, load-free.")
+    return "\n".join(lines)
+
+
+def bench_rows(path: Path = BENCH) -> list[dict]:
+    """The shipped benchmark's rows (one per setting), or [] when the file is absent."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pareto_figure(rows: list[dict], summary: list[dict]):
+    """The benchmark's 2x2 Pareto figure with this run's decoders marked (NLL panels: points; FID panels: x lines)."""
+    import plotly.graph_objects as go
+
+    from coolsd.bench.report import figure
+
+    fig = figure(rows, "Benchmark (assets/bench, 40 images per setting) with this lab run marked")
+    for r in summary:
+        if r["decoder"] not in MARKS or r["nll"] is None:
+            continue
+        colour, symbol = MARKS[r["decoder"]]
+        for col, axis in ((1, "speedup"), (2, "tau")):
+            if r[axis] is None:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[r[axis]], y=[r["nll"]], mode="markers", name=f"lab: {r['label']}", legendgroup=f"lab-{r['decoder']}",
+                showlegend=col == 1, marker={"color": colour, "symbol": symbol, "size": 16,
+                                             "line": {"width": 2, "color": "black"}},
+                hovertemplate=f"lab run: {plain(r['label'])} ({r['n']} samples)<br>x=%{{x:.2f}}<br>NLL=%{{y:.3f}}"
+                              "<extra></extra>"), row=2, col=col)
+            fig.add_vline(x=r[axis], line={"color": colour, "dash": "dash", "width": 1}, row=1, col=col)
+    fig.update_layout(width=None, height=820, autosize=True, title={"font": {"size": 14}})
+    return fig
+
+
+def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]) -> str:
+    """One line per relaxed decoder whose exact setting the benchmark ran: its numbers there and here."""
+    out = []
+    for d, s in zip(decoders, summary):
+        if d.rule is None or s["nll"] is None:
+            continue
+        config = {k: v for k, v in d.rule.config().items() if k not in ("neighbours",)}
+        for r in rows:
+            if r.get("rule_config") == config and r.get("draft_len") == DecodeConfig().draft_len and not r.get("tree"):
+                out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
+                           f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
+                           f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the handler
+class LabPanel:
+    """The lab handler bound to one Context; `lab` holds the classifier and the sample cache."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        m = ctx.model
+        self.lab = Lab(m.target, m.drafter, m.tokenizer, m.num_tokens, classifier=None, workers=LAB_WORKERS)
+        self._classifier_loaded = False
+        self.bench = bench_rows() if m.kind == "embedded" else []
+
+    def _classifier(self):
+        if not self._classifier_loaded and self.ctx.model.kind == "embedded":
+            self.lab.classifier = load_classifier()  # lazily: the lab's memory is spent only when it is used
+        self._classifier_loaded = True
+        return self.lab.classifier
+
+    def plan(self, rule: str, relaxation, samples, seed, condition) -> tuple[list[LabDecoder], list, list, list[str]]:
+        """Decoders, conditions, seeds and column headers of one run; bad input -> a one-line error."""
+        m = self.ctx.model
+        try:
+            decoders = lab_decoders(rule, relaxation, m.neighbours)
+        except ValueError as err:
+            raise bad(str(err)) from None
+        if m.conditioning == "class":
+            n = min(samples, len(m.class_names))
+            conditions, seeds = list(range(n)), [seed] * n
+            headers = [m.class_names[c] for c in conditions]
+        else:
+            cond = self.ctx.check_condition(condition)
+            conditions, seeds = [cond] * samples, [seed + j for j in range(samples)]
+            headers = [f"seed {s}" for s in seeds]
+        return decoders, conditions, seeds, headers
+
+    @gpu
+    def grid(self, rule: str, relaxation, samples, seed, condition=None):
+        """Run the lab: yields (grid image, stats markdown, Pareto figure or skip, stats JSON) per finished sample."""
+        ctx, m = self.ctx, self.ctx.model
+        decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition)
+        classifier = self._classifier()
+        settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
+                    "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
+                                   for j in range(len(conditions))], "seeds": seeds,
+                    "draft_len": DecodeConfig().draft_len, "sampling": dataclasses.asdict(m.sampling),
+                    "decoders": [{"key": d.key, "label": d.label,
+                                  "rule": None if d.rule is None else d.rule.config()} for d in decoders]}
+        done: list[LabSample] = []
+        t0 = time.perf_counter()
+        first_row = None
+        with ctx.lane() as lane:
+            stream = self.lab.run(decoders, conditions, seeds, m.sampling, DecodeConfig(), handles=lane)
+            try:
+                for sample in stream:
+                    done.append(sample)
+                    if first_row is None and sum(s.row == 0 for s in done) == len(decoders):
+                        first_row = time.perf_counter() - t0
+                    final = len(done) == len(decoders) * len(conditions)
+                    yield self._frame(done, decoders, headers, settings, t0, first_row, final, classifier)
+            except gr.Error:
+                raise
+            except Exception as err:  # a bug or a device error: log it here, show one line there
+                log.exception("lab failed")
+                raise bad(f"the lab failed: {type(err).__name__}: {plain(err)[:200]}") from None
+            finally:
+                stream.close()
+
+    def _frame(self, done, decoders, headers, settings, t0, first_row, final, classifier):
+        wall = time.perf_counter() - t0
+        summary = summarise(done, decoders)
+        status = (f"**Finished** {len(done)} samples in {wall:.1f} s (first sample of every decoder after "
+                  f"{_fmt(first_row, '.1f')} s)." if final else f"Decoding… {len(done)} of "
+                  f"{len(decoders) * len(headers)} samples, {wall:.1f} s.")
+        if classifier is None:
+            status += " No digit classifier for this model: accuracy is not measured."
+        text = stats_markdown(summary, status)
+        figure = gr.skip()
+        if final:
+            note = bench_note(self.bench, decoders, summary)
+            text += ("\n\nSame setting in the benchmark:\n" + note) if note else ""
+            figure = pareto_figure(self.bench, summary) if self.bench else None
+        payload = {"model": self.ctx.model.name, "settings": settings, "finished": final, "wall_seconds": wall,
+                   "first_row_seconds": first_row, "decoders": summary,
+                   "samples": [{"decoder": s.decoder, "row": s.row, "condition": s.condition, "seed": s.seed,
+                                "tau": s.tau, "nll": s.nll, "predicted": s.predicted, "seconds": s.seconds,
+                                "cached": s.cached} for s in sorted(done, key=lambda s: (s.row, s.column))]}
+        image = grid_image(done, decoders, headers, self.ctx.model.class_names)
+        return image, text, figure, json_safe(payload)
+
+
+def build(ctx: Context, tab: gr.Tab) -> LabPanel:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
+    panel = LabPanel(ctx)
+    gr.Markdown(INTRO)
+    with gr.Row():
+        rule = checked(gr.Dropdown(choices=[(label, key) for key, (label, _) in LAB_RULES.items()], value="cool-sd",
+                                   label="Rule", elem_id="lab-rule"))
+        relaxation = checked(gr.Slider(0.1, 50.0, value=2.0, step=0.05, elem_id="lab-relaxation",
+                                       label="relaxation: delta (lambda for LANTERN++)"))
+        samples = checked(gr.Slider(1, MAX_SAMPLES, value=MAX_SAMPLES, step=1, label="samples",
+                                    elem_id="lab-samples"))
+        seed = checked(gr.Number(value=0, label="lab seed", precision=0, minimum=0, maximum=MAX_SEED,
+                                 elem_id="lab-seed"))
+    with gr.Row():
+        run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
+        stop_btn = gr.Button("Stop", variant="stop", elem_id="lab-stop")
+    blank = Image.fromarray(np.full((HEAD_H + 4 * (CELL + GAP) + GAP, LABEL_W + MAX_SAMPLES * (CELL + GAP) + GAP, 3),
+                                    255, dtype=np.uint8))
+    grid = gr.Image(value=blank, type="pil", format="png", show_label=False, interactive=False,
+                    buttons=["download"], elem_id="lab-grid", label="samples")
+    stats = gr.Markdown(stats_markdown([], "Press **Run the lab**."), elem_id="lab-stats")
+    plot = gr.Plot(label="benchmark Pareto figure, this run marked", show_label=False, elem_id="lab-pareto")
+    with gr.Accordion("Raw numbers (what the API returns)", open=False):
+        raw = gr.JSON(elem_id="lab-json", label="lab")
+
+    event = run_btn.click(panel.grid, [rule, relaxation, samples, seed, ctx.controls["condition"]],
+                          [grid, stats, plot, raw],
+                          api_name="lab_grid", concurrency_limit=1, concurrency_id="lab", show_progress="minimal")
+    stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
+    return panel

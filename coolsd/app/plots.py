@@ -1,0 +1,256 @@
+"""Views of a race for the app (spec section 5): token grids to images, outcome overlays, stats and plotly figures.
+
+No decoding maths here: everything is drawn from what `coolsd.compare.race.Racer` recorded from engine events.
+Images are PIL RGB; figures are plotly `go.Figure`s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from coolsd.decoding.events import TokenOutcome
+
+# Decoder colours (shared with coolsd.theory's figure where the decoder appears there too).
+DECODER_COLOURS = {"eagle-1": "#444444", "lantern++": "#2ca02c", "lantern++-gstar": "#17becf", "uniform-rsd": "#1f77b4",
+                   "linear-decay": "#9467bd", "cool-sd": "#d62728", "cool-sd-floor": "#ff7f0e", "custom": "#8c564b",
+                   "vanilla": "#7f7f7f"}
+# Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
+ACCEPTED, RESAMPLED, BONUS = (k.code for k in TokenOutcome)  # int8 codes in the per-token kinds tensor
+KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255)}
+KIND_NAMES = {ACCEPTED: "accepted draft", RESAMPLED: "resampled (draft rejected)", BONUS: "bonus / target sample"}
+OVERLAY_ALPHA = 0.5
+PLACEHOLDER_GREYS = (104, 120)  # checkerboard of token cells not generated yet
+
+
+# ---------------------------------------------------------------- token grids to images
+def fill_ids(tokens: Tensor) -> Tensor:
+    """(T,) ids with -1 for missing -> ids where missing tokens take the most common committed id.
+
+    The VQ decoder needs a full grid; the most common code (the background for digits) keeps the
+    committed region's edges clean. The missing cells are painted over afterwards anyway.
+    """
+    known = tokens[tokens >= 0]
+    fill = int(torch.mode(known).values) if len(known) else 0
+    return torch.where(tokens >= 0, tokens, torch.full_like(tokens, fill))
+
+
+def to_rgb_array(pixels: Tensor) -> np.ndarray:
+    """(C, h, w) float in [0, 1], C = 1 or 3 -> (h, w, 3) uint8."""
+    x = pixels.detach().float().clamp(0, 1).cpu()
+    if x.dim() == 2:
+        x = x[None]
+    if x.shape[0] == 1:
+        x = x.expand(3, -1, -1)
+    return (x[:3].permute(1, 2, 0).numpy() * 255 + 0.5).astype(np.uint8)
+
+
+def display_size(grid: tuple[int, int], pixel_hw: tuple[int, int], min_size: int = 256) -> tuple[int, int]:
+    """(height, width) in display pixels: an integer upscale of the decoded image to at least `min_size`."""
+    h, w = pixel_hw
+    scale = max(1, math.ceil(min_size / max(h, w)))
+    # cells must be whole pixels so the nearest upscale stays sharp
+    return h * scale, w * scale
+
+
+def placeholder(grid: tuple[int, int], size_hw: tuple[int, int]) -> Image.Image:
+    """A neutral checkerboard of token cells: nothing generated yet."""
+    H, W = grid
+    board = (np.add.outer(np.arange(H), np.arange(W)) % 2).astype(bool)
+    grey = np.where(board, PLACEHOLDER_GREYS[0], PLACEHOLDER_GREYS[1]).astype(np.uint8)
+    img = Image.fromarray(np.repeat(grey[:, :, None], 3, axis=2))
+    return img.resize((size_hw[1], size_hw[0]), Image.NEAREST)
+
+
+def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Tensor | None = None,
+                overlay: bool = False, min_size: int = 256) -> Image.Image:
+    """The decoded image with committed tokens shown and the rest a neutral placeholder.
+
+    Args:
+        pixels: (C, h, w) float in [0, 1], the tokenizer's decode of the (filled-in) grid.
+        filled: (T,) bool, T = H * W, row-major: which tokens are committed.
+        grid: (H, W) token grid.
+        kinds: (T,) int8 outcome codes (`TokenOutcome.code`; 0 = no token yet) for the overlay.
+        overlay: tint every committed token cell by its outcome.
+        min_size: the longer side is upscaled (nearest) to at least this many pixels.
+    Returns:
+        PIL RGB image of `display_size(grid, (h, w), min_size)`.
+    """
+    H, W = grid
+    img = to_rgb_array(pixels).astype(np.float32)
+    h, w = img.shape[:2]
+    # compose at the decoded resolution (cheap), then upscale by an integer factor (nearest)
+    rows = np.minimum(np.arange(h) * H // h, H - 1)
+    cols = np.minimum(np.arange(w) * W // w, W - 1)
+    cell = rows[:, None] * W + cols[None, :]  # (h, w) token id of every pixel
+    filled_np = filled.cpu().numpy().astype(bool)
+    if overlay and kinds is not None:
+        kinds_np = kinds.cpu().numpy()
+        tint = np.zeros((H * W, 3), dtype=np.float32)
+        alpha = np.zeros(H * W, dtype=np.float32)
+        for code, colour in KIND_COLOURS.items():
+            tint[kinds_np == code] = colour
+            alpha[kinds_np == code] = OVERLAY_ALPHA
+        a = alpha[cell][..., None]
+        img = (1 - a) * img + a * tint[cell]
+    board = ((rows[:, None] + cols[None, :]) % 2).astype(bool)
+    grey = np.where(board, PLACEHOLDER_GREYS[0], PLACEHOLDER_GREYS[1]).astype(np.float32)[..., None]
+    img = np.where(filled_np[cell][..., None], img, grey)
+    out_h, out_w = display_size(grid, (h, w), min_size)
+    small = Image.fromarray(np.clip(img + 0.5, 0, 255).astype(np.uint8))
+    return small.resize((out_w, out_h), Image.NEAREST)
+
+
+def overlay_legend_html() -> str:
+    """Small HTML legend of the overlay colours."""
+    items = "".join(
+        f'<span style="display:inline-flex;align-items:center;margin-right:14px">'
+        f'<span style="width:14px;height:14px;background:rgb{KIND_COLOURS[c]};display:inline-block;'
+        f'margin-right:5px;border-radius:3px"></span>{KIND_NAMES[c]}</span>' for c in (ACCEPTED, RESAMPLED, BONUS))
+    return f'<div style="font-size:0.9em">{items}</div>'
+
+
+# ---------------------------------------------------------------- numbers
+def _fmt(v: float, spec: str) -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def stats_markdown(stats: list[dict], status: str = "") -> str:
+    """Markdown table of `Racer.stats(...)` dicts, one row per decoder, plus a status line."""
+    lines = ["| decoder | tokens | target forwards | τ (mean accepted length) | compute s | speed-up vs AR |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for s in stats:
+        mark = " ✓" if s["finished"] else ""
+        lines.append(f"| {s['decoder']}{mark} | {s['tokens']} / {s['num_tokens']} | {s['target_forwards']} | "
+                     f"{_fmt(s['mean_accepted_length'], '.2f')} | {_fmt(s['compute_seconds'], '.3f')} | "
+                     f"{_fmt(s.get('speedup', math.nan), '.2f')}× |")
+    return (f"{status}\n\n" if status else "") + "\n".join(lines)
+
+
+# ---------------------------------------------------------------- figures
+# A light look close to plotly's "plotly_white", spelled out on the empty "none" template: building and sending a
+# figure is then about 8x faster and 5x smaller (plotly copies and serialises a named template with every figure),
+# which the replay slider needs.
+_GRID = "#EBF0F8"
+_AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "ticks": "", "automargin": True}
+LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"},
+                "hovermode": "closest", "xaxis": _AXIS, "yaxis": _AXIS}
+
+
+def _figure():
+    import plotly.graph_objects as go
+
+    return go.Figure(layout=LIGHT_LAYOUT)
+
+
+def _layout(fig, title: str, xaxis_title: str, yaxis_title: str, height: int = 340):
+    fig.update_layout(title={"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
+                      xaxis_title=xaxis_title, yaxis_title=yaxis_title, height=height,
+                      margin={"l": 55, "r": 50, "t": 80, "b": 45},
+                      legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
+                      uirevision="keep")  # keep the user's zoom across streamed updates
+    return fig
+
+
+def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
+    """Running mean of the tested acceptance probability per draft position i, one line per racer.
+
+    racers: objects with key, label, accept_rate (n,) and depth_count (n,) (coolsd.compare.race.Racer).
+    omegas: racer key -> (n,) omega_i of a relaxed schedule, drawn dashed on the right axis (or None).
+    """
+    import plotly.graph_objects as go
+
+    fig = _figure()
+    labels = {}
+    for r in racers:
+        labels[r.key] = r.label
+        rate = r.accept_rate.tolist()
+        depths = list(range(1, len(rate) + 1))
+        counts = r.depth_count.tolist()
+        fig.add_trace(go.Scatter(
+            x=depths, y=[None if math.isnan(v) else v for v in rate], mode="lines+markers", name=r.label,
+            line={"color": DECODER_COLOURS.get(r.key)}, customdata=counts,
+            hovertemplate="i = %{x}<br>mean a_i = %{y:.3f}<br>tests: %{customdata:.0f}<extra>" + r.label + "</extra>"))
+    omegas = {k: w for k, w in (omegas or {}).items() if w is not None and len(w)}
+    for key, omega in omegas.items():
+        w = omega.tolist()
+        name = labels.get(key, key)
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name=f"{name} ω_i (right)", yaxis="y2",
+            line={"color": DECODER_COLOURS.get(key), "dash": "dash"}, marker={"symbol": "diamond-open"},
+            hovertemplate="i = %{x}<br>ω_i = %{y:.3f}<extra>" + name + " ω</extra>"))
+    if omegas:
+        fig.update_layout(yaxis2={"title": {"text": "ω_i", "standoff": 2}, "overlaying": "y", "side": "right",
+                                  "rangemode": "tozero", "showgrid": False})
+        fig.add_hline(y=1.0, line={"color": "#999999", "dash": "dot", "width": 1}, yref="y2",
+                      annotation_text="ω = 1 (lossless)", annotation_position="top left")
+    fig.update_xaxes(range=[0.5, max(draft_len, 1) + 0.5], dtick=1)
+    fig.update_layout(yaxis={"range": [0, 1.05]})
+    return _layout(fig, "Acceptance probability per draft position", "draft position i",
+                   "mean tested acceptance prob.")
+
+
+def length_figure(racers: list):
+    """Tokens committed per speculative round (accepted drafts + 1), one line per racer, vanilla AR = 1."""
+    import plotly.graph_objects as go
+
+    fig = _figure()
+    longest = 1
+    for r in racers:
+        y = list(r.round_tokens)
+        longest = max(longest, len(y))
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(y) + 1)), y=y, mode="lines+markers", name=r.label,
+            line={"color": DECODER_COLOURS.get(r.key), "width": 1.5}, marker={"size": 4},
+            hovertemplate="round %{x}<br>%{y} tokens<extra>" + r.label + "</extra>"))
+    fig.add_trace(go.Scatter(x=[1, longest], y=[1, 1], mode="lines", name="vanilla AR",
+                             line={"color": DECODER_COLOURS["vanilla"], "dash": "dot"}, hoverinfo="skip"))
+    fig.update_yaxes(rangemode="tozero", dtick=1)
+    fig.update_xaxes(tickformat="d", rangemode="tozero")
+    return _layout(fig, "Accepted length per round", "round", "tokens committed (accepted + 1)")
+
+
+def length_histogram(racers: list):
+    """Share of speculative rounds that committed n tokens (accepted drafts + 1), grouped bars per racer."""
+    import plotly.graph_objects as go
+
+    fig = _figure()
+    longest = 1
+    for r in racers:
+        y = list(r.round_tokens)
+        if not y:
+            continue
+        counts = np.bincount(np.asarray(y, dtype=np.int64))[1:]  # counts[n - 1]: rounds committing n tokens
+        longest = max(longest, len(counts))
+        fig.add_trace(go.Bar(
+            x=list(range(1, len(counts) + 1)), y=(counts / len(y)).tolist(), name=r.label, customdata=counts.tolist(),
+            marker={"color": DECODER_COLOURS.get(r.key)},
+            hovertemplate="%{x} tokens: %{y:.0%} of rounds (%{customdata})<extra>" + r.label + "</extra>"))
+    fig.update_layout(barmode="group", bargap=0.15)
+    fig.update_xaxes(range=[0.5, longest + 0.5], dtick=1)
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Accepted length histogram", "tokens committed per round", "share of rounds")
+
+
+def image_strip(images: list[Image.Image], labels: list[str], band: int = 22) -> Image.Image:
+    """The images side by side on one white strip, each with its label above it (a PNG to take away).
+
+    images: PIL images (any sizes; the strip is as tall as the tallest); labels: one per image.
+    """
+    from PIL import ImageDraw
+
+    gap = 8
+    height = max(im.height for im in images) + band
+    width = sum(im.width for im in images) + gap * (len(images) - 1)
+    strip = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    x = 0
+    for im, label in zip(images, labels):
+        strip.paste(im.convert("RGB"), (x, band))
+        draw.text((x + 2, 4), label, fill=(0, 0, 0))
+        x += im.width + gap
+    return strip

@@ -1,0 +1,337 @@
+"""The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
+
+A fair race (spec section 5): each step advances the decoder that has used the least compute time so
+far (`coolsd.compare.race`), so every streamed frame shows what each reached with the same compute budget.
+Every step is recorded in a `coolsd.compare.trace.RaceTrace`: after a race (or a stop) the replay slider
+redraws any step from it (no decoding), and the trace can be downloaded or fetched by the API.
+API: race (streams), overlay, replay, trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+
+import gradio as gr
+
+from coolsd.app import racers as choice
+from coolsd.app.context import Context, bad, check_number, gpu, log, plain
+from coolsd.app.plots import (
+    acceptance_figure,
+    length_figure,
+    length_histogram,
+    overlay_legend_html,
+    stats_markdown,
+)
+from coolsd.app.racers import SLOTS, slot_keys
+from coolsd.compare.race import Race, Racer
+from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.engine import DecodeConfig, generate
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.util.jsonsafe import json_safe
+
+ID, TITLE = "race", "Race"
+# Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
+IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
+FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
+PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
+STOP_WAIT_S = 10.0  # Stop waits at most this long for the cancelled race to close before it draws the final state
+# Output positions of a race frame (the API returns them in this order; the two states are not returned).
+IMAGES, STATS_MD, PLOT_ACC, PLOT_LEN, PLOT_HIST, STATS_JSON, REPLAY = range(0, SLOTS), 5, 6, 7, 8, 9, 10
+DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANILLA[0]: choice.VANILLA[1]}
+
+
+class RacePanel:
+    """The race handlers, bound to one Context (the Gradio events call these methods)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        # session -> overlay flag of a race in progress: the overlay checkbox changes it while the race streams
+        self.live_overlay: dict[str, bool] = {}
+        # session -> (set once the race has closed, its trace) of a race in progress, for Stop
+        self.active: dict[str, tuple[threading.Event, RaceTrace]] = {}
+
+    # ---------------------------------------------------------------- drawing (live frames and replays)
+    def _images(self, ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
+                redraw) -> list:
+        """One entry per slot: a new image where `redraw(key)` says so (snapshot updated), else gr.skip().
+
+        snapshot: {"variant": the model variant's key, "images": slot -> (pixels, filled, kinds)}.
+        """
+        by_key = {r.key: r for r in racers}
+        snapshot["variant"] = ctx.variant_key
+        shown = snapshot.setdefault("images", {})
+        images = []
+        for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
+            if key is None:
+                images.append(gr.skip())
+                continue
+            r, how = by_key[key], redraw(key)
+            if how == "decode":
+                pixels = ctx.decode_pixels(r.tokens)
+                shown[slot] = (pixels, r.filled.clone(), r.kinds.clone())
+                images.append(ctx.render(pixels, r.filled, r.kinds, overlay))
+            elif how == "tint" and slot in shown:
+                images.append(ctx.render(*shown[slot], overlay))
+            else:
+                images.append(gr.skip())
+        return images
+
+    @staticmethod
+    def _plots(trace: RaceTrace, racers: list[Racer], step: int | None = None) -> list:
+        spec = [r for r in racers if r.key != choice.VANILLA[0]]
+        settings = trace.settings
+        chain_depth = settings.get("draft_len", 1) if settings.get("drafting") == "chain" else 1
+        depth = max([chain_depth, *(len(r.depth_sum) for r in spec)])
+        return [acceptance_figure(spec, depth, trace.omegas(step)), length_figure(spec), length_histogram(spec)]
+
+    @staticmethod
+    def _numbers(trace: RaceTrace, racers: list[Racer], status: str, **extra) -> tuple[str, dict]:
+        """(stats table in markdown under `status`, JSON payload: model, settings, `extra`, per-decoder stats)."""
+        stats = [r.stats(racers[-1]) for r in racers]
+        payload = json_safe({"model": trace.model, "settings": trace.settings, **extra,
+                             "decoders": {r.key: s for r, s in zip(racers, stats)}})
+        return stats_markdown(stats, status), payload
+
+    # ---------------------------------------------------------------- the race
+    @gpu
+    def _run(self, ctx: Context, cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict, seed: int,
+             overlay: bool, trace: RaceTrace, session: str | None = None):
+        """Generator of output frames; holds one lane of model handles (of `ctx`'s model) for the whole race."""
+        num_tokens = ctx.model.num_tokens
+        closed = threading.Event()
+        with ctx.lane() as lane:
+            race = None
+            if session is not None:
+                self.live_overlay[session] = overlay
+                self.active[session] = (closed, trace)
+            try:
+                racers = []
+                for (key, label), (target, drafter) in zip(trace.racers, lane):
+                    rule = rules.get(key)
+                    events = generate(target, drafter if rule else None, rule, cond, num_tokens, sampling, config,
+                                      seed=seed)
+                    racers.append(Racer(key, label, events, num_tokens))
+                race = Race(racers)
+                yield from self._frames(ctx, race, trace, overlay, session)
+            except gr.Error:
+                raise
+            except Exception as err:  # a bug or a device error: log it here, show one line there
+                log.exception("race failed")
+                raise bad(f"decoding failed: {type(err).__name__}: {plain(err)[:200]}") from None
+            finally:
+                if race is not None:
+                    race.close()
+                if trace.status == "running":
+                    trace.status = "stopped"
+                self.live_overlay.pop(session, None)
+                if session is not None and self.active.get(session, (None,))[0] is closed:
+                    del self.active[session]
+                closed.set()
+
+    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None):
+        racers = race.racers
+        index = {r.key: i for i, r in enumerate(racers)}
+        snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
+        dirty: set[str] = set()
+        t0 = time.perf_counter()
+        last_frame = last_plot = -math.inf
+        frame_cost = 0.0  # seconds the last frame took: drawing it, and Gradio sending it while we are suspended
+        first_frame_s = None
+
+        def frame(final: bool):
+            nonlocal last_plot, first_frame_s, overlay
+            now = time.perf_counter()
+            live = self.live_overlay.get(session, overlay)
+            toggled, overlay = live != overlay, live
+            images = self._images(ctx, trace, racers, overlay, snapshot,
+                                  lambda key: "decode" if key in dirty else "tint" if toggled else "skip")
+            dirty.clear()
+            wall = now - t0
+            if first_frame_s is None:
+                first_frame_s = wall
+            if final:
+                trace.status = "finished"
+            status = (f"**Finished** in {wall:.2f} s wall clock." if final else
+                      f"Racing… {race.steps} rounds so far, {wall:.1f} s.")
+            table, payload = self._numbers(trace, racers, status, finished=final, wall_seconds=wall,
+                                           first_frame_seconds=first_frame_s, steps=race.steps)
+            if final or now - last_plot >= PLOT_EVERY_S:
+                plots = self._plots(trace, racers)
+                last_plot = now
+            else:
+                plots = [gr.skip()] * 3
+            replay = gr.Slider(maximum=max(len(trace), 1), value=len(trace), interactive=True) if final else gr.skip()
+            return (*images, table, *plots, payload, replay, {**snapshot, "images": dict(snapshot["images"])}, trace)
+
+        for racer, event in race:
+            trace.record(index[racer.key], event)
+            dirty.add(racer.key)
+            start = time.perf_counter()
+            if start - last_frame >= max(IMAGE_EVERY_S, frame_cost * (1 - FRAME_SHARE) / FRAME_SHARE):
+                yield frame(final=False)
+                last_frame = time.perf_counter()
+                frame_cost = last_frame - start
+        dirty.update(r.key for r in racers)
+        yield frame(final=True)
+
+    def race(self, condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, delta, nu, mu, mean_omega,
+             lantern_k, lantern_lambda, overlay, racers=None, uniform_delta=choice.DEFAULTS["uniform_delta"],
+             linear_delta=choice.DEFAULTS["linear_delta"], linear_slope=choice.DEFAULTS["linear_slope"],
+             custom_omegas=choice.DEFAULTS["custom_omegas"], resolution=None, request: gr.Request = None):
+        """Race the chosen decoders (default Eagle-1, LANTERN++, COOL-SD) and vanilla AR; streams a frame per update.
+
+        Yields (5 images: the racers in order, unused slots skipped, vanilla AR last; stats table (markdown);
+        acceptance, accepted-length and histogram plots; stats (JSON); replay slider; snapshot and trace
+        states). Unchanged outputs are skipped.
+        """
+        ctx = self.ctx.variant(resolution)  # the model at this resolution (LlamaGen); else the one model
+        cond = ctx.check_condition(condition)
+        keys = choice.check_racers(choice.DEFAULT_RACERS if racers is None else racers)
+        try:
+            sampling = SamplingConfig(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k)
+            config = DecodeConfig(draft_len=draft_len, tree=None if drafting == "chain" else drafting)
+        except ValueError as err:
+            raise bad(str(err)) from None
+        params = choice.RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda, uniform_delta, linear_delta,
+                                   linear_slope, custom_omegas)
+        rules = choice.make_rules(ctx, keys, params)
+        if sampling.greedy:
+            gr.Warning("temperature 0 is greedy decoding: every rule commits the target's argmax, so the relaxed "
+                       "rules can change the speed but not the image.")
+        if config.tree is not None and draft_len != DecodeConfig().draft_len:
+            gr.Info(f"static tree '{config.tree}': the tree's depth sets the draft length; the L slider is not used.")
+        settings = {"condition": condition, "seed": seed, "sampling": dataclasses.asdict(sampling),
+                    "draft_len": draft_len, "drafting": drafting, "racers": keys, "resolution": ctx.variant_key,
+                    "rules": {k: r.config() for k, r in rules.items()}}
+        trace = RaceTrace(ctx.model.name, settings, [(k, choice.RACERS[k]) for k in keys] + [choice.VANILLA],
+                          ctx.model.num_tokens, ctx.model.grid)
+        session = getattr(request, "session_hash", None)
+        yield from self._run(ctx, cond, sampling, config, rules, seed, overlay, trace, session)
+
+    # ---------------------------------------------------------------- after (or during) a race
+    def stopped(self, stats, overlay=False, request: gr.Request = None):
+        """Stop: the race itself is cancelled (cancels=). This waits for it to close, then shows the state it
+        reached (every recorded step, so no late frame overrides it) marked *Stopped*, and opens the replay.
+
+        Returns (5 images, stats table, 3 plots, stats (JSON), snapshot state, replay slider). Without a race
+        of this session in progress: the last numbers shown (`stats`), marked stopped, and nothing else.
+        """
+        session = getattr(request, "session_hash", None)
+        closed, trace = self.active.get(session, (None, None))
+        if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
+            decoders = (stats or {}).get("decoders") or {}
+            table = stats_markdown(list(decoders.values()), "**Stopped.**")
+            return (*[gr.skip()] * SLOTS, table, *[gr.skip()] * 5, gr.skip())
+        view = self._view(trace, len(trace), bool(overlay), f"**Stopped** after {len(trace)} race steps.")
+        return (*view, gr.Slider(maximum=len(trace), value=len(trace), interactive=True))
+
+    def show_overlay(self, overlay, snapshot, request: gr.Request = None):
+        """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
+
+        During a race the new setting also applies to the frames still to come.
+        """
+        session = getattr(request, "session_hash", None)
+        if session in self.live_overlay:
+            self.live_overlay[session] = overlay
+        ctx = self.view_context(snapshot)
+        shown = (snapshot or {}).get("images", {})
+        return tuple(ctx.render(*shown[slot], overlay) if slot in shown else ctx.blank_image() for slot in range(SLOTS))
+
+    def view_context(self, snapshot) -> Context:
+        """The context of the model variant whose images `snapshot` holds (the default one when empty)."""
+        return self.ctx.variant((snapshot or {}).get("variant"))
+
+    def replay(self, step, overlay, trace):
+        """The race as it was after `step` race steps, from its recorded events (no decoding).
+
+        Returns (5 images, stats table, the three plots, stats (JSON), snapshot state) like a race frame.
+        """
+        if not isinstance(trace, RaceTrace) or not len(trace):
+            raise bad("nothing to replay yet: run a race first")
+        step = check_number("replay step", step, 0, len(trace), integer=True)
+        if not isinstance(overlay, bool):
+            raise bad(f"overlay must be true or false, got {overlay!r}")
+        return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.")
+
+    def _view(self, trace: RaceTrace, step: int, overlay: bool, status: str) -> tuple:
+        racers = trace.replay(step)
+        snapshot: dict = {}
+        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        images = self._images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
+        table, payload = self._numbers(trace, racers, status, replay_step=step, steps=len(trace),
+                                       race_status=trace.status)
+        return (*images, table, *self._plots(trace, racers, step), payload, snapshot)
+
+    @staticmethod
+    def trace_json(trace) -> dict:
+        """The last race's trace: settings, model, every event in race order (`coolsd.compare.trace` format)."""
+        if not isinstance(trace, RaceTrace):
+            raise bad("no race yet: run a race first")
+        return trace.to_json()
+
+    @staticmethod
+    def slot_layout(keys):
+        """Titles and visibility of the image slots for a racer choice (UI only; bad choices keep the layout)."""
+        try:
+            keys = choice.check_racers(keys)
+        except gr.Error:
+            return tuple(gr.skip() for _ in range(2 * SLOTS))
+        titles, columns = [], []
+        for key in slot_keys(keys):
+            label = choice.RACERS.get(key) or (choice.VANILLA[1] if key == choice.VANILLA[0] else "")
+            titles.append(f"**{label}**")
+            columns.append(gr.Column(visible=key is not None))
+        return (*titles, *columns)
+
+
+def build(ctx: Context, tab: gr.Tab) -> RacePanel:
+    """The Race tab's outputs, wired to ctx.controls and ctx.buttons (call inside `gr.Tab(TITLE, id=ID)`)."""
+    from coolsd.app import share
+
+    panel = RacePanel(ctx)
+    default = slot_keys(choice.DEFAULT_RACERS)
+    titles, columns, images = [], [], []
+    # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; digits: side by side
+    widest = max(v.display_hw[1] for v in ctx.variants.values()) if ctx.variants else ctx.display_hw[1]
+    min_width = widest if ctx.model.conditioning == "text" else 150
+    with gr.Row():
+        for slot, key in enumerate(default):
+            label = choice.RACERS.get(key) or (choice.VANILLA[1] if key else "")
+            with gr.Column(min_width=min_width, visible=key is not None) as column:
+                titles.append(gr.Markdown(f"**{label}**", elem_classes="panel-title", elem_id=f"title-{slot}"))
+                images.append(gr.Image(value=ctx.blank_image(), type="pil", format=ctx.image_format,
+                                       show_label=False, interactive=False, buttons=["download"],
+                                       elem_id=f"img-{slot}", label=f"slot {slot}"))
+            columns.append(column)
+    gr.HTML(overlay_legend_html(), elem_id="legend")
+    stats_md = gr.Markdown(stats_markdown([]), elem_id="stats")
+    replay = gr.Slider(0, 1, value=0, step=1, label="Replay: race step (after a race or a stop)", interactive=False,
+                       elem_id="replay")
+    plot_acc = gr.Plot(label="acceptance per draft position", show_label=False, elem_id="plot-acc")
+    with gr.Row():
+        plot_len = gr.Plot(label="accepted length per round", show_label=False, elem_id="plot-len")
+        plot_hist = gr.Plot(label="accepted length histogram", show_label=False, elem_id="plot-hist")
+    snapshot, trace = gr.State({}), gr.State(None)
+    take = share.TakeAway(ctx, panel, snapshot, trace)
+    with gr.Accordion("Raw numbers (what the API returns)", open=False):
+        stats_json = gr.JSON(elem_id="stats-json", label="stats")
+
+    c = ctx.controls
+    outputs = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, replay, snapshot, trace]
+    run_event = ctx.buttons["generate"].click(panel.race, list(c.values()), outputs, api_name="race",
+                                              concurrency_limit=ctx.workers, concurrency_id="race",
+                                              show_progress="minimal")
+    view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
+    ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay], cancels=[run_event],
+                              queue=False, api_visibility="private")
+    c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay",
+                        concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
+    c["racers"].change(panel.slot_layout, c["racers"], [*titles, *columns], queue=False, api_visibility="private",
+                       show_progress="hidden")
+    replay.input(panel.replay, [replay, c["overlay"], trace], view, api_name="replay",
+                  concurrency_limit=4, concurrency_id="replay", trigger_mode="always_last", show_progress="hidden")
+    take.wire()
+    return panel

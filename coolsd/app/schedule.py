@@ -1,0 +1,228 @@
+"""The Schedule explorer tab: the omega schedule as a family, drawn over depth, judged exactly against its uniform twin.
+
+Numbers come from `coolsd.theory.annealing.explore` (the exact oracle on the toy tabular model); this module
+draws them. The shipped report (`assets/theory_schedules.json`, `python -m coolsd.theory --report`)
+is shown below the figures. API: schedule.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import gradio as gr
+
+from coolsd.app.context import Context, bad, checked, log, plain, show
+from coolsd.decoding.rules import CoolSDRule, LinearDecayRule, Rule
+from coolsd.theory import annealing, sweeps
+from coolsd.util.paths import THEORY_REPORT
+
+ID, TITLE = "schedule", "Schedule explorer"
+DRAFT_LEN = sweeps.DRAFT_LEN  # the toy model's L (V = 4, T = 5: the first round drafts all L depths)
+REPORT = THEORY_REPORT
+DRAFT_LABELS = {"toy": "toy (the Theory tab's)", "close": "close (ε = 0.2)", "far": "far (ε = 0.7)"}
+KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay", "uniform": "uniform (UniformRSD)",
+               "custom": "custom list"}
+COLOURS = {"schedule": "#d62728", "below": "#ff9896", "twin": "#1f77b4", "eagle": "#444444"}
+INTRO = f"""
+COOL-SD relaxes each draft depth i of a round by its own weight ω_i: a draft is kept with probability
+min(1, ω_i p/q) and a rejection resamples from G*_i. Shape the schedule, then compare it with its **uniform twin**:
+the UniformRSD whose single δ gives the **same** mean accepted length τ, so the only difference is where along the
+round the relaxation is spent. Exact numbers (no sampling) on the toy tabular model (V = {sweeps.VOCAB_SIZE},
+T = {sweeps.NUM_TOKENS}, L = {DRAFT_LEN}); drafts are the Theory tab's or a mix Q = (1 − ε) P + ε R.
+The family: exponential ω_i = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = 0.7); linear decay
+ω_i = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ω_i = δ; or your own list ω_1..ω_L.
+"""
+WHY = """
+**Why the floor matters.** With G*, a depth whose ω_i ≤ 1 has step error exactly 0, so pushing ω_i below 1 buys no
+accuracy: it only rejects more. For ω_i ≥ 1 a step's error is exactly the acceptance it gains over Eagle-1
+(Σ_x [min(q, ω_i p) − p]_+). Relaxing early pays more: a draft accepted at depth 1 also opens depths 2..L, so each
+unit of error spent early buys more tokens than the same unit spent late. Hence the floored annealed schedule tends
+to beat its twin in the bound (the sum of the "error spent" bars), while the unclipped one throws acceptance
+away at the late depths and must relax the early ones harder to reach the same τ.
+"""
+
+
+# ---------------------------------------------------------------- input -> rule
+def parse_omegas(text) -> tuple[float, ...]:
+    """"2, 1, 0.5" -> (2.0, 1.0, 0.5); a one-line error on anything else (at most L numbers)."""
+    if isinstance(text, (list, tuple)):
+        parts = list(text)
+    elif isinstance(text, str):
+        parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p.strip()]
+    else:
+        raise bad(f"custom omegas must be numbers separated by commas (e.g. 2, 1, 0.5), got {show(text)}")
+    values = []
+    for part in parts:
+        try:
+            value = float(part)
+        except (TypeError, ValueError):
+            raise bad(f"custom omegas: {show(part)} is not a number; write e.g. 2, 1, 0.5") from None
+        if not math.isfinite(value):
+            raise bad(f"custom omegas must be finite numbers, got {show(part)}")
+        values.append(value)
+    if not values:
+        raise bad("custom omegas: give at least one number (omega_1), e.g. 2, 1, 0.5")
+    if len(values) > DRAFT_LEN:
+        raise bad(f"custom omegas: the toy model drafts L = {DRAFT_LEN} tokens per round, so give at most "
+                  f"{DRAFT_LEN} numbers (got {len(values)})")
+    return tuple(values)
+
+
+def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
+    """The explorer's rule; the rule's own ValueError text becomes the one-line error."""
+    if kind not in annealing.SCHEDULES:
+        raise bad(f"unknown schedule {show(kind)}; choose one of {', '.join(annealing.SCHEDULES)}")
+    values = parse_omegas(omegas) if kind == "custom" else ()
+    try:
+        return annealing.schedule_rule(kind, delta=delta, nu=nu, slope=slope, omegas=values, floor_at_one=floor)
+    except ValueError as err:
+        raise bad(str(err)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def explore(rule: Rule, drafts: str) -> dict:
+    return annealing.explore(rule, drafts=drafts, draft_len=DRAFT_LEN)
+
+
+# ---------------------------------------------------------------- figures and text (drawing only)
+def omega_figure(result: dict):
+    """Bars of omega_i over depth (lighter where omega_i < 1), the twin's uniform delta and omega = 1 marked."""
+    import plotly.graph_objects as go
+
+    omega = result["schedule"]["omega"]
+    depth = list(range(1, len(omega) + 1))
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=depth, y=omega, name="this schedule", text=[f"{w:.2f}" for w in omega],
+                         marker={"color": [COLOURS["below"] if w < 1 else COLOURS["schedule"] for w in omega]},
+                         hovertemplate="depth %{x}: ω = %{y:.3f}<extra></extra>"))
+    if result["twin"] is not None:
+        twin = f"uniform twin (δ = {result['twin']['delta']:.3f})"
+        fig.add_trace(go.Bar(x=depth, y=result["twin"]["omega"], name=twin,
+                             marker={"color": COLOURS["twin"], "opacity": 0.45},
+                             hovertemplate="depth %{x}: ω = %{y:.3f}<extra>twin</extra>"))
+    fig.add_hline(y=1, line={"color": "black", "dash": "dash"}, annotation_text="ω = 1 (Eagle-1)",
+                  annotation_position="top right")
+    fig.update_layout(title="ω_i over the draft depth i (lighter bars: ω_i < 1, stricter than Eagle-1)",
+                      xaxis={"title": "draft depth i", "tickmode": "array", "tickvals": depth},
+                      yaxis_title="ω_i", barmode="group", template="plotly_white", height=380,
+                      legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
+    return fig
+
+
+def why_figure(result: dict):
+    """Per depth: expected acceptance tests, accepted drafts and error (bound share), schedule vs twin."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tests per image", "accepted per image", "error spent"))
+    runs = [("this schedule", result["schedule"], COLOURS["schedule"]), ("Eagle-1", result["eagle"], COLOURS["eagle"])]
+    if result["twin"] is not None:
+        runs.insert(1, ("uniform twin", result["twin"], COLOURS["twin"]))
+    for name, r, colour in runs:
+        depth = list(range(1, len(r["depth_tests"]) + 1))
+        for col, key in enumerate(("depth_tests", "depth_accepts", "depth_bound"), start=1):
+            fig.add_trace(go.Bar(x=depth, y=r[key], name=name, legendgroup=name, showlegend=col == 1,
+                                 marker={"color": colour}, hovertemplate="depth %{x}: %{y:.4f}<extra>" + name +
+                                 "</extra>"), row=1, col=col)
+    fig.update_xaxes(title_text="draft depth i", tickmode="linear", dtick=1)
+    fig.update_layout(barmode="group", template="plotly_white", height=340, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 40})
+    return fig
+
+
+def numbers_markdown(result: dict) -> str:
+    """The exact numbers and what omega_i < 1 means where it happens."""
+    s, t, e = result["schedule"], result["twin"], result["eagle"]
+    lines = ["| | τ | exact TV | bound |", "|---|---|---|---|",
+             f"| this schedule | {s['tau']:.4f} | {s['tv']:.4f} | {s['bound']:.4f} |"]
+    if t is not None:
+        lines.append(f"| uniform twin, δ = {t['delta']:.4f} | {t['tau']:.4f} | {t['tv']:.4f} | {t['bound']:.4f} |")
+    lines.append(f"| Eagle-1 (lossless) | {e['tau']:.4f} | {e['tv']:.1e} | {e['bound']:.1e} |")
+    lines.append("\nτ: tokens per target forward; exact TV: total variation between the output and P over whole "
+                 "sequences; bound: the paper's bound, the sum of the per-depth errors drawn above.")
+    if t is None:
+        lines.append(f"\n{plain(result['twin_note'])}.")
+    else:
+        better = [name for name, key in (("exact TV", "tv"), ("bound", "bound")) if s[key] < t[key]]
+        verdict = (f"At the same τ this schedule beats its uniform twin in {' and '.join(better)}." if better else
+                   "At the same τ the uniform twin is at least as accurate in exact TV and in the bound.")
+        lines.append(f"\n**{verdict}**")
+    if s["tau"] < e["tau"]:
+        lines.append(f"\nThis schedule is *slower* than Eagle-1 (τ {s['tau']:.3f} < {e['tau']:.3f}) and not exact.")
+    if result["below_one"]:
+        depths = ", ".join(str(i) for i in result["below_one"])
+        lines.append(f"\n**ω_i < 1 at depth {depths}**: there the rule is *stricter than Eagle-1* (it keeps a draft "
+                     "with probability min(1, ω_i p/q) ≤ min(1, p/q)), and G* keeps that step *exact*: its step "
+                     "error is 0, as at ω_i = 1. Such a depth costs acceptance and buys no accuracy; "
+                     "**floor at 1** removes exactly that loss.")
+    return "\n".join(lines)
+
+
+def report_markdown(path: Path = REPORT) -> str:
+    """The shipped floored/unclipped x close/far table (or how to make it)."""
+    if not path.is_file():
+        return "The report is not shipped here: `python -m coolsd.theory --report --report-out ...`."
+    report = json.loads(path.read_text())
+    return ("**Over many random models** (`python -m coolsd.theory --report`; every comparison at matched τ):\n\n"
+            + annealing.format_schedules(report))
+
+
+# ---------------------------------------------------------------- the handler and the tab
+class SchedulePanel:
+    """The explorer's handler (also the API's `schedule`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def compute(self, kind, delta, nu, slope, omegas, floor, drafts):
+        """-> (omega bars figure, per-depth figure, numbers markdown, JSON)."""
+        if drafts not in annealing.DRAFTS:
+            raise bad(f"unknown drafts {show(drafts)}; choose one of {', '.join(annealing.DRAFTS)}")
+        rule = make_schedule(kind, delta, nu, slope, omegas, floor)
+        try:
+            result = explore(rule, drafts)
+        except Exception as err:  # log it here, one line there
+            log.exception("schedule explorer failed")
+            raise bad(f"the exact oracle failed: {type(err).__name__}: {plain(err)[:200]}") from None
+        return omega_figure(result), why_figure(result), numbers_markdown(result), result
+
+
+def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
+    panel = SchedulePanel(ctx)
+    cool, linear = CoolSDRule(), LinearDecayRule()
+    gr.Markdown(INTRO)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=240):
+            kind = checked(gr.Radio(choices=[(label, key) for key, label in KIND_LABELS.items()],
+                                    value="exponential", label="Schedule", elem_id="sched-kind"))
+            delta = checked(gr.Slider(0.1, 8.0, value=cool.delta, step=0.05, label="delta (mean omega)",
+                                      elem_id="sched-delta"))
+            nu = checked(gr.Slider(0.0, 3.0, value=cool.nu, step=0.05, label="nu (exponential decay rate)",
+                                   elem_id="sched-nu"))
+            slope = checked(gr.Slider(0.0, 1.0, value=linear.slope, step=0.05, label="slope s (linear decay)",
+                                      elem_id="sched-slope"))
+            omegas = gr.Textbox(value="2, 1, 0.5", label=f"custom omegas (omega_1..omega_{DRAFT_LEN})",
+                                elem_id="sched-omegas", max_length=200)
+            floor = checked(gr.Checkbox(value=False, label="floor at 1 (omega_i = max(omega_i, 1))",
+                                        elem_id="sched-floor"))
+            drafts = checked(gr.Radio(choices=[(label, key) for key, label in DRAFT_LABELS.items()], value="toy",
+                                      label="Drafts", elem_id="sched-drafts"))
+            button = gr.Button("Compute", variant="primary", elem_id="sched-btn")
+        with gr.Column(scale=3):
+            bars = gr.Plot(show_label=False, elem_id="sched-bars")
+            depth_plot = gr.Plot(show_label=False, elem_id="sched-why")
+    numbers = gr.Markdown(elem_id="sched-numbers")
+    gr.Markdown(WHY)
+    gr.Markdown(report_markdown(), elem_id="sched-report")
+    with gr.Accordion("Raw numbers (what the API returns)", open=False):
+        raw = gr.JSON(label="schedule", elem_id="sched-json")
+
+    inputs = [kind, delta, nu, slope, omegas, floor, drafts]
+    gr.on([button.click, tab.select, kind.input, delta.release, nu.release, slope.release, omegas.submit, floor.input,
+           drafts.input], panel.compute, inputs, [bars, depth_plot, numbers, raw], api_name="schedule",
+          concurrency_limit=1, concurrency_id="schedule", trigger_mode="always_last", show_progress="minimal")
+    return panel

@@ -1,0 +1,212 @@
+"""Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control.
+
+The share link is the app's URL with one query parameter per control (`?seed=3&delta=2&racers=eagle-1,cool-sd`),
+plus `tab=` when given. Opening it sets each control; a bad value keeps that control's default and says why
+(one warning line). The API has the same pieces: share_link (settings -> query string), share_restore
+(query string -> settings, or one clear error), trace (the last race's trace as JSON), trace_file, strip_file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Mapping
+from urllib.parse import parse_qsl, urlencode
+
+import gradio as gr
+
+from coolsd.app.context import Context, bad, show
+from coolsd.app.plots import image_strip
+from coolsd.app.racers import SLOTS, slot_keys
+from coolsd.compare.trace import RaceTrace
+
+KEEP_FILES = 64  # trace / strip files kept on disk (the oldest go first)
+MAX_QUERY_CHARS = 4000
+_DIR: list[str] = []  # the folder of this process's files, made on first use
+
+
+def _file(name: str, suffix: str) -> str:
+    """A fresh path in this process's folder; prunes it to the newest KEEP_FILES files."""
+    if not _DIR:
+        _DIR.append(tempfile.mkdtemp(prefix="coolsd-share-"))
+    folder = _DIR[0]
+    files = sorted((os.path.join(folder, f) for f in os.listdir(folder)), key=os.path.getmtime)
+    for old in files[: max(0, len(files) - KEEP_FILES + 1)]:
+        os.remove(old)
+    return os.path.join(folder, f"coolsd-{name}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def shared_controls(ctx: Context) -> dict:
+    """name -> component of every control a share link carries: the race settings, then the panels' own."""
+    return {**ctx.controls, **ctx.share_controls}
+
+
+# ---------------------------------------------------------------- settings <-> query string
+def _encode(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _decode(component, text: str):
+    """The query text as the type the component's check expects (a value that does not parse stays text,
+    so the check names it)."""
+    if isinstance(component, gr.CheckboxGroup):
+        return [v for v in text.split(",") if v]
+    if isinstance(component, gr.Checkbox):
+        return {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower(), text)
+    if isinstance(component, (gr.Slider, gr.Number)):
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+        return int(number) if number.is_integer() else number
+    return text
+
+
+def share_query(ctx: Context, values: Mapping) -> str:
+    """"?name=value&..." for the given control values (checked first, like the race checks them)."""
+    controls = shared_controls(ctx)
+    checked = {}
+    for name, component in controls.items():
+        if name in values:
+            checked[name] = _check(ctx, name, component, values[name])
+    return "?" + urlencode({name: _encode(v) for name, v in checked.items()})
+
+
+def _check(ctx: Context, name: str, component, value):
+    value = component.preprocess(value)  # the `checked` front runs first: range, type, choice
+    if name == "condition":
+        ctx.check_condition(value)
+    return value
+
+
+def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
+    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter])."""
+    controls = shared_controls(ctx)
+    values, errors = {}, []
+    for name, text in params.items():
+        if name == "tab":
+            if text in panel_ids:
+                values["tab"] = text
+            else:
+                errors.append(f"unknown tab {show(text)}; choose one of {', '.join(panel_ids)}")
+        elif name not in controls:
+            errors.append(f"unknown setting {show(name)}")
+        else:
+            try:
+                values[name] = _check(ctx, name, controls[name], _decode(controls[name], text))
+            except gr.Error as err:
+                errors.append(str(err.message))
+    return values, errors
+
+
+def _params(query) -> dict:
+    if not isinstance(query, str):
+        raise bad(f"the query must be text such as '?seed=3&delta=2', got {show(query)}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise bad(f"the query is too long: {len(query)} characters (at most {MAX_QUERY_CHARS})")
+    return dict(parse_qsl(query.lstrip("?"), keep_blank_values=True))
+
+
+# ---------------------------------------------------------------- the components and handlers
+class TakeAway:
+    """The take-away row under the race: trace, strip and share link buttons, and their handlers."""
+
+    def __init__(self, ctx: Context, panel, snapshot: gr.State, trace: gr.State) -> None:
+        self.ctx, self.panel, self.snapshot, self.trace = ctx, panel, snapshot, trace
+        with gr.Row(equal_height=True):
+            self.trace_btn = gr.Button("Download the trace (JSON)", size="sm", elem_id="trace-btn")
+            self.strip_btn = gr.Button("Download the images (PNG strip)", size="sm", elem_id="strip-btn")
+            self.link_btn = gr.Button("Share link", size="sm", elem_id="link-btn")
+        with gr.Row(equal_height=True):
+            self.file = gr.File(label="download", interactive=False, elem_id="download", height=100)
+            self.link = gr.Textbox(label="share link (restores every control)", interactive=False, buttons=["copy"],
+                                   elem_id="share-link")
+        self.trace_view = gr.JSON(visible=False)
+        self.trace_api = gr.Button(visible=False)
+
+    def trace_file(self, trace) -> str:
+        """The last race's trace as a .json file (settings, model, every event)."""
+        data = self.panel.trace_json(trace)
+        path = _file(f"trace-seed{trace.settings.get('seed', 0)}", ".json")
+        with open(path, "w") as f:
+            json.dump(data, f)
+        return path
+
+    def strip_file(self, snapshot, overlay, trace) -> str:
+        """The images on show (last race or replayed step) side by side in one .png, labelled."""
+        if not isinstance(trace, RaceTrace) or not (snapshot or {}).get("images"):
+            raise bad("no images yet: run a race first")
+        if not isinstance(overlay, bool):
+            raise bad(f"overlay must be true or false, got {show(overlay)}")
+        labels = dict(trace.racers)
+        keys = slot_keys([k for k, _ in trace.racers[:-1]])
+        images, ctx = snapshot["images"], self.panel.view_context(snapshot)
+        shown = [slot for slot in range(SLOTS) if slot in images and keys[slot] is not None]
+        strip = image_strip([ctx.render(*images[slot], overlay) for slot in shown],
+                            [labels[keys[slot]] for slot in shown])
+        path = _file(f"images-seed{trace.settings.get('seed', 0)}", ".png")
+        strip.save(path)
+        return path
+
+    def share_link(self, *values) -> str:
+        """The query string ("?seed=3&...") that restores these settings; the page prefixes its own URL."""
+        return share_query(self.ctx, dict(zip(shared_controls(self.ctx), values)))
+
+    def _named_share_link(self):
+        """`share_link` with one named parameter per control (the API shows and takes the names)."""
+        names = list(shared_controls(self.ctx))
+
+        def share_link(*values):
+            return self.share_link(*values)
+
+        share_link.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+        share_link.__doc__ = self.share_link.__doc__
+        return share_link
+
+    def wire(self) -> None:
+        controls = list(shared_controls(self.ctx).values())
+        self.trace_btn.click(self.trace_file, self.trace, self.file, api_name="trace_file")
+        self.strip_btn.click(self.strip_file, [self.snapshot, self.ctx.controls["overlay"], self.trace], self.file,
+                             api_name="strip_file")
+        self.link_btn.click(self._named_share_link(), controls, self.link, api_name="share_link").then(
+            None, self.link, self.link, js="(q) => q && q.startsWith('?') ? "
+            "window.location.origin + window.location.pathname + q : q", api_visibility="private")
+        self.trace_api.click(self.panel.trace_json, self.trace, self.trace_view, api_name="trace")
+
+
+def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]) -> None:
+    """On page load, set every control named in the URL's query (call inside the Blocks, after every panel)."""
+    controls = shared_controls(ctx)
+
+    def restore(request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        params = {k: v for k, v in params.items() if k not in ("__theme", "view")}  # Gradio's own parameters
+        if not params:
+            return tuple(gr.skip() for _ in range(len(controls) + 1))
+        values, errors = parse_query(ctx, params, panel_ids)
+        if errors:
+            gr.Warning("share link: " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
+                       + " (kept the default)")
+        updates = [values[name] if name in values else gr.skip() for name in controls]
+        return (*updates, gr.Tabs(selected=values["tab"]) if "tab" in values else gr.skip())
+
+    def share_restore(query: str) -> dict:
+        """The settings a share link's query restores; a bad value is one clear error."""
+        values, errors = parse_query(ctx, _params(query), panel_ids)
+        if errors:
+            raise bad("share link: " + errors[0])
+        return values
+
+    gr.api(share_restore, api_name="share_restore")
+    # queued: a warning reaches the page as a toast only through the queue
+    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", concurrency_limit=None)

@@ -1,0 +1,68 @@
+"""The Theory tab: exact TV vs expected accepted length on the toy tabular model (`coolsd.theory`).
+
+It reads the race's COOL-SD and LANTERN++ settings (ctx.controls) and marks them on the curves.
+API: theory.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from coolsd.app.context import Context, bad, log, plain
+from coolsd.app.racers import RuleParams, make_rules
+from coolsd.theory import sweeps
+
+ID, TITLE = "theory", "Theory"
+INPUTS = ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")
+INTRO = f"""
+Exact numbers, no sampling: a toy tabular target and drafter (V = {sweeps.VOCAB_SIZE} codes, T = {sweeps.NUM_TOKENS}
+tokens, L = {sweeps.DRAFT_LEN}) small enough to enumerate every output sequence (`coolsd.theory`). Each curve sweeps one
+knob: UniformRSD's and COOL-SD's δ (ν from the slider), LANTERN++'s λ (k ≤ {sweeps.K} on the toy codebook). The ✕ marks
+are the current sliders. Lower-right is better: longer accepted runs at a smaller total-variation error. It updates
+when you release a COOL-SD or LANTERN++ slider (a new ν takes a few seconds).
+"""
+
+
+@functools.lru_cache(maxsize=32)
+def _curves(nu: float, k: int) -> dict:
+    return sweeps.tradeoff_curves(nu=nu, k=k)
+
+
+def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
+    """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
+    import plotly.graph_objects as go
+
+    rules = make_rules(ctx, ["cool-sd", "lantern++"], RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda))
+    try:
+        curves = _curves(round(float(nu), 3), min(int(lantern_k), sweeps.K))
+        fig = sweeps.tradeoff_figure(curves, mark=rules["cool-sd"])
+        lantern = sweeps.mark_point(curves, rules["lantern++"])
+    except Exception as err:  # log it here, one line there
+        log.exception("theory plot failed")
+        raise bad(f"the exact oracle failed: {type(err).__name__}: {plain(err)[:200]}") from None
+    fig.add_trace(go.Scatter(x=[lantern["tau"]], y=[lantern["tv"]], mode="markers", name=lantern["label"],
+                             marker={"color": "#2ca02c", "size": 14, "symbol": "x-thin",
+                                     "line": {"width": 3, "color": "#2ca02c"}},
+                             hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
+    fig.update_layout(width=None, height=520, autosize=True, title={"font": {"size": 14}},
+                      legend={"x": 1.02, "y": 1, "xanchor": "left", "bgcolor": "rgba(255,255,255,0.6)"},
+                      margin={"r": 10})
+    return fig
+
+
+def build(ctx: Context, tab: gr.Tab):
+    """The tab's content; `tab` is the enclosing gr.Tab (selecting it draws the plot)."""
+    gr.Markdown(INTRO)
+    button = gr.Button("Update the theory plot", elem_id="theory-btn")
+    plot = gr.Plot(label="exact TV vs accepted length", show_label=False, elem_id="plot-theory")
+
+    def update(delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
+        return theory_plot(ctx, delta, nu, mu, mean_omega, lantern_k, lantern_lambda)
+
+    c = ctx.controls
+    gr.on([button.click, tab.select, c["delta"].release, c["nu"].release, c["mu"].release, c["mean_omega"].input,
+           c["lantern_k"].release, c["lantern_lambda"].release], update, [c[k] for k in INPUTS], plot,
+          api_name="theory", concurrency_limit=1, concurrency_id="theory", trigger_mode="always_last",
+          show_progress="minimal")

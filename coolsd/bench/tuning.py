@@ -1,0 +1,97 @@
+"""Tune the draft round to this CPU: chain length L and the static tree, measured, for a few rules.
+
+    .venv/bin/python -m scripts.round_tuning --images 20 --lengths 2-8 --trees eagle-25 \
+        --rules eagle-1,cool-sd:delta=2 --out assets/bench/round_tuning
+
+For every image (class i % 10, seed 100 + i) the script decodes vanilla AR and then every
+(rule, L or tree) once, interleaved, on one torch thread, and records tau and the process CPU
+seconds (`time.process_time`). Speed-up = the benchmark's statistic: total vanilla CPU seconds /
+total CPU seconds of the setting over the same images, the first image a warm-up left out.
+Also reports the mean CPU cost of one round (CPU seconds / target forwards), so that speed-up
+can be read as tau x (vanilla step cost) / (round cost), and the engine's wall-clock split of a
+round into drafter calls, the target's verify forward and everything else (sampling, rule maths).
+Writes OUT.json and OUT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from coolsd.bench.cli import _ints
+from coolsd.bench.settings import parse_spec
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.models.bundle import load_embedded
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=20)
+    ap.add_argument("--lengths", type=_ints, default=list(range(2, 9)))
+    ap.add_argument("--trees", default="eagle-25")
+    ap.add_argument("--rules", default="eagle-1,cool-sd:delta=2")
+    ap.add_argument("--out", type=Path, default=Path("assets/bench/round_tuning"))
+    ap.add_argument("--drafter", type=Path, default=None, help="an EagleHead folder instead of the shipped one")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    bundle = load_embedded(device="cpu")
+    if args.drafter is not None:
+        from coolsd.models.eagle import EagleDrafter, EagleHead
+
+        model, k = bundle.target.model, bundle.target.vocab_size
+        head = EagleHead.from_pretrained(args.drafter, dtype=torch.float32).eval()
+        bundle.drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[:k],
+                                      bundle.num_tokens)
+    rules = [r for r in args.rules.split(",") if r]
+    settings = [("vanilla", None, DecodeConfig())]
+    for spec in rules:
+        for shape in [*args.lengths, *[t for t in args.trees.split(",") if t]]:
+            tree = shape if isinstance(shape, str) else None
+            s = parse_spec(spec + (f"@{tree}" if tree else ""), draft_len=5 if tree else shape)
+            settings.append((f"{spec} {'tree ' + tree if tree else 'L=' + str(shape)}", s.build_rule(bundle.neighbours),
+                             s.decode_config()))
+    zero = {"cpu": 0.0, "tokens": 0, "forwards": 0, "drafts": 0, "draft": 0.0, "verify": 0.0, "other": 0.0}
+    stats = {name: dict(zero) for name, _, _ in settings}
+    for i in range(args.images + 1):
+        for name, rule, config in settings:
+            t0 = time.process_time()
+            res = run(bundle.target, bundle.drafter if rule else None, rule, i % 10, bundle.num_tokens,
+                      bundle.default_sampling, config, seed=100 + i)
+            dt = time.process_time() - t0
+            if i == 0:
+                continue  # warm-up image
+            st = stats[name]
+            st["cpu"] += dt
+            st["tokens"] += len(res.tokens)
+            st["forwards"] += res.target_forwards
+            st["drafts"] += res.draft_forwards
+            for phase in ("draft", "verify", "other"):
+                st[phase] += res.seconds[phase]
+        print(f"image {i}/{args.images} done", flush=True)
+    base = stats["vanilla"]["cpu"]
+    rows = []
+    for name, _, config in settings:
+        st = stats[name]
+        rows.append({"setting": name, "draft_len": config.draft_len, "tree": config.tree,
+                     "tau": st["tokens"] / st["forwards"], "cpu_s_per_image": st["cpu"] / args.images,
+                     "speedup": base / st["cpu"], "round_ms": 1000 * st["cpu"] / st["forwards"],
+                     "draft_calls_per_round": st["drafts"] / st["forwards"], "images": args.images}
+                    | {f"{ph}_ms_per_round": 1000 * st[ph] / st["forwards"] for ph in ("draft", "verify", "other")})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = ["| setting | tau | CPU s / img | CPU ms / round | wall ms / round: draft + verify + other | speed-up |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['setting']} | {r['tau']:.2f} | {r['cpu_s_per_image']:.3f} | {r['round_ms']:.2f} "
+              f"| {r['draft_ms_per_round']:.2f} + {r['verify_ms_per_round']:.2f} + {r['other_ms_per_round']:.2f} "
+              f"| {r['speedup']:.2f}x |" for r in rows]
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

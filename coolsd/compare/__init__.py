@@ -1,0 +1,6 @@
+"""Comparison back-ends: several decoders side by side on the same models (the app's tabs call these).
+
+Start reading at `race.py` (`Race`: racers stepped round by round with the same compute budget,
+`fork_models`), then `trace.py` (a race recorded as events, replayable and downloadable as JSON) and
+`lab.py` (the quality lab: many samples per decoder, judged by token NLL and the digit classifier).
+"""

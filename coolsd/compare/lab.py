@@ -1,0 +1,259 @@
+"""The quality lab's backend: one grid of samples per decoder (same classes, same seeds), judged as it streams.
+
+A lab run decodes `len(conditions)` samples with each decoder of a `LabSetup` (vanilla AR as the
+reference, Eagle-1, the chosen relaxed rule and its twin), on a few worker threads that each hold
+their own model handles (`coolsd.compare.race.fork_models`), and yields a `LabSample` as soon as one
+finishes, row by row (sample j of every decoder before sample j + 1). Every sample carries what
+judges it: the target's mean NLL of its tokens (`coolsd.bench.metrics.token_nll`), the digit
+classifier's prediction (embedded model only), tau and its decode time. `summarise` turns the
+samples so far into per-decoder numbers: accuracy, mean NLL, tau, speed-up over vanilla AR.
+
+Vanilla AR and Eagle-1 do not depend on the chosen relaxation, so their samples are cached per
+(condition, seed, sampling, draft length): moving the relaxation slider only decodes the relaxed
+decoders again (same seed, same tokens, so a cached sample is the sample).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from coolsd.bench.metrics import classifier_outputs, token_nll
+from coolsd.compare.race import fork_models
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule, UniformRSDRule
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.util import checks
+
+VANILLA = "vanilla"
+# The lab's relaxed rules: key -> (label, knob). The knob is delta for the omega rules, lambda for LANTERN++.
+LAB_RULES = {
+    "cool-sd": ("COOL-SD (nu 0.7, mean omega = delta)", "delta"),
+    "cool-sd-floor": ("COOL-SD floored at 1", "delta"),
+    "uniform-rsd": ("UniformRSD", "delta"),
+    "linear-decay": ("linear decay (slope 0.5)", "delta"),
+    "lantern++": ("LANTERN++ (published residual)", "lambda"),
+}
+CACHED = ("vanilla", "eagle-1")  # decoders whose samples do not depend on the relaxation
+CACHE_SIZE = 256  # samples kept, without their images (T token ids and a few numbers; images are re-decoded)
+
+
+@dataclass(frozen=True)
+class LabDecoder:
+    """One column of the grid: key (unique), label, rule (None = vanilla AR)."""
+
+    key: str
+    label: str
+    rule: Rule | None
+
+
+def lab_decoders(rule_key: str, relaxation: float, neighbours: Tensor | None = None,
+                 lantern_k: int = 10) -> list[LabDecoder]:
+    """Vanilla AR, Eagle-1, the chosen rule at `relaxation`, and its twin; ValueError on bad input.
+
+    Twins: COOL-SD (floored or not) and linear decay -> UniformRSD at the same delta (same mean omega);
+    UniformRSD -> COOL-SD at the same delta; LANTERN++ -> LANTERN++ with the G* residual, same k and lambda.
+    neighbours: the model's (V, k_max + 1) table (LANTERN++ only); lantern_k is clamped to what it holds.
+    """
+    if rule_key not in LAB_RULES:
+        raise ValueError(f"unknown lab rule {rule_key!r}; choose one of {', '.join(LAB_RULES)}")
+    relaxation = float(checks.finite("the relaxation", relaxation))
+    if rule_key == "lantern++":
+        if neighbours is None:
+            raise ValueError("LANTERN++ needs the model's neighbour table")
+        k = min(lantern_k, int(neighbours.shape[-1]) - 1)
+        rule = LanternPPRule(k=k, lam=relaxation).with_neighbours(neighbours)
+        twin = LanternPPRule(k=k, lam=relaxation, residual_kind="optimal").with_neighbours(neighbours)
+        pair = [(f"LANTERN++ k={k} lambda={relaxation:g}", rule), (f"LANTERN++ G* k={k} lambda={relaxation:g}", twin)]
+    else:
+        chosen = {"cool-sd": lambda d: CoolSDRule(delta=d), "cool-sd-floor": lambda d: CoolSDRule(delta=d,
+                                                                                                  floor_at_one=True),
+                  "uniform-rsd": lambda d: UniformRSDRule(delta=d),
+                  "linear-decay": lambda d: LinearDecayRule(delta=d)}[rule_key](relaxation)
+        twin = CoolSDRule(delta=relaxation) if rule_key == "uniform-rsd" else UniformRSDRule(delta=relaxation)
+        label = LAB_RULES[rule_key][0].split(" (")[0]
+        twin_label = "COOL-SD" if rule_key == "uniform-rsd" else "UniformRSD"
+        pair = [(f"{label} delta={relaxation:g}", chosen), (f"{twin_label} delta={relaxation:g}", twin)]
+    return [LabDecoder(VANILLA, "Vanilla AR", None), LabDecoder("eagle-1", "Eagle-1", EagleRule()),
+            LabDecoder("chosen", pair[0][0], pair[0][1]), LabDecoder("twin", pair[1][0], pair[1][1])]
+
+
+@dataclass(frozen=True)
+class LabSample:
+    """One finished sample. row: index of the sample (its condition and seed); column: decoder index.
+
+    tokens: (T,) int64; image: (C, H, W) float in [0, 1]; seconds: decode wall time in its worker
+    (the engine's draft + verify + other); nll: the target's mean NLL, nats/token; predicted: the
+    classifier's class (None without a classifier); cached: reused from an earlier run.
+    """
+
+    row: int
+    column: int
+    decoder: str
+    condition: Any
+    seed: int
+    tokens: Tensor
+    image: Tensor
+    tau: float
+    target_forwards: int
+    seconds: float
+    nll: float
+    predicted: int | None
+    cached: bool = False
+
+    @property
+    def correct(self) -> bool | None:
+        return None if self.predicted is None else self.predicted == self.condition
+
+
+class Lab:
+    """The classifier and the sample cache of the quality lab; `run` streams a grid.
+
+    target, drafter, tokenizer: as the engine and the app use them (shared weights, never decoded
+    on directly: every worker decodes on its own handle, see `run`). classifier: a
+    `ResNetForImageClassification` digit classifier or None. workers: threads decoding at once
+    (2 on a 2-core machine). The lab forks its own handles here (before anything decodes on the
+    models: `fork_models` refuses models with allocated caches); `run` may be given others.
+    """
+
+    def __init__(self, target, drafter, tokenizer, num_tokens: int, classifier=None, workers: int = 2) -> None:
+        checks.integer("workers", workers, 1)
+        self.tokenizer, self.num_tokens, self.classifier, self.workers = tokenizer, num_tokens, classifier, workers
+        self._own = [fork_models(target, drafter) for _ in range(workers)]  # weights shared, caches own
+        self._cache: OrderedDict[tuple, LabSample] = OrderedDict()
+        self._lock = threading.Lock()
+        self._classifier_lock = threading.Lock()
+
+    # -- one sample --------------------------------------------------------------------------
+    def _decode(self, handles: queue.Queue, decoder: LabDecoder, row: int, column: int, cond, seed: int,
+                sampling: SamplingConfig, config: DecodeConfig) -> LabSample:
+        target, drafter = handles.get()
+        try:
+            result = run(target, drafter if decoder.rule is not None else None, decoder.rule, cond, self.num_tokens,
+                         sampling, config, seed=seed)
+            nll = token_nll(target, sampling, cond, result.tokens)
+        finally:
+            handles.put((target, drafter))
+        image = self.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
+        predicted = None
+        if self.classifier is not None:
+            with self._classifier_lock:
+                predicted = int(classifier_outputs(self.classifier, image[None].float())[1][0].argmax())
+        return LabSample(row, column, decoder.key, cond, seed, result.tokens, image, result.tau,
+                         result.target_forwards, sum(result.seconds.values()), nll, predicted)
+
+    def _key(self, decoder: LabDecoder, cond, seed: int, sampling: SamplingConfig, config: DecodeConfig) -> tuple:
+        rule = None if decoder.rule is None else tuple(sorted(decoder.rule.config().items()))
+        return (decoder.key, rule, cond, seed, dataclasses.astuple(sampling), config.draft_len, config.tree)
+
+    # -- a grid ------------------------------------------------------------------------------
+    def run(self, decoders: list[LabDecoder], conditions: list, seeds: list[int], sampling: SamplingConfig,
+            config: DecodeConfig | None = None, use_cache: bool = True,
+            handles: list[tuple] | None = None) -> Iterator[LabSample]:
+        """Decode sample j = (conditions[j], seeds[j]) with every decoder; yield each as it finishes.
+
+        handles: (target, drafter) pairs with their own KV caches (e.g. an app lane); the first
+        `workers` are used; None = the lab's own forks. Jobs are queued row by row (all decoders of
+        sample 0 first), so rows complete in order as far as the workers allow. Closing the iterator
+        (a cancelled request) drops the jobs not started and waits for the running ones.
+        """
+        if len(conditions) != len(seeds):
+            raise ValueError(f"one seed per condition: got {len(conditions)} conditions and {len(seeds)} seeds")
+        config = config or DecodeConfig()
+        handles = self._own if handles is None else handles
+        if not handles:
+            raise ValueError("the lab needs at least one (target, drafter) handle")
+        free: queue.Queue = queue.Queue()
+        for pair in handles[: self.workers]:
+            free.put(pair)
+        pool = ThreadPoolExecutor(max_workers=free.qsize(), thread_name_prefix="coolsd-lab")
+        done: queue.Queue = queue.Queue()
+        try:
+            for row, (cond, seed) in enumerate(zip(conditions, seeds)):
+                for column, decoder in enumerate(decoders):
+                    key = self._key(decoder, cond, seed, sampling, config)
+                    with self._lock:
+                        hit = self._cache.get(key) if use_cache and decoder.key in CACHED else None
+                    if hit is not None:
+                        image = self.tokenizer.decode(hit.tokens)  # (C, H, W) in [0, 1]
+                        done.put(dataclasses.replace(hit, row=row, column=column, image=image, cached=True))
+                        continue
+                    future = pool.submit(self._decode, free, decoder, row, column, cond, seed, sampling, config)
+                    future.add_done_callback(lambda f, key=key, d=decoder.key: self._finish(f, key, d, done))
+            for _ in range(len(conditions) * len(decoders)):
+                item = done.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _finish(self, future, key: tuple, decoder_key: str, done: queue.Queue) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            done.put(error)
+            return
+        sample = future.result()
+        if decoder_key in CACHED:
+            with self._lock:
+                self._cache[key] = dataclasses.replace(sample, image=None)
+                self._cache.move_to_end(key)
+                while len(self._cache) > CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        done.put(sample)
+
+
+# ---------------------------------------------------------------- judging the grid
+def summarise(samples: list[LabSample], decoders: list[LabDecoder]) -> list[dict]:
+    """Per decoder (in column order): n, accuracy (share classified as their condition; None without a
+    classifier), mean NLL (nats/token), tau (tokens / target forwards over its samples), seconds (sum),
+    speed-up = vanilla seconds / this decoder's seconds over the rows both have finished (None before)."""
+    by_column: dict[int, dict[int, LabSample]] = {j: {} for j in range(len(decoders))}
+    for s in samples:
+        by_column[s.column][s.row] = s
+    vanilla = next((j for j, d in enumerate(decoders) if d.rule is None), None)
+    out = []
+    for j, d in enumerate(decoders):
+        mine = list(by_column[j].values())
+        judged = [s.correct for s in mine if s.correct is not None]
+        speedup = None
+        if vanilla is not None:
+            rows = set(by_column[j]) & set(by_column[vanilla])
+            ref = sum(by_column[vanilla][r].seconds for r in rows)
+            own = sum(by_column[j][r].seconds for r in rows)
+            speedup = ref / own if rows and own > 0 else None
+        forwards = sum(s.target_forwards for s in mine)
+        out.append({
+            "decoder": d.key, "label": d.label, "rule": None if d.rule is None else d.rule.config(), "n": len(mine),
+            "accuracy": sum(judged) / len(judged) if judged else None,
+            "nll": sum(s.nll for s in mine) / len(mine) if mine else None,
+            "tau": sum(len(s.tokens) for s in mine) / forwards if forwards else None,
+            "seconds": sum(s.seconds for s in mine), "speedup": speedup,
+            "cached": sum(s.cached for s in mine),
+        })
+    return out
+
+
+def load_classifier(path=None):
+    """The embedded model's digit classifier (`assets/embedded/classifier`, fp32, eval mode), or None if absent."""
+    from pathlib import Path
+
+    from coolsd.models.bundle import EMBEDDED_DIR
+
+    folder = Path(path) if path is not None else EMBEDDED_DIR / "classifier"
+    if not (folder / "config.json").is_file():
+        return None
+    from transformers import ResNetForImageClassification
+
+    return ResNetForImageClassification.from_pretrained(folder, dtype=torch.float32).eval()

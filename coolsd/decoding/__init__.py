@@ -1,0 +1,10 @@
+"""The decoding layer: one engine, many acceptance rules (speculative decoding of AR image models).
+
+Start reading at `engine.py` (`decode` / `generate` / `run`: the loop over draft rounds), then
+`chain.py` (one chain round: draft L tokens, verify, accept / resample / bonus) and `rules.py` (the
+acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py` is the static-tree
+round, `round.py` the pieces both rounds share (session, clock, sampling of one step), `events.py`
+what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
+temperature / top-k / CFG settings, `neighbours.py` the latent-neighbour table LANTERN++ uses.
+The maths each rule implements is in `shared/spec/decoding.md`; `coolsd.theory` checks it exactly.
+"""

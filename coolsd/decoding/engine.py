@@ -1,0 +1,92 @@
+"""The one draft/verify loop (spec sections 2, 4, 5): `decode` yields a RoundEvent per round.
+
+Everything (app, benchmark, tests) drives this loop. A rule is an object (`coolsd.decoding.rules`); the
+drafting shape is data (`DecodeConfig.tree`): chain rounds in `coolsd.decoding.chain`, static trees in
+`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from coolsd.decoding.chain import chain_round
+from coolsd.decoding.events import DecodeResult, RoundEvent
+from coolsd.decoding.round import Session
+from coolsd.decoding.rules import Rule
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.decoding.tree import TREES, tree_round
+from coolsd.models.protocol import Drafter, TokenModel
+from coolsd.util import checks
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.decoding.tree.TREES` or None (chain)."""
+
+    draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (README, coolsd/bench/tuning.py)
+    tree: str | None = None
+
+    def __post_init__(self) -> None:
+        checks.integer("draft_len", self.draft_len, 1)
+        if self.tree is not None:
+            if self.tree not in TREES:
+                raise ValueError(f"unknown tree {self.tree!r}; choose one of {sorted(TREES)} or None for chain")
+
+
+def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The only source of randomness of a decode: same seed, same tokens."""
+    checks.integer("seed", seed, 0, 2**63 - 1, bounds="in [0, 2**63)")
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _check_pair(drafter: Drafter | None, rule: Rule | None) -> None:
+    if (drafter is None) != (rule is None):
+        given, missing = ("a rule", "drafter") if drafter is None else ("a drafter", "rule")
+        raise ValueError(f"{given} without a {missing}: pass both for speculative decoding, or neither "
+                         "for vanilla AR")
+
+
+def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond: Any, num_tokens: int,
+           sampling: SamplingConfig | None = None, config: DecodeConfig | None = None,
+           generator: torch.Generator | None = None) -> Iterator[RoundEvent]:
+    """Decode one image of `num_tokens` tokens; yields a RoundEvent as soon as each round ends.
+
+    drafter=None and rule=None is vanilla AR: one target forward per token. Giving only one of
+    them is an error (a rule needs drafts to judge; a drafter needs a rule to judge them).
+    """
+    sampling = sampling or SamplingConfig()
+    config = config or DecodeConfig()
+    checks.integer("num_tokens", num_tokens, 1)
+    _check_pair(drafter, rule)
+    s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
+    yield s.first()
+    shape = TREES[config.tree] if config.tree is not None and drafter is not None else None
+    index = 1
+    while len(s.committed) < num_tokens:
+        # the last token of an image has nothing left to draft: a plain target step, even for trees
+        last = len(s.committed) == num_tokens - 1
+        yield tree_round(s, index, shape) if shape and not last else chain_round(s, index, config.draft_len)
+        index += 1
+
+
+def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond: Any, num_tokens: int,
+             sampling: SamplingConfig | None = None, config: DecodeConfig | None = None,
+             seed: int = 0) -> Iterator[RoundEvent]:
+    """One call: the events iterator of `decode` with a generator seeded by `seed` (same seed, same tokens).
+
+    Arguments are checked here, before the first event, so bad input fails early.
+    """
+    sampling = sampling or SamplingConfig()
+    config = config or DecodeConfig()
+    _check_pair(drafter, rule)
+    gen = make_generator(seed, target.device)
+    return decode(target, drafter, rule, cond, num_tokens, sampling, config, gen)
+
+
+def run(*args, **kwargs) -> DecodeResult:
+    """`generate(...)` drained into a DecodeResult."""
+    return DecodeResult.from_events(generate(*args, **kwargs))

@@ -1,0 +1,343 @@
+"""Acceptance rules of speculative decoding (spec section 3): one small frozen dataclass per rule.
+
+Every rule answers three calls on processed distributions, vectorised over leading dims `...`:
+  omega(depth, draft_len)                 -> (...)       relaxation weight (ones if lossless)
+  accept_prob(p, q, x, depth, draft_len)  -> (...)       a in [0, 1], chance of keeping draft x
+  residual(p, q, x, depth, draft_len)     -> (..., V)    where to resample after rejecting x
+with p, q: (..., V) target / draft probabilities, x: (...) int64 draft ids, depth: (...) int64,
+1-based position of the draft inside its round (restarts at 1 every round).
+
+Greedy decoding (temperature 0, one-hot p and q): every rule commits the target's argmax token;
+Eagle-1, UniformRSD/COOL-SD with omega >= 1 and LANTERN(++) accept a draft iff it equals that
+argmax; COOL-SD at a depth with omega_i < 1 accepts a matching draft with probability omega_i and
+otherwise resamples the same argmax token (G* of a one-hot p is p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from coolsd.util import checks
+
+MAX_SCHEDULE_LEN = 64  # a custom schedule longer than any draft length is a typo, not a schedule
+
+# ---------------------------------------------------------------- shared maths
+def pick(v: Tensor, x: Tensor) -> Tensor:
+    """v (..., V), x (...) -> v[..., x] (...)."""
+    return v.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+
+
+def normalise(v: Tensor, fallback: Tensor) -> Tensor:
+    """Norm(v) = v / sum(v) per row; rows whose mass is only rounding noise fall back to `fallback` (p)."""
+    total = v.sum(-1, keepdim=True)
+    tiny = 16 * torch.finfo(v.dtype).eps
+    return torch.where(total > tiny, v / total.clamp_min(tiny), fallback)
+
+
+def ratio_accept(p: Tensor, q: Tensor, omega: Tensor | float) -> Tensor:
+    """min(1, omega * p / q) elementwise, (..., V); 1 where q == 0 (such tokens are never drafted)."""
+    r = omega * p / q.clamp_min(torch.finfo(q.dtype).tiny)
+    return torch.where(q > 0, r.clamp(max=1.0), torch.ones_like(r))
+
+
+def g_star(p: Tensor, q: Tensor, a_all: Tensor) -> Tensor:
+    """Optimal residual G* = Norm([p - q * a]_+) for the acceptance a (..., V) of every token."""
+    return normalise((p - q * a_all).clamp_min(0), p)
+
+
+def lossless_residual(p: Tensor, q: Tensor) -> Tensor:
+    """Norm([p - q]_+): the residual of exact speculative sampling."""
+    return normalise((p - q).clamp_min(0), p)
+
+
+# ---------------------------------------------------------------- the interface
+@dataclass(frozen=True)
+class Rule:
+    """Base rule. Subclasses override `accept_all` (and maybe `omega`, `residual`); fields are their config."""
+
+    name: ClassVar[str] = ""
+    lossless: ClassVar[bool] = False  # True when the rule provably reproduces p exactly
+
+    def omega(self, depth: Tensor, draft_len: int) -> Tensor:
+        """Relaxation weight omega_i per depth, float (...)."""
+        return torch.ones_like(depth, dtype=torch.float64)
+
+    def accept_all(self, p: Tensor, q: Tensor, depth: Tensor, draft_len: int) -> Tensor:
+        """Acceptance probability a(y) of EVERY token y as a draft, (..., V)."""
+        raise NotImplementedError
+
+    def accept_prob(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> Tensor:
+        return pick(self.accept_all(p, q, depth, draft_len), x)
+
+    def residual(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> Tensor:
+        """Default: the optimal residual G* of this rule's acceptance."""
+        return g_star(p, q, self.accept_all(p, q, depth, draft_len))
+
+    def config(self) -> dict:
+        """Name + fields, JSON-ready (what benchmarks record next to their numbers)."""
+        return {"rule": self.name} | {k: v for k, v in asdict(self).items() if not isinstance(v, Tensor)}
+
+
+@dataclass(frozen=True)
+class EagleRule(Rule):
+    """Eagle-1 / exact speculative sampling: a = min(1, p/q), residual Norm([p - q]_+)."""
+
+    name: ClassVar[str] = "eagle-1"
+    lossless: ClassVar[bool] = True
+
+    def accept_all(self, p, q, depth, draft_len):
+        return ratio_accept(p, q, 1.0)
+
+    def residual(self, p, q, x, depth, draft_len):
+        return lossless_residual(p, q)
+
+
+@dataclass(frozen=True)
+class UniformRSDRule(Rule):
+    """Uniformly relaxed SD (ablation): a = min(1, delta p/q), residual G* with omega = delta."""
+
+    name: ClassVar[str] = "uniform-rsd"
+    delta: float = 2.0  # omega at every depth
+
+    def __post_init__(self):
+        checks.number("delta", self.delta, 0, low_open=True)
+
+    def omega(self, depth, draft_len):
+        return torch.full_like(depth, self.delta, dtype=torch.float64)
+
+    def accept_all(self, p, q, depth, draft_len):
+        return ratio_accept(p, q, self.delta)
+
+
+@dataclass(frozen=True)
+class CoolSDRule(Rule):
+    """COOL-SD: a_i = min(1, omega_i p/q), omega_i = delta exp(-nu i - mu), residual G*_i.
+
+    mu=None (default, choice) is mean-normalised: mu = log(mean_i exp(-nu i)) over i = 1..draft_len,
+    so mean(omega) = delta. omega is not clipped (choice); floor_at_one=True clips it below at 1.
+    residual="optimal" uses G*_i (spec); "lossless" uses Norm([p - q]_+) (ablation only, biased
+    where omega_i < 1).
+    """
+
+    name: ClassVar[str] = "cool-sd"
+    delta: float = 2.0  # overall relaxation (paper: 1.1, 2)
+    nu: float = 0.7  # annealing rate per depth (paper value)
+    mu: float | None = None  # None = mean-normalised (choice), else the shift used as given
+    floor_at_one: bool = False  # (choice) clip omega_i below at 1
+    residual_kind: str = "optimal"  # "optimal" (G*) or "lossless"
+
+    def __post_init__(self):
+        checks.number("delta", self.delta, 0, low_open=True)
+        checks.number("nu", self.nu, 0)
+        if self.mu is not None:
+            checks.number("mu", self.mu)
+        if self.residual_kind not in ("optimal", "lossless"):
+            raise ValueError(f"residual_kind must be 'optimal' or 'lossless', got {self.residual_kind!r}")
+
+    def mu_value(self, draft_len: int) -> float:
+        if self.mu is not None:
+            return float(self.mu)
+        i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
+        return math.log(torch.exp(-self.nu * i).mean().item())
+
+    def omega(self, depth, draft_len):
+        w = self.delta * torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))
+        return w.clamp_min(1.0) if self.floor_at_one else w
+
+    def accept_all(self, p, q, depth, draft_len):
+        w = self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1)
+        return ratio_accept(p, q, w)
+
+    def residual(self, p, q, x, depth, draft_len):
+        if self.residual_kind == "lossless":
+            return lossless_residual(p, q)
+        return super().residual(p, q, x, depth, draft_len)
+
+
+@dataclass(frozen=True)
+class ScheduleRule(Rule):
+    """Base of the per-depth schedules of spec section 3, "Other schedules": a_i = min(1, omega_i p/q), G*_i.
+
+    Subclasses give `schedule(draft_len)` -> (L,) float64 omega_1..omega_L; floor_at_one clips it
+    below at 1 like COOL-SD's option. Depths beyond the schedule's length reuse its last value.
+    """
+
+    floor_at_one: bool = field(default=False, kw_only=True)  # (choice, as COOL-SD) clip omega_i below at 1
+
+    def __post_init__(self):
+        if not isinstance(self.floor_at_one, bool):
+            raise ValueError(f"floor_at_one must be true or false, got {self.floor_at_one!r}")
+
+    def schedule(self, draft_len: int) -> Tensor:
+        raise NotImplementedError
+
+    def omega(self, depth, draft_len):
+        w = self.schedule(draft_len).to(depth.device)  # (L,)
+        w = w[(depth.long() - 1).clamp(0, len(w) - 1)]  # (...)
+        return w.clamp_min(1.0) if self.floor_at_one else w
+
+    def accept_all(self, p, q, depth, draft_len):
+        return ratio_accept(p, q, self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1))
+
+
+@dataclass(frozen=True)
+class LinearDecayRule(ScheduleRule):
+    """Linear decay (spec section 3, our form): omega_i = delta (1 + s (L + 1 - 2i) / (L - 1)), L >= 2.
+
+    Mean over the round = delta (as COOL-SD's default); omega_1 = delta (1 + s), omega_L = delta (1 - s);
+    slope s = 0 is UniformRSD, s = 1 falls from 2 delta to 0; L = 1 gives delta.
+    """
+
+    name: ClassVar[str] = "linear-decay"
+    delta: float = 2.0  # mean omega over the round
+    slope: float = 0.5  # s in [0, 1] (choice: omega falls from 1.5 delta to 0.5 delta)
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.number("delta", self.delta, 0, low_open=True)
+        checks.number("slope", self.slope, 0)
+        if self.slope > 1:
+            raise ValueError(f"slope must be in [0, 1] (1 falls from 2 delta to 0), got {self.slope!r}")
+
+    def schedule(self, draft_len):
+        i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
+        if draft_len < 2:
+            return torch.full_like(i, float(self.delta))
+        return self.delta * (1 + self.slope * (draft_len + 1 - 2 * i) / (draft_len - 1))
+
+
+@dataclass(frozen=True)
+class CustomScheduleRule(ScheduleRule):
+    """A custom schedule: omegas = (omega_1, ..., omega_L), positive numbers, one per depth.
+
+    A list is stored as a tuple (hashable, equal to itself after a JSON round trip). Depths beyond the
+    list (a shorter list than the draft length, or a deeper tree) reuse the last value.
+    """
+
+    name: ClassVar[str] = "custom"
+    omegas: tuple[float, ...] = (2.0, 1.0, 0.5)  # omega_i at depth i = 1, 2, 3
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.omegas, (str, bytes)) or not hasattr(self.omegas, "__iter__"):
+            raise ValueError(f"omegas must be a list of positive numbers, got {self.omegas!r}")
+        omegas = tuple(self.omegas)
+        if not omegas:
+            raise ValueError("omegas must hold at least one number (omega_1)")
+        if len(omegas) > MAX_SCHEDULE_LEN:
+            raise ValueError(f"omegas may hold at most {MAX_SCHEDULE_LEN} numbers, got {len(omegas)}")
+        for i, w in enumerate(omegas, 1):
+            checks.number(f"omega_{i}", w, 0, low_open=True)
+        object.__setattr__(self, "omegas", tuple(float(w) for w in omegas))
+
+    def schedule(self, draft_len):
+        return torch.tensor(self.omegas, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class LanternPPRule(Rule):
+    """LANTERN++: accept with min(1, p~(x)/q(x)), p~(x) = p(x) + mass of x's m nearest codes.
+
+    m = the largest j <= k whose cumulative neighbour mass c_j stays within the budget
+    (lam - 1) p(x), so p~(x) <= lam p(x); lam = 1 is Eagle-1.
+    residual_kind: "published" = Norm([p - q']_+), q' = q zeroed on the k+1 nearest codes of x
+    when m >= 1 (as in the LANTERN code); "optimal" = G* of this acceptance (ablation).
+    neighbours: (V, >= k+1) int64 table from `coolsd.decoding.neighbours.neighbour_table`.
+    """
+
+    name: ClassVar[str] = "lantern++"
+    k: int = 10  # neighbourhood search size
+    lam: float = 5.0  # lambda, multiplicative budget (LANTERN++)
+    residual_kind: str = "published"
+    neighbours: Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        checks.number("k", self.k, 1, integer=True)
+        object.__setattr__(self, "k", int(self.k))  # 5.0 (e.g. from a UI slider) is used as a slice bound
+        self._check_budget()
+        if self.residual_kind not in ("published", "optimal"):
+            raise ValueError(f"residual_kind must be 'published' or 'optimal', got {self.residual_kind!r}")
+        if self.neighbours is not None and self.neighbours.shape[-1] < self.k + 1:
+            raise ValueError(f"k={self.k} needs a neighbour table with >= {self.k + 1} columns, "
+                             f"got {self.neighbours.shape[-1]}")
+
+    def _check_budget(self):
+        checks.number("lam", self.lam, 1)
+
+    def budget(self, px: Tensor) -> Tensor:
+        """Neighbour mass allowed for a draft with target probability px."""
+        return (self.lam - 1) * px
+
+    def with_neighbours(self, table: Tensor) -> LanternPPRule:
+        return type(self)(**{k: v for k, v in self.__dict__.items() if k != "neighbours"}, neighbours=table)
+
+    def _table(self, device) -> Tensor:
+        if self.neighbours is None:
+            raise ValueError(f"{self.name} needs a neighbour table: rule.with_neighbours(neighbour_table(codebook))")
+        return self.neighbours.to(device)
+
+    def _aggregate(self, p: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        """p (..., V), x (...) -> (p~(x) (...), m (...)) with the neighbour mass aggregated."""
+        nb = self._table(p.device)[x][..., : self.k]  # (..., k)
+        c = p.gather(-1, nb).cumsum(-1)  # (..., k) non-decreasing
+        px = pick(p, x)
+        m = (c <= self.budget(px).unsqueeze(-1)).sum(-1)  # fits form a prefix since c is monotone
+        c_m = torch.where(m > 0, c.gather(-1, (m - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1), torch.zeros_like(px))
+        return px + c_m, m
+
+    def accept_prob(self, p, q, x, depth, draft_len):
+        p_tilde, _ = self._aggregate(p, x)
+        qx = pick(q, x)
+        return torch.where(qx > 0, (p_tilde / qx.clamp_min(torch.finfo(q.dtype).tiny)).clamp(max=1.0),
+                           torch.ones_like(qx))
+
+    def accept_all(self, p, q, depth, draft_len):
+        every = torch.arange(p.shape[-1], device=p.device).expand(p.shape)  # (..., V)
+        p_rows = p.unsqueeze(-2).expand(*p.shape[:-1], p.shape[-1], p.shape[-1])  # (..., V, V)
+        q_rows = q.unsqueeze(-2).expand_as(p_rows)
+        return self.accept_prob(p_rows, q_rows, every, depth, draft_len)
+
+    def residual(self, p, q, x, depth, draft_len):
+        if self.residual_kind == "optimal":
+            return super().residual(p, q, x, depth, draft_len)
+        _, m = self._aggregate(p, x)
+        zero = self._table(p.device)[x][..., : self.k + 1]  # (..., k+1)
+        q_zeroed = q.scatter(-1, zero, 0.0)
+        q_prime = torch.where((m > 0).unsqueeze(-1), q_zeroed, q)
+        return normalise((p - q_prime).clamp_min(0), p)
+
+
+@dataclass(frozen=True)
+class LanternRule(LanternPPRule):
+    """LANTERN (not ++): absolute budget, the aggregated neighbour mass is at most delta <= 1."""
+
+    name: ClassVar[str] = "lantern"
+    lam: float = 1.0  # unused in this mode
+    delta: float = 0.1  # absolute total-variation budget
+
+    def _check_budget(self):
+        checks.number("delta", self.delta, 0, low_open=True)
+        if self.delta > 1:
+            raise ValueError(f"LANTERN's absolute delta must be <= 1, got {self.delta} (use lantern++ for lambda)")
+
+    def budget(self, px):
+        return torch.full_like(px, self.delta)
+
+
+RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,
+                                                    LinearDecayRule, CustomScheduleRule)}
+
+
+def make_rule(name: str, **kwargs) -> Rule:
+    """Build a rule by slug: make_rule("cool-sd", delta=2.0, nu=0.7). Unknown names/fields raise ValueError."""
+    if name not in RULES:
+        raise ValueError(f"unknown rule {name!r}; choose one of {sorted(RULES)}")
+    try:
+        return RULES[name](**kwargs)
+    except TypeError as err:
+        raise ValueError(f"bad options for rule {name!r}: {err}") from None

@@ -1,0 +1,75 @@
+"""Logits processing in one place (spec section 1): CFG mix -> temperature -> top-k -> top-p -> softmax.
+
+The SAME `SamplingConfig` is applied to target and draft logits, and every rule uses the
+processed distributions p and q. Temperature 0 means greedy: the processed distribution is the
+one-hot vector of the (CFG-mixed) argmax, so every rule then commits the target's greedy token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from coolsd.util import checks
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How raw logits become the processed distributions p (target) and q (draft).
+
+    cfg_scale: s in uncond + s * (cond - uncond); 1.0 disables guidance (models run one row).
+    temperature: logits / temperature; 0.0 = greedy (one-hot argmax).
+    top_k: keep the k largest logits; 0 disables.
+    top_p: keep the smallest set of tokens whose probability reaches top_p; 1.0 disables.
+    """
+
+    cfg_scale: float = 1.0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("cfg_scale", "temperature", "top_p"):
+            checks.finite(name, getattr(self, name))
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        checks.integer("top_k", self.top_k, 0, bounds=">= 0 (0 = off)")
+
+    @property
+    def guidance(self) -> bool:
+        """True when models must run the (cond, uncond) pair."""
+        return self.cfg_scale != 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def mix(self, logits: Tensor) -> Tensor:
+        """(G, ..., V) raw logits -> (..., V) guided logits (G = 1 passes through)."""
+        if logits.shape[0] == 1:
+            return logits[0]
+        cond, uncond = logits[0], logits[1]
+        return uncond + self.cfg_scale * (cond - uncond)
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """(G, ..., V) raw logits -> (..., V) processed probabilities, rows sum to 1."""
+        z = self.mix(logits)
+        if self.greedy:
+            return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
+        z = z / self.temperature
+        if 0 < self.top_k < z.shape[-1]:
+            kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
+            z = z.masked_fill(z < kth, -math.inf)
+        if self.top_p < 1:
+            sorted_z, order = torch.sort(z, dim=-1, descending=True)
+            sorted_p = sorted_z.softmax(-1)
+            mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of strictly better tokens
+            drop_sorted = mass_before >= self.top_p  # the first token is always kept
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            z = z.masked_fill(drop, -math.inf)
+        return z.softmax(-1)

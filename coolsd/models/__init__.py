@@ -1,0 +1,8 @@
+"""Models behind the engine's protocol (`protocol.py`: `TokenModel`, `Drafter`, `ImageTokenizer`).
+
+Start reading at `protocol.py`, then `bundle.py` (`ModelBundle`, `load_embedded`: the shipped digit
+model). `llama.py` is the fused Llama layer stack with its KV cache, `embedded.py` the target on it,
+`eagle.py` the Eagle-1 drafter head, `graphs.py` / `static.py` the execution paths (eager, static
+shapes, CUDA graphs), `tiny.py` a random-weight bundle for tests, `llamagen/` the LlamaGen T2I model
+(GPU) with its downloader (`llamagen/fetch.py`, `python -m coolsd.fetch`).
+"""
