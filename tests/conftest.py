@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+import os
 
-import pytest
-import torch
+# No network in tests (the app sets the same before gradio / huggingface_hub are imported).
+for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+                     "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}.items():
+    os.environ.setdefault(_key, _value)
 
-from coolsd.decoding.neighbours import neighbour_table
-from coolsd.decoding.rules import LanternPPRule, Rule, make_rule
-from coolsd.theory.tabular import random_tables
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from coolsd.decoding.neighbours import neighbour_table  # noqa: E402
+from coolsd.decoding.rules import LanternPPRule, Rule, make_rule  # noqa: E402
+from coolsd.theory.tabular import random_tables  # noqa: E402
 
 # Tests use tiny tensors on a small shared CPU: intra-op threads only add contention (about 10x slower).
 torch.set_num_threads(1)
@@ -126,3 +132,11 @@ def build_rule():
         return rule
 
     return build
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny random-weight bundle of the embedded architecture (`coolsd.models.tiny`), fresh per module."""
+    from coolsd.models.tiny import tiny_bundle
+
+    return tiny_bundle()

@@ -15,17 +15,14 @@ from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule
 
-EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+EMBEDDED = Path(__file__).resolve().parents[2] / "assets" / "embedded"
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    """The tiny random bundle; tests decode on `reference` handles, so labs can still fork the bundle's models."""
-    from coolsd.models.tiny import tiny_bundle
-
-    bundle = tiny_bundle()
-    bundle.reference = fork_models(bundle.target, bundle.drafter)
-    return bundle
+def tiny(tiny):
+    """The conftest's tiny bundle; tests decode on `reference` handles, so labs can still fork its models."""
+    tiny.reference = fork_models(tiny.target, tiny.drafter)
+    return tiny
 
 
 def test_decoders_and_twins(tiny):

@@ -122,11 +122,9 @@ def test_classifier_features_shapes_and_resize(classifier):
     assert class_accuracy(logits, logits.argmax(-1)) == 1.0
 
 
-def test_token_nll_matches_token_by_token():
+def test_token_nll_matches_token_by_token(tiny):
     """One forward over the sequence == the sum of incremental steps (the target's cache agrees)."""
-    from coolsd.models.tiny import tiny_bundle
-
-    bundle = tiny_bundle()
+    bundle = tiny
     sampling = bundle.default_sampling
     tokens = torch.randint(0, bundle.target.vocab_size, (bundle.num_tokens,),
                            generator=torch.Generator().manual_seed(0))
@@ -180,7 +178,7 @@ def test_class_accuracy_textbook_values():
 
 
 # ---------------------------------------------------------------- the shipped classifier and real-digit statistics
-SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "embedded" / "classifier"
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "embedded" / "classifier"
 shipped = pytest.mark.skipif(not (SHIPPED / "real_stats.safetensors").is_file(), reason="assets/embedded not exported")
 
 

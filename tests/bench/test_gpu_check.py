@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+from coolsd.bench import gpu
 
 
 def test_gpu_check_tiny_writes_every_part(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = gpu
     before = os.environ.get("COOLSD_EXECUTION")
     assert module.main(["--tiny", "--repeats", "2", "--out", str(tmp_path)]) == 0
     assert os.environ.get("COOLSD_EXECUTION") == before  # the script restores what it set

@@ -11,13 +11,10 @@ import os
 import shutil
 from urllib.parse import urlparse
 
-os.environ.setdefault("COOLSD_MODEL", "tiny")
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+import pytest
+from demo_app import tiny_demo
 
-import pytest  # noqa: E402
+from coolsd.app.demo import LAUNCH_KWARGS
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -47,23 +44,23 @@ WATCH_IMAGES = """() => {
 @pytest.fixture(scope="module")
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    import app
+    APP = tiny_demo()
     from coolsd.app import race as race_ui
 
     mp = pytest.MonkeyPatch()
     mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
     mp.setattr(race_ui, "FRAME_SHARE", 1.0)
     mp.setattr(race_ui, "PLOT_EVERY_S", 0.3)
-    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     yield url
-    app.demo.close()
+    APP.blocks.close()
     mp.undo()
 
 
 def test_generate_streams_images_and_plots(page_url, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    import app
+    APP = tiny_demo()
 
     local = {urlparse(page_url).hostname, "localhost", "127.0.0.1"}
     foreign: list[str] = []
@@ -89,7 +86,7 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
                 assert len(changes[str(i)]) >= 3, (i, len(changes[str(i)]))
             assert not page.locator("#img-3").is_visible()
             stats = page.locator("#stats").inner_text()
-            assert f"{app.CTX.model.num_tokens} / {app.CTX.model.num_tokens}" in stats
+            assert f"{APP.ctx.model.num_tokens} / {APP.ctx.model.num_tokens}" in stats
             assert page.locator("#plot-acc .scatterlayer .trace").count() >= 3
             page.wait_for_timeout(300)
             shot = os.environ.get("COOLSD_SCREENSHOT") or str(tmp_path / "screenshot.png")
@@ -104,7 +101,7 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.wait_for_selector("#plot-theory .main-svg", timeout=60_000)
             _lab_and_schedule_tabs(page)
             page.get_by_role("tab", name="Race").click()
-            _stop(page, app)
+            _stop(page, APP)
         finally:
             browser.close()
     assert not foreign, f"the page contacted other hosts: {foreign[:5]}"
@@ -156,7 +153,7 @@ def _stop(page, app):
                                timeout=30_000)
         assert closed.wait(30), "the race's decoders were never closed"
         end = time.monotonic() + 30
-        while app.CTX.lanes.qsize() < app.WORKERS:
+        while app.ctx.lanes.qsize() < app.workers:
             assert time.monotonic() < end, "the model lane never came back"
             time.sleep(0.01)
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",

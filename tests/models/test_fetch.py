@@ -10,7 +10,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,14 +18,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 import torch
 from huggingface_hub import constants
-from safetensors.torch import save
-
-from coolsd.models.llamagen import ENV_VAR, available_resolutions, load_llamagen
-from coolsd.models.llamagen import fetch as fetch_module
-from coolsd.models.llamagen.fetch import FETCH_ENV, FetchError, fetch, fetch_on_start, main
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_llamagen import (  # noqa: E402
+from llamagen_weights import (
     PUBLISHED_CONFIG,
     TINY_VQ,
     original_layout,
@@ -35,6 +27,11 @@ from test_llamagen import (  # noqa: E402
     published_vq,
     write_t5,
 )
+from safetensors.torch import save
+
+from coolsd.models.llamagen import ENV_VAR, available_resolutions, load_llamagen
+from coolsd.models.llamagen import fetch as fetch_module
+from coolsd.models.llamagen.fetch import FETCH_ENV, FetchError, fetch, fetch_on_start, main
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 DECOYS = {"README.md": b"# card", ".gitattributes": b"*.bin lfs", "flax_model.msgpack": b"x" * 300}
@@ -292,7 +289,7 @@ def test_fetch_on_start_runs_offline_app_fetch_in_a_child(hub, tmp_path):
         "HF_ENDPOINT": hub.url,
         "HF_HUB_OFFLINE": "1",  # as app.py sets it: the child drops it, the parent keeps it
         "TRANSFORMERS_OFFLINE": "1",
-        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "PYTHONPATH": str(Path(__file__).parents[2]),
     }
     assert fetch_on_start(environ, timeout_s=300) == [256]
     assert environ["HF_HUB_OFFLINE"] == "1"

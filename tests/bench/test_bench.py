@@ -20,7 +20,7 @@ from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
 from coolsd.decoding.engine import DecodeConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- settings and work items

@@ -73,9 +73,9 @@ def test_fresh_racer_reports_nan_not_errors():
     assert r.advance() is None and r.finished
 
 
-def test_race_of_forked_models_equals_separate_runs(tiny_bundle_fixture):
+def test_race_of_forked_models_equals_separate_runs(tiny):
     """Interleaving decoders on forked handles gives exactly the tokens of decoding each alone (same seed)."""
-    b = tiny_bundle_fixture
+    b = tiny
     sampling, config = SamplingConfig(cfg_scale=2.0), DecodeConfig(draft_len=3)
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
              "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
@@ -93,8 +93,8 @@ def test_race_of_forked_models_equals_separate_runs(tiny_bundle_fixture):
         assert racer.target_forwards == alone.target_forwards
 
 
-def test_fork_shares_weights_and_has_its_own_cache(tiny_bundle_fixture):
-    b = tiny_bundle_fixture
+def test_fork_shares_weights_and_has_its_own_cache(tiny):
+    b = tiny
     target, drafter = fork_models(b.target, b.drafter)
     assert target is not b.target and target.stack is not b.target.stack
     assert target.stack.blocks[0][0] is b.target.stack.blocks[0][0]  # same fused tensor, not a copy
@@ -114,13 +114,6 @@ def test_fork_shares_weights_and_has_its_own_cache(tiny_bundle_fixture):
 def test_race_needs_a_racer():
     with pytest.raises(ValueError):
         Race([])
-
-
-@pytest.fixture(scope="module")
-def tiny_bundle_fixture():
-    from coolsd.models.tiny import tiny_bundle
-
-    return tiny_bundle()
 
 
 def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
@@ -152,11 +145,11 @@ def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
 
 
-def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(tiny_bundle_fixture):
+def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(tiny):
     """An injected out-of-memory error in round 3 of one racer: the race stops cleanly, the next one is fine."""
     from coolsd.compare.race import DeviceFailure, inject_fault, is_device_failure
 
-    b = tiny_bundle_fixture
+    b = tiny
     target, drafter = fork_models(b.target, b.drafter)
     other, _ = fork_models(b.target)
 

@@ -1,43 +1,38 @@
 """app.py and coolsd.app: the race handler, the HTTP API through gradio_client (in-process server), and input checks.
 
-Runs on the tiny random-weight model (COOLSD_MODEL=tiny, set before app is imported) so it takes
+Runs on the tiny random-weight model (`tests/demo_app.py`, built with no environment variable) so it takes
 seconds; one test decodes with the shipped embedded model when assets/embedded exists.
 """
 
 from __future__ import annotations
 
-import os
+import re
+from pathlib import Path
 
-os.environ.setdefault("COOLSD_MODEL", "tiny")
-for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
-    os.environ.setdefault(_key, "1")
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+import pytest
+import torch
+from demo_app import tiny_demo
+from PIL import Image
 
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
+from coolsd.app import context, controls, racers
+from coolsd.app import race as race_ui
+from coolsd.app.demo import LAUNCH_KWARGS, build_demo
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-import app  # noqa: E402
-from coolsd.app import context, controls  # noqa: E402
-from coolsd.app import race as race_ui  # noqa: E402
-
-RACE = app.CTX.panels["race"]
+APP = tiny_demo()
+RACE = APP.ctx.panels["race"]
 STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2  # positions in a race frame
-USED = [0, 1, 2, race_ui.VANILLA_SLOT]  # image slots of the default racers (Eagle-1, LANTERN++, COOL-SD) + vanilla
+USED = [0, 1, 2, racers.VANILLA_SLOT]  # image slots of the default racers (Eagle-1, LANTERN++, COOL-SD) + vanilla
 
 # gradio's queue uses pandas options that pandas 3 deprecates: harmless, and not ours
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
-EMBEDDED = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+EMBEDDED = Path(__file__).resolve().parents[2] / "assets" / "embedded"
 
 
 DEADLINE_S = 120.0  # the longest any wait below may take before the test fails (a generous deadline, not a timing)
 
 
 def kwargs(**changes) -> dict:
-    return controls.default_values(app.CTX) | changes
+    return controls.default_values(APP.ctx) | changes
 
 
 def wait_until(condition, what: str, deadline_s: float = DEADLINE_S, poll_s: float = 0.01) -> None:
@@ -57,9 +52,9 @@ def server():
     mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
     mp.setattr(race_ui, "FRAME_SHARE", 1.0)
     mp.setattr(race_ui, "PLOT_EVERY_S", 0.0)
-    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     yield url
-    app.demo.close()
+    APP.blocks.close()
     mp.undo()
 
 
@@ -86,18 +81,18 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     stats = last[STATS]
     assert stats["finished"] and set(stats["decoders"]) == set(race_ui.DECODERS)
     for key, s in stats["decoders"].items():
-        assert s["tokens"] == app.CTX.model.num_tokens, key
-    assert stats["decoders"]["vanilla"]["target_forwards"] == app.CTX.model.num_tokens
+        assert s["tokens"] == APP.ctx.model.num_tokens, key
+    assert stats["decoders"]["vanilla"]["target_forwards"] == APP.ctx.model.num_tokens
     assert stats["decoders"]["vanilla"]["mean_accepted_length"] == 1
     # the tiny model's drafter is known to help (tau 3.2-4 on 16 tokens): every speculative decoder
     # needs fewer target forwards than tokens, so a tau stuck at 1 (or a miscount) fails here
     for key in set(race_ui.DECODERS) - {"vanilla"}:
-        assert stats["decoders"][key]["target_forwards"] < app.CTX.model.num_tokens, key
-    assert all(last[i].size == app.CTX.display_hw[::-1] for i in USED)
+        assert stats["decoders"][key]["target_forwards"] < APP.ctx.model.num_tokens, key
+    assert all(last[i].size == APP.ctx.display_hw[::-1] for i in USED)
     # a frame only re-draws the decoder that moved: the others are skipped
     import gradio as gr
 
-    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:race_ui.SLOTS]) == 1 for f in frames[1:-1])
+    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:racers.SLOTS]) == 1 for f in frames[1:-1])
 
 
 def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
@@ -112,16 +107,18 @@ def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
 
 
 def test_import_writes_no_files_next_to_the_app():
-    """Subclassing a Gradio component would make Gradio write app.pyi at import (fails on a read-only Space)."""
-    assert not Path(app.__file__).with_suffix(".pyi").exists()
+    """Subclassing a Gradio component would make Gradio write a .pyi beside it at import (fails on a read-only
+    Space): none next to app.py nor anywhere in the package, after the demo was built."""
+    root = Path(__file__).resolve().parents[2]
+    assert not (root / "app.pyi").exists() and not list((root / "coolsd").rglob("*.pyi"))
 
 
 def test_closing_a_race_returns_its_model_lane():
     gen = RACE.race(**kwargs())
     next(gen)
-    assert app.CTX.lanes.qsize() == app.WORKERS - 1
+    assert APP.ctx.lanes.qsize() == APP.workers - 1
     gen.close()  # what Gradio does on Stop
-    assert app.CTX.lanes.qsize() == app.WORKERS
+    assert APP.ctx.lanes.qsize() == APP.workers
 
 
 def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
@@ -137,7 +134,7 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     frames = list(gen)
     final = frames[-1]
     for i in USED:
-        expected = app.CTX.render(*final[SNAPSHOT]["images"][i], True)
+        expected = APP.ctx.render(*final[SNAPSHOT]["images"][i], True)
         assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), i
     assert "session-1" not in RACE.live_overlay  # no state left behind
 
@@ -199,12 +196,12 @@ def test_stop_waits_for_the_race_to_close_and_shows_what_it_reached(monkeypatch)
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     import gradio as gr
 
-    monkeypatch.setattr(app.CTX.model, "conditioning", "text")
-    assert app.CTX.check_condition("  a cat  ") == "a cat"
+    monkeypatch.setattr(APP.ctx.model, "conditioning", "text")
+    assert APP.ctx.check_condition("  a cat  ") == "a cat"
     with pytest.raises(gr.Error, match="too long"):
-        app.CTX.check_condition("x" * (context.MAX_PROMPT_CHARS + 1))
+        APP.ctx.check_condition("x" * (context.MAX_PROMPT_CHARS + 1))
     with pytest.raises(gr.Error, match="non-empty"):
-        app.CTX.check_condition("   ")
+        APP.ctx.check_condition("   ")
 
 
 # ---------------------------------------------------------------- through the HTTP API
@@ -216,18 +213,18 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     assert len(updates) >= 5
     final = updates[-1]
     stats = final[STATS]
-    assert all(_image_size(final[i]) == app.CTX.display_hw[::-1] for i in USED)  # three decoders + vanilla
+    assert all(_image_size(final[i]) == APP.ctx.display_hw[::-1] for i in USED)  # three decoders + vanilla
     assert stats["finished"]
     for key, s in stats["decoders"].items():
-        assert s["tokens"] == app.CTX.model.num_tokens, key
+        assert s["tokens"] == APP.ctx.model.num_tokens, key
     # the numbers the API reports are the library's: Eagle-1 decoded directly with the same settings
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.rules import make_rule
     from coolsd.decoding.sampling import SamplingConfig
 
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
-    m = app.CTX.model
-    ref = run(m.target, m.drafter, make_rule("eagle-1"), app.CTX.check_condition(values["condition"]), m.num_tokens,
+    m = APP.ctx.model
+    ref = run(m.target, m.drafter, make_rule("eagle-1"), APP.ctx.check_condition(values["condition"]), m.num_tokens,
               sampling, DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
@@ -270,7 +267,7 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
     assert started.wait(DEADLINE_S), "the race never started"
     job.cancel()
     assert closed.wait(DEADLINE_S), "the handler's decoders were never closed"
-    wait_until(lambda: app.CTX.lanes.qsize() == app.WORKERS, "the model lane to come back")
+    wait_until(lambda: APP.ctx.lanes.qsize() == APP.workers, "the model lane to come back")
     n = len(drawn)
     assert len(exhausted) < len(begun) == len(race_ui.DECODERS)  # closed mid-race (vanilla needs 16 rounds)
     wait_until(lambda: job.status().code.name in ("CANCELLED", "FINISHED"), "the job to end")
@@ -283,13 +280,13 @@ def test_api_overlay_redraws_the_last_race(client):
     client.predict(**kwargs(seed=4), api_name="/race")
     plain = client.predict(overlay=False, api_name="/overlay")
     tinted = client.predict(overlay=True, api_name="/overlay")
-    assert len(plain) == race_ui.SLOTS and all(_image_size(tinted[i]) == app.CTX.display_hw[::-1] for i in USED)
+    assert len(plain) == racers.SLOTS and all(_image_size(tinted[i]) == APP.ctx.display_hw[::-1] for i in USED)
     assert plain[0]["path"] != tinted[0]["path"]
 
 
 def test_api_model_info_and_theory(client):
     info = client.predict(api_name="/model_info")
-    assert info["grid"] == list(app.CTX.model.grid) and info["defaults"]["nu"] == 0.7
+    assert info["grid"] == list(APP.ctx.model.grid) and info["defaults"]["nu"] == 0.7
     plot = client.predict(delta=2.0, nu=0.7, mu=0.0, mean_omega=True, lantern_k=2, lantern_lambda=5.0,
                           api_name="/theory")
     assert plot["type"] == "plotly" and "current" in plot["plot"]
@@ -388,15 +385,15 @@ def test_racer_choice_races_exactly_the_chosen_rules():
     rules = stats["settings"]["rules"]
     assert rules["uniform-rsd"]["delta"] == 3.0 and rules["linear-decay"]["slope"] == 0.8
     assert rules["cool-sd-floor"]["floor_at_one"] is True and list(rules["custom"]["omegas"]) == [3.0, 0.5]
-    assert all(isinstance(last[i], type(last[0])) for i in range(race_ui.SLOTS))  # 4 racers + vanilla: all shown
-    m = app.CTX.model
+    assert all(isinstance(last[i], type(last[0])) for i in range(racers.SLOTS))  # 4 racers + vanilla: all shown
+    m = APP.ctx.model
     params = RuleParams(*(values[k] for k in ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda",
                                               "uniform_delta", "linear_delta", "linear_slope", "custom_omegas")))
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     final = {r.key: r for r in trace.replay(len(trace))}
     for key in chosen:
-        rule = make_racer_rule(app.CTX, key, params)
-        ref = run(m.target, m.drafter, rule, app.CTX.check_condition(values["condition"]), m.num_tokens, sampling,
+        rule = make_racer_rule(APP.ctx, key, params)
+        ref = run(m.target, m.drafter, rule, APP.ctx.check_condition(values["condition"]), m.num_tokens, sampling,
                   DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
         assert torch.equal(final[key].tokens, ref.tokens), key
         assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
@@ -425,7 +422,7 @@ def test_replay_frame_equals_the_race_stopped_at_that_step():
     shown = stopped[SNAPSHOT]["images"]
     assert sorted(shown) == sorted(replayed[-1]["images"]) and len(shown) >= 3
     for slot, item in stopped[SNAPSHOT]["images"].items():  # every image on show then, pixel for pixel
-        assert np.array_equal(np.asarray(app.CTX.render(*item, True)), np.asarray(replayed[slot])), slot
+        assert np.array_equal(np.asarray(APP.ctx.render(*item, True)), np.asarray(replayed[slot])), slot
     live, again = stopped[STATS]["decoders"], replayed[STATS]["decoders"]
     assert live == again  # tokens, forwards, tau, compute seconds, speed-up: the same numbers
     # an earlier step shows less, and the whole race replays to its final frame
@@ -446,7 +443,7 @@ def test_trace_json_round_trip_replays_the_same_race():
     last = _race(seed=8, racers=["eagle-1", "custom"])[-1]
     trace = last[TRACE]
     data = json.loads(json.dumps(RACE.trace_json(trace)))  # what a download or the API gives
-    assert data["model"] == app.CTX.model.name and data["settings"]["seed"] == 8 and data["status"] == "finished"
+    assert data["model"] == APP.ctx.model.name and data["settings"]["seed"] == 8 and data["status"] == "finished"
     assert [r["key"] for r in data["racers"]] == ["eagle-1", "custom", "vanilla"]
     assert len(data["steps"]) == sum(s["rounds"] for s in last[STATS]["decoders"].values())
     back = RaceTrace.from_json(data)
@@ -464,11 +461,11 @@ def test_share_link_round_trip_restores_every_setting():
                     drafting="eagle-25", delta=1.1, nu=0.35, mu=-0.5, mean_omega=False, lantern_k=2,
                     lantern_lambda=20.0, overlay=True, racers=["lantern++-gstar", "linear-decay", "custom"],
                     uniform_delta=4.0, linear_delta=0.75, linear_slope=1.0, custom_omegas="4, 2, 1, 0.5")
-    query = share.share_query(app.CTX, values)
-    restored, errors = share.parse_query(app.CTX, dict(__import__("urllib.parse").parse.parse_qsl(query[1:])),
+    query = share.share_query(APP.ctx, values)
+    restored, errors = share.parse_query(APP.ctx, dict(__import__("urllib.parse").parse.parse_qsl(query[1:])),
                                          ["race", "theory"])
     assert not errors and restored == values
-    assert set(restored) == set(share.shared_controls(app.CTX))  # every control travels
+    assert set(restored) == set(share.shared_controls(APP.ctx))  # every control travels
 
 
 def test_api_replay_trace_strip_and_share_link(client):
@@ -481,14 +478,14 @@ def test_api_replay_trace_strip_and_share_link(client):
     assert steps == sum(s["rounds"] for s in stats["decoders"].values())
     frame = client.predict(step=4, overlay=False, api_name="/replay")
     assert frame[STATS]["replay_step"] == 4 and "Replay" in frame[race_ui.STATS_MD]
-    assert sum(s["tokens"] for s in frame[STATS]["decoders"].values()) < 2 * app.CTX.model.num_tokens
+    assert sum(s["tokens"] for s in frame[STATS]["decoders"].values()) < 2 * APP.ctx.model.num_tokens
     trace = client.predict(api_name="/trace")
     assert len(trace["steps"]) == steps and trace["settings"]["racers"] == ["eagle-1", "uniform-rsd"]
     with open(client.predict(api_name="/trace_file")["path"]) as f:
         assert json.load(f) == trace
     strip = client.predict(overlay=True, api_name="/strip_file")
     with Image.open(strip["path"]) as img:  # the three images on show (the last replayed step), side by side
-        assert img.size == (3 * app.CTX.display_hw[1] + 2 * 8, app.CTX.display_hw[0] + 22)
+        assert img.size == (3 * APP.ctx.display_hw[1] + 2 * 8, APP.ctx.display_hw[0] + 22)
     query = client.predict(**values, api_name="/share_link")
     assert query.startswith("?") and "racers=eagle-1%2Cuniform-rsd" in query
     assert client.predict(query=query, api_name="/share_restore") == values
@@ -560,11 +557,11 @@ def llamagen_app(tmp_path_factory):
 
 
 def tiny_llamagen_app(tmp_path_factory):
-    """A LlamaGen folder with both resolutions (tiny random weights, as tests/test_llamagen.py builds them), the
+    """A LlamaGen folder with both resolutions (tiny random weights, as tests/llamagen_weights.py builds them), the
     app's context for it, and the app's Blocks built on that context (the browser test uses it too)."""
     import json
 
-    import test_llamagen as lg
+    import llamagen_weights as lg
     from safetensors.torch import save_file
 
     import coolsd.models.llamagen as llamagen
@@ -584,7 +581,7 @@ def tiny_llamagen_app(tmp_path_factory):
     mp.setenv("COOLSD_LLAMAGEN_DIR", str(root))
     try:
         ctx = context.Context.for_models(context.load_models("llamagen"))
-        blocks = app.build_demo(ctx)
+        blocks = build_demo(ctx)
     finally:
         mp.undo()
     return ctx, blocks

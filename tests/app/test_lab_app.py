@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-import os
+import math
 
-os.environ.setdefault("COOLSD_MODEL", "tiny")
-for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
-    os.environ.setdefault(_key, "1")
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+import pytest
+import torch
+from demo_app import tiny_demo
+from PIL import Image
 
-import math  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-import app  # noqa: E402
-from coolsd.compare.race import fork_models  # noqa: E402
-from coolsd.decoding.engine import DecodeConfig, run  # noqa: E402
-from coolsd.decoding.rules import CoolSDRule, UniformRSDRule  # noqa: E402
+from coolsd.app.demo import LAUNCH_KWARGS
+from coolsd.compare.race import fork_models
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import CoolSDRule, UniformRSDRule
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 DEADLINE_S = 120.0  # the longest a call below may take before the test fails (a deadline, not a timing)
 LAB = {"rule": "cool-sd", "relaxation": 2.0, "samples": 3, "seed": 0, "condition": "3"}
 SCHEDULE = {"kind": "exponential", "delta": 1.5, "nu": 0.7, "slope": 0.5, "omegas": "2, 1, 0.5", "floor": False,
             "drafts": "toy"}
-REFERENCE = fork_models(app.CTX.model.target, app.CTX.model.drafter)  # before anything decodes
+APP = tiny_demo()
+REFERENCE = fork_models(APP.ctx.model.target, APP.ctx.model.drafter)  # before anything decodes
 
 
 @pytest.fixture(scope="module")
 def client():
     from gradio_client import Client
 
-    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     yield Client(url, verbose=False, download_files=False, analytics_enabled=False)
-    app.demo.close()
+    APP.blocks.close()
 
 
 def test_panels_are_mounted():
-    assert {"lab", "schedule"} <= set(app.CTX.panels)
+    assert {"lab", "schedule"} <= set(APP.ctx.panels)
 
 
 def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
@@ -56,9 +51,9 @@ def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
     assert not updates[0][3]["finished"] and len(updates[0][3]["samples"]) == 1
     with Image.open(final[0]["path"]) as img:
         assert img.width > img.height > 0
-    assert (final[2] is None) if app.CTX.model.kind != "embedded" else final[2]["type"] == "plotly"
+    assert (final[2] is None) if APP.ctx.model.kind != "embedded" else final[2]["type"] == "plotly"
     # the COOL-SD samples are what run() gives on the same class and seed
-    m = app.CTX.model
+    m = APP.ctx.model
     target, drafter = REFERENCE
     taus = []
     for row in range(3):
@@ -116,12 +111,12 @@ def test_api_bad_values_get_one_clear_error(client, api, changes, message):
 
 def test_lab_stop_returns_the_lane():
     """Closing the lab's stream mid-grid (what a Stop does) gives the model lane back."""
-    panel = app.CTX.panels["lab"]
+    panel = APP.ctx.panels["lab"]
     stream = panel.grid("uniform-rsd", 3.0, 3, 1, "3")
     next(stream)
     stream.close()
-    assert app.CTX.lanes.qsize() == app.CTX.workers
-    assert torch.is_tensor(app.CTX.model.neighbours)
+    assert APP.ctx.lanes.qsize() == APP.ctx.workers
+    assert torch.is_tensor(APP.ctx.model.neighbours)
 
 
 def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
