@@ -120,7 +120,7 @@ def paper_beside_us(bench_dir: Path = BENCH_DIR) -> str:
               "setting, " + SPEEDUP_NAME + ". The paper's LANTERN++ "
               "k and λ are not stated; ours are the benchmark's (k = 5, λ = 10). A run of the LlamaGen-XL "
               "architecture on one H200 "
-              "with random weights (`scripts/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights "
+              "with random weights (`tools/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights "
               "say nothing about acceptance, so there is no LlamaGen row of ours until the real weights are fetched."]
     return "\n".join(lines)
 

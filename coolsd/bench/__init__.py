@@ -2,7 +2,7 @@
 
 Start reading at `cli.py` (the command). settings.py: what is compared; runner.py: timed, scored work
 items and their split across processes; report.py: per-setting rows, the paper's claims, targets,
-table and figure; metrics.py: token NLL, classifier outputs, FID. Tools on the same code:
+table and figure (the metrics themselves: `coolsd.compare.metrics`). Tools on the same code:
 `python -m coolsd.bench.gpu` (GPU check of the LlamaGen path) and `python -m coolsd.bench.tuning`
 (chain length / tree tuned to this CPU).
 """

@@ -29,10 +29,11 @@ from coolsd.bench.settings import Setting, sweep
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.util.jsonsafe import dumps
-from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER
+from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, ROOT
 
 log = logging.getLogger("coolsd.bench")
 DEFAULT_OUT = BENCH_DIR
+BENCH_DOC = DOCS / "benchmark.md"  # where --readme writes the bench section by default
 REAL_STATS_NAME = "real_stats.safetensors"  # inside the classifier folder
 NAN = float("nan")
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -91,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fid-bootstrap", type=int, default=20, help="resamples for the FID spread (0: off)")
     g.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     g.add_argument("--png", action=argparse.BooleanOptionalAction, default=True, help="also export pareto.png")
-    g.add_argument("--readme", type=Path, default=None, help="rewrite the bench section of this README")
+    g.add_argument("--readme", type=Path, nargs="?", const=BENCH_DOC, default=None,
+                   help=f"rewrite the bench section of this Markdown file (no value: {BENCH_DOC.relative_to(ROOT)})")
     g.add_argument("--notes", type=Path, default=None, help="Markdown appended to the README section")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--report-only", action="store_true",
@@ -103,7 +105,7 @@ def load_bundle(args, device: torch.device):
     """(bundle, classifier, (mu, sigma, n)); fails with a clear message when a part is missing."""
     from transformers import ResNetForImageClassification
 
-    from coolsd.bench.metrics import load_real_stats
+    from coolsd.compare.metrics import load_real_stats
 
     if args.model == "tiny":
         from coolsd.models.tiny import tiny_bundle

@@ -6,14 +6,14 @@ verify of the 25-node tree, drafter step; CFG rows 2, half-full cache), tokens/s
 share of a round spent outside model calls, and (embedded) the first race after load. The fast path
 is "cuda-graphs" on CUDA and "static" (the same padded shapes, uncaptured) elsewhere.
 
-    PYTHONPATH=. python coolsd/bench/gpu.py            # H200: about 4-6 minutes
-    PYTHONPATH=. python coolsd/bench/gpu.py --tiny     # tiny random models on CPU, seconds (CI)
-    PYTHONPATH=. python coolsd/bench/gpu.py --models embedded   # the shipped model; on CPU: eager vs static
+    python -m coolsd.bench.gpu            # H200: about 4-6 minutes
+    python -m coolsd.bench.gpu --tiny     # tiny random models on CPU, seconds (CI)
+    python -m coolsd.bench.gpu --models embedded   # the shipped model; on CPU: eager vs static
 
 Needs torch, transformers, diffusers (and their own dependencies). On a machine without network,
 run `/work/shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-      && PYTHONPATH=/tmp/site:$PWD python3 coolsd/bench/gpu.py
+      && PYTHONPATH=/tmp/site python3 -m coolsd.bench.gpu
 (about 6 minutes at most: give it a timeout of 420 s). Writes
 gpu_check.json and gpu_check.md to $OUT (or --out); each part is written as soon as it ends, and
 parts that would pass --budget-s are skipped and say so.

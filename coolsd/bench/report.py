@@ -16,8 +16,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from coolsd.bench.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.bench.settings import VANILLA, Setting
+from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 
 NAN = float("nan")
 SPEEDUP_NAME = "speed-up = ratio of total CPU time (vanilla AR / setting, same images, warm-up excluded)"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from coolsd.bench.metrics import classifier_outputs, token_nll
 from coolsd.bench.settings import Setting
+from coolsd.compare.metrics import classifier_outputs, token_nll
 from coolsd.decoding.engine import run
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle

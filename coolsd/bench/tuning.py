@@ -1,6 +1,6 @@
 """Tune the draft round to this CPU: chain length L and the static tree, measured, for a few rules.
 
-    .venv/bin/python -m scripts.round_tuning --images 20 --lengths 2-8 --trees eagle-25 \
+    .venv/bin/python -m coolsd.bench.tuning --images 20 --lengths 2-8 --trees eagle-25 \
         --rules eagle-1,cool-sd:delta=2 --out assets/bench/round_tuning
 
 For every image (class i % 10, seed 100 + i) the script decodes vanilla AR and then every

@@ -2,5 +2,7 @@
 
 Start reading at `race.py` (`Race`: racers stepped round by round with the same compute budget,
 `fork_models`), then `trace.py` (a race recorded as events, replayable and downloadable as JSON) and
-`lab.py` (the quality lab: many samples per decoder, judged by token NLL and the digit classifier).
+`lab.py` (the quality lab: many samples per decoder, judged by token NLL and the digit classifier)
+and `metrics.py` (token NLL, classifier features and accuracy, FID: used by the lab, the benchmark
+and training).
 """

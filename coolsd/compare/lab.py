@@ -4,7 +4,7 @@ A lab run decodes `len(conditions)` samples with each decoder of a `LabSetup` (v
 reference, Eagle-1, the chosen relaxed rule and its twin), on a few worker threads that each hold
 their own model handles (`coolsd.compare.race.fork_models`), and yields a `LabSample` as soon as one
 finishes, row by row (sample j of every decoder before sample j + 1). Every sample carries what
-judges it: the target's mean NLL of its tokens (`coolsd.bench.metrics.token_nll`), the digit
+judges it: the target's mean NLL of its tokens (`coolsd.compare.metrics.token_nll`), the digit
 classifier's prediction (embedded model only), tau and its decode time. `summarise` turns the
 samples so far into per-decoder numbers: accuracy, mean NLL, tau, speed-up over vanilla AR.
 
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coolsd.bench.metrics import classifier_outputs, token_nll
+from coolsd.compare.metrics import classifier_outputs, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule, UniformRSDRule

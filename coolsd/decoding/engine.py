@@ -27,7 +27,7 @@ from coolsd.util import checks
 class DecodeConfig:
     """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.decoding.tree.TREES` or None (chain)."""
 
-    draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (README, coolsd/bench/tuning.py)
+    draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (docs/benchmark.md, coolsd/bench/tuning.py)
     tree: str | None = None
 
     def __post_init__(self) -> None:

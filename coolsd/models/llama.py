@@ -4,7 +4,7 @@ Stock `LlamaForCausalLM` + `DynamicCache` costs 1.5-2x more per step on a 2-core
 models (per-layer dispatch overhead). `LayerStack` reads the SAME modules' weights once into fused
 copies (q/k/v in one matrix, gate/up in one, each RMSNorm weight folded into the projection after
 it), keeps a pre-allocated cache and RoPE tables, and supports any attention mask over cache slots
-(tree verification) and cheap rollback. `tests/test_models.py` checks it equals HF logits.
+(tree verification) and cheap rollback. `tests/models/test_models.py` checks it equals HF logits.
 
 Two ways to run a call (same weights, same cache):
 - eager (`forward`): exact shapes, attention over the slots in use; the CPU default;

@@ -190,7 +190,7 @@ def compare_schedules(n_close: int = 10, n_far: int = 8, deltas: tuple[float, ..
 
 
 def format_schedules(report: dict) -> str:
-    """Plain-text table of `compare_schedules` (what the README quotes)."""
+    """Plain-text table of `compare_schedules` (what docs/rules-and-theory.md quotes)."""
     s = report["setup"]
     lines = [f"Annealed (COOL-SD, nu={s['nu']:g}) vs uniform at matched tau; models {s['model']}, "
              f"{s['draft']}, L={s['draft_len']}, delta in {list(s['deltas'])}; close eps {list(s['close_eps'])} "

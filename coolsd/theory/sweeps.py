@@ -1,4 +1,4 @@
-"""Exact speed/error trade-off of the relaxed rules on tabular models (spec section 6), for the README and the app.
+"""Exact speed/error trade-off of the relaxed rules on tabular models (spec section 6), for the docs and the app.
 
 Every number here comes from the exact oracle (`coolsd.theory.oracle.exact`): no sampling, no noise.
 
@@ -195,7 +195,7 @@ def compare(n_models: int = 20, vocab_size: int = 3, num_tokens: int = 5, draft_
 
 
 def format_report(report: dict) -> str:
-    """Plain-text table of `compare`'s fractions (what the README quotes)."""
+    """Plain-text table of `compare`'s fractions (what docs/rules-and-theory.md quotes)."""
     s = report["setup"]
     lines = [f"{s['n_models']} random tabular models {s['model']} (seeds {s['seeds']}), "
              f"chain drafting L={s['draft_len']}, COOL-SD nu={s['nu']:g} (mu mean-normalised)"]

@@ -39,7 +39,7 @@ def export_real_stats(assets: Path, seed: int = 0) -> None:
     """
     from transformers import ResNetForImageClassification
 
-    from coolsd.bench.metrics import classifier_features, feature_stats, save_real_stats
+    from coolsd.compare.metrics import classifier_features, feature_stats, save_real_stats
     from coolsd.train.data import splits
 
     classifier = ResNetForImageClassification.from_pretrained(assets / "classifier").float().eval()

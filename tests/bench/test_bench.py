@@ -149,7 +149,7 @@ def scorer(tmp_path_factory):
                 str(SHIPPED_CLASSIFIER / "real_stats.safetensors")]
     from transformers import ResNetForImageClassification
 
-    from coolsd.bench.metrics import classifier_features, feature_stats, save_real_stats
+    from coolsd.compare.metrics import classifier_features, feature_stats, save_real_stats
     from coolsd.train.classifier import classifier_config
 
     root = tmp_path_factory.mktemp("scorer")
@@ -163,7 +163,7 @@ def scorer(tmp_path_factory):
 
 
 def _fid_by_eigvals(features, mu_real, sigma_real) -> float:
-    """Textbook FID by another route than coolsd.bench.metrics: unbiased covariance written out, and
+    """Textbook FID by another route than coolsd.compare.metrics: unbiased covariance written out, and
     tr (S1 S2)^1/2 as the sum of square roots of the eigenvalues of S1 S2."""
     f = np.asarray(features, dtype=np.float64)
     mu = f.mean(0)
@@ -175,8 +175,8 @@ def _fid_by_eigvals(features, mu_real, sigma_real) -> float:
 def test_summarise_scores_like_the_textbook():
     """FID, accuracy, tau and NLL of a setting from hand-made image records: FID by another route
     (`_fid_by_eigvals`) against the shipped real-digit statistics where they exist."""
-    from coolsd.bench.metrics import load_real_stats
     from coolsd.bench.report import summarise
+    from coolsd.compare.metrics import load_real_stats
 
     stats_file = SHIPPED_CLASSIFIER / "real_stats.safetensors"
     if stats_file.is_file():

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from coolsd.bench.metrics import classifier_outputs, token_nll
 from coolsd.compare.lab import CACHED, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
+from coolsd.compare.metrics import classifier_outputs, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule

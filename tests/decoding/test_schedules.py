@@ -21,7 +21,7 @@ from coolsd.decoding.rules import (
 )
 from coolsd.theory.oracle import exact, rule_step, sequence_probs
 
-V, L = 8, 3  # contract batches (as tests/test_rules.py)
+V, L = 8, 3  # contract batches (as tests/decoding/test_rules.py)
 ORACLE = (3, 5, 3)  # tabular V, T, L of the whole-sequence checks (243 sequences; round 1 drafts all L depths)
 
 

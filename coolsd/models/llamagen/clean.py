@@ -4,7 +4,7 @@ LlamaGen (and LANTERN, which reuses its text encoder) cleans every prompt with t
 caption cleaner, run twice, then lets FLAN-T5 tokenise the result. The model was trained on
 captions cleaned that way, so a prompt must go through the same pass to get the same T5 states.
 This is our own implementation of that documented behaviour, one named step per rule, in the
-upstream order; `tests/test_llamagen.py` checks it against outputs read off the upstream code.
+upstream order; `tests/models/test_llamagen.py` checks it against outputs read off the upstream code.
 
 Needs `ftfy` and `beautifulsoup4` (LlamaGen path only; imported at the first call).
 """

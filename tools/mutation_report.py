@@ -1,7 +1,7 @@
 """Summarise a mutmut run: kill rate per module and every surviving mutant with its diff and the reason it lives.
 
-Usage (after `nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/mutmut run --max-children 2`, see README, Testing):
-    .venv/bin/python scripts/mutation_report.py [--out tests/MUTANTS.md]
+Usage (after `nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/mutmut run --max-children 2`, see docs/testing.md):
+    .venv/bin/python tools/mutation_report.py [--out tests/MUTANTS.md]
 
 Reasons come from REASONS (one per mutant name, written by hand after reading the mutant) or, failing
 that, from PATTERNS (a regex on the mutant's diff for families of mutants that are equivalent for one
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     total = Counter(status.values())
     checked = total["killed"] + total["survived"] + total["timeout"]
     lines = ["# Mutation testing: the survivors", "",
-             "Made by `scripts/mutation_report.py` from the last `mutmut run` (README, Testing).", "",
+             "Made by `tools/mutation_report.py` from the last `mutmut run` (docs/testing.md).", "",
              "| module | mutants | killed | timeout | survived | not checked | kill rate (of checked) |",
              "|---|---|---|---|---|---|---|"]
     for module, c in sorted(by_module.items()):

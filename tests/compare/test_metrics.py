@@ -1,4 +1,4 @@
-"""coolsd.bench.metrics on known inputs: Frechet distance closed forms, stats on disk, classifier features, NLL."""
+"""coolsd.compare.metrics on known inputs: Frechet distance closed forms, stats on disk, classifier features, NLL."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from coolsd.bench.metrics import (
+from coolsd.compare.metrics import (
     class_accuracy,
     classifier_features,
     classifier_outputs,

@@ -1,6 +1,6 @@
 """Plant known bugs one at a time in a scratch copy of the repository and check that the fast tests catch each.
 
-Usage: nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python scripts/planted_bugs.py [--only NAME] [--keep]
+Usage: nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python tools/planted_bugs.py [--only NAME] [--keep]
 
 Each bug is a text replacement in one file (it must match exactly once, so a refactor that moves the
 code makes the script say so instead of silently planting nothing). For each, the script copies the
@@ -33,43 +33,46 @@ class Bug:
     tests: tuple[str, ...]
 
 
-FAST = ("tests/test_oracle.py", "tests/test_engine.py", "tests/test_tree.py", "tests/test_rules.py")
+FAST = ("tests/theory/test_oracle.py", "tests/decoding/test_engine.py", "tests/decoding/test_tree.py",
+        "tests/decoding/test_rules.py")
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
-        "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n", ("tests/test_oracle.py",)),
+        "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
+        ("tests/theory/test_oracle.py",)),
     Bug("oracle leaves round 0 out of the expected rounds", "coolsd/theory/oracle.py",
-        'acc = {"rounds": 1.0, "bound": 0.0}', 'acc = {"rounds": 0.0, "bound": 0.0}', ("tests/test_oracle.py",)),
-    Bug("FID covariance with the biased estimator", "coolsd/bench/metrics.py",
-        "np.cov(f, rowvar=False)", "np.cov(f, rowvar=False, bias=True)", ("tests/test_metrics.py",)),
-    Bug("classifier accuracy returned as sqrt(accuracy)", "coolsd/bench/metrics.py",
-        ".double().mean())", ".double().mean().sqrt())", ("tests/test_metrics.py",)),
+        'acc = {"rounds": 1.0, "bound": 0.0}', 'acc = {"rounds": 0.0, "bound": 0.0}', ("tests/theory/test_oracle.py",)),
+    Bug("FID covariance with the biased estimator", "coolsd/compare/metrics.py",
+        "np.cov(f, rowvar=False)", "np.cov(f, rowvar=False, bias=True)", ("tests/compare/test_metrics.py",)),
+    Bug("classifier accuracy returned as sqrt(accuracy)", "coolsd/compare/metrics.py",
+        ".double().mean())", ".double().mean().sqrt())", ("tests/compare/test_metrics.py",)),
     Bug("chain engine resamples Norm([p - q]_+) instead of G*", "coolsd/decoding/chain.py",
         "s.rule.residual(p[:n_draft], q, x, depth, draft_len)",
-        "__import__('coolsd.decoding.rules').rules.lossless_residual(p[:n_draft], q)", ("tests/test_engine.py",)),
+        "__import__('coolsd.decoding.rules').decoding.rules.lossless_residual(p[:n_draft], q)",
+        ("tests/decoding/test_engine.py",)),
     Bug("LANTERN++ aggregates q's neighbour mass instead of p's", "coolsd/decoding/rules.py",
         "        p_tilde, _ = self._aggregate(p, x)\n",
-        "        p_tilde = pick(p, x) + self._aggregate(q, x)[0] - pick(q, x)\n", ("tests/test_rules.py",)),
+        "        p_tilde = pick(p, x) + self._aggregate(q, x)[0] - pick(q, x)\n", ("tests/decoding/test_rules.py",)),
     Bug("tree tries later siblings against q without renormalising", "coolsd/decoding/tree.py",
-        "q_norm = q / q.sum()", "q_norm = q", ("tests/test_tree.py",)),
+        "q_norm = q / q.sum()", "q_norm = q", ("tests/decoding/test_tree.py",)),
     Bug("tree does not remove a rejected sibling from q", "coolsd/decoding/tree.py",
-        "            q[token_of[kid]] = 0.0", "            pass", ("tests/test_tree.py",)),
+        "            q[token_of[kid]] = 0.0", "            pass", ("tests/decoding/test_tree.py",)),
     Bug("tree tests acceptance with another draft length than its residual", "coolsd/decoding/tree.py",
         "a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max))",
-        "a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max + 1))", ("tests/test_tree.py",)),
+        "a = float(s.rule.accept_prob(p, q_norm, x, depth, depth_max + 1))", ("tests/decoding/test_tree.py",)),
     Bug("tree resamples with the residual of depth 1 at every depth", "coolsd/decoding/tree.py",
         "p = s.rule.residual(p, q_norm, x, depth, depth_max)",
-        "p = s.rule.residual(p, q_norm, x, torch.ones_like(depth), depth_max)", ("tests/test_tree.py",)),
+        "p = s.rule.residual(p, q_norm, x, torch.ones_like(depth), depth_max)", ("tests/decoding/test_tree.py",)),
     Bug("tree drafter reads its deeper nodes at the wrong position", "coolsd/decoding/tree.py",
         "pos = torch.full((len(feed),), t - 1 + d, device=s.device)",
-        "pos = torch.full((len(feed),), t + d, device=s.device)", ("tests/test_tree.py",)),
+        "pos = torch.full((len(feed),), t + d, device=s.device)", ("tests/decoding/test_tree.py",)),
     Bug("tree hands a child its own feature instead of its parent's", "coolsd/decoding/tree.py",
         "torch.cat([hidden_of[p[:-1]] for p in feed], dim=1)", "torch.cat([hidden_of[p[:-2]] for p in feed], dim=1)",
-        ("tests/test_tree.py",)),
+        ("tests/decoding/test_tree.py",)),
     Bug("chain drafts a round's first token from the drafter's second-to-last row", "coolsd/decoding/chain.py",
         "q_list.append(s.probs(out.logits[:, -1:])[0])", "q_list.append(s.probs(out.logits[:, -2:])[0])",
-        ("tests/test_engine.py",)),
+        ("tests/decoding/test_engine.py",)),
     Bug("chain engine's bonus token from the last draft's p", "coolsd/decoding/chain.py",
-        "draft_len), p[n_draft:]])", "draft_len), p[n_draft - 1 : n_draft]])", ("tests/test_engine.py",)),
+        "draft_len), p[n_draft:]])", "draft_len), p[n_draft - 1 : n_draft]])", ("tests/decoding/test_engine.py",)),
     Bug("COOL-SD depth counted from 0", "coolsd/decoding/rules.py",
         "torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))",
         "torch.exp(-self.nu * (depth.to(torch.float64) - 1) - self.mu_value(draft_len))", FAST),
@@ -78,12 +81,12 @@ BUGS = [
     Bug("normalise falls back to a uniform row", "coolsd/decoding/rules.py",
         "return torch.where(total > tiny, v / total.clamp_min(tiny), fallback)",
         "return torch.where(total > tiny, v / total.clamp_min(tiny), torch.full_like(v, 1 / v.shape[-1]))",
-        ("tests/test_rules.py",)),
+        ("tests/decoding/test_rules.py",)),
     Bug("oracle bound counts only depth 1", "coolsd/theory/oracle.py",
         "        acc[\"bound\"] += mass * step.tv\n", "        acc[\"bound\"] += mass * step.tv * (depth == 1)\n",
-        ("tests/test_oracle.py",)),
-    Bug("Frechet distance without the cross term's factor 2", "coolsd/bench/metrics.py",
-        "- 2 * np.sqrt(w).sum())", "- np.sqrt(w).sum())", ("tests/test_metrics.py",)),
+        ("tests/theory/test_oracle.py",)),
+    Bug("Frechet distance without the cross term's factor 2", "coolsd/compare/metrics.py",
+        "- 2 * np.sqrt(w).sum())", "- np.sqrt(w).sum())", ("tests/compare/test_metrics.py",)),
 ]
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for the tests (venv, Python packages, Debian's Chromium) and runs them.
-# Usage: scripts/test.sh [extra pytest args]
+# Usage: tools/test.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
@@ -9,7 +9,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     || echo "warning: could not install Debian's chromium; the browser test will be skipped"
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q -r requirements-test.txt
+.venv/bin/pip install -q -r requirements-test.txt -e .  # -e .: `import coolsd` from anywhere, no PYTHONPATH
 set +e
 .venv/bin/python -m pytest -q "$@"
 rc=$?

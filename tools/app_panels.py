@@ -4,7 +4,7 @@ Starts `python app.py` in a subprocess (as a Space does), drives it with gradio_
 resident memory (VmRSS, Linux /proc) before and after each stage. Replay latency is client-observed (submit ->
 the redrawn images and plots received), for steps spread over the race.
 
-    .venv/bin/python scripts/app_panels.py --model embedded --out bench_out/app_panels.json
+    .venv/bin/python tools/app_panels.py --model embedded --out bench_out/app_panels.json
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         stage("take away: trace, trace file, PNG strip, share link x1", take_away)
         theory = {k: defaults[k] for k in ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")}
         stage("theory plot", lambda: client.predict(**theory, api_name="/theory") and None)
-        result = {"command": "python scripts/app_panels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        result = {"command": "python tools/app_panels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "model": info["model"], "machine": f"{platform.processor() or platform.machine()}, "
                   f"{__import__('os').cpu_count()} cores, Python {platform.python_version()}",
                   "server_start_s": round(start_s, 1), "stages": stages, "peak_rss_mb": round(rss_mb(pid, "VmHWM"), 1)}

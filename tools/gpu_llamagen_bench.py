@@ -5,8 +5,8 @@ Eagle tree, one drafter step, and tokens per second of vanilla AR and of each ru
 plus the 25-node tree for Eagle-1 and LANTERN++). Random weights: acceptance numbers say nothing
 about image quality or real speed-ups; the timings of each call are what this measures.
 
-    PYTHONPATH=. python scripts/gpu_llamagen_bench.py          # XL: 36 layers, D 1280, 20 heads, FFN 3584, V 16384
-    PYTHONPATH=. python scripts/gpu_llamagen_bench.py --tiny   # seconds on a CPU, to check the script
+    PYTHONPATH=. python tools/gpu_llamagen_bench.py          # XL: 36 layers, D 1280, 20 heads, FFN 3584, V 16384
+    PYTHONPATH=. python tools/gpu_llamagen_bench.py --tiny   # seconds on a CPU, to check the script
 
 Writes llamagen_bench.json to $OUT (or --out) and prints a Markdown table.
 """
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import torch
-from scripts.gpu_check import median_ms, sync  # one timing helper for both GPU scripts
 
+from coolsd.bench.gpu import median_ms, sync  # one timing helper for both GPU tools
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import make_rule

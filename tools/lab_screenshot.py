@@ -1,6 +1,6 @@
 """Screenshots of the Quality lab and the Schedule explorer on the embedded model, for the README (not a test).
 
-    COOLSD_MODEL=embedded OMP_NUM_THREADS=1 python -m scripts.lab_screenshot --relaxation 4
+    COOLSD_MODEL=embedded OMP_NUM_THREADS=1 python tools/lab_screenshot.py --relaxation 4
 
 Starts the app in-process, drives headless Chromium (Debian's, via Playwright), runs the lab to the end,
 and writes assets/lab_screenshot.png and assets/schedule_screenshot.png.
@@ -13,7 +13,6 @@ import os
 import shutil
 import time
 
-os.environ.setdefault("COOLSD_MODEL", "embedded")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -52,9 +51,10 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    import app
+    from coolsd.app.demo import LAUNCH_KWARGS, make_demo
 
-    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    demo = make_demo(os.environ.get("COOLSD_MODEL", "embedded")).blocks
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
@@ -71,7 +71,7 @@ def main() -> None:
             crop(f"{args.out}/schedule_screenshot.png")
             browser.close()
     finally:
-        app.demo.close()
+        demo.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The README's screenshot of the race on the embedded model (not a test): four chosen racers, replayed mid-race.
 
-    OMP_NUM_THREADS=1 python scripts/app_screenshot.py --out assets/screenshot.png
+    OMP_NUM_THREADS=1 python tools/app_screenshot.py --out assets/screenshot.png
 
 Starts the app in-process, opens a share link in headless Chromium (Debian's, via Playwright) that picks the
 racers and settings, runs the race to the end, steps the replay slider back to the middle of the race with the
@@ -12,13 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
-from pathlib import Path
 
-os.environ.setdefault("COOLSD_MODEL", "embedded")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 LINK = "?condition=8&seed=2&overlay=true&delta=2&racers=eagle-1,lantern%2B%2B,uniform-rsd,cool-sd"
 
@@ -30,9 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    import app
+    from coolsd.app.demo import LAUNCH_KWARGS, make_demo
 
-    _, url, _ = app.demo.launch(prevent_thread_lock=True, quiet=True, **app.LAUNCH_KWARGS)
+    demo = make_demo(os.environ.get("COOLSD_MODEL", "embedded")).blocks
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"replayed step {target} of {steps}; wrote {args.out}")
             browser.close()
     finally:
-        app.demo.close()
+        demo.close()
     return 0
 
 

@@ -1,8 +1,8 @@
 """Measure the app as a visitor meets it: latency of the first streamed block and of the whole race, server memory,
 and N concurrent API clients. Starts `python app.py` in a subprocess (as a Space does) and talks to it over HTTP.
 
-    .venv/bin/python scripts/app_latency.py                       # embedded model, 3 runs, 8 clients
-    .venv/bin/python scripts/app_latency.py --model tiny --browser --out bench_out/app_latency.json
+    .venv/bin/python tools/app_latency.py                       # embedded model, 3 runs, 8 clients
+    .venv/bin/python tools/app_latency.py --model tiny --browser --out bench_out/app_latency.json
 
 Numbers: first update = submit -> first streamed frame received by gradio_client; done = submit -> final frame;
 --browser also times click -> first change of a decoder image in headless Chromium. Peak RSS is the server
