@@ -218,7 +218,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m coolsd.bench.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny random models on CPU (checks the script)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per per-call measurement")
     parser.add_argument("--images", type=int, default=1, help="images per decoder for tokens/s")

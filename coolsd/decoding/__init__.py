@@ -6,5 +6,5 @@ acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py`
 round, `round.py` the pieces both rounds share (session, clock, sampling of one step), `events.py`
 what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
 temperature / top-k / CFG settings, `neighbours.py` the latent-neighbour table LANTERN++ uses.
-The maths each rule implements is in `shared/spec/decoding.md`; `coolsd.theory` checks it exactly.
+docs/rules-and-theory.md states the maths each rule implements; `coolsd.theory` checks it exactly.
 """
