@@ -29,7 +29,8 @@ from coolsd.models.bundle import load_embedded
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m coolsd.bench.tuning", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m coolsd.bench.tuning", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=20)
     ap.add_argument("--lengths", type=_ints, default=list(range(2, 9)))
     ap.add_argument("--trees", default="eagle-25")
