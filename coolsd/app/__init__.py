@@ -29,14 +29,16 @@ What a panel may use from `ctx` (a `coolsd.app.context.Context`):
                    -> PIL image of display_hw; ctx.blank_image(); ctx.check_condition(value) -> engine cond
     ctx.controls   the race settings, name -> component (condition, seed, temperature, ..., racers, resolution):
                    use them as inputs to read the current settings; ctx.buttons ("generate", "stop")
-    ctx.share_controls  add your own controls here (name -> component, names unique, e.g. "lab_delta") and
-                   share links carry and restore them too (`coolsd.app.share`)
+    ctx.share_controls  add your own controls here (name -> component, names unique, e.g. "lab_delta"), and
+                   ctx.share_specs[name] its `settings.Spec`: share links carry, check and restore them too
     ctx.variants   variant key -> Context, one per model resolution (LlamaGen "256" / "512"; else one entry);
                    ctx.variant(key) picks one (a clear error for an unknown key)
     ctx.panels     id -> what each earlier panel's build returned
-Input checks (`coolsd.app.context`): `checked(component)` puts a server-side range/choice check in
-front of a component (the HTTP API skips the page's limits); `check_number`, `check_choice`,
-`bad(message)` -> a one-line gr.Error (raise it); `show(value)` quotes user input safely for a message;
-`gpu` decorates a function that runs the models (ZeroGPU). A rule's own ValueError text is the
-message: `raise bad(str(err)) from None`.
+Input checks: the HTTP API skips the page's limits, and Gradio replaces a component by a fresh copy in a
+session once an event updates it, so checks live in the handlers, never in a component's preprocess:
+wire every API event with `preprocess=False` and check each value with its `settings.Spec`
+(`check_values(specs, values)`; the race's settings: `RaceSettings.check(ctx, values)`). The checks
+themselves live in `coolsd.util.checks` (ValueError naming the parameter); `context.user_errors()` turns
+a ValueError into `bad(message)`, a one-line gr.Error; `coolsd.util.checks.show(value)` quotes user
+input safely for a message. `gpu` decorates a function that runs the models (ZeroGPU).
 """

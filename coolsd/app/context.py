@@ -1,15 +1,15 @@
 """The app's shared state: the model loaded once, model handles for concurrent decodes, input checks.
 
 One `Context` is made by `app.py` and passed to every panel's `build(ctx)` (see `coolsd.app`).
-Input checks live here because the HTTP API bypasses the page's sliders: every handler checks
-what it is given and answers a bad value with one plain-text line (`bad(...)`), never a trace.
+The HTTP API bypasses the page's sliders, so every handler checks what it is given (with
+`coolsd.util.checks`, through `coolsd.app.settings`) and answers a bad value with one plain-text
+line (`bad(...)`, `user_errors()`), never a trace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import queue
 from collections.abc import Callable
@@ -22,6 +22,7 @@ from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, load_embedded
+from coolsd.util.checks import show
 
 try:  # ZeroGPU: holds a GPU for the whole call; a no-op elsewhere (and absent locally)
     import spaces
@@ -146,7 +147,8 @@ class Context:
         `coolsd.app.controls.build`), so a panel may take the current settings as inputs;
     buttons: "generate" / "stop" -> the race's buttons; panels: panel id -> what its `build` returned.
     share_controls: name -> component of a panel's own controls that share links carry too (names
-        unique across panels, e.g. "lab_delta"; the race settings are carried already).
+        unique across panels, e.g. "lab_delta"; the race settings are carried already); share_specs: name ->
+        its `coolsd.app.settings.Spec` (how a link's value is checked), one per share control.
     """
 
     model: AppModel
@@ -160,6 +162,7 @@ class Context:
     controls: dict = field(default_factory=dict, repr=False)
     buttons: dict = field(default_factory=dict, repr=False)
     share_controls: dict = field(default_factory=dict, repr=False)
+    share_specs: dict = field(default_factory=dict, repr=False)
     panels: dict = field(default_factory=dict, repr=False)
     variants: dict = field(default_factory=dict, repr=False)
 
@@ -240,78 +243,18 @@ class Context:
         return self.model.class_names.index(str(condition))
 
 
-# ---------------------------------------------------------------- input checks (the HTTP API bypasses the sliders)
+# ---------------------------------------------------------------- errors (the checks themselves: coolsd.util.checks)
 def bad(message: str) -> gr.Error:
     """A one-line error for the page and the API (plain text: Gradio shows it as text, never as markup)."""
     return gr.Error(message, print_exception=False)
 
 
-# Gradio renders an error message as HTML on the page but hands it verbatim to API clients, so user text
-# in a message is neither escaped (API clients would read entities) nor raw (the page would render markup):
-# the three characters that make markup are swapped for look-alikes that read the same on both.
-PLAIN = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
-
-
-def plain(text: str) -> str:
-    """`text` without markup characters (see PLAIN): safe as HTML, clean as plain text."""
-    return str(text).translate(PLAIN)
-
-
-def show(value) -> str:
-    """A short repr of user input for error messages (plain text, cut at 40 characters)."""
-    text = repr(value)
-    return plain(text if len(text) <= 40 else text[:37] + "...")
-
-
-def _num(v, unbounded: str) -> str:
-    return unbounded if v is None else str(int(v)) if float(v).is_integer() else f"{v:g}"
-
-
-def check_number(label: str, value, minimum: float | None, maximum: float | None, integer: bool = False):
-    """A finite number (int when `integer`) within [minimum, maximum], else a gr.Error naming `label`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(f"{label} must be a number, got {show(value)}")
-    if not math.isfinite(value):
-        raise bad(f"{label} must be a finite number, got {show(value)}")
-    if integer and value != int(value):
-        raise bad(f"{label} must be a whole number, got {show(value)}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise bad(f"{label} must be in [{_num(minimum, '-inf')}, {_num(maximum, 'inf')}], got {show(value)}")
-    return int(value) if integer else float(value)
-
-
-def check_choice(label: str, value, values: list) -> object:
-    """`value` when it is one of `values` (an int matches its string), else "unknown <label> ...; choose one of"."""
-    if isinstance(value, int) and not isinstance(value, bool) and str(value) in values:
-        value = str(value)  # digit 3 and "3" mean the same class
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or value not in values:
-        shown = ", ".join(map(str, values[:12])) + (" ..." if len(values) > 12 else "")
-        raise bad(f"unknown {label} {show(value)}; choose one of {shown}")
-    return value
-
-
-def checked(component, check=None):
-    """The component, with a server-side check in front of its own preprocess (the HTTP API skips the UI).
-
-    Numeric components get `check_number` with their label and bounds, choice components a short
-    "unknown ..." error, checkboxes a bool check. (An instance attribute, not a subclass: subclassing a
-    Gradio component makes Gradio write a .pyi file next to this module at import.)
-    """
-    original = component.preprocess
-    if check is None:
-        if isinstance(component, gr.Checkbox):
-            def check(payload):
-                if not isinstance(payload, bool):
-                    raise bad(f"{component.label} must be true or false, got {show(payload)}")
-                return payload
-        elif isinstance(component, (gr.Dropdown, gr.Radio)):
-            def check(payload):
-                return check_choice(component.label.lower(), payload, [value for _, value in component.choices])
-        else:  # gr.Slider, gr.Number
-            def check(payload):
-                integer = (getattr(component, "precision", None) == 0 or
-                           (isinstance(component, gr.Slider) and float(component.step).is_integer()
-                            and float(component.minimum).is_integer()))
-                return check_number(component.label, payload, component.minimum, component.maximum, integer)
-    component.preprocess = lambda payload: original(check(payload))
-    return component
+@contextlib.contextmanager
+def user_errors():
+    """Inside: a ValueError (a check or a library dataclass refusing a value) becomes `bad(its message)`."""
+    try:
+        yield
+    except gr.Error:  # already one line for the page (gr.Error is a ValueError too)
+        raise
+    except ValueError as err:
+        raise bad(str(err)) from None

@@ -10,9 +10,12 @@ import os
 from dataclasses import dataclass
 
 import gradio as gr
+from starlette.middleware import Middleware
 
-from coolsd.app import controls, how, lab, race, schedule, share, theory
+from coolsd.app import controls, how, lab, race, schedule, settings, share, theory
 from coolsd.app.context import Context, load_models
+from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
+from coolsd.app.settings import RaceSettings
 
 PANELS = [race, lab, schedule, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
 CSS = """
@@ -20,7 +23,10 @@ CSS = """
 #header {margin-bottom: 0}
 #download {max-height: 120px; overflow: auto}
 """
-LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "show_error": True, "footer_links": ["api", "gradio"]}
+# memory bounded per session (coolsd.app.serving); an unknown api_name answered with a 404
+LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "show_error": True, "footer_links": ["api", "gradio"],
+                 "state_session_capacity": session_capacity_from_env(),
+                 "app_kwargs": {"middleware": [Middleware(UnknownEndpoint)]}}
 
 
 @dataclass
@@ -45,9 +51,9 @@ def model_info(ctx: Context) -> dict:
     m = ctx.model
     return {"model": m.name, "kind": m.kind, "conditioning": m.conditioning, "grid": list(m.grid),
             "classes": m.class_names, "image_size": list(ctx.display_hw), "device": str(ctx.device),
-            "drafting": list(controls.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": controls.MAX_DRAFT_LEN,
+            "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
-            "example_prompts": list(m.example_prompts), "defaults": controls.default_values(ctx)}
+            "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict()}
 
 
 def build_demo(ctx: Context) -> gr.Blocks:

@@ -18,10 +18,12 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from coolsd.app.context import MAX_SEED, Context, bad, checked, gpu, log, plain
+from coolsd.app.context import MAX_SEED, Context, bad, gpu, log
 from coolsd.app.plots import to_rgb_array
+from coolsd.app.settings import Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.util.checks import plain
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import BENCH_DIR
 
@@ -41,6 +43,16 @@ reads the intended digit, **red** (with what it read) when it does not. Raise th
 and the NLL climb: that is where digits start to break. Sampling and draft length (L = 5) are the benchmark's, so
 the run is marked on the benchmark's Pareto figure below.
 """
+
+
+def lab_specs() -> dict[str, Spec]:
+    """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
+    rules = tuple((label, key) for key, (label, _) in LAB_RULES.items())
+    return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
+            "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, 50.0, 0.05,
+                               elem_id="lab-relaxation"),
+            "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
+            "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
 
 # ---------------------------------------------------------------- drawing (no maths)
@@ -170,6 +182,7 @@ class LabPanel:
         self.lab = Lab(m.target, m.drafter, m.tokenizer, m.num_tokens, classifier=None, workers=LAB_WORKERS)
         self._classifier_loaded = False
         self.bench = bench_rows() if m.kind == "embedded" else []
+        self.specs = lab_specs()
 
     def _classifier(self):
         if not self._classifier_loaded and self.ctx.model.kind == "embedded":
@@ -177,9 +190,15 @@ class LabPanel:
         self._classifier_loaded = True
         return self.lab.classifier
 
+    def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
+        """The lab's values checked by their Specs (the event is wired with preprocess=False); one clear error."""
+        v = check_values(self.specs, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed})
+        return v["rule"], v["relaxation"], v["samples"], v["seed"]
+
     def plan(self, rule: str, relaxation, samples, seed, condition) -> tuple[list[LabDecoder], list, list, list[str]]:
         """Decoders, conditions, seeds and column headers of one run; bad input -> a one-line error."""
         m = self.ctx.model
+        rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         try:
             decoders = lab_decoders(rule, relaxation, m.neighbours)
         except ValueError as err:
@@ -198,6 +217,7 @@ class LabPanel:
     def grid(self, rule: str, relaxation, samples, seed, condition=None):
         """Run the lab: yields (grid image, stats markdown, Pareto figure or skip, stats JSON) per finished sample."""
         ctx, m = self.ctx, self.ctx.model
+        rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition)
         classifier = self._classifier()
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
@@ -253,15 +273,9 @@ def build(ctx: Context, tab: gr.Tab) -> LabPanel:
     """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
     panel = LabPanel(ctx)
     gr.Markdown(INTRO)
+    table = lab_specs()
     with gr.Row():
-        rule = checked(gr.Dropdown(choices=[(label, key) for key, (label, _) in LAB_RULES.items()], value="cool-sd",
-                                   label="Rule", elem_id="lab-rule"))
-        relaxation = checked(gr.Slider(0.1, 50.0, value=2.0, step=0.05, elem_id="lab-relaxation",
-                                       label="relaxation: delta (lambda for LANTERN++)"))
-        samples = checked(gr.Slider(1, MAX_SAMPLES, value=MAX_SAMPLES, step=1, label="samples",
-                                    elem_id="lab-samples"))
-        seed = checked(gr.Number(value=0, label="lab seed", precision=0, minimum=0, maximum=MAX_SEED,
-                                 elem_id="lab-seed"))
+        rule, relaxation, samples, seed = (table[n].component() for n in ("rule", "relaxation", "samples", "seed"))
     with gr.Row():
         run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
         stop_btn = gr.Button("Stop", variant="stop", elem_id="lab-stop")
@@ -275,7 +289,7 @@ def build(ctx: Context, tab: gr.Tab) -> LabPanel:
         raw = gr.JSON(elem_id="lab-json", label="lab")
 
     event = run_btn.click(panel.grid, [rule, relaxation, samples, seed, ctx.controls["condition"]],
-                          [grid, stats, plot, raw],
-                          api_name="lab_grid", concurrency_limit=1, concurrency_id="lab", show_progress="minimal")
+                          [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
+                          concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
     return panel

@@ -17,19 +17,22 @@ import time
 import gradio as gr
 
 from coolsd.app import racers as choice
-from coolsd.app.context import Context, bad, check_number, gpu, log, plain
+from coolsd.app.context import Context, bad, gpu, log, user_errors
 from coolsd.app.plots import (
     acceptance_figure,
     length_figure,
     length_histogram,
     overlay_legend_html,
+    quantise,
     stats_markdown,
 )
 from coolsd.app.racers import SLOTS, slot_keys
+from coolsd.app.serving import STATE_TTL_S
+from coolsd.app.settings import RacePlan, RaceSettings, specs
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.engine import DecodeConfig, generate
-from coolsd.decoding.sampling import SamplingConfig
+from coolsd.util.checks import check_int, plain
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "race", "Race"
@@ -48,6 +51,8 @@ class RacePanel:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.race = self._race_handler()  # race(condition, seed, ...): the /race endpoint (see _race_handler)
+        self.overlay_spec = specs(ctx)["overlay"]
         # session -> overlay flag of a race in progress: the overlay checkbox changes it while the race streams
         self.live_overlay: dict[str, bool] = {}
         # session -> (set once the race has closed, its trace) of a race in progress, for Stop
@@ -71,7 +76,7 @@ class RacePanel:
             r, how = by_key[key], redraw(key)
             if how == "decode":
                 pixels = ctx.decode_pixels(r.tokens)
-                shown[slot] = (pixels, r.filled.clone(), r.kinds.clone())
+                shown[slot] = (quantise(pixels), r.filled.clone(), r.kinds.clone())  # compact: a session keeps it
                 images.append(ctx.render(pixels, r.filled, r.kinds, overlay))
             elif how == "tint" and slot in shown:
                 images.append(ctx.render(*shown[slot], overlay))
@@ -97,9 +102,9 @@ class RacePanel:
 
     # ---------------------------------------------------------------- the race
     @gpu
-    def _run(self, ctx: Context, cond, sampling: SamplingConfig, config: DecodeConfig, rules: dict, seed: int,
-             overlay: bool, trace: RaceTrace, session: str | None = None):
-        """Generator of output frames; holds one lane of model handles (of `ctx`'s model) for the whole race."""
+    def _run(self, plan: RacePlan, seed: int, overlay: bool, trace: RaceTrace, session: str | None = None):
+        """Generator of output frames; holds one lane of model handles (of the plan's model) for the whole race."""
+        ctx = plan.ctx
         num_tokens = ctx.model.num_tokens
         closed = threading.Event()
         with ctx.lane() as lane:
@@ -110,9 +115,9 @@ class RacePanel:
             try:
                 racers = []
                 for (key, label), (target, drafter) in zip(trace.racers, lane):
-                    rule = rules.get(key)
-                    events = generate(target, drafter if rule else None, rule, cond, num_tokens, sampling, config,
-                                      seed=seed)
+                    rule = plan.rules.get(key)
+                    events = generate(target, drafter if rule else None, rule, plan.cond, num_tokens, plan.sampling,
+                                      plan.config, seed=seed)
                     racers.append(Racer(key, label, events, num_tokens))
                 race = Race(racers)
                 yield from self._frames(ctx, race, trace, overlay, session)
@@ -177,39 +182,43 @@ class RacePanel:
         dirty.update(r.key for r in racers)
         yield frame(final=True)
 
-    def race(self, condition, seed, temperature, top_k, cfg_scale, draft_len, drafting, delta, nu, mu, mean_omega,
-             lantern_k, lantern_lambda, overlay, racers=None, uniform_delta=choice.DEFAULTS["uniform_delta"],
-             linear_delta=choice.DEFAULTS["linear_delta"], linear_slope=choice.DEFAULTS["linear_slope"],
-             custom_omegas=choice.DEFAULTS["custom_omegas"], resolution=None, request: gr.Request = None):
-        """Race the chosen decoders (default Eagle-1, LANTERN++, COOL-SD) and vanilla AR; streams a frame per update.
+    def run_settings(self, settings: RaceSettings, request: gr.Request = None):
+        """Race checked `settings`: the chosen decoders (default Eagle-1, LANTERN++, COOL-SD) and vanilla AR.
 
-        Yields (5 images: the racers in order, unused slots skipped, vanilla AR last; stats table (markdown);
-        acceptance, accepted-length and histogram plots; stats (JSON); replay slider; snapshot and trace
-        states). Unchanged outputs are skipped.
+        Yields a frame per update: (5 images: the racers in order, unused slots skipped, vanilla AR last;
+        stats table (markdown); acceptance, accepted-length and histogram plots; stats (JSON); replay slider;
+        snapshot and trace states). Unchanged outputs are skipped.
         """
-        ctx = self.ctx.variant(resolution)  # the model at this resolution (LlamaGen); else the one model
-        cond = ctx.check_condition(condition)
-        keys = choice.check_racers(choice.DEFAULT_RACERS if racers is None else racers)
-        try:
-            sampling = SamplingConfig(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k)
-            config = DecodeConfig(draft_len=draft_len, tree=None if drafting == "chain" else drafting)
-        except ValueError as err:
-            raise bad(str(err)) from None
-        params = choice.RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda, uniform_delta, linear_delta,
-                                   linear_slope, custom_omegas)
-        rules = choice.make_rules(ctx, keys, params)
-        if sampling.greedy:
+        plan = settings.plan(self.ctx)  # the model variant, condition, configs and rules, or one clear error
+        if plan.sampling.greedy:
             gr.Warning("temperature 0 is greedy decoding: every rule commits the target's argmax, so the relaxed "
                        "rules can change the speed but not the image.")
-        if config.tree is not None and draft_len != DecodeConfig().draft_len:
-            gr.Info(f"static tree '{config.tree}': the tree's depth sets the draft length; the L slider is not used.")
-        settings = {"condition": condition, "seed": seed, "sampling": dataclasses.asdict(sampling),
-                    "draft_len": draft_len, "drafting": drafting, "racers": keys, "resolution": ctx.variant_key,
-                    "rules": {k: r.config() for k, r in rules.items()}}
-        trace = RaceTrace(ctx.model.name, settings, [(k, choice.RACERS[k]) for k in keys] + [choice.VANILLA],
+        if plan.config.tree is not None and settings.draft_len != DecodeConfig().draft_len:
+            gr.Info(f"static tree '{plan.config.tree}': the tree's depth sets the draft length; the L slider is not "
+                    "used.")
+        ctx = plan.ctx
+        recorded = {"condition": settings.condition, "seed": settings.seed,
+                    "sampling": dataclasses.asdict(plan.sampling), "draft_len": settings.draft_len,
+                    "drafting": settings.drafting, "racers": plan.keys, "resolution": ctx.variant_key,
+                    "rules": {k: r.config() for k, r in plan.rules.items()}}
+        trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
                           ctx.model.num_tokens, ctx.model.grid)
         session = getattr(request, "session_hash", None)
-        yield from self._run(ctx, cond, sampling, config, rules, seed, overlay, trace, session)
+        yield from self._run(plan, settings.seed, settings.overlay, trace, session)
+
+    def _race_handler(self):
+        """The /race handler: one parameter per RaceSettings field, in order (generated), then the request.
+        Every value is checked here (the event is wired with preprocess=False)."""
+        ctx, signature = self.ctx, RaceSettings.signature(self.ctx)
+
+        def race(*args, **kwargs):
+            values = signature.bind(*args, **kwargs).arguments
+            request = values.pop("request", None)
+            yield from self.run_settings(RaceSettings.check(ctx, values), request)
+
+        race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
+        race.__doc__ = self.run_settings.__doc__
+        return race
 
     # ---------------------------------------------------------------- after (or during) a race
     def stopped(self, stats, overlay=False, request: gr.Request = None):
@@ -233,6 +242,8 @@ class RacePanel:
 
         During a race the new setting also applies to the frames still to come.
         """
+        with user_errors():
+            overlay = self.overlay_spec.check(overlay)
         session = getattr(request, "session_hash", None)
         if session in self.live_overlay:
             self.live_overlay[session] = overlay
@@ -251,9 +262,9 @@ class RacePanel:
         """
         if not isinstance(trace, RaceTrace) or not len(trace):
             raise bad("nothing to replay yet: run a race first")
-        step = check_number("replay step", step, 0, len(trace), integer=True)
-        if not isinstance(overlay, bool):
-            raise bad(f"overlay must be true or false, got {overlay!r}")
+        with user_errors():
+            step = check_int("replay step", step, 0, len(trace))
+            overlay = self.overlay_spec.check(overlay)
         return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.")
 
     def _view(self, trace: RaceTrace, step: int, overlay: bool, status: str) -> tuple:
@@ -287,6 +298,12 @@ class RacePanel:
         return (*titles, *columns)
 
 
+def release_trace(trace) -> None:
+    """Gradio deletes a session's trace state: drop its recorded steps too."""
+    if isinstance(trace, RaceTrace):
+        trace.release()
+
+
 def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     """The Race tab's outputs, wired to ctx.controls and ctx.buttons (call inside `gr.Tab(TITLE, id=ID)`)."""
     from coolsd.app import share
@@ -314,24 +331,26 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     with gr.Row():
         plot_len = gr.Plot(label="accepted length per round", show_label=False, elem_id="plot-len")
         plot_hist = gr.Plot(label="accepted length histogram", show_label=False, elem_id="plot-hist")
-    snapshot, trace = gr.State({}), gr.State(None)
+    # a session's race state lives STATE_TTL_S after its last update (and at most SESSION_CAPACITY sessions)
+    snapshot = gr.State({}, time_to_live=STATE_TTL_S)
+    trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     take = share.TakeAway(ctx, panel, snapshot, trace)
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         stats_json = gr.JSON(elem_id="stats-json", label="stats")
 
     c = ctx.controls
     outputs = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, replay, snapshot, trace]
-    run_event = ctx.buttons["generate"].click(panel.race, list(c.values()), outputs, api_name="race",
+    run_event = ctx.buttons["generate"].click(panel.race, list(c.values()), outputs, api_name="race", preprocess=False,
                                               concurrency_limit=ctx.workers, concurrency_id="race",
                                               show_progress="minimal")
     view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
     ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay], cancels=[run_event],
                               queue=False, api_visibility="private")
-    c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay",
+    c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay", preprocess=False,
                         concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
     c["racers"].change(panel.slot_layout, c["racers"], [*titles, *columns], queue=False, api_visibility="private",
                        show_progress="hidden")
-    replay.input(panel.replay, [replay, c["overlay"], trace], view, api_name="replay",
+    replay.input(panel.replay, [replay, c["overlay"], trace], view, api_name="replay", preprocess=False,
                   concurrency_limit=4, concurrency_id="replay", trigger_mode="always_last", show_progress="hidden")
     take.wire()
     return panel

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coolsd.app.context import Context, bad, show
+from coolsd.app.context import Context, bad
 from coolsd.decoding.rules import CustomScheduleRule, LinearDecayRule, Rule, UniformRSDRule, make_rule
+from coolsd.util.checks import show
 
 MAX_RACERS = 4  # vanilla AR races as well, always
 RACERS = {  # key -> label; the order of the choices
@@ -67,6 +68,8 @@ def check_racers(value) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise bad(f"racers must be a list of racer names, got {show(value)}")
     for v in value:
+        if not isinstance(v, str):
+            raise bad(f"racers must be a flat list of racer names such as ['eagle-1', 'cool-sd'], got {show(value)}")
         if v not in RACERS:
             raise bad(f"unknown racer {show(v)}; choose from {', '.join(RACERS)}")
     if len(set(value)) != len(value):

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, checked, log, plain, show
+from coolsd.app.context import Context, bad, log
+from coolsd.app.settings import Spec, check_values
 from coolsd.decoding.rules import CoolSDRule, LinearDecayRule, Rule
 from coolsd.theory import annealing, sweeps
+from coolsd.util.checks import plain, show
 from coolsd.util.paths import THEORY_REPORT
 
 ID, TITLE = "schedule", "Schedule explorer"
@@ -46,6 +48,19 @@ away at the late depths and must relax the early ones harder to reach the same Ï
 
 
 # ---------------------------------------------------------------- input -> rule
+def schedule_specs() -> dict[str, Spec]:
+    """The explorer's controls but the omega list: name -> Spec (label, bounds, default; checked by the handler)."""
+    cool, linear = CoolSDRule(), LinearDecayRule()
+    return {"kind": Spec("Schedule", "choice", "exponential", choices=tuple((v, k) for k, v in KIND_LABELS.items()),
+                         widget="radio", elem_id="sched-kind"),
+            "delta": Spec("delta (mean omega)", "number", cool.delta, 0.1, 8.0, 0.05, elem_id="sched-delta"),
+            "nu": Spec("nu (exponential decay rate)", "number", cool.nu, 0.0, 3.0, 0.05, elem_id="sched-nu"),
+            "slope": Spec("slope s (linear decay)", "number", linear.slope, 0.0, 1.0, 0.05, elem_id="sched-slope"),
+            "floor": Spec("floor at 1 (omega_i = max(omega_i, 1))", "bool", False, elem_id="sched-floor"),
+            "drafts": Spec("Drafts", "choice", "toy", choices=tuple((v, k) for k, v in DRAFT_LABELS.items()),
+                           widget="radio", elem_id="sched-drafts")}
+
+
 def parse_omegas(text) -> tuple[float, ...]:
     """"2, 1, 0.5" -> (2.0, 1.0, 0.5); a one-line error on anything else (at most L numbers)."""
     if isinstance(text, (list, tuple)):
@@ -176,12 +191,14 @@ class SchedulePanel:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.specs = schedule_specs()
 
     def compute(self, kind, delta, nu, slope, omegas, floor, drafts):
-        """-> (omega bars figure, per-depth figure, numbers markdown, JSON)."""
-        if drafts not in annealing.DRAFTS:
-            raise bad(f"unknown drafts {show(drafts)}; choose one of {', '.join(annealing.DRAFTS)}")
-        rule = make_schedule(kind, delta, nu, slope, omegas, floor)
+        """-> (omega bars figure, per-depth figure, numbers markdown, JSON); every value checked here."""
+        v = check_values(self.specs, {"kind": kind, "delta": delta, "nu": nu, "slope": slope, "floor": floor,
+                                      "drafts": drafts})
+        rule = make_schedule(v["kind"], v["delta"], v["nu"], v["slope"], omegas, v["floor"])
+        drafts = v["drafts"]
         try:
             result = explore(rule, drafts)
         except Exception as err:  # log it here, one line there
@@ -193,24 +210,13 @@ class SchedulePanel:
 def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
     panel = SchedulePanel(ctx)
-    cool, linear = CoolSDRule(), LinearDecayRule()
     gr.Markdown(INTRO)
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
-            kind = checked(gr.Radio(choices=[(label, key) for key, label in KIND_LABELS.items()],
-                                    value="exponential", label="Schedule", elem_id="sched-kind"))
-            delta = checked(gr.Slider(0.1, 8.0, value=cool.delta, step=0.05, label="delta (mean omega)",
-                                      elem_id="sched-delta"))
-            nu = checked(gr.Slider(0.0, 3.0, value=cool.nu, step=0.05, label="nu (exponential decay rate)",
-                                   elem_id="sched-nu"))
-            slope = checked(gr.Slider(0.0, 1.0, value=linear.slope, step=0.05, label="slope s (linear decay)",
-                                      elem_id="sched-slope"))
+            kind, delta, nu, slope = (panel.specs[n].component() for n in ("kind", "delta", "nu", "slope"))
             omegas = gr.Textbox(value="2, 1, 0.5", label=f"custom omegas (omega_1..omega_{DRAFT_LEN})",
                                 elem_id="sched-omegas", max_length=200)
-            floor = checked(gr.Checkbox(value=False, label="floor at 1 (omega_i = max(omega_i, 1))",
-                                        elem_id="sched-floor"))
-            drafts = checked(gr.Radio(choices=[(label, key) for key, label in DRAFT_LABELS.items()], value="toy",
-                                      label="Drafts", elem_id="sched-drafts"))
+            floor, drafts = panel.specs["floor"].component(), panel.specs["drafts"].component()
             button = gr.Button("Compute", variant="primary", elem_id="sched-btn")
         with gr.Column(scale=3):
             bars = gr.Plot(show_label=False, elem_id="sched-bars")
@@ -224,5 +230,6 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     inputs = [kind, delta, nu, slope, omegas, floor, drafts]
     gr.on([button.click, tab.select, kind.input, delta.release, nu.release, slope.release, omegas.submit, floor.input,
            drafts.input], panel.compute, inputs, [bars, depth_plot, numbers, raw], api_name="schedule",
-          concurrency_limit=1, concurrency_id="schedule", trigger_mode="always_last", show_progress="minimal")
+          preprocess=False, concurrency_limit=1, concurrency_id="schedule", trigger_mode="always_last",
+          show_progress="minimal")
     return panel

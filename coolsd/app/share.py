@@ -18,10 +18,12 @@ from urllib.parse import parse_qsl, urlencode
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, show
+from coolsd.app.context import Context, bad, user_errors
 from coolsd.app.plots import image_strip
 from coolsd.app.racers import SLOTS, slot_keys
+from coolsd.app.settings import RaceSettings, Spec, check_values, specs
 from coolsd.compare.trace import RaceTrace
+from coolsd.util.checks import show
 
 KEEP_FILES = 64  # trace / strip files kept on disk (the oldest go first)
 MAX_QUERY_CHARS = 4000
@@ -44,6 +46,12 @@ def shared_controls(ctx: Context) -> dict:
     return {**ctx.controls, **ctx.share_controls}
 
 
+def shared_specs(ctx: Context) -> dict[str, Spec]:
+    """name -> Spec (how it is checked) of every control a share link carries, in `shared_controls` order."""
+    table = {**specs(ctx), **ctx.share_specs}
+    return {name: table[name] for name in shared_controls(ctx)}
+
+
 # ---------------------------------------------------------------- settings <-> query string
 def _encode(value) -> str:
     if isinstance(value, bool):
@@ -55,14 +63,13 @@ def _encode(value) -> str:
     return str(value)
 
 
-def _decode(component, text: str):
-    """The query text as the type the component's check expects (a value that does not parse stays text,
-    so the check names it)."""
-    if isinstance(component, gr.CheckboxGroup):
+def _decode(spec: Spec, text: str):
+    """The query text as the type `spec` checks (a value that does not parse stays text, so the check names it)."""
+    if spec.widget == "checkboxgroup":
         return [v for v in text.split(",") if v]
-    if isinstance(component, gr.Checkbox):
+    if spec.kind == "bool":
         return {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower(), text)
-    if isinstance(component, (gr.Slider, gr.Number)):
+    if spec.kind in ("number", "int"):
         try:
             number = float(text)
         except ValueError:
@@ -71,26 +78,37 @@ def _decode(component, text: str):
     return text
 
 
+def check_shared(ctx: Context, values: Mapping) -> dict:
+    """The checked values (name -> value) of share-link controls; one gr.Error for the first bad one.
+
+    The race settings among them are checked as the race checks them, together with the defaults of the
+    rest (`RaceSettings.check` and `plan`), so a link is refused exactly when its race would be."""
+    table = shared_specs(ctx)
+    unknown = [name for name in values if name not in table]
+    if unknown:
+        raise bad(f"unknown setting {show(unknown[0])}")
+    race = {name: v for name, v in values.items() if name in RaceSettings.names()}
+    settings = RaceSettings.check(ctx, race)
+    settings.plan(ctx)
+    others = check_values(table, {name: v for name, v in values.items() if name not in race})
+    return {name: getattr(settings, name) if name in race else others[name] for name in values}
+
+
 def share_query(ctx: Context, values: Mapping) -> str:
-    """"?name=value&..." for the given control values (checked first, like the race checks them)."""
-    controls = shared_controls(ctx)
-    checked = {}
-    for name, component in controls.items():
-        if name in values:
-            checked[name] = _check(ctx, name, component, values[name])
-    return "?" + urlencode({name: _encode(v) for name, v in checked.items()})
-
-
-def _check(ctx: Context, name: str, component, value):
-    value = component.preprocess(value)  # the `checked` front runs first: range, type, choice
-    if name == "condition":
-        ctx.check_condition(value)
-    return value
+    """"?name=value&..." for the given control values (checked as the race checks them; at most MAX_QUERY_CHARS)."""
+    query = "?" + urlencode({name: _encode(v) for name, v in check_shared(ctx, values).items()})
+    if len(query) > MAX_QUERY_CHARS:
+        raise bad(f"these settings make a share link of {len(query)} characters, more than it may hold "
+                  f"({MAX_QUERY_CHARS}); shorten the prompt or the custom omega list")
+    return query
 
 
 def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
-    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter])."""
-    controls = shared_controls(ctx)
+    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter]).
+
+    When every parameter is fine on its own, the race settings are checked together as the race would
+    (one message when it would refuse them)."""
+    table = shared_specs(ctx)
     values, errors = {}, []
     for name, text in params.items():
         if name == "tab":
@@ -98,13 +116,18 @@ def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[
                 values["tab"] = text
             else:
                 errors.append(f"unknown tab {show(text)}; choose one of {', '.join(panel_ids)}")
-        elif name not in controls:
+        elif name not in table:
             errors.append(f"unknown setting {show(name)}")
         else:
             try:
-                values[name] = _check(ctx, name, controls[name], _decode(controls[name], text))
+                values[name] = check_values(table, {name: _decode(table[name], text)})[name]
             except gr.Error as err:
                 errors.append(str(err.message))
+    if not errors:
+        try:
+            check_shared(ctx, {k: v for k, v in values.items() if k != "tab"})
+        except gr.Error as err:
+            errors.append(str(err.message))
     return values, errors
 
 
@@ -145,8 +168,8 @@ class TakeAway:
         """The images on show (last race or replayed step) side by side in one .png, labelled."""
         if not isinstance(trace, RaceTrace) or not (snapshot or {}).get("images"):
             raise bad("no images yet: run a race first")
-        if not isinstance(overlay, bool):
-            raise bad(f"overlay must be true or false, got {show(overlay)}")
+        with user_errors():
+            overlay = specs(self.ctx)["overlay"].check(overlay)
         labels = dict(trace.racers)
         keys = slot_keys([k for k, _ in trace.racers[:-1]])
         images, ctx = snapshot["images"], self.panel.view_context(snapshot)
@@ -177,8 +200,9 @@ class TakeAway:
         controls = list(shared_controls(self.ctx).values())
         self.trace_btn.click(self.trace_file, self.trace, self.file, api_name="trace_file")
         self.strip_btn.click(self.strip_file, [self.snapshot, self.ctx.controls["overlay"], self.trace], self.file,
-                             api_name="strip_file")
-        self.link_btn.click(self._named_share_link(), controls, self.link, api_name="share_link").then(
+                             api_name="strip_file", preprocess=False)
+        self.link_btn.click(self._named_share_link(), controls, self.link, api_name="share_link",
+                            preprocess=False).then(
             None, self.link, self.link, js="(q) => q && q.startsWith('?') ? "
             "window.location.origin + window.location.pathname + q : q", api_visibility="private")
         self.trace_api.click(self.panel.trace_json, self.trace, self.trace_view, api_name="trace")

@@ -10,9 +10,11 @@ import functools
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, log, plain
+from coolsd.app.context import Context, bad, log
 from coolsd.app.racers import RuleParams, make_rules
+from coolsd.app.settings import check_values, specs
 from coolsd.theory import sweeps
+from coolsd.util.checks import plain
 
 ID, TITLE = "theory", "Theory"
 INPUTS = ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")
@@ -58,11 +60,16 @@ def build(ctx: Context, tab: gr.Tab):
     button = gr.Button("Update the theory plot", elem_id="theory-btn")
     plot = gr.Plot(label="exact TV vs accepted length", show_label=False, elem_id="plot-theory")
 
+    table = {name: spec for name, spec in specs(ctx).items() if name in INPUTS}
+
     def update(delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
-        return theory_plot(ctx, delta, nu, mu, mean_omega, lantern_k, lantern_lambda)
+        """The Theory tab's plot for these COOL-SD and LANTERN++ settings (checked as the race checks them)."""
+        v = check_values(table, {"delta": delta, "nu": nu, "mu": mu, "mean_omega": mean_omega, "lantern_k": lantern_k,
+                                 "lantern_lambda": lantern_lambda})
+        return theory_plot(ctx, **v)
 
     c = ctx.controls
     gr.on([button.click, tab.select, c["delta"].release, c["nu"].release, c["mu"].release, c["mean_omega"].input,
            c["lantern_k"].release, c["lantern_lambda"].release], update, [c[k] for k in INPUTS], plot,
-          api_name="theory", concurrency_limit=1, concurrency_id="theory", trigger_mode="always_last",
+          api_name="theory", preprocess=False, concurrency_limit=1, concurrency_id="theory", trigger_mode="always_last",
           show_progress="minimal")

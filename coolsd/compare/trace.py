@@ -8,7 +8,10 @@ decoding: the events are recorded again), so a replay frame equals the frame of 
 
 from __future__ import annotations
 
+import itertools
 import math
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -44,13 +47,73 @@ def event_from_json(d: dict) -> RoundEvent:
     return RoundEvent(**kw)
 
 
+_INT_FIELDS = ("index", "start", "n_accepted", "n_drafted", "target_forwards", "draft_forwards")
+_CODES = {outcome.code: outcome for outcome in TokenOutcome}
+
+
+class EventStore:
+    """RoundEvents kept compactly: every number in flat arrays, one row of counts per event.
+
+    A RoundEvent holds five small tensors and a dict (about 3 KB of Python objects for a few dozen
+    numbers); here an event costs its numbers (8 bytes each) plus one row of 12 ints. Events come
+    back as equal RoundEvents (int64 / float64 tensors, as the engine makes them).
+    """
+
+    def __init__(self) -> None:
+        self.rows = array("q")  # per event: racer, the _INT_FIELDS, last code, seconds keys, #tokens, #tested
+        self.ints = array("q")  # tokens, tested_depths of every event, in order
+        self.floats = array("d")  # accept_probs, omega, tested_probs, seconds values of every event, in order
+        self.second_keys: list[tuple[str, ...]] = []  # the distinct key tuples of the seconds dicts
+        self.row_len = len(_INT_FIELDS) + 5
+
+    def __len__(self) -> int:
+        return len(self.rows) // self.row_len
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (what the store costs beyond a few fixed objects)."""
+        return sum(a.itemsize * len(a) for a in (self.rows, self.ints, self.floats))
+
+    def append(self, racer: int, e: RoundEvent) -> None:
+        keys = tuple(e.seconds)
+        if keys not in self.second_keys:
+            self.second_keys.append(keys)
+        self.rows.extend([racer, *(getattr(e, name) for name in _INT_FIELDS), e.last.code, self.second_keys.index(keys),
+                          len(e.tokens), len(e.tested_depths)])
+        self.ints.extend(e.tokens.tolist() + e.tested_depths.tolist())
+        self.floats.extend(e.accept_probs.tolist() + e.omega.tolist() + e.tested_probs.tolist()
+                           + [float(v) for v in e.seconds.values()])
+
+    def __iter__(self) -> Iterator[tuple[int, RoundEvent]]:
+        """(racer index, RoundEvent) of every event, in order."""
+        at_int = at_float = 0
+        n_int = len(_INT_FIELDS)
+        for row in range(len(self)):
+            r = self.rows[row * self.row_len:(row + 1) * self.row_len]
+            racer, values, (code, keys_id, n_tokens, n_tested) = r[0], r[1:1 + n_int], r[1 + n_int:]
+            kw = dict(zip(_INT_FIELDS, values))
+            n_drafted, keys = kw["n_drafted"], self.second_keys[keys_id]
+            ints = self.ints[at_int:at_int + n_tokens + n_tested]
+            floats = self.floats[at_float:at_float + 2 * n_drafted + n_tested + len(keys)]
+            at_int, at_float = at_int + len(ints), at_float + len(floats)
+            f64 = torch.float64
+            yield racer, RoundEvent(
+                **kw, tokens=torch.tensor(ints[:n_tokens], dtype=torch.long),
+                tested_depths=torch.tensor(ints[n_tokens:], dtype=torch.long),
+                accept_probs=torch.tensor(floats[:n_drafted], dtype=f64),
+                omega=torch.tensor(floats[n_drafted:2 * n_drafted], dtype=f64),
+                tested_probs=torch.tensor(floats[2 * n_drafted:2 * n_drafted + n_tested], dtype=f64),
+                last=_CODES[code], seconds=dict(zip(keys, floats[len(floats) - len(keys):])))
+
+
 @dataclass
 class RaceTrace:
     """Everything one race reported, in race order.
 
     model: model name; settings: the race's arguments (JSON-ready); racers: (key, label) per racer, in
     the race's order (vanilla AR last); num_tokens: T of one image; grid: (H, W).
-    steps: (racer index, RoundEvent) per race step; status: "running" | "finished" | "stopped".
+    status: "running" | "finished" | "stopped". The race steps (racer index, RoundEvent) are kept in an
+    EventStore (compact: a session keeps its last trace); `steps` lists them.
     """
 
     model: str
@@ -58,19 +121,32 @@ class RaceTrace:
     racers: list[tuple[str, str]]
     num_tokens: int
     grid: tuple[int, int]
-    steps: list[tuple[int, RoundEvent]] = field(default_factory=list, repr=False)
     status: str = "running"
+    store: EventStore = field(default_factory=EventStore, repr=False, compare=False)
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return len(self.store)
+
+    @property
+    def steps(self) -> list[tuple[int, RoundEvent]]:
+        """(racer index, RoundEvent) per race step, in race order (rebuilt from the store)."""
+        return list(self.store)
+
+    def events(self, stop: int | None = None) -> Iterator[tuple[int, RoundEvent]]:
+        """The first `stop` race steps (all when None) as (racer index, RoundEvent)."""
+        return itertools.islice(self.store, None if stop is None else max(0, int(stop)))
 
     def record(self, racer_index: int, event: RoundEvent) -> None:
-        self.steps.append((racer_index, event))
+        self.store.append(racer_index, event)
+
+    def release(self) -> None:
+        """Drop the recorded steps (Gradio calls this when a session's trace state is deleted)."""
+        self.store = EventStore()
 
     def replay(self, step: int) -> list[Racer]:
         """Every racer as it was after the first `step` race steps (clamped to [0, len(self)])."""
         racers = [Racer(key, label, iter(()), self.num_tokens) for key, label in self.racers]
-        for i, event in self.steps[: max(0, min(int(step), len(self.steps)))]:
+        for i, event in self.events(step):
             r = racers[i]
             r.record(event)
             r.finished = r.done >= r.num_tokens
@@ -80,7 +156,7 @@ class RaceTrace:
         """key -> the longest omega_1..omega_n a racer's rounds reported up to `step`, for racers whose
         omega is not all ones (relaxed schedules); lossless rules and vanilla AR are left out."""
         out: dict[str, torch.Tensor] = {}
-        for i, event in self.steps[: len(self.steps) if step is None else max(0, int(step))]:
+        for i, event in self.events(step):
             key = self.racers[i][0]
             if len(event.omega) > len(out.get(key, ())) and not bool(torch.all(event.omega == 1)):
                 out[key] = event.omega.to(torch.float64)
@@ -90,7 +166,7 @@ class RaceTrace:
         return {"version": TRACE_VERSION, "model": self.model, "settings": self.settings,
                 "racers": [{"key": k, "label": label} for k, label in self.racers],
                 "num_tokens": self.num_tokens, "grid": list(self.grid), "status": self.status,
-                "steps": [{"racer": self.racers[i][0], "event": event_to_json(e)} for i, e in self.steps]}
+                "steps": [{"racer": self.racers[i][0], "event": event_to_json(e)} for i, e in self.store]}
 
     @classmethod
     def from_json(cls, data: dict) -> RaceTrace:

@@ -1,12 +1,20 @@
 """Value checks shared by the library: each raises a ValueError whose message names the parameter.
 
-The app wraps these messages in its one-line `gr.Error` (`coolsd.app.context`); nothing here knows
-about Gradio.
+The app wraps these messages in its one-line `gr.Error` (`coolsd.app.context.user_errors`); nothing
+here knows about Gradio. Two families:
+
+- `finite`, `number`, `integer`, `choice`: the library's own checks (rule and config dataclasses):
+  "delta must be > 0, got 0".
+- `check_number`, `check_int`, `check_bool`, `check_choice`: values a user or a client sends (app
+  controls, API arguments, share links), bounded on both sides: "seed must be in [0, 2147483647], got -1".
+  User input quoted in their messages goes through `show`: a short repr without markup characters, so
+  a message reads the same as plain text (API clients) and as HTML (the page).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 def is_number(value) -> bool:
@@ -49,4 +57,63 @@ def choice(name: str, value, values, suffix: str = ""):
     """`value` when it is one of `values`, else ValueError "unknown <name> ...; choose one of a, b<suffix>"."""
     if value not in values:
         raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(str, values))}{suffix}")
+    return value
+
+# The three characters that make markup, swapped for look-alikes that read the same as text and as HTML.
+PLAIN = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
+SHOWN_CHARS = 40  # user input is quoted in a message up to this many characters
+
+
+def plain(text) -> str:
+    """`text` as a string without markup characters (see PLAIN)."""
+    return str(text).translate(PLAIN)
+
+
+def show(value) -> str:
+    """A short repr of user input for a message: plain text, cut at SHOWN_CHARS characters."""
+    text = repr(value)
+    return plain(text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "...")
+
+
+def _bound(value: float | None, unbounded: str) -> str:
+    if value is None:
+        return unbounded
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def check_number(name: str, value, minimum: float | None = None, maximum: float | None = None) -> float:
+    """A finite real number (not a bool) within [minimum, maximum] (None: unbounded), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {show(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {show(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be in [{_bound(minimum, '-inf')}, {_bound(maximum, 'inf')}], got {show(value)}")
+    return float(value)
+
+
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """A whole number (an int, or a float with no fraction such as 3.0) within [minimum, maximum], as an int."""
+    number = check_number(name, value)  # the type and finiteness messages first, then wholeness, then range
+    if not number.is_integer():
+        raise ValueError(f"{name} must be a whole number, got {show(value)}")
+    check_number(name, value, minimum, maximum)
+    return int(number)
+
+
+def check_bool(name: str, value) -> bool:
+    """True or False exactly (JSON true/false); anything else, 1 and "yes" included, is refused."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {show(value)}")
+    return value
+
+
+def check_choice(name: str, value, choices: Sequence):
+    """`value` when it is one of `choices` (an int also matches its string: 3 and "3" name the same class)."""
+    if isinstance(value, int) and not isinstance(value, bool) and str(value) in choices:
+        value = str(value)
+    hashable = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    if not hashable or value not in choices:
+        shown = ", ".join(map(str, list(choices)[:12])) + (" ..." if len(choices) > 12 else "")
+        raise ValueError(f"unknown {name} {show(value)}; choose one of {shown}")
     return value

@@ -17,6 +17,7 @@ from PIL import Image
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
 from coolsd.app.demo import LAUNCH_KWARGS, build_demo
+from coolsd.app.settings import RaceSettings
 
 APP = tiny_demo()
 RACE = APP.ctx.panels["race"]
@@ -32,7 +33,7 @@ DEADLINE_S = 120.0  # the longest any wait below may take before the test fails 
 
 
 def kwargs(**changes) -> dict:
-    return controls.default_values(APP.ctx) | changes
+    return RaceSettings.defaults(APP.ctx).as_dict() | changes
 
 
 def wait_until(condition, what: str, deadline_s: float = DEADLINE_S, poll_s: float = 0.01) -> None:
@@ -324,7 +325,7 @@ def test_raw_http_non_finite_values_are_rejected(server, name, literal):
 
     values = kwargs()
     values[name] = "__X__"
-    body = json.dumps({"data": [values[k] for k in controls.ARGS]}).replace('"__X__"', literal)
+    body = json.dumps({"data": [values[k] for k in RaceSettings.names()]}).replace('"__X__"', literal)
     base = server.rstrip("/") + "/gradio_api/call/race"
     event_id = httpx.post(base, content=body, headers={"Content-Type": "application/json"}).json()["event_id"]
     stream = httpx.get(f"{base}/{event_id}", timeout=30).text
@@ -500,7 +501,7 @@ def test_api_replay_trace_strip_and_share_link(client):
     ("/race", {"linear_slope": 1.5}, "linear decay slope (0 = uniform, 1 = falls to 0) must be in [0, 1]"),
     ("/race", {"uniform_delta": 0}, "UniformRSD delta must be in"),
     ("/race", {"condition": "<b>'eleven'&"}, "unknown digit \"‹b›'eleven'＆\""),
-    ("/replay", {"step": 10_000, "overlay": False}, "is greater than maximum value"),  # Gradio's own check
+    ("/replay", {"step": 10_000, "overlay": False}, "replay step must be in [0, "),
     ("/replay", {"step": 2.5, "overlay": False}, "replay step must be a whole number"),
     ("/replay", {"step": 1, "overlay": "yes"}, "overlay: colour tokens by outcome must be true or false"),
     ("/share_restore", {"query": "?seed=-1"}, "share link: seed must be in [0, 2147483647], got -1"),
@@ -600,8 +601,8 @@ def test_llamagen_prompt_ui_offers_both_resolutions_and_races_a_prompt(llamagen_
     rows, _ = controls.presets(ctx)
     assert {row[0] for row in rows} <= set(EXAMPLE_PROMPTS)  # the presets start from the example prompts
     panel = ctx.panels["race"]
-    values = controls.default_values(ctx) | {"condition": EXAMPLE_PROMPTS[1], "resolution": "512", "seed": 3}
-    assert values["condition"] != controls.default_values(ctx)["condition"]
+    values = RaceSettings.defaults(ctx).as_dict() | {"condition": EXAMPLE_PROMPTS[1], "resolution": "512", "seed": 3}
+    assert values["condition"] != RaceSettings.defaults(ctx).as_dict()["condition"]
     last = list(panel.race(**values))[-1]
     stats, snapshot = last[STATS], last[SNAPSHOT]
     assert stats["finished"] and stats["settings"]["resolution"] == "512" and snapshot["variant"] == "512"
@@ -623,4 +624,4 @@ def test_llamagen_prompt_ui_rejects_bad_prompts_and_resolutions(llamagen_app, ch
 
     ctx, _ = llamagen_app
     with pytest.raises(gr.Error, match=re.escape(message)):
-        next(ctx.panels["race"].race(**(controls.default_values(ctx) | changes)))
+        next(ctx.panels["race"].race(**(RaceSettings.defaults(ctx).as_dict() | changes)))

@@ -1,0 +1,252 @@
+"""The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
+
+`RaceSettings` has one field per /race argument, in the API's order. Each field's `Spec` (made per
+model: some bounds depend on it) says its label (also its name in error messages), its kind, its
+bounds or choices and its default, so
+
+    RaceSettings.names()                      the argument names, in order
+    RaceSettings.defaults(ctx)                the defaults (read from the library's dataclasses)
+    RaceSettings.check(ctx, values)           a checked RaceSettings, or one clear gr.Error
+    RaceSettings.signature(ctx)               the race handler's signature (what the API shows)
+    spec.component()                          the control (coolsd.app.controls lays them out)
+    settings.plan(ctx)                        what the race runs: model variant, condition, rules, configs
+
+The checks run in the handlers (events are wired with preprocess=False), never in a component's
+preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+
+import gradio as gr
+
+from coolsd.app import racers as choice
+from coolsd.app.context import MAX_SEED, Context, bad, user_errors
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.decoding.tree import TREES
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, show
+
+MAX_DRAFT_LEN = 8
+MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
+DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
+assert set(DRAFTING) - {"chain"} <= set(TREES), "every static tree offered must exist in coolsd.decoding.tree.TREES"
+EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
+                   "a bowl of ramen, studio lighting"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting: label (the control's label and the name in errors), kind, bounds / choices, default.
+
+    kind: "number" | "int" (with minimum / maximum; step draws a slider, none a number box) | "bool" |
+    "choice" (choices: (label, value) pairs; widget "dropdown" or "radio") | "custom" (check: a function
+    value -> clean value, raising ValueError or gr.Error; widget "textbox" or "checkboxgroup").
+    extra: more keyword arguments for the component (visible, interactive, max_length, ...).
+    """
+
+    label: str
+    kind: str
+    default: object
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None
+    choices: tuple = ()
+    widget: str = ""
+    elem_id: str | None = None
+    check_fn: Callable | None = None
+    extra: Mapping = field(default_factory=dict)
+    name: str | None = None  # the setting's name in "unknown <name> ..." (default: the label, lower-cased)
+
+    def check(self, value):
+        """The clean value, or a ValueError (gr.Error from a custom check) whose message names the label."""
+        if self.kind == "number":
+            return check_number(self.label, value, self.minimum, self.maximum)
+        if self.kind == "int":
+            return check_int(self.label, value, self.minimum, self.maximum)
+        if self.kind == "bool":
+            return check_bool(self.label, value)
+        if self.kind == "choice":
+            return check_choice(self.name or self.label.lower(), value, [v for _, v in self.choices])
+        return self.check_fn(value)
+
+    def component(self, **extra) -> gr.components.Component:
+        """The control for this setting, showing its default."""
+        kw = {"label": self.label, "value": self.default, "elem_id": self.elem_id, **self.extra, **extra}
+        if self.kind in ("number", "int") and self.step is not None:
+            return gr.Slider(self.minimum, self.maximum, step=self.step, **kw)
+        if self.kind in ("number", "int"):
+            return gr.Number(minimum=self.minimum, maximum=self.maximum, precision=0 if self.kind == "int" else None,
+                             **kw)
+        if self.kind == "bool":
+            return gr.Checkbox(**kw)
+        widget = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.CheckboxGroup,
+                  "textbox": gr.Textbox}[self.widget]
+        return widget(choices=list(self.choices), **kw) if self.choices else widget(**kw)
+
+
+def top_k_max(ctx: Context) -> int:
+    """The top-k slider's end: the codebook size (top-k >= V keeps every code, like a smaller V would)."""
+    return int(getattr(ctx.model.target, "vocab_size", 256))
+
+
+def _condition(ctx: Context) -> Spec:
+    m = ctx.model
+    if m.conditioning == "text":
+        def check_prompt(value):
+            ctx.check_condition(value)  # the model family's own prompt check (gr.Error)
+            return value
+
+        prompts = m.example_prompts or EXAMPLE_PROMPTS
+        return Spec("Prompt", "custom", prompts[0], widget="textbox", elem_id="condition", check_fn=check_prompt,
+                    extra={"max_length": m.max_prompt_chars, "lines": 2})
+    return Spec("Digit", "choice", m.class_names[3 % len(m.class_names)],
+                choices=tuple((name, name) for name in m.class_names), widget="dropdown", elem_id="condition")
+
+
+def _racers(ctx: Context) -> Spec:
+    return Spec(f"Racers (up to {choice.MAX_RACERS}; vanilla AR always races)", "custom", list(choice.DEFAULT_RACERS),
+                choices=tuple((label, key) for key, label in choice.RACERS.items()), widget="checkboxgroup",
+                elem_id="racers", check_fn=choice.check_racers)
+
+
+def _resolution(ctx: Context) -> Spec:
+    variants = list(ctx.variants) or [ctx.variant_key]
+    return Spec("resolution (px)", "choice", ctx.variant_key, choices=tuple((v, v) for v in variants), widget="radio",
+                elem_id="resolution", extra={"visible": len(variants) > 1}, name="resolution")
+
+
+def _omegas(text) -> str:
+    """The custom schedule's text, kept as typed once it parses (the rule checks the values when it races)."""
+    if isinstance(text, str) and len(text) > MAX_OMEGAS_CHARS:
+        raise ValueError(f"the custom omega list is too long: {len(text)} characters (at most {MAX_OMEGAS_CHARS})")
+    choice.parse_omegas(text)
+    return text
+
+
+def specs(ctx: Context) -> dict[str, Spec]:
+    """name -> Spec of every race setting for this model, in the API's order (RaceSettings' field order)."""
+    return {f.name: f.metadata["spec"](ctx) for f in fields(RaceSettings)}
+
+
+def setting(make: Callable[[Context], Spec]):
+    """A RaceSettings field whose Spec, for a given model's context, is `make(ctx)`."""
+    return field(metadata={"spec": make})
+
+
+def _number(label: str, default: Callable, low: float, high: float, step: float, elem_id: str, kind: str = "number"):
+    return setting(lambda ctx: Spec(label, kind, default(ctx), low, high, step, elem_id=elem_id))
+
+
+@dataclass(frozen=True)
+class RacePlan:
+    """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
+    sampling, config, rules (key -> rule of every racer but vanilla AR)."""
+
+    ctx: Context
+    cond: object
+    keys: list[str]
+    sampling: SamplingConfig
+    config: DecodeConfig
+    rules: dict[str, Rule]
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """The /race arguments, in order (checked values; see the module docstring). Each field's Spec is made
+    per model (`specs(ctx)`): bounds such as top-k's codebook size and LANTERN++'s k depend on it."""
+
+    condition: str = setting(_condition)
+    seed: int = setting(lambda ctx: Spec("seed", "int", 0, 0, MAX_SEED, elem_id="seed"))
+    temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.sampling.temperature, 0.0, 2.0,
+                                 0.05, "temperature")
+    top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.sampling.top_k, top_k_max(ctx)), 0,
+                                          top_k_max(ctx), 1, elem_id="top-k"))
+    cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.sampling.cfg_scale, 1.0, 10.0, 0.1, "cfg")
+    draft_len: int = _number("draft length L", lambda ctx: DecodeConfig().draft_len, 1, MAX_DRAFT_LEN, 1, "draft-len",
+                             kind="int")
+    drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
+                                                                                         DRAFTING.items()),
+                                             widget="radio", elem_id="drafting"))
+    delta: float = _number("delta (overall relaxation)", lambda ctx: CoolSDRule().delta, 0.1, 8.0, 0.05, "delta")
+    nu: float = _number("nu (annealing rate)", lambda ctx: CoolSDRule().nu, 0.0, 3.0, 0.05, "nu")
+    mu: float = setting(lambda ctx: Spec("mu (schedule shift)", "number", 0.0, -5.0, 5.0, 0.05, elem_id="mu",
+                                         extra={"interactive": CoolSDRule().mu is not None}))
+    mean_omega: bool = setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", CoolSDRule().mu is None,
+                                                elem_id="mean-omega"))
+    lantern_k: int = setting(lambda ctx: Spec("k (neighbours)", "int", min(LanternPPRule().k, ctx.k_max), 1, ctx.k_max,
+                                              1, elem_id="lantern-k"))
+    lantern_lambda: float = _number("lambda (budget)", lambda ctx: LanternPPRule().lam, 1.0, 50.0, 0.5,
+                                    "lantern-lambda")
+    overlay: bool = setting(lambda ctx: Spec("overlay: colour tokens by outcome", "bool", False, elem_id="overlay"))
+    racers: list[str] = setting(_racers)
+    uniform_delta: float = _number("UniformRSD delta", lambda ctx: choice.DEFAULTS["uniform_delta"], 0.1, 8.0, 0.05,
+                                   "uniform-delta")
+    linear_delta: float = _number("linear decay delta (mean omega)", lambda ctx: choice.DEFAULTS["linear_delta"], 0.1,
+                                  8.0, 0.05, "linear-delta")
+    linear_slope: float = _number("linear decay slope (0 = uniform, 1 = falls to 0)",
+                                  lambda ctx: choice.DEFAULTS["linear_slope"], 0.0, 1.0, 0.05, "linear-slope")
+    custom_omegas: str = setting(lambda ctx: Spec("custom schedule omega_1, omega_2, ...", "custom",
+                                                  choice.DEFAULTS["custom_omegas"], widget="textbox",
+                                                  elem_id="custom-omegas", check_fn=_omegas, extra={"max_lines": 1}))
+    resolution: str = setting(_resolution)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def defaults(cls, ctx: Context) -> RaceSettings:
+        return cls(**{name: spec.default for name, spec in specs(ctx).items()})
+
+    @classmethod
+    def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
+        """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one."""
+        unknown = set(values) - set(cls.names())
+        if unknown:
+            raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
+        return cls(**check_values(specs(ctx), values, defaults=True))
+
+    @classmethod
+    def signature(cls, ctx: Context) -> inspect.Signature:
+        """The handler's signature: one parameter per setting (default: the setting's), then the request."""
+        p = inspect.Parameter
+        params = [p(name, p.POSITIONAL_OR_KEYWORD, default=spec.default) for name, spec in specs(ctx).items()]
+        return inspect.Signature([*params, p("request", p.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request)])
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes) -> RaceSettings:
+        return dataclasses.replace(self, **changes)
+
+    def rule_params(self) -> choice.RuleParams:
+        return choice.RuleParams(self.delta, self.nu, self.mu, self.mean_omega, self.lantern_k, self.lantern_lambda,
+                                 self.uniform_delta, self.linear_delta, self.linear_slope, self.custom_omegas)
+
+    def plan(self, ctx: Context) -> RacePlan:
+        """Everything the race checks beyond single values (the rules, the configs): one gr.Error, or the plan.
+        A share link is refused exactly when this refuses."""
+        variant = ctx.variant(self.resolution)
+        cond = variant.check_condition(self.condition)
+        with user_errors():
+            sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
+            config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting)
+        rules = choice.make_rules(variant, self.racers, self.rule_params())
+        return RacePlan(variant, cond, self.racers, sampling, config, rules)
+
+
+def check_values(table: Mapping[str, Spec], values: Mapping, defaults: bool = False) -> dict:
+    """name -> checked value for every name in `values` (every name in `table` when `defaults`, missing
+    ones at their default); the first bad value is one gr.Error naming it."""
+    names = table if defaults else [n for n in table if n in values]
+    out = {}
+    for name in names:
+        with user_errors():
+            out[name] = table[name].check(values[name]) if name in values else table[name].default
+    return out

@@ -1,0 +1,116 @@
+"""Memory under many visitors: open N sessions on `python app.py` (half of them racing) and record the server's RSS.
+
+    nice -n 10 .venv/bin/python tools/memory_run.py --model tiny --sessions 2000 --out runs/memory_tiny.json
+    nice -n 10 .venv/bin/python tools/memory_run.py --model embedded --sessions 400 --capacity 100
+
+Each session is a fresh session hash over raw HTTP on loopback (POST /gradio_api/call/<name>, then its
+event stream): an even session asks /model_info (a visitor who only looks), an odd one runs /race with
+small settings (Eagle-1 and vanilla AR, seed = session number) to the end, so it keeps a trace and the
+images on show. The loop is bounded (N sessions, one at a time); the server runs niced with one thread.
+RSS is the server's VmRSS (Linux /proc) every `--every` sessions; `--bound-mb` (stated before the
+run) makes the exit status 1 when any sample is above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from app_latency import free_port, start_server  # the same server start-up as the latency tool
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc")
+
+
+def call(base: str, name: str, data: list, session: str, timeout: float = 600) -> str:
+    """One API call in `session`; returns the last SSE event type ("complete" or "error")."""
+    reply = httpx.post(f"{base}/gradio_api/call/{name}", json={"data": data, "session_hash": session}, timeout=60)
+    reply.raise_for_status()
+    event = None
+    with httpx.stream("GET", f"{base}/gradio_api/call/{name}/{reply.json()['event_id']}", timeout=timeout) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+    return event or "none"
+
+
+def race_args(base: str) -> tuple[list, int]:
+    """The /race arguments in the API's order (the defaults, Eagle-1 only) and the seed's position."""
+    session = uuid.uuid4().hex
+    reply = httpx.post(f"{base}/gradio_api/call/model_info", json={"data": [], "session_hash": session}, timeout=60)
+    with httpx.stream("GET", f"{base}/gradio_api/call/model_info/{reply.json()['event_id']}", timeout=60) as s:
+        data = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")][-1][0]
+    defaults = data["defaults"] | {"racers": ["eagle-1"]}
+    return list(defaults.values()), list(defaults).index("seed")
+
+
+def run(args) -> dict:
+    port = free_port()
+    env_extra = {"COOLSD_SESSION_CAPACITY": str(args.capacity)} if args.capacity else {}
+    os.environ.update(env_extra | {"OMP_NUM_THREADS": "1"})
+    proc, start_s = start_server(args.model, port)
+    base = f"http://127.0.0.1:{port}"
+    samples, errors = [], 0
+    try:
+        template, seed_at = race_args(base)
+        for _ in range(3):  # warm-up: the first races allocate the model's caches
+            call(base, "race", template, uuid.uuid4().hex)
+        warm = rss_mb(proc.pid)
+        samples.append({"sessions": 0, "rss_mb": warm, "seconds": 0.0})
+        t0 = time.perf_counter()
+        for i in range(1, args.sessions + 1):
+            session = uuid.uuid4().hex
+            if i % 2:
+                data = list(template)
+                data[seed_at] = i
+                errors += call(base, "race", data, session) != "complete"
+            else:
+                errors += call(base, "model_info", [], session) != "complete"
+            if i % args.every == 0 or i == args.sessions:
+                samples.append({"sessions": i, "rss_mb": rss_mb(proc.pid), "seconds": time.perf_counter() - t0})
+                print(f"{i:5d} sessions  RSS {samples[-1]['rss_mb']:7.1f} MB  {samples[-1]['seconds']:6.0f} s",
+                      flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"model": args.model, "sessions": args.sessions, "racing": (args.sessions + 1) // 2,
+            "capacity": args.capacity or "app default", "bound_mb": args.bound_mb, "server_start_s": start_s,
+            "errors": errors,
+            "warm_rss_mb": warm, "samples": samples, "peak_rss_mb": max(s["rss_mb"] for s in samples),
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "command": " ".join([sys.executable.split("/")[-1], *sys.argv])}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny", help="COOLSD_MODEL of the server (tiny: fast races)")
+    p.add_argument("--sessions", type=int, default=2000)
+    p.add_argument("--capacity", type=int, default=0, help="COOLSD_SESSION_CAPACITY (0: the app's default)")
+    p.add_argument("--every", type=int, default=100, help="sample RSS every this many sessions")
+    p.add_argument("--bound-mb", type=float, default=None, help="fail (exit 1) when RSS goes above this")
+    p.add_argument("--out", type=Path, default=None, help="write the samples here (JSON)")
+    args = p.parse_args()
+    result = run(args)
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    if result["errors"] or (args.bound_mb is not None and result["peak_rss_mb"] > args.bound_mb):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
