@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 # No network in tests (the app sets the same before gradio / huggingface_hub are imported).
 for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -140,3 +141,26 @@ def tiny():
     from coolsd.models.tiny import tiny_bundle
 
     return tiny_bundle()
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """The engine's phase clock (`time.perf_counter`, read by coolsd's round Clock) made deterministic.
+
+    Every read advances it by k * 2**-10 s, k = 1..7 from a seeded stream: phases get unequal spans that
+    add up exactly in float64, and two runs making the same reads report the same seconds. Returns
+    `restart()`, which rewinds the clock and its stream (call it before each run to be compared).
+    """
+    state = {}
+
+    def restart() -> None:
+        state["now"], state["steps"] = 1000.0, iter(torch.randint(1, 8, (1 << 16,),
+                                                                    generator=torch.Generator().manual_seed(7)).tolist())
+
+    def perf_counter() -> float:
+        state["now"] += next(state["steps"]) / 1024
+        return state["now"]
+
+    restart()
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
+    return restart

@@ -111,10 +111,10 @@ class _Path:
         support = (q > 0).nonzero().flatten().tolist()
         orders = list(itertools.permutations(support, min(n, len(support))))
         order = orders[self.choose(len(orders))]
-        w, left = 1.0, float(q.sum())
-        for x in order:
-            w *= float(q[x]) / left
-            left -= float(q[x])
+        w, left = 1.0, q.clone()
+        for x in order:  # the mass left is summed, not subtracted: no cancellation when q(x) is close to 1
+            w *= float(q[x]) / float(left.sum())
+            left[x] = 0.0
         self.scale(w)
         return list(order)
 
