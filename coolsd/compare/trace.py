@@ -28,6 +28,8 @@ def event_to_json(e: RoundEvent) -> dict:
     """One RoundEvent as plain JSON (tensors -> lists, nan -> None)."""
     out = {}
     for f in fields(RoundEvent):
+        if f.name == "detail":  # the microscope's re-run data never goes into a trace
+            continue
         v = getattr(e, f.name)
         if isinstance(v, torch.Tensor):
             v = json_safe(v.tolist())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from coolsd.decoding.events import RoundEvent, TokenOutcome
-from coolsd.decoding.round import Clock, Session, make_event, nan_after, sample
+from coolsd.decoding.round import Clock, Session, make_event, nan_after, round_detail, sample
 
 
 def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
@@ -56,6 +56,8 @@ def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
         a = torch.zeros(0, dtype=p.dtype, device=dev)
         n = torch.zeros((), dtype=torch.long, device=dev)
         y = sample(p[0], s.gen)
+        q = u = None
+        rows = p
     # the round's outcome: one transfer to the host
     outcome = torch.cat([n.view(1), y, ids[1:]]).to(a.dtype)
     packed = torch.cat([outcome, a]).tolist()
@@ -70,7 +72,8 @@ def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
     tested = min(n + 1, n_draft)
     omega = s.rule.omega(torch.arange(1, n_draft + 1), draft_len).tolist() if n_draft > 0 else []  # host maths
     last = TokenOutcome.RESAMPLED if n < n_draft else TokenOutcome.BONUS
+    detail = round_detail(p, q, ids[1:], a, u, omega, rows, n, y_host) if s.detail else None  # the microscope
     return make_event(index=index, start=t, tokens=tokens, n_accepted=n, seconds=clock.read(),
                       last=last, accept_probs=nan_after(a_host[:tested], n_draft),
                       omega=omega, tested_depths=list(range(1, tested + 1)), tested_probs=a_host[:tested],
-                      target_forwards=1, draft_forwards=n_draft)
+                      target_forwards=1, draft_forwards=n_draft, detail=detail)

@@ -25,13 +25,20 @@ from coolsd.util import checks
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.decoding.tree.TREES` or None (chain)."""
+    """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.decoding.tree.TREES` or None (chain).
+
+    detail: chain rounds (and round 0) report every number they computed in `RoundEvent.detail` (the
+    microscope, `coolsd.compare.microscope`); off by default, so a decode costs what it did without it.
+    """
 
     draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (docs/benchmark.md, coolsd/bench/tuning.py)
     tree: str | None = None
+    detail: bool = False
 
     def __post_init__(self) -> None:
         checks.integer("draft_len", self.draft_len, 1)
+        if not isinstance(self.detail, bool):
+            raise ValueError(f"detail must be true or false, got {self.detail!r}")
         if self.tree is not None:
             if self.tree not in TREES:
                 raise ValueError(f"unknown tree {self.tree!r}; choose one of {sorted(TREES)} or None for chain")
@@ -63,6 +70,7 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond:
     checks.integer("num_tokens", num_tokens, 1)
     _check_pair(drafter, rule)
     s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
+    s.detail = config.detail
     yield s.first()
     shape = TREES[config.tree] if config.tree is not None and drafter is not None else None
     index = 1

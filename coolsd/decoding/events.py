@@ -33,6 +33,32 @@ _CODES = {TokenOutcome.ACCEPTED: 1, TokenOutcome.RESAMPLED: 2, TokenOutcome.BONU
 
 
 @dataclass(frozen=True)
+class RoundDetail:
+    """Every number one chain round computed (the microscope's data), kept only when asked.
+
+    drafts: (L,) int64 drafted ids x~_1..x~_L (L = 0: a round without drafts, e.g. round 0).
+    q_draft, p_draft: (L,) float64 processed q_i(x~_i) and p_i(x~_i); omega, accept: (L,) omega_i and a_i
+        at every drafted depth (also past the first rejection); uniforms: (L,) the u_i drawn.
+    n_accepted: n; token: the id committed last, drawn from the residual at depth n + 1 after a
+        rejection, else (bonus) from p_{n+1}.
+    ids: (M,) int64, the union of the top tokens of every distribution in `dists`, and `token`;
+    dists: name -> (M,) float64 probabilities at `ids`: "p" = p_{n+1}; after a rejection also
+        "q" = q_{n+1} and "residual" = the distribution the last token was drawn from.
+    """
+
+    drafts: Tensor
+    q_draft: Tensor
+    p_draft: Tensor
+    omega: Tensor
+    accept: Tensor
+    uniforms: Tensor
+    n_accepted: int
+    token: int
+    ids: Tensor
+    dists: dict[str, Tensor]
+
+
+@dataclass(frozen=True)
 class RoundEvent:
     """One round: drafts, one target forward, n accepted drafts + 1 resampled or bonus token.
 
@@ -47,6 +73,8 @@ class RoundEvent:
     last: "resampled" (a draft was rejected) or "bonus" (every tested depth accepted / no draft).
     target_forwards, draft_forwards: model calls in this round.
     seconds: wall seconds by phase: "draft", "verify" (target forward), "other" (rules, sampling).
+    detail: every number of the round (`RoundDetail`), only when asked (`DecodeConfig(detail=True)`, chain
+        rounds and round 0); None otherwise, so a race stays as light as without it.
     """
 
     index: int
@@ -62,6 +90,7 @@ class RoundEvent:
     target_forwards: int
     draft_forwards: int
     seconds: dict[str, float]
+    detail: RoundDetail | None = field(default=None, repr=False, compare=False)
 
     @property
     def kinds(self) -> list[TokenOutcome]:

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coolsd.decoding.events import RoundEvent, TokenOutcome
-from coolsd.decoding.rules import Rule
+from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
+from coolsd.decoding.rules import Rule, pick
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.protocol import Drafter, TokenModel
 
@@ -55,14 +55,15 @@ class Clock:
 def make_event(*, index: int, start: int, tokens: list[int], n_accepted: int, seconds: dict[str, float],
                last: TokenOutcome = TokenOutcome.BONUS, accept_probs: list[float] = (), omega: list[float] = (),
                tested_depths: list[int] = (), tested_probs: list[float] = (), target_forwards: int = 1,
-               draft_forwards: int = 0) -> RoundEvent:
+               draft_forwards: int = 0, detail: RoundDetail | None = None) -> RoundEvent:
     """A RoundEvent from plain host values (keyword only); n_drafted = len(omega)."""
     f = torch.float64
     return RoundEvent(index=index, start=start, tokens=torch.tensor(tokens, dtype=torch.long), n_accepted=n_accepted,
                       n_drafted=len(omega), accept_probs=torch.tensor(accept_probs, dtype=f),
                       omega=torch.tensor(omega, dtype=f), tested_depths=torch.tensor(tested_depths, dtype=torch.long),
                       tested_probs=torch.tensor(tested_probs, dtype=f), last=last,
-                      target_forwards=target_forwards, draft_forwards=draft_forwards, seconds=seconds)
+                      target_forwards=target_forwards, draft_forwards=draft_forwards, seconds=seconds,
+                      detail=detail)
 
 
 class Session:
@@ -82,6 +83,7 @@ class Session:
         self.last_id: Tensor | None = None  # (1,) int64 on the device: committed[-1]
         self.pending_ids: list[Tensor] = []
         self.pending_hidden: list[Tensor | None] = []
+        self.detail = False  # True: every chain round's event carries its RoundDetail (the microscope)
 
     def probs(self, logits: Tensor) -> Tensor:
         """(G, n, V) -> (n, V) processed, float64 for exact maths on small vocabularies."""
@@ -110,14 +112,45 @@ class Session:
         clock.switch("verify")
         step = self.target.start(self.cond, self.sampling.guidance)
         clock.switch("other")
-        y = sample(self.probs(step.logits)[-1], self.gen)
+        p = self.probs(step.logits)[-1:]  # (1, V)
+        y = sample(p[0], self.gen)
         self.commit([int(y)], y, None if step.hidden is None else step.hidden[:, -1:])
         if self.drafter is not None:
             clock.switch("draft")
             self.drafter.start(self.cond, self.sampling.guidance)
-        return make_event(index=0, start=0, tokens=self.committed[:1], n_accepted=0, seconds=clock.read())
+        none = p[:0, 0].long()
+        detail = round_detail(p, None, none, none.double(), None, [], p, 0, int(y)) if self.detail else None
+        return make_event(index=0, start=0, tokens=self.committed[:1], n_accepted=0, seconds=clock.read(),
+                          detail=detail)
 
 
 def nan_after(values: list[float], length: int) -> list[float]:
     """values padded with nan to `length` (depths a round did not reach)."""
     return list(values) + [math.nan] * (length - len(values))
+
+
+TOP_TOKENS = 8  # tokens of each distribution a RoundDetail keeps (the microscope's bars)
+
+
+def round_detail(p: Tensor, q: Tensor | None, x: Tensor, a: Tensor, u: Tensor | None, omega: list[float],
+                 rows: Tensor, n: int, token: int) -> RoundDetail:
+    """A chain round's RoundDetail from its tensors (any device; copied to the host as float64).
+
+    p: (L + 1, V) processed target rows; q: (L, V) draft rows (None when L = 0); x, a, u: (L,) drafts,
+    acceptance probabilities and uniforms (u None when L = 0); omega: L floats; rows: (L + 1, V) the
+    distribution the last token is drawn from for each n (the residual at depth n + 1, or p_{L+1});
+    n: drafts accepted; token: the id drawn last.
+    """
+    def host(t: Tensor) -> Tensor:
+        return t.detach().to("cpu", torch.float64)
+
+    length = len(x)
+    dists = {"p": p[n]} if n == length else {"p": p[n], "q": q[n], "residual": rows[n]}
+    tops = [torch.topk(r, min(TOP_TOKENS, r.numel())).indices.cpu() for r in dists.values()]
+    ids = torch.cat([*tops, torch.tensor([token])]).unique()
+    empty = torch.zeros(0, dtype=torch.float64)
+    return RoundDetail(drafts=x.detach().cpu().long(), q_draft=host(pick(q, x)) if length else empty,
+                       p_draft=host(pick(p[:length], x)) if length else empty,
+                       omega=torch.tensor(omega, dtype=torch.float64), accept=host(a),
+                       uniforms=host(u) if length else empty, n_accepted=n, token=token, ids=ids,
+                       dists={k: host(r)[ids] for k, r in dists.items()})
