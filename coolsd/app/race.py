@@ -15,8 +15,10 @@ import threading
 import time
 
 import gradio as gr
+from PIL import Image
 
 from coolsd.app import racers as choice
+from coolsd.app import shipped
 from coolsd.app.context import Context, bad, gpu, log, user_errors
 from coolsd.app.plots import (
     acceptance_figure,
@@ -57,6 +59,10 @@ class RacePanel:
         self.live_overlay: dict[str, bool] = {}
         # session -> (set once the race has closed, its trace) of a race in progress, for Stop
         self.active: dict[str, tuple[threading.Event, RaceTrace]] = {}
+        # the recorded default race shown at page open (`coolsd.app.shipped`), its label and images; None if absent
+        self.shipped: RaceTrace | None = None
+        self.shipped_label = ""
+        self.shipped_snapshot: dict = {}
 
     # ---------------------------------------------------------------- drawing (live frames and replays)
     def _images(self, ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
@@ -247,6 +253,8 @@ class RacePanel:
         session = getattr(request, "session_hash", None)
         if session in self.live_overlay:
             self.live_overlay[session] = overlay
+        if not (snapshot or {}).get("images"):
+            snapshot = self.shipped_snapshot  # nothing raced in this session yet: the recorded race is on show
         ctx = self.view_context(snapshot)
         shown = (snapshot or {}).get("images", {})
         return tuple(ctx.render(*shown[slot], overlay) if slot in shown else ctx.blank_image() for slot in range(SLOTS))
@@ -260,12 +268,29 @@ class RacePanel:
 
         Returns (5 images, stats table, the three plots, stats (JSON), snapshot state) like a race frame.
         """
-        if not isinstance(trace, RaceTrace) or not len(trace):
+        trace = self.trace_or_shipped(trace)
+        if trace is None:
             raise bad("nothing to replay yet: run a race first")
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
             overlay = self.overlay_spec.check(overlay)
-        return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.")
+        label = f" {self.shipped_label}" if trace is self.shipped else ""
+        return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.{label}")
+
+    def trace_or_shipped(self, trace) -> RaceTrace | None:
+        """This session's race when it has one, else the shipped recording of the default race (or None)."""
+        return trace if isinstance(trace, RaceTrace) and len(trace) else self.shipped
+
+    def load_shipped(self) -> tuple | None:
+        """Load the recorded default race of this model (`coolsd.app.shipped`); its final frame, or None."""
+        found = shipped.load(self.ctx)
+        if found is None:
+            return None
+        self.shipped, recorded = found
+        self.shipped_label = shipped.label(recorded)
+        frame = self._view(self.shipped, len(self.shipped), False, self.shipped_label)
+        self.shipped_snapshot = frame[-1]
+        return frame
 
     def _view(self, trace: RaceTrace, step: int, overlay: bool, status: str) -> tuple:
         racers = trace.replay(step)
@@ -279,7 +304,7 @@ class RacePanel:
     @staticmethod
     def trace_json(trace) -> dict:
         """The last race's trace: settings, model, every event in race order (`coolsd.compare.trace` format)."""
-        if not isinstance(trace, RaceTrace):
+        if not isinstance(trace, RaceTrace):  # (the shipped recording is a file in assets/traces/)
             raise bad("no race yet: run a race first")
         return trace.to_json()
 
@@ -309,6 +334,9 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     from coolsd.app import share
 
     panel = RacePanel(ctx)
+    first = panel.load_shipped()  # the recorded default race, drawn once here: every visitor sees it at once
+    if first is not None:
+        log.info("race tab opens on the recorded default race (%d steps)", len(panel.shipped))
     default = slot_keys(choice.DEFAULT_RACERS)
     titles, columns, images = [], [], []
     # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; digits: side by side
@@ -319,33 +347,45 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
             label = choice.RACERS.get(key) or (choice.VANILLA[1] if key else "")
             with gr.Column(min_width=min_width, visible=key is not None) as column:
                 titles.append(gr.Markdown(f"**{label}**", elem_classes="panel-title", elem_id=f"title-{slot}"))
-                images.append(gr.Image(value=ctx.blank_image(), type="pil", format=ctx.image_format,
+                images.append(gr.Image(value=first[slot] if first and isinstance(first[slot], Image.Image) else ctx.blank_image(),
+                                       type="pil", format=ctx.image_format,
                                        show_label=False, interactive=False, buttons=["download"],
                                        elem_id=f"img-{slot}", label=f"slot {slot}"))
             columns.append(column)
+    # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
+    phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     gr.HTML(overlay_legend_html(), elem_id="legend")
-    stats_md = gr.Markdown(stats_markdown([]), elem_id="stats")
-    replay = gr.Slider(0, 1, value=0, step=1, label="Replay: race step (after a race or a stop)", interactive=False,
-                       elem_id="replay")
-    plot_acc = gr.Plot(label="acceptance per draft position", show_label=False, elem_id="plot-acc")
+    stats_md = gr.Markdown(first[STATS_MD] if first else stats_markdown([]), elem_id="stats")
+    steps = len(panel.shipped) if first else 0
+    replay = gr.Slider(0, max(steps, 1), value=steps, step=1, label="Replay: race step (after a race or a stop)",
+                       interactive=first is not None, elem_id="replay")
+    plot_acc = gr.Plot(first[PLOT_ACC] if first else None, label="acceptance per draft position", show_label=False,
+                       elem_id="plot-acc")
     with gr.Row():
-        plot_len = gr.Plot(label="accepted length per round", show_label=False, elem_id="plot-len")
-        plot_hist = gr.Plot(label="accepted length histogram", show_label=False, elem_id="plot-hist")
+        plot_len = gr.Plot(first[PLOT_LEN] if first else None, label="accepted length per round", show_label=False,
+                           elem_id="plot-len")
+        plot_hist = gr.Plot(first[PLOT_HIST] if first else None, label="accepted length histogram",
+                            show_label=False, elem_id="plot-hist")
     # a session's race state lives STATE_TTL_S after its last update (and at most SESSION_CAPACITY sessions)
     snapshot = gr.State({}, time_to_live=STATE_TTL_S)
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     take = share.TakeAway(ctx, panel, snapshot, trace)
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
-        stats_json = gr.JSON(elem_id="stats-json", label="stats")
+        stats_json = gr.JSON(first[STATS_JSON] if first else None, elem_id="stats-json", label="stats")
+    panel.trace_state, panel.stats_json = trace, stats_json  # the microscope and the tour read them
 
     c = ctx.controls
     outputs = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, replay, snapshot, trace]
     run_event = ctx.buttons["generate"].click(panel.race, list(c.values()), outputs, api_name="race", preprocess=False,
                                               concurrency_limit=ctx.workers, concurrency_id="race",
                                               show_progress="minimal")
+    phone_event = phone_generate.click(panel.race, list(c.values()), outputs, api_visibility="private",
+                                       preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
+                                       show_progress="minimal")
+    panel.outputs = outputs
     view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
-    ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay], cancels=[run_event],
-                              queue=False, api_visibility="private")
+    ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay],
+                              cancels=[run_event, phone_event], queue=False, api_visibility="private")
     c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay", preprocess=False,
                         concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
     c["racers"].change(panel.slot_layout, c["racers"], [*titles, *columns], queue=False, api_visibility="private",

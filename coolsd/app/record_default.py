@@ -1,0 +1,58 @@
+"""Record the race the app shows at page open: the default settings, on this machine, as a shipped trace.
+
+    python -m coolsd.app.record_default                 # the model the app would load ($COOLSD_MODEL or default)
+    python -m coolsd.app.record_default --model tiny    # any model `coolsd.app.context.load_models` knows
+
+Runs the Race tab's own handler with every control at its default (`coolsd.app.controls.default_values`),
+so the recording is exactly what Generate gives, and writes `assets/traces/<model slug>.json.gz`: the
+trace (`coolsd.compare.trace` format) plus where and when it ran (CPU model from lscpu, date, load) and
+the defaults it used. The app shows it only while the model and the defaults still match
+(`coolsd.app.shipped`); a change of defaults means recording again with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}.items():
+    os.environ.setdefault(_key, _value)
+
+import torch  # noqa: E402
+
+from coolsd.app import controls, shipped  # noqa: E402
+from coolsd.app.context import Context, default_model_choice, load_models  # noqa: E402
+from coolsd.app.race import RacePanel  # noqa: E402
+from coolsd.compare.trace import RaceTrace  # noqa: E402
+
+
+def record(ctx: Context) -> RaceTrace:
+    """The default race of `ctx`'s model, run by the Race tab's handler; its finished trace."""
+    values = controls.default_values(ctx)
+    frames = RacePanel(ctx).race(**{name: values[name] for name in controls.ARGS})
+    last = None
+    for last in frames:
+        pass
+    trace = last[-1]
+    if not isinstance(trace, RaceTrace) or trace.status != "finished":
+        raise RuntimeError("the default race did not finish")
+    return trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="embedded | tiny | llamagen | ... (default: as the app)")
+    parser.add_argument("--out", default=None, help="output file (default: assets/traces/<model slug>.json.gz)")
+    args = parser.parse_args(argv)
+    ctx = Context.for_models(load_models(args.model or default_model_choice()))
+    if ctx.device.type == "cpu":
+        torch.set_num_threads(1)  # as app.py runs it
+    trace = record(ctx)
+    path = shipped.save(ctx, trace, args.out)
+    print(f"wrote {path}: {len(trace)} race steps of {ctx.model.name}, {shipped.machine()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

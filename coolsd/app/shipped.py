@@ -1,0 +1,97 @@
+"""The recorded default race the Race tab shows at page open (issue 17 part 5): files under assets/traces/.
+
+One gzipped JSON file per model (`<model slug>.json.gz`): a `coolsd.compare.trace` trace plus
+"recorded": the machine (CPU model from lscpu), date, load average, command, and the control defaults
+the race ran with. `load(ctx)` returns it only when the file's model is the loaded model and its
+defaults are the app's current ones; otherwise None (the page opens empty, as without a file).
+Write one with `python -m coolsd.app.record_default`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from coolsd.app import controls
+from coolsd.app.context import Context
+from coolsd.compare.trace import RaceTrace
+from coolsd.util.paths import ASSETS
+
+TRACES_DIR = ASSETS / "traces"
+COMMAND = "python -m coolsd.app.record_default"
+log = logging.getLogger("coolsd.app")
+
+
+def slug(name: str) -> str:
+    """"coolsd embedded (digits)" -> "coolsd-embedded-digits" (the file name of a model's recording)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
+
+
+def path_for(ctx: Context, folder: Path | None = None) -> Path:
+    """The recording of `ctx`'s model in `folder` (default TRACES_DIR)."""
+    return Path(folder or TRACES_DIR) / f"{slug(ctx.model.name)}.json.gz"
+
+
+def machine() -> str:
+    """"<CPU model from lscpu>, <n> cores" (platform's processor name where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5, check=False).stdout
+        name = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return f"{name or platform.processor() or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
+def defaults_json(ctx: Context) -> dict:
+    """The control defaults as they read back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(controls.default_values(ctx)))
+
+
+def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None) -> Path:
+    """Write `trace` with where, when and with which defaults it was recorded; returns the path."""
+    path = Path(out) if out else path_for(ctx)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    recorded = {"machine": machine(), "device": ctx.device.type, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+                "load_average": [round(v, 2) for v in os.getloadavg()], "command": COMMAND,
+                "defaults": defaults_json(ctx)}
+    data = trace.to_json() | {"recorded": recorded}
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"))
+    return path
+
+
+def load(ctx: Context, folder: Path | None = None) -> tuple[RaceTrace, dict] | None:
+    """(trace, its "recorded" block) of the loaded model at the current defaults, else None."""
+    path = path_for(ctx, folder)
+    if not path.exists():
+        return None
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+        trace = RaceTrace.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("shipped trace %s is unreadable (%s); the page opens empty", path, err)
+        return None
+    recorded = data.get("recorded") or {}
+    if data.get("model") != ctx.model.name or recorded.get("defaults") != defaults_json(ctx):
+        log.warning("shipped trace %s was recorded for other defaults or another model; re-record it with `%s`",
+                    path, COMMAND)
+        return None
+    return trace, recorded
+
+
+def label(recorded: dict) -> str:
+    """The status line of the shipped race."""
+    load = recorded.get("load_average")
+    busy = f", load average {load[0]:g}" if load else ""
+    return (f"**Recorded race** of the default settings on {recorded.get('machine', 'an unrecorded machine')} "
+            f"({recorded.get('device', 'cpu').upper()}{busy}), {recorded.get('date', 'undated')}: replay it with the "
+            f"slider, or press **Generate** to race live on this server.")

@@ -1,0 +1,96 @@
+"""The recorded default race (issue 17 part 5): recorded by the Race tab's own handler, shown at page open only while
+it matches the loaded model and defaults, replayed exactly at every step, and current for the embedded model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from coolsd.app import controls, shipped
+from coolsd.app.context import Context, load_models
+from coolsd.app.race import STATS_JSON, RacePanel
+from coolsd.app.record_default import record
+from coolsd.compare.trace import RaceTrace
+from coolsd.util.paths import EMBEDDED_DIR
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+
+
+def as_read_back(trace: RaceTrace) -> dict:
+    """The trace's JSON after a save and load (float fields go through float32 there)."""
+    return RaceTrace.from_json(json.loads(json.dumps(trace.to_json()))).to_json()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """(a fresh tiny context, its default race recorded into a temporary traces folder, that folder)."""
+    ctx = Context.for_models(load_models("tiny"))
+    folder = tmp_path_factory.mktemp("traces")
+    trace = record(ctx)
+    shipped.save(ctx, trace, shipped.path_for(ctx, folder))
+    return ctx, trace, folder
+
+
+def test_saved_file_holds_the_trace_and_where_it_ran(recorded):
+    ctx, trace, folder = recorded
+    with gzip.open(shipped.path_for(ctx, folder), "rt") as f:
+        data = json.load(f)
+    assert {k: v for k, v in data.items() if k != "recorded"} == json.loads(json.dumps(trace.to_json()))
+    rec = data["recorded"]
+    assert rec["defaults"] == json.loads(json.dumps(controls.default_values(ctx)))
+    assert rec["machine"] == shipped.machine() and "cores" in rec["machine"] and rec["date"].endswith("UTC")
+    text = shipped.label(rec)
+    assert rec["machine"] in text and rec["date"] in text and "Generate" in text
+
+
+def test_loaded_only_for_the_same_model_and_defaults(recorded, monkeypatch):
+    ctx, trace, folder = recorded
+    loaded, _ = shipped.load(ctx, folder)
+    assert loaded.to_json() == as_read_back(trace)
+    original = controls.default_values
+    monkeypatch.setattr(controls, "default_values", lambda c: original(c) | {"seed": 1})
+    assert shipped.load(ctx, folder) is None  # other defaults: a stale recording is not shown
+    monkeypatch.undo()
+    other = folder / "other"
+    other.mkdir()
+    data = trace.to_json() | {"model": "another model", "recorded": {"defaults": shipped.defaults_json(ctx)}}
+    with gzip.open(shipped.path_for(ctx, other), "wt") as f:
+        json.dump(data, f)
+    assert shipped.load(ctx, other) is None
+    assert shipped.load(ctx, folder / "missing") is None
+
+
+def test_the_race_tab_opens_on_it_and_replays_it_exactly(recorded, monkeypatch):
+    ctx, trace, folder = recorded
+    monkeypatch.setattr(shipped, "TRACES_DIR", folder)
+    panel = RacePanel(ctx)
+    first = panel.load_shipped()
+    assert panel.shipped.to_json() == as_read_back(trace)
+    final = first[STATS_JSON]["decoders"]
+    assert final == panel.replay(len(trace), False, panel.shipped)[STATS_JSON]["decoders"]
+    assert all(d["finished"] for d in final.values())
+    for step in range(len(trace) + 1):  # every interior step of the shipped race, with no race in this session
+        shown = panel.replay(step, False, None)[STATS_JSON]
+        racers = trace.replay(step)
+        want = {r.key: r.stats(racers[-1]) for r in racers}
+        assert {k: (d["tokens"], d["target_forwards"], d["rounds"]) for k, d in shown["decoders"].items()} == \
+               {k: (s["tokens"], s["target_forwards"], s["rounds"]) for k, s in want.items()}
+        assert shown["replay_step"] == step
+    assert "Recorded race" in panel.replay(3, False, None)[5]
+
+
+@pytest.mark.skipif(not (EMBEDDED_DIR / "target").is_dir(), reason="the embedded model is not shipped here")
+def test_the_shipped_embedded_recording_is_what_generate_gives_now():
+    """Fails when the defaults (or the model) changed without re-recording: run `python -m coolsd.app.record_default`."""
+    ctx = Context.for_models(load_models("embedded"))
+    found = shipped.load(ctx)
+    assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND}`"
+    old, _ = found
+    new = record(ctx)
+    assert new.settings == old.settings and new.racers == old.racers
+    for i in range(len(new.racers)):
+        a = [e.tokens.tolist() for j, e in new.steps if j == i]
+        b = [e.tokens.tolist() for j, e in old.steps if j == i]
+        assert a == b, f"{new.racers[i][0]} decodes differently now: run `{shipped.COMMAND}`"
