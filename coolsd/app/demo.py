@@ -12,19 +12,40 @@ from dataclasses import dataclass
 import gradio as gr
 from starlette.middleware import Middleware
 
-from coolsd.app import controls, how, lab, race, schedule, settings, share, theory
+from coolsd.app import controls, how, lab, microscope, race, schedule, settings, share, theory
 from coolsd.app.context import Context, load_models
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
-PANELS = [race, lab, schedule, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
+PANELS = [race, microscope, lab, schedule, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
 CSS = """
 .panel-title {text-align: center}
 #header {margin-bottom: 0}
 #download {max-height: 120px; overflow: auto}
+table th, table td {word-break: normal !important; overflow-wrap: normal !important}
+@media (min-width: 701px) {.phone-only {display: none !important}}
+/* phone widths: the tabs (images, numbers) above the settings; tables keep whole words */
+@media (max-width: 700px) {
+  #main-row {flex-direction: column-reverse !important}
+  #main-row > * {min-width: 0 !important; width: 100% !important}
+  #stats table, #micro-table table {font-size: 12px}
+  #stats th, #stats td, #micro-table th, #micro-table td {padding: 3px 4px !important}
+  #paper-beside-us table {display: block; overflow-x: auto; font-size: 12px}
+  #paper-beside-us th:first-child, #paper-beside-us td:first-child {position: sticky; left: 0; background: white}
+}
 """
+# The arrow keys step the microscope's rounds while its tab is on show (not while typing in a field).
+HEAD = """<script>
+document.addEventListener("keydown", (e) => {
+  if (e.altKey || e.ctrlKey || e.metaKey || ["INPUT", "TEXTAREA", "SELECT"].includes(e.target.tagName)) return;
+  const id = {ArrowLeft: "micro-prev", ArrowRight: "micro-next"}[e.key];
+  const button = id && document.getElementById(id);
+  if (button && button.offsetParent !== null) { button.click(); e.preventDefault(); }
+});
+</script>"""
 # memory bounded per session (coolsd.app.serving); an unknown api_name answered with a 404
-LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "show_error": True, "footer_links": ["api", "gradio"],
+LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "head": HEAD, "show_error": True,
+                 "footer_links": ["api", "gradio"],
                  "state_session_capacity": session_capacity_from_env(),
                  "app_kwargs": {"middleware": [Middleware(UnknownEndpoint)]}}
 
@@ -66,7 +87,7 @@ def build_demo(ctx: Context) -> gr.Blocks:
                     f"Model: **{name}** on {ctx.device.type.upper()}, {m.grid[0]}×{m.grid[1]} tokens. "
                     f"One click decodes the same image four ways; the decoder that has used the least compute "
                     f"runs next, so each frame compares equal compute.{note}", elem_id="header")
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):
                 controls.build(ctx)
             with gr.Column(scale=3), gr.Tabs() as tabs:

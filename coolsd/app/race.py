@@ -347,7 +347,8 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
             label = choice.RACERS.get(key) or (choice.VANILLA[1] if key else "")
             with gr.Column(min_width=min_width, visible=key is not None) as column:
                 titles.append(gr.Markdown(f"**{label}**", elem_classes="panel-title", elem_id=f"title-{slot}"))
-                images.append(gr.Image(value=first[slot] if first and isinstance(first[slot], Image.Image) else ctx.blank_image(),
+                shown = first[slot] if first and isinstance(first[slot], Image.Image) else ctx.blank_image()
+                images.append(gr.Image(value=shown,
                                        type="pil", format=ctx.image_format,
                                        show_label=False, interactive=False, buttons=["download"],
                                        elem_id=f"img-{slot}", label=f"slot {slot}"))

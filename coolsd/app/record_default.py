@@ -16,7 +16,8 @@ import argparse
 import os
 import sys
 
-for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}.items():
+OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+for _key, _value in OFFLINE.items():
     os.environ.setdefault(_key, _value)
 
 import torch  # noqa: E402
@@ -32,8 +33,8 @@ def record(ctx: Context) -> RaceTrace:
     values = controls.default_values(ctx)
     frames = RacePanel(ctx).race(**{name: values[name] for name in controls.ARGS})
     last = None
-    for last in frames:
-        pass
+    for frame in frames:
+        last = frame
     trace = last[-1]
     if not isinstance(trace, RaceTrace) or trace.status != "finished":
         raise RuntimeError("the default race did not finish")

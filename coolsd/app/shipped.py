@@ -58,7 +58,7 @@ def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None) -> Path:
     """Write `trace` with where, when and with which defaults it was recorded; returns the path."""
     path = Path(out) if out else path_for(ctx)
     path.parent.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
     recorded = {"machine": machine(), "device": ctx.device.type, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
                 "load_average": [round(v, 2) for v in os.getloadavg()], "command": COMMAND,
                 "defaults": defaults_json(ctx)}

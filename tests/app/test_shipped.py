@@ -83,7 +83,7 @@ def test_the_race_tab_opens_on_it_and_replays_it_exactly(recorded, monkeypatch):
 
 @pytest.mark.skipif(not (EMBEDDED_DIR / "target").is_dir(), reason="the embedded model is not shipped here")
 def test_the_shipped_embedded_recording_is_what_generate_gives_now():
-    """Fails when the defaults (or the model) changed without re-recording: run `python -m coolsd.app.record_default`."""
+    """Fails when the defaults or the model changed without re-recording (`python -m coolsd.app.record_default`)."""
     ctx = Context.for_models(load_models("embedded"))
     found = shipped.load(ctx)
     assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND}`"

@@ -1,0 +1,245 @@
+"""The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
+
+Pick a decoder and a round (slider, Prev / Next buttons, the arrow keys, or a click on the image). The
+decoder is decoded again with the race's settings and seed and `DecodeConfig(detail=True)`
+(`coolsd.compare.microscope`; the race itself records no detail), once per decoder and race; then
+stepping through its rounds costs nothing. Shows: the image with the round's positions outlined, the
+drafted tokens as decoded image patches, per depth q(x), p(x), omega_i, a_i, u_i and the verdict, and
+the top tokens of p, q and the residual the last token was drawn from. API: microscope.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gradio as gr
+import torch
+from PIL import Image, ImageDraw
+
+from coolsd.app.context import Context, bad, check_choice, check_number, gpu
+from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
+from coolsd.compare import microscope as scope
+from coolsd.compare.trace import RaceTrace
+from coolsd.util.jsonsafe import json_safe
+
+ID, TITLE = "microscope", "Microscope"
+LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+VERDICT_COLOURS = {scope.ACCEPTED: (0, 170, 90), scope.REJECTED: (220, 30, 30), scope.NOT_TESTED: (150, 150, 150)}
+LAST_COLOURS = {"resampled": (255, 140, 0), "bonus": (60, 120, 255)}
+NEXT_JS = "(r) => Math.min(r + 1, Number(document.querySelector('#micro-round input[type=range]')?.max ?? r + 1))"
+PATCH_PX = 56  # on-page size of one token patch
+INTRO = """
+**A round under the microscope.** Pick a decoder and a round of the last race (or of the recorded one shown at
+page open): the image shows the committed tokens up to this round, the round's draft positions outlined
+(**green** accepted, **red** rejected, **grey** drafted but never tested) and the last token's cell (**orange**
+resampled after a rejection, **blue** bonus). The table gives, for each draft, $q(\\tilde x_i)$, $p(\\tilde x_i)$,
+$\\omega_i$, the acceptance probability $a_i$ and the uniform $u_i$ drawn: the draft is kept when $u_i \\le a_i$.
+The bars show where the last token came from. ← / → step through the rounds; a click on the image jumps to the
+round that committed that cell.
+"""
+
+
+class MicroscopePanel:
+    """Handlers of the tab; the re-run of a decoder is cached in a per-session gr.State."""
+
+    def __init__(self, ctx: Context, race_panel) -> None:
+        self.ctx = ctx
+        self.race = race_panel
+
+    def trace_of(self, trace) -> RaceTrace:
+        """The session's last race, else the shipped recording of the default race, else a clear error."""
+        if isinstance(trace, RaceTrace) and len(trace):
+            return trace
+        shipped = getattr(self.race, "shipped", None)
+        if shipped is not None:
+            return shipped
+        raise bad("nothing to look at yet: run a race first")
+
+    @gpu
+    def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
+        """(racer `key`'s rounds with detail, whether they match the recorded ones, the updated cache)."""
+        sig = (id(trace), len(trace), key)
+        if cache.get("sig") == sig:
+            return cache["events"], cache["matches"], cache
+        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        cond = ctx.check_condition(trace.settings["condition"])
+        with ctx.lane() as lane:
+            target, drafter = lane[0]
+            events = scope.rerun(trace, key, target, drafter, cond, ctx.model.neighbours)
+        same = scope.matches(trace, key, events)
+        return events, same, {"sig": sig, "events": events, "matches": same}
+
+    # ---------------------------------------------------------------- handlers
+    def view(self, key, round_no, trace, cache):
+        """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache)."""
+        trace = self.trace_of(trace)
+        keys = [k for k, _ in trace.racers]
+        key = check_choice("decoder", key, keys)
+        if trace.settings.get("drafting", "chain") != "chain":
+            raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
+                      "per-depth detail)")
+        events, same, cache = self.events(trace, key, cache or {})
+        round_no = check_number("round", round_no, 0, len(events) - 1, integer=True)
+        rule = scope.rule_of(trace, key, self.ctx.model.neighbours)
+        v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule))
+        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace)
+        payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
+                             **v})
+        return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
+                table_markdown(v), header, payload, cache)
+
+    def opened(self, key, round_no, trace, cache):
+        """Tab opened / race finished: the decoder choices and the round range of the trace on show, then the view."""
+        trace = self.trace_of(trace)
+        keys = [k for k, _ in trace.racers]
+        key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
+        rounds = sum(1 for i, _ in trace.steps if trace.racers[i][0] == key)
+        round_no = min(max(int(round_no or 1), 0), rounds - 1)
+        out = self.view(key, round_no, trace, cache)
+        return (gr.Dropdown(choices=[(label, k) for k, label in trace.racers], value=key),
+                gr.Slider(maximum=max(rounds - 1, 1), value=round_no), *out)
+
+    def clicked(self, key, trace, cache, evt: gr.SelectData):
+        """A click on the image -> the round that committed the clicked cell."""
+        trace = self.trace_of(trace)
+        events, _, _ = self.events(trace, check_choice("decoder", key, [k for k, _ in trace.racers]), cache or {})
+        x, y = evt.index
+        h, w = self.ctx.variant(trace.settings.get("resolution")).display_hw
+        rows, cols = trace.grid
+        cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
+        return events[scope.round_at(events, cell)].index
+
+
+# ---------------------------------------------------------------- drawing (views of the library's numbers)
+def _tokens_until(events, j: int, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """((T,) ids committed by rounds 0..j, -1 elsewhere; (T,) int8 outcome codes)."""
+    tokens = torch.full((num_tokens,), -1, dtype=torch.long)
+    kinds = torch.zeros(num_tokens, dtype=torch.int8)
+    for e in events[: j + 1]:
+        tokens[e.start : e.start + len(e.tokens)] = e.tokens
+        kinds[e.start : e.start + len(e.tokens)] = torch.tensor([k.code for k in e.kinds], dtype=torch.int8)
+    return tokens, kinds
+
+
+def _outline(draw: ImageDraw.ImageDraw, cell: list[int], size: tuple[float, float], colour, width: int) -> None:
+    r, c = cell
+    ch, cw = size
+    draw.rectangle([c * cw, r * ch, (c + 1) * cw - 1, (r + 1) * ch - 1], outline=colour, width=width)
+
+
+def round_image(ctx, events, j: int, v: dict) -> Image.Image:
+    """The decoder's image after round j (later tokens a checkerboard), the round's cells outlined."""
+    tokens, kinds = _tokens_until(events, j, ctx.model.num_tokens)
+    img = ctx.render(ctx.decode_pixels(tokens), tokens >= 0, kinds, False)
+    draw = ImageDraw.Draw(img)
+    size = (img.height / ctx.model.grid[0], img.width / ctx.model.grid[1])
+    for row in v["depths"]:
+        _outline(draw, row["position"], size, VERDICT_COLOURS[row["verdict"]], 2)
+    _outline(draw, v["token_position"], size, LAST_COLOURS[v["last"]], 4)
+    return img
+
+
+def patch_strip(ctx, events, j: int, v: dict) -> Image.Image:
+    """The drafted tokens (each decoded in place on the committed prefix) and the last token, as patches."""
+    tokens, _ = _tokens_until(events, j - 1, ctx.model.num_tokens)
+    drafted = tokens.clone()
+    for row in v["depths"]:
+        drafted[v["start"] + row["depth"] - 1] = row["token"]
+    final, _ = _tokens_until(events, j, ctx.model.num_tokens)
+    cells = [(drafted, row["position"], VERDICT_COLOURS[row["verdict"]], f"i={row['depth']} {row['verdict'][:3]}")
+             for row in v["depths"]]
+    cells.append((final, v["token_position"], LAST_COLOURS[v["last"]], v["last"]))
+    patches, labels = [], []
+    for ids, (r, c), colour, label in cells:
+        pixels = ctx.decode_pixels(ids)  # (C, h, w)
+        ph, pw = pixels.shape[-2] // ctx.model.grid[0], pixels.shape[-1] // ctx.model.grid[1]
+        patch = token_image(pixels[:, r * ph : (r + 1) * ph, c * pw : (c + 1) * pw], torch.ones(1, dtype=torch.bool),
+                            (1, 1), min_size=PATCH_PX)
+        framed = Image.new("RGB", (patch.width + 6, patch.height + 6), colour)
+        framed.paste(patch, (3, 3))
+        patches.append(framed)
+        labels.append(label)
+    return image_strip(patches, labels)
+
+
+def bars_figure(v: dict):
+    """Top tokens of p, q and the residual at the last depth, as grouped bars; the drawn token marked."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(layout=LIGHT_LAYOUT)
+    order = [r["token"] for r in v["top"]["p"]]
+    for name in ("q", "residual"):
+        order += [r["token"] for r in v["top"].get(name, []) if r["token"] not in order]
+    names = {"p": f"p (target) at depth {v['n_accepted'] + 1}", "q": "q (drafter)", "residual": "residual"}
+    colours = {"p": "#444444", "q": "#1f77b4", "residual": "#ff7f0e"}
+    for name, rows in v["top"].items():
+        probs = {r["token"]: r["prob"] for r in rows}
+        fig.add_trace(go.Bar(x=[str(t) for t in order], y=[probs.get(t, 0.0) for t in order], name=names[name],
+                             marker={"color": colours[name]},
+                             hovertemplate="token %{x}: %{y:.4f}<extra>" + names[name] + "</extra>"))
+    fig.add_annotation(x=str(v["token"]), y=max(v["token_probs"].values()), text="drawn", showarrow=True,
+                       arrowhead=2, ay=-30)
+    fig.update_layout(barmode="group", height=300, margin={"l": 45, "r": 10, "t": 50, "b": 40},
+                      title={"text": f"where the last token came from: {v['drawn_from']}", "font": {"size": 13}},
+                      xaxis_title="token id", yaxis_title="probability",
+                      legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def _f(x: float) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{x:.4f}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+
+
+def table_markdown(v: dict) -> str:
+    """Per depth: position, draft, q, p, omega, a, u, verdict (markdown)."""
+    lines = ["| i | cell (row, col) | draft | q(x) | p(x) | ω_i | a_i | u_i | verdict |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in v["depths"]:
+        mark = {"accepted": "✓ u ≤ a", "rejected": "✗ u > a"}.get(r["verdict"], "not tested")
+        lines.append(f"| {r['depth']} | {tuple(r['position'])} | {r['token']} | {_f(r['q'])} | {_f(r['p'])} | "
+                     f"{_f(r['omega'])} | {_f(r['accept'])} | {_f(r['u'])} | {mark} |")
+    if not v["depths"]:
+        lines.append("| – | – | – | – | – | – | – | – | no drafts this round |")
+    return "\n".join(lines)
+
+
+def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTrace) -> str:
+    warn = "" if same else (" ⚠️ The re-run did not commit the recorded tokens (a trace from another machine or "
+                            "version): the numbers are the re-run's.")
+    return (f"**{label}**, round {v['round']} of {rounds - 1}: {v['n_drafted']} drafts from cell "
+            f"{tuple(v['positions'][0])}, {v['n_accepted']} accepted, then token {v['token']} ({v['last']}) drawn "
+            f"from {v['drawn_from']}. Residual: {v['residual']}.{warn}")
+
+
+def build(ctx, tab: gr.Tab) -> MicroscopePanel:
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`, after the Race tab: it reads the race's trace)."""
+    race_panel = ctx.panels["race"]
+    panel = MicroscopePanel(ctx, race_panel)
+    gr.Markdown(INTRO, latex_delimiters=LATEX)
+    with gr.Row():
+        key = gr.Dropdown(choices=[], value=None, label="decoder", elem_id="micro-decoder", scale=2)
+        prev = gr.Button("← Prev", elem_id="micro-prev", scale=1, min_width=80)
+        nxt = gr.Button("Next →", elem_id="micro-next", scale=1, min_width=80)
+    round_no = gr.Slider(0, 1, value=1, step=1, label="round", elem_id="micro-round")
+    header = gr.Markdown(elem_id="micro-header")
+    with gr.Row():
+        image = gr.Image(type="pil", format="png", show_label=False, interactive=False, elem_id="micro-image",
+                         min_width=200)
+        strip = gr.Image(type="pil", format="png", show_label=False, interactive=False, elem_id="micro-patches",
+                         min_width=200)
+    table = gr.Markdown(elem_id="micro-table")
+    bars = gr.Plot(show_label=False, elem_id="micro-bars")
+    with gr.Accordion("Raw numbers (what the API returns)", open=False):
+        raw = gr.JSON(elem_id="micro-json", label="microscope")
+    cache = gr.State({})
+    outputs = [image, strip, bars, table, header, raw, cache]
+    trace = race_panel.trace_state
+    tab.select(panel.opened, [key, round_no, trace, cache], [key, round_no, *outputs], api_visibility="private",
+               show_progress="minimal")
+    gr.on([round_no.change, key.input], panel.view, [key, round_no, trace, cache], outputs, api_name="microscope",
+          trigger_mode="always_last", concurrency_limit=2, concurrency_id="microscope", show_progress="minimal")
+    prev.click(None, round_no, round_no, js="(r) => Math.max(0, r - 1)", api_visibility="private")
+    nxt.click(None, round_no, round_no, js=NEXT_JS, api_visibility="private")
+    image.select(panel.clicked, [key, trace, cache], round_no, api_visibility="private")
+    return panel

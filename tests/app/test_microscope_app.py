@@ -1,0 +1,68 @@
+"""The Microscope tab: what it shows is the library's view of the round (`coolsd.compare.microscope`), at interior
+rounds of a race just run; its image, patches and bars are drawn from those numbers; bad input is one line."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+from demo_app import tiny_demo
+
+from coolsd.app import controls
+from coolsd.app import race as race_ui
+from coolsd.compare.microscope import rerun, residual_label, round_view, rule_of
+from coolsd.compare.race import fork_models
+from coolsd.util.jsonsafe import json_safe
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+APP = tiny_demo()
+PANEL = APP.ctx.panels["microscope"]
+TRACE = race_ui.REPLAY + 2  # position of the trace state in a race frame
+
+
+@pytest.fixture(scope="module")
+def trace():
+    frames = list(APP.ctx.panels["race"].race(**controls.default_values(APP.ctx) | {"seed": 4, "delta": 3.0}))
+    return frames[-1][TRACE]
+
+
+@pytest.mark.parametrize("key", ["eagle-1", "lantern++", "cool-sd", "vanilla"])
+def test_the_view_is_the_librarys_at_interior_rounds(trace, key):
+    ctx, m = APP.ctx, APP.ctx.model
+    events = rerun(trace, key, *fork_models(m.target, m.drafter), ctx.check_condition(trace.settings["condition"]),
+                   m.neighbours)
+    label = residual_label(rule_of(trace, key, m.neighbours))
+    cache = {}
+    for j in range(1, len(events) - 1):  # every interior round
+        image, strip, bars, table, header, payload, cache = PANEL.view(key, j, trace, cache)
+        want = round_view(events[j], trace.grid, label)
+        assert {k: payload[k] for k in want} == json_safe(want) and payload["matches_race"] is True
+        assert image.size == (ctx.display_hw[1], ctx.display_hw[0]) and strip.width > 0
+        for row in want["depths"]:  # the table prints every depth's numbers
+            assert f"| {row['depth']} | {tuple(row['position'])} | {row['token']} |" in table
+        assert f"round {j} of {len(events) - 1}" in header
+        drawn = {t.name: list(t.y) for t in bars.data}
+        assert len(drawn) == len(want["top"])
+    assert cache["events"][-1].tokens.tolist() == events[-1].tokens.tolist()
+
+
+def test_opening_picks_a_decoder_and_a_click_finds_its_round(trace):
+    key, rounds, *_ = PANEL.opened(None, 2, trace, {})
+    assert key.value == "eagle-1" and rounds.value == 2
+    _, _, _, _, _, payload, cache = PANEL.view("eagle-1", 2, trace, {})
+    r, c = payload["committed"][-1]
+    h, w = APP.ctx.display_hw
+    grid_h, grid_w = trace.grid
+    evt = gr.SelectData(None, {"index": [int((c + 0.5) * w / grid_w), int((r + 0.5) * h / grid_h)], "value": None})
+    assert PANEL.clicked("eagle-1", trace, cache, evt) == 2
+
+
+@pytest.mark.parametrize("key, round_no, message", [("nope", 1, "unknown decoder"), ("eagle-1", -1, "round"),
+                                                    ("eagle-1", 10_000, "round"), ("eagle-1", 1.5, "round")])
+def test_bad_input_is_one_line(trace, key, round_no, message):
+    with pytest.raises(gr.Error, match=message) as err:
+        PANEL.view(key, round_no, trace, {})
+    assert "\n" not in str(err.value)
+
+
+def test_the_api_endpoint_is_named():
+    assert "microscope" in {fn.api_name for fn in APP.blocks.fns.values()}
