@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import gradio as gr
 from starlette.middleware import Middleware
 
-from coolsd.app import controls, how, lab, microscope, race, schedule, settings, share, theory
+from coolsd.app import controls, how, lab, microscope, race, schedule, settings, share, theory, tour
 from coolsd.app.context import Context, load_models
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
@@ -90,10 +90,13 @@ def build_demo(ctx: Context) -> gr.Blocks:
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):
                 controls.build(ctx)
-            with gr.Column(scale=3), gr.Tabs() as tabs:
-                for panel in PANELS:
-                    with gr.Tab(panel.TITLE, id=panel.ID) as tab:
-                        ctx.panels[panel.ID] = panel.build(ctx, tab)
+            with gr.Column(scale=3):
+                guide = tour.build(ctx)
+                with gr.Tabs() as tabs:
+                    for panel in PANELS:
+                        with gr.Tab(panel.TITLE, id=panel.ID) as tab:
+                            ctx.panels[panel.ID] = panel.build(ctx, tab)
+        tour.wire(guide, tabs)
         share.wire_restore(ctx, blocks, tabs, [panel.ID for panel in PANELS])  # share links: ?seed=3&delta=2...
 
         def info() -> dict:

@@ -292,4 +292,7 @@ def build(ctx: Context, tab: gr.Tab) -> LabPanel:
                           [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
                           concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
+    # the tour sets these and runs the lab with them (`coolsd.app.tour`)
+    panel.controls = {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}
+    panel.inputs, panel.outputs = [rule, relaxation, samples, seed, ctx.controls["condition"]], [grid, stats, plot, raw]
     return panel

@@ -1,0 +1,192 @@
+"""The guided tour (issue 17 part 4): seven steps, each sets the controls it needs, names the widget to watch and
+asks one question; the visitor types a guess, presses Run, and sees the measured value beside the guess.
+
+Built above the tabs (`build` lays it out, `wire` connects it once every panel exists). A step's Run
+sets the race controls (or the lab's), runs the race (or the lab) through the panels' own handlers,
+and reads the answer from what that run returned (the race's or the lab's stats JSON): the texts name
+no number the app does not measure live. Steps are data (`STEPS`); the measured values are read by
+`measured` from the payloads the library's numbers fill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from coolsd.app import controls
+from coolsd.app.context import Context, check_number
+from coolsd.decoding.engine import DecodeConfig
+
+ID = "tour"
+LATEX = [{"left": "$", "right": "$", "display": False}]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stop of the tour.
+
+    title, text: what it shows and which widget to watch (markdown, no measured numbers);
+    race: race control changes (name -> value; every other race control goes back to its default) or None;
+    lab: lab control changes (rule, relaxation, samples) or None (then the step runs a race);
+    question: what to guess; answer: (payload) -> [(label, measured value)] from the run's stats JSON;
+    unit: "" or "%" (values shown x100).
+    """
+
+    title: str
+    text: str
+    question: str
+    answer: Callable[[dict], list[tuple[str, float | None]]]
+    race: dict | None = field(default_factory=dict)
+    lab: dict | None = None
+    unit: str = ""
+
+
+def _race(key: str, stat: str) -> Callable[[dict], list[tuple[str, float | None]]]:
+    def answer(payload: dict):
+        d = (payload or {}).get("decoders", {}).get(key) or {}
+        return [(d.get("decoder", key), d.get(stat))]
+    return answer
+
+
+def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dict], list[tuple[str, float | None]]]:
+    def answer(payload: dict):
+        rows = (payload or {}).get("decoders") or []
+        return [(r["label"], r.get(stat)) for r in rows if r.get("decoder") in keys]
+    return answer
+
+
+STEPS = [
+    Step("1. What a round is",
+         f"The drafter proposes L tokens (the draft length, {DecodeConfig().draft_len} by default), the target checks "
+         "all of them in **one** forward; the round keeps the "
+         "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
+         "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
+         "Eagle-1's mean accepted length τ (tokens per target forward) on this digit?",
+         _race("eagle-1", "mean_accepted_length"), race={"racers": ["eagle-1"]}),
+    Step("2. Lossless Eagle-1",
+         "Eagle-1 keeps a draft with probability $\\min(1, p/q)$ and resamples from $[p-q]_+$: its image follows the "
+         "target's distribution exactly. Watch the **speed-up vs AR** column of the Race tab's table: it divides "
+         "tokens per compute second by vanilla AR's in the same race.",
+         "Eagle-1's speed-up over vanilla AR on this machine?",
+         _race("eagle-1", "speedup"), race={"racers": ["eagle-1"]}),
+    Step("3. Relax with δ",
+         "COOL-SD multiplies the ratio by $\\omega_i$: $a_i = \\min(1, \\omega_i p/q)$. With ν = 0 every depth gets "
+         "$\\omega_i = δ$ (uniform relaxation). Watch the **acceptance per draft position** plot: COOL-SD's line "
+         "against Eagle-1's.",
+         "COOL-SD's τ at δ = 3, ν = 0?",
+         _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.0}),
+    Step("4. Anneal with ν",
+         "Now $\\omega_i = δ e^{-ν i - μ}$ falls along the round (floored at 1): generous for the first drafts, strict "
+         "for the late ones. Watch the dashed ω line on the acceptance plot and the **Accepted length per round** "
+         "plot.",
+         "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your step-3 answer)?",
+         _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
+    Step("5. Where quality breaks",
+         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per digit with vanilla AR, "
+         "Eagle-1 and COOL-SD at a large δ, and the digit classifier says whether each still shows its digit. "
+         "Watch the lab's grid and its accuracy column.",
+         "COOL-SD's digit accuracy at δ = 8, in %?",
+         _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
+    Step("6. Why G*",
+         "After a rejection a relaxed rule must not resample from $[p-q]_+$: $G^* = \\mathrm{Norm}([p - q\\,a]_+)$ is "
+         "the residual that makes each step's output closest to $p$. LANTERN++ as published uses "
+         "$[p - q']_+$; the lab runs it beside the same acceptance with $G^*$. Watch the lab's two LANTERN++ columns.",
+         "Digit accuracy of LANTERN++ with the G* residual at λ = 20, in %?",
+         _lab("accuracy"), race=None, lab={"rule": "lantern++", "relaxation": 20.0}, unit="%"),
+    Step("7. The cost of a round",
+         "A round costs L drafter steps and one target forward on L + 1 tokens; it commits τ tokens on average. "
+         "On a CPU the target's forward grows with its tokens, so a long accepted run pays less than it would on a "
+         "memory-bound GPU. Watch the table's **compute s** column: COOL-SD at δ = 2 against Eagle-1 and vanilla AR.",
+         "COOL-SD's speed-up over vanilla AR at δ = 2?",
+         _race("cool-sd", "speedup"), race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0}),
+]
+
+
+def measured(step: Step, payload: dict) -> list[tuple[str, float | None]]:
+    """The step's measured values from the run's stats JSON (a race's or the lab's)."""
+    return step.answer(payload or {})
+
+
+def reveal_markdown(step: Step, guess, payload: dict) -> str:
+    """"your guess ... measured ..." (markdown); the guess is checked, the values come from the run."""
+    scale = 100.0 if step.unit == "%" else 1.0
+    values = measured(step, payload)
+    if guess is None or guess == "":
+        head = "No guess given."
+    else:
+        head = f"Your guess: **{check_number('your guess', guess, None, None):g}{step.unit}**."
+    shown = [f"{label}: **{v * scale:.2f}{step.unit}**" for label, v in values
+             if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not shown and (payload or {}).get("finished"):
+        return head + " This model does not measure it (the lab's accuracy needs the embedded digit classifier)."
+    if not shown:
+        return head + " Nothing measured yet: press Run and wait for it to finish."
+    return head + " Measured just now: " + "; ".join(shown) + "."
+
+
+# ---------------------------------------------------------------- layout and wiring
+class Tour:
+    """The tour's components (laid out by `build`), wired by `wire` once the panels exist."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.guesses: list[gr.Number] = []
+        self.runs: list[gr.Button] = []
+        self.results: list[gr.Markdown] = []
+
+    def settings(self, step: Step) -> tuple:
+        """New values of the race controls (defaults, changed by the step) and, for a lab step, the lab's."""
+        values = controls.default_values(self.ctx) | (step.race or {})
+        race = tuple(values[name] for name in self.ctx.controls)
+        if step.lab is None:
+            return race
+        lab = self.ctx.panels["lab"].controls
+        return (*race, *(step.lab.get(name, gr.skip()) for name in lab))
+
+
+def build(ctx: Context) -> Tour:
+    """The tour, in a closed accordion (call where it should appear, above the tabs)."""
+    tour = Tour(ctx)
+    with gr.Accordion(f"Guided tour: {len(STEPS)} steps, each with a challenge", open=False, elem_id="tour"):
+        with gr.Walkthrough(selected=0, elem_id="tour-steps"):
+            for j, step in enumerate(STEPS):
+                with gr.Step(step.title, id=j, elem_id=f"tour-step-{j}"):
+                    gr.Markdown(step.text, latex_delimiters=LATEX)
+                    gr.Markdown(f"**Challenge:** {step.question} Type your guess, then press Run: it sets the "
+                                "controls, runs, and shows the measured value beside your guess.")
+                    with gr.Row():
+                        tour.guesses.append(gr.Number(label="your guess" + (" (%)" if step.unit else ""),
+                                                      elem_id=f"tour-guess-{j}", min_width=120))
+                        tour.runs.append(gr.Button("Run", variant="primary", elem_id=f"tour-run-{j}",
+                                                   min_width=80))
+                    tour.results.append(gr.Markdown(elem_id=f"tour-result-{j}"))
+    return tour
+
+
+def wire(tour: Tour, tabs: gr.Tabs) -> None:
+    """Each step's Run: set the controls and open the tab to watch, run the race (or the lab), reveal."""
+    ctx = tour.ctx
+    race, lab = ctx.panels["race"], ctx.panels["lab"]
+    race_inputs = list(ctx.controls.values())
+    for j, step in enumerate(STEPS):
+        outputs = race_inputs + (list(lab.controls.values()) if step.lab is not None else [])
+
+        def setup(step=step):
+            return (*tour.settings(step), gr.Tabs(selected="race" if step.lab is None else "lab"))
+
+        def reveal(guess, payload, step=step):
+            return reveal_markdown(step, guess, payload)
+
+        event = tour.runs[j].click(setup, None, [*outputs, tabs], api_visibility="private", queue=False)
+        if step.lab is None:
+            event = event.then(race.race, race_inputs, race.outputs, api_visibility="private",
+                               concurrency_limit=ctx.workers, concurrency_id="race", show_progress="minimal")
+            answer_from = race.stats_json
+        else:
+            event = event.then(lab.grid, lab.inputs, lab.outputs, api_visibility="private", concurrency_limit=1,
+                               concurrency_id="lab", show_progress="minimal")
+            answer_from = lab.outputs[-1]
+        event.then(reveal, [tour.guesses[j], answer_from], tour.results[j], api_visibility="private")
