@@ -16,10 +16,11 @@ import gradio as gr
 import torch
 from PIL import Image, ImageDraw
 
-from coolsd.app.context import Context, bad, check_choice, check_number, gpu
+from coolsd.app.context import Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
+from coolsd.util.checks import check_choice, check_int
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "microscope", "Microscope"
@@ -74,12 +75,14 @@ class MicroscopePanel:
         """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache)."""
         trace = self.trace_of(trace)
         keys = [k for k, _ in trace.racers]
-        key = check_choice("decoder", key, keys)
+        with user_errors():
+            key = check_choice("decoder", key, keys)
         if trace.settings.get("drafting", "chain") != "chain":
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
         events, same, cache = self.events(trace, key, cache or {})
-        round_no = check_number("round", round_no, 0, len(events) - 1, integer=True)
+        with user_errors():
+            round_no = check_int("round", round_no, 0, len(events) - 1)
         rule = scope.rule_of(trace, key, self.ctx.model.neighbours)
         v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule))
         ctx = self.ctx.variant(trace.settings.get("resolution"))
@@ -103,7 +106,9 @@ class MicroscopePanel:
     def clicked(self, key, trace, cache, evt: gr.SelectData):
         """A click on the image -> the round that committed the clicked cell."""
         trace = self.trace_of(trace)
-        events, _, _ = self.events(trace, check_choice("decoder", key, [k for k, _ in trace.racers]), cache or {})
+        with user_errors():
+            key = check_choice("decoder", key, [k for k, _ in trace.racers])
+        events, _, _ = self.events(trace, key, cache or {})
         x, y = evt.index
         h, w = self.ctx.variant(trace.settings.get("resolution")).display_hw
         rows, cols = trace.grid

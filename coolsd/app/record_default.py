@@ -3,7 +3,7 @@
     python -m coolsd.app.record_default                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.record_default --model tiny    # any model `coolsd.app.context.load_models` knows
 
-Runs the Race tab's own handler with every control at its default (`coolsd.app.controls.default_values`),
+Runs the Race tab's own handler with every control at its default (`coolsd.app.settings.RaceSettings.defaults`),
 so the recording is exactly what Generate gives, and writes `assets/traces/<model slug>.json.gz`: the
 trace (`coolsd.compare.trace` format) plus where and when it ran (CPU model from lscpu, date, load) and
 the defaults it used. The app shows it only while the model and the defaults still match
@@ -22,16 +22,16 @@ for _key, _value in OFFLINE.items():
 
 import torch  # noqa: E402
 
-from coolsd.app import controls, shipped  # noqa: E402
+from coolsd.app import shipped  # noqa: E402
 from coolsd.app.context import Context, default_model_choice, load_models  # noqa: E402
 from coolsd.app.race import RacePanel  # noqa: E402
+from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace  # noqa: E402
 
 
 def record(ctx: Context) -> RaceTrace:
     """The default race of `ctx`'s model, run by the Race tab's handler; its finished trace."""
-    values = controls.default_values(ctx)
-    frames = RacePanel(ctx).race(**{name: values[name] for name in controls.ARGS})
+    frames = RacePanel(ctx).race(**RaceSettings.defaults(ctx).as_dict())
     last = None
     for frame in frames:
         last = frame

@@ -19,8 +19,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from coolsd.app import controls
 from coolsd.app.context import Context
+from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.paths import ASSETS
 
@@ -50,8 +50,10 @@ def machine() -> str:
 
 
 def defaults_json(ctx: Context) -> dict:
-    """The control defaults as they read back from JSON (tuples become lists)."""
-    return json.loads(json.dumps(controls.default_values(ctx)))
+    """The race settings' defaults and the rules they make, as they read back from JSON (tuples become lists)."""
+    defaults = RaceSettings.defaults(ctx)
+    rules = {key: rule.config() for key, rule in defaults.plan(ctx).rules.items()}
+    return json.loads(json.dumps(defaults.as_dict() | {"rules": rules}))
 
 
 def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None) -> Path:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from coolsd.app import controls
-from coolsd.app.context import Context, check_number
+from coolsd.app.context import Context, user_errors
+from coolsd.app.settings import RaceSettings
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.util.checks import check_number
 
 ID = "tour"
 LATEX = [{"left": "$", "right": "$", "display": False}]
@@ -117,7 +118,8 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
     if guess is None or guess == "":
         head = "No guess given."
     else:
-        head = f"Your guess: **{check_number('your guess', guess, None, None):g}{step.unit}**."
+        with user_errors():
+            head = f"Your guess: **{check_number('your guess', guess):g}{step.unit}**."
     shown = [f"{label}: **{v * scale:.2f}{step.unit}**" for label, v in values
              if isinstance(v, (int, float)) and math.isfinite(v)]
     if not shown and (payload or {}).get("finished"):
@@ -139,7 +141,7 @@ class Tour:
 
     def settings(self, step: Step) -> tuple:
         """New values of the race controls (defaults, changed by the step) and, for a lab step, the lab's."""
-        values = controls.default_values(self.ctx) | (step.race or {})
+        values = RaceSettings.defaults(self.ctx).as_dict() | (step.race or {})
         race = tuple(values[name] for name in self.ctx.controls)
         if step.lab is None:
             return race
@@ -182,11 +184,12 @@ def wire(tour: Tour, tabs: gr.Tabs) -> None:
 
         event = tour.runs[j].click(setup, None, [*outputs, tabs], api_visibility="private", queue=False)
         if step.lab is None:
-            event = event.then(race.race, race_inputs, race.outputs, api_visibility="private",
+            event = event.then(race.race, race_inputs, race.outputs, api_visibility="private", preprocess=False,
                                concurrency_limit=ctx.workers, concurrency_id="race", show_progress="minimal")
             answer_from = race.stats_json
         else:
-            event = event.then(lab.grid, lab.inputs, lab.outputs, api_visibility="private", concurrency_limit=1,
+            event = event.then(lab.grid, lab.inputs, lab.outputs, api_visibility="private", preprocess=False,
+                               concurrency_limit=1,
                                concurrency_id="lab", show_progress="minimal")
             answer_from = lab.outputs[-1]
         event.then(reveal, [tour.guesses[j], answer_from], tour.results[j], api_visibility="private")

@@ -7,8 +7,8 @@ import gradio as gr
 import pytest
 from demo_app import tiny_demo
 
-from coolsd.app import controls
 from coolsd.app import race as race_ui
+from coolsd.app.settings import RaceSettings
 from coolsd.compare.microscope import rerun, residual_label, round_view, rule_of
 from coolsd.compare.race import fork_models
 from coolsd.util.jsonsafe import json_safe
@@ -21,7 +21,7 @@ TRACE = race_ui.REPLAY + 2  # position of the trace state in a race frame
 
 @pytest.fixture(scope="module")
 def trace():
-    frames = list(APP.ctx.panels["race"].race(**controls.default_values(APP.ctx) | {"seed": 4, "delta": 3.0}))
+    frames = list(APP.ctx.panels["race"].race(**RaceSettings.defaults(APP.ctx).as_dict() | {"seed": 4, "delta": 3.0}))
     return frames[-1][TRACE]
 
 

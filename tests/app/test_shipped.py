@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from coolsd.app import controls, shipped
+from coolsd.app import shipped
 from coolsd.app.context import Context, load_models
 from coolsd.app.race import STATS_JSON, RacePanel
 from coolsd.app.record_default import record
@@ -39,7 +39,8 @@ def test_saved_file_holds_the_trace_and_where_it_ran(recorded):
         data = json.load(f)
     assert {k: v for k, v in data.items() if k != "recorded"} == json.loads(json.dumps(trace.to_json()))
     rec = data["recorded"]
-    assert rec["defaults"] == json.loads(json.dumps(controls.default_values(ctx)))
+    assert rec["defaults"] == shipped.defaults_json(ctx) and rec["defaults"]["rules"] == json.loads(json.dumps(
+        trace.settings["rules"]))
     assert rec["machine"] == shipped.machine() and "cores" in rec["machine"] and rec["date"].endswith("UTC")
     text = shipped.label(rec)
     assert rec["machine"] in text and rec["date"] in text and "Generate" in text
@@ -49,8 +50,8 @@ def test_loaded_only_for_the_same_model_and_defaults(recorded, monkeypatch):
     ctx, trace, folder = recorded
     loaded, _ = shipped.load(ctx, folder)
     assert loaded.to_json() == as_read_back(trace)
-    original = controls.default_values
-    monkeypatch.setattr(controls, "default_values", lambda c: original(c) | {"seed": 1})
+    original = shipped.defaults_json
+    monkeypatch.setattr(shipped, "defaults_json", lambda c: original(c) | {"seed": 1})
     assert shipped.load(ctx, folder) is None  # other defaults: a stale recording is not shown
     monkeypatch.undo()
     other = folder / "other"
