@@ -1,7 +1,10 @@
 """The embedded class-conditional target: a transformers `LlamaForCausalLM` behind the TokenModel protocol.
 
-Sequence layout (set by `target_config`): [class token] + image tokens; ids
-0..K-1 are codes, `class_token_offset + c` is class c, `null_class_token` the CFG null class.
+Sequence layout (set by `target_config`): prefix + image tokens; ids 0..K-1
+are codes. The prefix is [class] (MNIST) or [class, style] (emoji): `class_token_offset + c` is
+class c, `null_class_token` the CFG null class; with styles `style_token_offset + s` is style s and
+`null_style_token` the null style. The engine's condition is one integer: the class, or
+class * S + style with S styles (`num_conditions`); the CFG row is the all-null prefix.
 """
 
 from __future__ import annotations
@@ -19,25 +22,71 @@ from coolsd.util import checks
 NUM_CLASSES = 10  # the digits 0..9
 
 
-def vq_config(codebook_size: int = 256) -> dict:
-    """One downsample (32 -> 16), 16-dim codes, no attention: 0.64 M parameters."""
-    return dict(in_channels=1, out_channels=1, down_block_types=("DownEncoderBlock2D",) * 2,
-                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
-                latent_channels=16, num_vq_embeddings=codebook_size, norm_num_groups=16, sample_size=32,
-                mid_block_add_attention=False)
+def vq_config(codebook_size: int = 256, channels: int = 1, widths: tuple[int, int] = (32, 64),
+              latent_channels: int = 16) -> dict:
+    """One downsample (32 -> 16), no attention. Default (MNIST): grey, 16-dim codes, 0.64 M parameters."""
+    return dict(in_channels=channels, out_channels=channels, down_block_types=("DownEncoderBlock2D",) * 2,
+                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=tuple(widths), layers_per_block=1,
+                latent_channels=latent_channels, num_vq_embeddings=codebook_size, norm_num_groups=16,
+                sample_size=32, mid_block_add_attention=False)
 
 
 def target_config(codebook_size: int = 256, hidden: int = 256, layers: int = 8, heads: int = 4,
-                  intermediate: int = 672, grid: tuple[int, int] = (16, 16)) -> LlamaConfig:
-    """Llama over K codes + 10 classes + 1 null; extra fields describe the token layout."""
+                  intermediate: int = 672, grid: tuple[int, int] = (16, 16), class_names: list[str] | None = None,
+                  style_names: list[str] | None = None) -> LlamaConfig:
+    """Llama over K codes + C classes + 1 null class [+ S styles + 1 null style]; extra fields
+    describe the token layout. Default: the 10 MNIST digits, no style token.
+
+    With styles the prefix is [class, style] (ids K + c and K + C + 1 + s; nulls K + C and K + C + 1 + S).
+    """
+    class_names = class_names or [str(c) for c in range(NUM_CLASSES)]
+    c, k = len(class_names), codebook_size
+    extra = {}
+    if style_names:
+        extra = dict(style_token_offset=k + c + 1, num_styles=len(style_names), null_style_token=k + c + 1 +
+                     len(style_names), style_names=list(style_names))
     return LlamaConfig(
-        vocab_size=codebook_size + NUM_CLASSES + 1, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=intermediate,
-        max_position_embeddings=grid[0] * grid[1] + 8, rms_norm_eps=1e-5, tie_word_embeddings=False,
-        codebook_size=codebook_size, class_token_offset=codebook_size, num_classes=NUM_CLASSES,
-        null_class_token=codebook_size + NUM_CLASSES, image_grid=list(grid),
-        class_names=[str(c) for c in range(NUM_CLASSES)],
+        vocab_size=k + c + 1 + (len(style_names) + 1 if style_names else 0), hidden_size=hidden,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        intermediate_size=intermediate, max_position_embeddings=grid[0] * grid[1] + 8, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, codebook_size=k, class_token_offset=k, num_classes=c, null_class_token=k + c,
+        image_grid=list(grid), class_names=list(class_names), **extra,
     )
+
+
+def prefix_tokens(config, labels: torch.Tensor, styles: torch.Tensor | None = None, null_class=None,
+                  null_style=None) -> torch.Tensor:
+    """(B,) labels [+ (B,) styles] -> (B, P) conditioning ids; rows where the bool mask `null_class`
+    (`null_style`) is set get the null token (P = 1, or 2 when the config has styles)."""
+    cls = labels + config.class_token_offset
+    if null_class is not None:
+        cls = torch.where(null_class, torch.full_like(cls, config.null_class_token), cls)
+    if not getattr(config, "num_styles", 0):
+        return cls[:, None]
+    sty = styles + config.style_token_offset
+    if null_style is not None:
+        sty = torch.where(null_style, torch.full_like(sty, config.null_style_token), sty)
+    return torch.stack([cls, sty], dim=1)
+
+
+def prefix_len(config) -> int:
+    """Conditioning tokens before the image: 1 (class) or 2 (class, style)."""
+    return 2 if getattr(config, "num_styles", 0) else 1
+
+
+def num_conditions(config) -> int:
+    """Condition ids the model takes: C classes, or C x S (class, style) pairs."""
+    return config.num_classes * max(1, getattr(config, "num_styles", 0))
+
+
+def condition_prefix(config, cond: torch.Tensor, null: bool = False) -> torch.Tensor:
+    """(B,) condition ids -> (B, P) prefix ids; `null`: the unconditional (CFG) row of each.
+
+    A condition id is the class, or class * S + style when the config has S styles."""
+    s = getattr(config, "num_styles", 0)
+    labels, styles = (cond // s, cond % s) if s else (cond, None)
+    mask = torch.full(cond.shape, null, dtype=torch.bool, device=cond.device)
+    return prefix_tokens(config, labels, styles, mask, mask)
 
 
 def _mask_with_prefix(mask: Tensor | None, prefix: int) -> Tensor | None:
@@ -48,15 +97,15 @@ def _mask_with_prefix(mask: Tensor | None, prefix: int) -> Tensor | None:
 
 
 class LlamaClassTarget:
-    """TokenModel over a class-conditional `LlamaForCausalLM` (row 0 = class, row 1 = null class under CFG)."""
-
-    prefix_len = 1
+    """TokenModel over a class(-and-style)-conditional `LlamaForCausalLM` (row 0 = the condition's
+    prefix, row 1 = the null prefix under CFG). `num_classes` counts condition ids (see module doc)."""
 
     def __init__(self, model: LlamaForCausalLM, max_tokens: int | None = None) -> None:
         cfg = model.config
         self.model = model.eval()
         self.vocab_size = cfg.codebook_size
-        self.num_classes = cfg.num_classes
+        self.prefix_len = prefix_len(cfg)
+        self.num_classes = num_conditions(cfg)
         self.device = model.device
         grid = getattr(cfg, "image_grid", [16, 16])
         slots = self.prefix_len + (max_tokens or grid[0] * grid[1]) + 64  # + room for tree nodes
@@ -81,10 +130,13 @@ class LlamaClassTarget:
         return new
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
-        cfg = self.model.config
+        """Prefix ids (G, P): the condition's row [+ the null row under guidance]."""
         checks.integer("class", cond, 0, self.num_classes - 1)
-        ids = [cfg.class_token_offset + cond] + ([cfg.null_class_token] if guidance else [])
-        return torch.tensor(ids, device=self.device)
+        c = torch.tensor([cond], device=self.device)
+        rows = [condition_prefix(self.model.config, c)]
+        if guidance:
+            rows.append(condition_prefix(self.model.config, c, null=True))
+        return torch.cat(rows)
 
     def _out(self, h: Tensor) -> ModelStep:
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
@@ -92,10 +144,11 @@ class LlamaClassTarget:
 
     @torch.no_grad()
     def start(self, cond: int, guidance: bool) -> ModelStep:
-        ids = self.class_ids(cond, guidance)
+        ids = self.class_ids(cond, guidance)  # (G, P)
         self.stack.reset(len(ids), self.device, self.embed.dtype)
-        x = self.embed[ids][:, None]  # (G, 1, D)
-        return self._out(self.stack.forward(x, torch.zeros(1, dtype=torch.long, device=self.device), None))
+        x = self.embed[ids]  # (G, P, D)
+        positions = torch.arange(self.prefix_len, device=self.device)
+        return self._out(self.stack.forward(x, positions, None)[:, -1:])
 
     @torch.no_grad()
     def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None = None) -> ModelStep:

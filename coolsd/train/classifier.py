@@ -12,17 +12,21 @@ from transformers import ResNetConfig, ResNetForImageClassification
 from coolsd.train.loop import run_budgeted
 
 
-def classifier_config() -> ResNetConfig:
-    """3 stages of basic blocks on 1x32x32 inputs; 128-d pooled features; about 0.3 M parameters."""
-    return ResNetConfig(num_channels=1, embedding_size=32, hidden_sizes=[32, 64, 128], depths=[1, 1, 1],
-                        layer_type="basic", num_labels=10, downsample_in_first_stage=False,
-                        id2label={i: str(i) for i in range(10)}, label2id={str(i): i for i in range(10)})
+def classifier_config(labels: list[str] | None = None, channels: int = 1, widths=(32, 64, 128),
+                      **extra) -> ResNetConfig:
+    """3 stages of basic blocks on Cx32x32 inputs; widths[-1]-d pooled features. Default: the 10
+    MNIST digits, grey, about 0.3 M parameters. `extra` fields are stored in the config."""
+    labels = labels or [str(i) for i in range(10)]
+    return ResNetConfig(num_channels=channels, embedding_size=widths[0], hidden_sizes=list(widths),
+                        depths=[1] * len(widths), layer_type="basic", num_labels=len(labels),
+                        downsample_in_first_stage=False, id2label=dict(enumerate(labels)),
+                        label2id={name: i for i, name in enumerate(labels)}, **extra)
 
 
-def shift(x: torch.Tensor, gen: torch.Generator, max_px: int = 2) -> torch.Tensor:
-    """Random translation by up to max_px pixels (background -1), the augmentation of training."""
+def shift(x: torch.Tensor, gen: torch.Generator, max_px: int = 2, fill: float = -1.0) -> torch.Tensor:
+    """Random translation by up to max_px pixels (background `fill`), the augmentation of training."""
     dy, dx = (torch.randint(-max_px, max_px + 1, (2,), generator=gen)).tolist()
-    return torch.roll(F.pad(x, (max_px,) * 4, value=-1.0), (dy, dx), dims=(2, 3))[..., max_px:-max_px, max_px:-max_px]
+    return torch.roll(F.pad(x, (max_px,) * 4, value=fill), (dy, dx), dims=(2, 3))[..., max_px:-max_px, max_px:-max_px]
 
 
 @torch.no_grad()

@@ -12,9 +12,12 @@ from pathlib import Path
 import torch
 
 STAGES = ("vq", "target", "drafter", "classifier", "export", "evaluate")
+# drafter-stage defaults per model (MNIST: the first head's recipe; emoji: the shipped MNIST head's loss)
+DRAFTER_DEFAULTS = {"mnist": {"n_self": 500, "self_frac": 0.5, "w_cfg": 0.0, "w_unroll": 0.0},
+                    "emoji": {"n_self": 1500, "self_frac": 0.75, "w_cfg": 1.0, "w_unroll": 0.5}}
 
 
-def _part(args, name: str) -> Path:
+def part_path(args, name: str) -> Path:
     """A trained part: --out/NAME when this run trained it, else the shipped one in --assets (fp16 there)."""
     path = args.out / name
     if not path.is_dir():
@@ -26,27 +29,38 @@ def _part(args, name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m coolsd.train", description=__doc__)
     ap.add_argument("stage", choices=STAGES)
-    ap.add_argument("--out", type=Path, default=Path("runs/embedded"), help="checkpoint folder")
+    ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which embedded model")
+    ap.add_argument("--out", type=Path, default=None, help="checkpoint folder (default runs/embedded or runs/emoji)")
     ap.add_argument("--budget-min", type=float, default=10.0, help="training time budget in minutes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (stage default if unset)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--assets", type=Path, default=Path("assets/embedded"), help="export destination")
+    ap.add_argument("--assets", type=Path, default=None, help="export destination (default assets/embedded or assets/emoji)")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
     dr = ap.add_argument_group("drafter stage")
     dr.add_argument("--init", type=Path, default=None, help="warm-start the head from this save_pretrained folder")
-    dr.add_argument("--n-self", type=int, default=500, help="self-distilled target samples to train on")
-    dr.add_argument("--self-frac", type=float, default=0.5, help="fraction of each batch from self-samples")
+    dr.add_argument("--n-self", type=int, default=None, help="self-distilled target samples to train on")
+    dr.add_argument("--self-frac", type=float, default=None, help="fraction of each batch from self-samples")
     dr.add_argument("--w-cls", type=float, default=0.1, help="weight of the per-row cross-entropy")
-    dr.add_argument("--w-cfg", type=float, default=0.0, help="weight of the CFG-mixed cross-entropy")
-    dr.add_argument("--w-unroll", type=float, default=0.0, help="weight of the one-step-unrolled terms")
+    dr.add_argument("--w-cfg", type=float, default=None, help="weight of the CFG-mixed cross-entropy")
+    dr.add_argument("--w-unroll", type=float, default=None, help="weight of the one-step-unrolled terms")
     args = ap.parse_args(argv)
+    emoji = args.model == "emoji"
+    for name, default in (DRAFTER_DEFAULTS["emoji" if emoji else "mnist"]).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.out = args.out or Path("runs/emoji" if emoji else "runs/embedded")
+    args.assets = args.assets or Path("assets/emoji" if emoji else "assets/embedded")
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     budget = args.budget_min * 60
     kw = {"seed": args.seed, "batch": args.batch} | ({"lr": args.lr} if args.lr else {})
 
+    if emoji:
+        from coolsd.train.emoji_cli import run_emoji_stage
+
+        return run_emoji_stage(args, budget, kw)
     from diffusers import VQModel
 
     from coolsd.train.data import splits
@@ -71,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
         train_vq(data, args.out, budget, **kw)
         return 0
-    vq = VQModel.from_pretrained(_part(args, "vq"), torch_dtype=torch.float32).eval()
+    vq = VQModel.from_pretrained(part_path(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
         from coolsd.train.target import train_target
 
@@ -81,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from coolsd.train.drafter import train_drafter
 
-        target = LlamaForCausalLM.from_pretrained(_part(args, "target"), dtype=torch.float32).eval()
+        target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
         train_drafter(vq, target, data, args.out, budget, init=args.init, n_self=args.n_self,
                       self_frac=args.self_frac, w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, **kw)
     elif args.stage == "classifier":

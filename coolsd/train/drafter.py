@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from coolsd.models.eagle import EagleHead, eagle_config
+from coolsd.models.embedded import condition_prefix, prefix_len
 from coolsd.train.loop import run_budgeted
 from coolsd.train.selfdistill import SampleShards
 from coolsd.train.target import token_dataset
@@ -34,15 +35,18 @@ W_CLS = 0.1  # Eagle-1's weight of the classification loss
 
 
 def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
-    """(B, T) codes + (B,) labels -> (2B, T+1) ids: B class rows, then the same B codes after the null class."""
-    cls = torch.cat([labels + config.class_token_offset, torch.full_like(labels, config.null_class_token)])
-    return torch.cat([cls[:, None], codes.repeat(2, 1)], dim=1)
+    """(B, T) codes + (B,) condition ids -> (2B, P+T) ids: B conditioned rows, then the same B codes
+    after the null prefix (the CFG pair; P = 1 class token, or 2 with a style token)."""
+    pre = torch.cat([condition_prefix(config, labels), condition_prefix(config, labels, null=True)])
+    return torch.cat([pre, codes.repeat(2, 1)], dim=1)
 
 
 @torch.no_grad()
 def target_features(target, ids: torch.Tensor, chunk: int = 32) -> torch.Tensor:
-    """ids (R, T+1) -> post-norm features (R, T, D) after input positions 0..T-1 (the last is unused)."""
-    return torch.cat([target.model(input_ids=ids[i : i + chunk, :-1]).last_hidden_state
+    """ids (R, P+T) -> post-norm features (R, T, D) after input positions P-1..P+T-2: the feature
+    before each image token (the one after the last code is unused)."""
+    p = prefix_len(target.config)
+    return torch.cat([target.model(input_ids=ids[i : i + chunk, :-1]).last_hidden_state[:, p - 1 :]
                       for i in range(0, len(ids), chunk)])
 
 
@@ -64,8 +68,9 @@ def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
 
 def drafter_losses(head, target, ids: torch.Tensor, feats: torch.Tensor, sampling, w_cls: float = W_CLS,
                    w_cfg: float = 0.0, w_unroll: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """ids (2B, T+1) from `pair_ids`, feats (2B, T, D) from `target_features` -> (scalar loss, logs)."""
+    """ids (2B, P+T) from `pair_ids`, feats (2B, T, D) from `target_features` -> (scalar loss, logs)."""
     k = target.config.codebook_size
+    ids = ids[:, prefix_len(target.config) - 1 :]  # (2B, T+1): the last prefix token, then the codes
     lm_head, embed = target.lm_head.weight[:k], target.model.embed_tokens.weight
     b = ids.shape[0] // 2
     feats = feats.float()
@@ -91,15 +96,24 @@ def load_head(config, init: Path | None) -> EagleHead:
     return EagleHead.from_pretrained(init, dtype=torch.float32)
 
 
-def _real_pool(vq, target, raw, labels, n: int, path: Path, gen) -> tuple[torch.Tensor, torch.Tensor]:
-    """n real training sequences as pair ids (2n, T+1) and fp16 features (2n, T, D); cached at `path`."""
+def mnist_tokens(vq, data: dict, n_val: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The MNIST drafter's real sequences: training codes at every padding offset, held-out codes."""
+    from coolsd.train.vq import encode_tokens
+
+    raw, labels = data["train_raw"]
+    val_x, val_y = data["val"]
+    return {"train": token_dataset(vq, raw, labels),
+            "val": (encode_tokens(vq, val_x[:n_val]).flatten(1), val_y[:n_val])}
+
+
+def _real_pool(target, codes, conds, n: int, path: Path, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """n real training sequences as pair ids (2n, P+T) and fp16 features (2n, T, D); cached at `path`."""
     if path.exists():
         saved = torch.load(path)
         if len(saved["ids"]) == 2 * n:
             return saved["ids"], saved["feats"]
-    codes, ys = token_dataset(vq, raw, labels)
     rows = torch.randperm(len(codes), generator=gen)[:n]
-    ids = pair_ids(codes[rows], ys[rows], target.config)
+    ids = pair_ids(codes[rows], conds[rows], target.config)
     feats = target_features(target, ids).half()
     torch.save({"ids": ids, "feats": feats}, path)
     return ids, feats
@@ -108,26 +122,29 @@ def _real_pool(vq, target, raw, labels, n: int, path: Path, gen) -> tuple[torch.
 def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
                   lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
                   w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
-                  n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50) -> EagleHead:
+                  n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50,
+                  tokens: dict | None = None, sampling=None) -> EagleHead:
     """Train (or continue) the head for `budget_s` seconds; `batch` sequences (2 x batch rows) per step.
 
     The self-sample pool starts at min(n_self, 500) and grows by one shard of `shard` samples every
     `grow_every` steps up to n_self (the sampling time counts in the budget). Defaults keep the first
     recipe's loss (Eagle-1: reg + 0.1 x ce_raw); see assets/embedded/README.md for the shipped one.
+    `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
+    `sampling`: the sampling the self-samples use (default the embedded MNIST one).
     """
     from coolsd.models.bundle import EMBEDDED_SAMPLING
-    from coolsd.train.vq import encode_tokens
 
+    sampling = sampling or EMBEDDED_SAMPLING
     torch.manual_seed(seed)
     config = target.config
     for p in target.parameters():
         p.requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
-    raw, labels = data["train_raw"]
-    real_ids, real_feats = _real_pool(vq, target, raw, labels, n_real, out / "real_pool.pt", gen)
-    pool = SampleShards(target, out / "self_samples", seed, shard, EMBEDDED_SAMPLING)
+    tokens = tokens or mnist_tokens(vq, data, n_val)
+    real_ids, real_feats = _real_pool(target, *tokens["train"], n_real, out / "real_pool.pt", gen)
+    pool = SampleShards(target, out / "self_samples", seed, shard, sampling)
     pool.fill(min(n_self, 500))
-    val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, EMBEDDED_SAMPLING)
+    val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling)
     val.fill(n_val)
     head = load_head(config, init)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -146,22 +163,21 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     def step(i: int) -> dict[str, float]:
         if i % grow_every == grow_every - 1 and len(pool) < n_self:
             pool.grow()
-        loss, logs = drafter_losses(head, target, *batch_data(), EMBEDDED_SAMPLING, w_cls, w_cfg, w_unroll)
+        loss, logs = drafter_losses(head, target, *batch_data(), sampling, w_cls, w_cfg, w_unroll)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 
-    val_x, val_y = data["val"]
-    real_val = pair_ids(encode_tokens(vq, val_x[:n_val]).flatten(1), val_y[:n_val], config)
+    real_val = pair_ids(*tokens["val"], config)
     real_val_feats = target_features(target, real_val)
     vc, vy, vf = val.tensors()
     self_val, self_val_feats = pair_ids(vc, vy, config), vf.transpose(0, 1).flatten(0, 1)
 
     def evaluate() -> dict[str, float]:
-        _, logs = drafter_losses(head, target, self_val, self_val_feats, EMBEDDED_SAMPLING, w_unroll=1.0)
-        _, real = drafter_losses(head, target, real_val, real_val_feats, EMBEDDED_SAMPLING)
+        _, logs = drafter_losses(head, target, self_val, self_val_feats, sampling, w_unroll=1.0)
+        _, real = drafter_losses(head, target, real_val, real_val_feats, sampling)
         return {"val_accept": logs["accept"], "val_accept2": logs["accept2"], "val_top1_cfg": logs["top1_cfg"],
                 "val_top1_raw": logs["top1_raw"], "val_real_top1_raw": real["top1_raw"]}
 

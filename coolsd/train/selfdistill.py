@@ -12,12 +12,15 @@ from pathlib import Path
 
 import torch
 
+from coolsd.models.embedded import condition_prefix, num_conditions
+
 
 @torch.no_grad()
 def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Generator,
                  with_features: bool = False):
-    """Vanilla AR samples of a whole batch: labels (B,) -> codes (B, T) int64
-    [, features (B, G, T, D) fp16: post-norm feature after input position t = 0..T-1 (class, codes[:-1])].
+    """Vanilla AR samples of a whole batch: condition ids (B,) -> codes (B, T) int64
+    [, features (B, G, T, D) fp16: post-norm feature before each image token (after the last prefix
+    token, then after codes[:-1])].
 
     Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows).
     """
@@ -26,15 +29,17 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
     cfg = target_model.config
     k, (h, w) = cfg.codebook_size, cfg.image_grid
     b = len(labels)
-    stack = LayerStack(target_model.model.layers, cfg, h * w + 1)
+    rows = torch.cat([condition_prefix(cfg, labels), condition_prefix(cfg, labels, null=True)])
+    rows = rows if sampling.guidance else rows[:b]  # (G*B, P)
+    p = rows.shape[1]
+    stack = LayerStack(target_model.model.layers, cfg, h * w + p)
     embed = target_model.model.embed_tokens.weight
-    rows = torch.cat([labels + cfg.class_token_offset, torch.full_like(labels, cfg.null_class_token)])
-    rows = rows if sampling.guidance else rows[:b]
     stack.reset(len(rows), embed.device, embed.dtype)
-    x = embed[rows][:, None]
+    x, positions = embed[rows], torch.arange(p)
     codes, feats = [], []
     for t in range(h * w):
-        out = stack.forward(x, torch.tensor([t]), None)
+        out = stack.forward(x, positions, None)
+        positions = torch.tensor([p + t])
         feat = torch.nn.functional.rms_norm(out, (out.shape[-1],), target_model.model.norm.weight, stack.eps)
         if with_features:
             feats.append(feat[:, -1].half())
@@ -52,7 +57,8 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
 class SampleShards:
     """Self-samples stored as shards `folder/shard_00000.pt` of {codes, labels, features}.
 
-    Shard i holds `batch` images of classes (i * batch + j) % num_classes, drawn with generator seed
+    Shard i holds `batch` images of condition ids (i * batch + j) % num_conditions (the class, or
+    class * S + style), drawn with generator seed
     `seed * 100003 + i`, so its content does not depend on when (or after how many resumes) it is made.
     """
 
@@ -73,7 +79,7 @@ class SampleShards:
     def grow(self) -> None:
         """Sample and store one more shard."""
         i = len(self.codes)
-        labels = (torch.arange(self.batch) + i * self.batch) % self.model.config.num_classes
+        labels = (torch.arange(self.batch) + i * self.batch) % num_conditions(self.model.config)
         gen = torch.Generator().manual_seed(self.seed * 100003 + i)
         codes, feats = sample_batch(self.model, labels, self.sampling, gen, with_features=True)
         tmp = self.folder / "shard.tmp"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
-from coolsd.models.embedded import target_config
+from coolsd.models.embedded import prefix_len, prefix_tokens, target_config
 from coolsd.train.data import to_tensor
 from coolsd.train.loop import run_budgeted
 from coolsd.train.vq import encode_tokens
@@ -29,19 +29,27 @@ def token_dataset(vq, raw_images, labels, offsets=AUG_OFFSETS) -> tuple[torch.Te
     return torch.cat(codes), torch.cat(ys)
 
 
-def sequences(codes: torch.Tensor, labels: torch.Tensor, config, drop_p: float, gen) -> torch.Tensor:
-    """(B, 256) codes + (B,) labels -> (B, 257) ids with the class (or null, prob drop_p) first."""
-    cls = labels + config.class_token_offset
-    drop = torch.rand(len(labels), generator=gen) < drop_p
-    cls = torch.where(drop, torch.full_like(cls, config.null_class_token), cls)
-    return torch.cat([cls[:, None], codes], dim=1)
+def sequences(codes: torch.Tensor, labels: torch.Tensor, config, drop_p: float, gen,
+              styles: torch.Tensor | None = None, single_p: float = 0.0) -> torch.Tensor:
+    """(B, 256) codes + (B,) labels [+ styles] -> (B, P + 256) ids, conditioning first.
+
+    CFG dropout: with prob drop_p every condition is null (the unconditional row of CFG); with
+    styles, additionally with prob `single_p` each only the class or only the style is null."""
+    u = torch.rand(len(labels), generator=gen)
+    both = u < drop_p
+    if styles is None:
+        return torch.cat([prefix_tokens(config, labels, null_class=both), codes], dim=1)
+    only_class = (u >= drop_p) & (u < drop_p + single_p)
+    only_style = (u >= drop_p + single_p) & (u < drop_p + 2 * single_p)
+    pre = prefix_tokens(config, labels, styles, both | only_class, both | only_style)
+    return torch.cat([pre, codes], dim=1)
 
 
 def code_nll(model, ids: torch.Tensor) -> torch.Tensor:
     """Mean NLL (nats/token) of the image tokens, logits restricted to the codebook."""
-    k = model.config.codebook_size
-    logits = model(input_ids=ids[:, :-1]).logits[..., :k]
-    return F.cross_entropy(logits.reshape(-1, k), ids[:, 1:].reshape(-1))
+    k, p = model.config.codebook_size, prefix_len(model.config)
+    logits = model(input_ids=ids[:, :-1]).logits[:, p - 1 :, :k]
+    return F.cross_entropy(logits.reshape(-1, k).float(), ids[:, p:].reshape(-1))
 
 
 def train_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,

@@ -1,4 +1,5 @@
-"""Stage 1: the VQ tokenizer, a diffusers `VQModel` mapping 32x32 digits to a 16x16 token grid."""
+"""Stage 1: the VQ tokenizer, a diffusers `VQModel` mapping 32x32 images (grey digits or RGB emoji)
+to a 16x16 token grid."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def psnr(x: torch.Tensor, y: torch.Tensor) -> float:
 
 @torch.no_grad()
 def encode_tokens(vq: VQModel, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
-    """(N, 1, 32, 32) images in [-1, 1] -> (N, 16, 16) int64 token ids."""
+    """(N, C, 32, 32) images in [-1, 1] -> (N, 16, 16) int64 token ids."""
     out = []
     for i in range(0, len(images), batch):
         h = vq.encode(images[i : i + batch]).latents
@@ -33,26 +34,58 @@ def codebook_usage(vq: VQModel, images: torch.Tensor) -> int:
     return int(encode_tokens(vq, images).unique().numel())
 
 
+def flip_where(x: torch.Tensor, flippable: torch.Tensor | None, gen: torch.Generator) -> torch.Tensor:
+    """Mirror each image (B, C, H, W) left-right with probability 1/2 where `flippable` (B,) bool allows."""
+    if flippable is None:
+        return x
+    mirror = flippable & (torch.rand(len(x), generator=gen) < 0.5)
+    return torch.where(mirror[:, None, None, None], x.flip(-1), x)
+
+
+@torch.no_grad()
+def restart_codes(vq: VQModel, images: torch.Tensor, gen: torch.Generator, dead_only: bool) -> int:
+    """Re-seed codes from random encoder outputs of `images`: all of them, or only those no image
+    uses (`dead_only`). Returns the number of codes re-seeded."""
+    h = vq.encode(images).latents
+    flat = h.permute(0, 2, 3, 1).reshape(-1, h.shape[1])
+    k = vq.quantize.embedding.weight.shape[0]
+    if dead_only:
+        _, _, (_, _, ids) = vq.quantize(h)
+        dead = torch.ones(k, dtype=torch.bool)
+        dead[ids.unique()] = False
+        which = torch.nonzero(dead).flatten()
+    else:
+        which = torch.arange(k)
+    pick = torch.randperm(len(flat), generator=gen)[: len(which)]
+    vq.quantize.embedding.weight[which] = flat[pick]
+    return len(which)
+
+
 def train_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,
-             codebook_size: int = 256, reinit_step: int = 50) -> VQModel:
-    """Train with MSE + commitment loss; at `reinit_step` re-seed the codebook from encoder outputs."""
+             codebook_size: int = 256, reinit_step: int = 50, restart_every: int = 0, restart_until: int = 0,
+             bf16: bool = False, **arch) -> VQModel:
+    """Train with MSE + commitment loss; at `reinit_step` re-seed the codebook from encoder outputs,
+    then (if `restart_every`) re-seed unused codes every `restart_every` steps until `restart_until`.
+
+    data["train"] = (images (N, C, 32, 32) in [-1, 1], labels[, ..., flippable (N,) bool]); `arch`
+    goes to `vq_config` (channels, widths, latent_channels); `bf16`: autocast the forward."""
     torch.manual_seed(seed)
-    vq = VQModel(**vq_config(codebook_size))
+    vq = VQModel(**vq_config(codebook_size, **arch))
     opt = torch.optim.Adam(vq.parameters(), lr=lr)
-    train_x, _ = data["train"]
-    val_x, _ = data["val"]
+    train_x, val_x = data["train"][0], data["val"][0]
+    flippable = data["train"][3] if len(data["train"]) > 3 else None
     gen = torch.Generator().manual_seed(seed)
 
     def step(i: int) -> dict[str, float]:
-        x = train_x[torch.randint(len(train_x), (batch,), generator=gen)]
-        if i == reinit_step:  # dead-code fix: codes restart on real encoder outputs
-            with torch.no_grad():
-                h = vq.encode(train_x[torch.randperm(len(train_x), generator=gen)[:512]]).latents
-                flat = h.permute(0, 2, 3, 1).reshape(-1, h.shape[1])
-                pick = torch.randperm(len(flat), generator=gen)[:codebook_size]
-                vq.quantize.embedding.weight.copy_(flat[pick])
-        dec = vq(x)
-        loss = torch.nn.functional.mse_loss(dec.sample, x) + dec.commit_loss.mean()
+        rows = torch.randint(len(train_x), (batch,), generator=gen)
+        x = flip_where(train_x[rows], None if flippable is None else flippable[rows], gen)
+        if i == reinit_step or (restart_every and i % restart_every == 0 and reinit_step < i <= restart_until):
+            n = restart_codes(vq, train_x[torch.randperm(len(train_x), generator=gen)[:512]], gen, i != reinit_step)
+            if i != reinit_step:
+                print(f"[vq] step {i}: re-seeded {n} unused codes", flush=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            dec = vq(x)
+        loss = torch.nn.functional.mse_loss(dec.sample.float(), x) + dec.commit_loss.float().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

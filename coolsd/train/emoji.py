@@ -1,0 +1,123 @@
+"""Training stages of the emoji model (class + style conditional, RGB), built on the MNIST stages.
+
+Recipe (issue 16; sizes chosen by `python -m coolsd.bench.cost_curve`):
+- VQ: `train_vq` with 3 channels, widths (32, 64), 8-dim codes, 512 codes, unused codes
+  re-seeded every 200 steps during the first 2,000, left-right flips where safe;
+- target: `LlamaForCausalLM` d384 x 8 layers, prefix [class, style], CFG dropout 0.1 on both
+  (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image
+  and of its mirror image where a flip is safe;
+- classifier: ResNet with C + S outputs (class logits, then style logits), on the real images.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaForCausalLM, ResNetForImageClassification
+
+from coolsd.train.classifier import classifier_config, shift
+from coolsd.train.loop import run_budgeted
+from coolsd.models.embedded import target_config
+from coolsd.train.target import code_nll, sequences
+from coolsd.train.vq import encode_tokens, flip_where
+
+VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
+VQ_CODES = 512
+TARGET_SIZE = dict(hidden=384, layers=8, heads=6, intermediate=1024)
+DROP_BOTH, DROP_SINGLE = 0.1, 0.05
+
+
+def emoji_target_config(codebook_size: int, class_names: list[str], style_names: list[str], **size):
+    return target_config(codebook_size, class_names=class_names, style_names=style_names, **(TARGET_SIZE | size))
+
+
+def emoji_token_dataset(vq, images: torch.Tensor, labels, styles, flippable):
+    """Codes of every image and of the mirror image of the flippable ones: (M, 256), labels, styles."""
+    flip = torch.nonzero(flippable).flatten()
+    codes = torch.cat([encode_tokens(vq, images), encode_tokens(vq, images[flip].flip(-1))]).flatten(1)
+    return codes, torch.cat([labels, labels[flip]]), torch.cat([styles, styles[flip]])
+
+
+def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
+                       lr: float = 8e-4, bf16: bool = True, **size) -> LlamaForCausalLM:
+    """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`)."""
+    torch.manual_seed(seed)
+    config = emoji_target_config(vq.config.num_vq_embeddings, data["class_names"], data["style_names"], **size)
+    model = LlamaForCausalLM(config)
+    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
+    codes, ys, ss = emoji_token_dataset(vq, *data["train"])
+    vx, vy, vs, _ = data["val"]
+    val_codes = encode_tokens(vq, vx).flatten(1)
+    print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
+    gen = torch.Generator().manual_seed(seed)
+
+    def step(i: int) -> dict[str, float]:
+        rows = torch.randint(len(codes), (batch,), generator=gen)
+        ids = sequences(codes[rows], ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = code_nll(model, ids)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return {"loss": loss.item()}
+
+    def evaluate() -> dict[str, float]:
+        ids = sequences(val_codes, vy, config, 0.0, gen, vs)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return {"val_nll": code_nll(model, ids).item()}
+
+    state = run_budgeted("target", model, opt, step, out / "target.ckpt", budget_s, lr, evaluate, eval_every=100)
+    model.save_pretrained(out / "target")
+    torch.save(state, out / "target_state.pt")
+    return model
+
+
+def emoji_classifier(class_names: list[str], style_names: list[str]) -> ResNetForImageClassification:
+    """ResNet on 3x32x32 with len(classes) + len(styles) logits; 256-d pooled features."""
+    labels = [f"class:{c}" for c in class_names] + [f"style:{s}" for s in style_names]
+    return ResNetForImageClassification(classifier_config(labels, channels=3, widths=(32, 64, 128, 256),
+                                                          num_classes=len(class_names), num_styles=len(style_names)))
+
+
+def split_logits(model, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """images (B, 3, 32, 32) in [-1, 1] -> (class logits (B, C), style logits (B, S))."""
+    logits = model(pixel_values=images).logits
+    return logits[:, : model.config.num_classes], logits[:, model.config.num_classes :]
+
+
+@torch.no_grad()
+def class_style_accuracy(model, images, labels, styles) -> dict[str, float]:
+    c, s = split_logits(model, images)
+    return {"val_class_acc": (c.argmax(-1) == labels).float().mean().item(),
+            "val_style_acc": (s.argmax(-1) == styles).float().mean().item()}
+
+
+def train_emoji_classifier(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 64,
+                           lr: float = 2e-3) -> ResNetForImageClassification:
+    """Cross-entropy on class + cross-entropy on style; random flips (where safe) and 2-px shifts."""
+    torch.manual_seed(seed)
+    model = emoji_classifier(data["class_names"], data["style_names"])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    gen = torch.Generator().manual_seed(seed)
+    x, y, s, flippable = data["train"]
+    vx, vy, vs, _ = data["val"]
+
+    def step(i: int) -> dict[str, float]:
+        rows = torch.randint(len(x), (batch,), generator=gen)
+        xb = shift(flip_where(x[rows], flippable[rows], gen), gen, fill=1.0)
+        c, st = split_logits(model, xb)
+        loss = F.cross_entropy(c, y[rows]) + F.cross_entropy(st, s[rows])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return {"loss": loss.item()}
+
+    state = run_budgeted("classifier", model, opt, step, out / "classifier.ckpt", budget_s, lr,
+                         lambda: class_style_accuracy(model, vx, vy, vs), eval_every=100)
+    model.save_pretrained(out / "classifier")
+    torch.save(state, out / "classifier_state.pt")
+    return model
