@@ -19,6 +19,7 @@ from coolsd.util.paths import EMBEDDED_DIR
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
 EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 PARTS = ("vq", "target", "drafter")
+STYLE_SEP = " · "  # class_names of a styled model: "<class> · <style>"
 
 
 class BundleError(RuntimeError):
@@ -39,7 +40,20 @@ class ModelBundle:
     grid: tuple[int, int]
     default_sampling: SamplingConfig = field(default_factory=SamplingConfig)
     conditioning: str = "class"
-    classifier: object | None = None  # embedded only: the digit classifier used by the benchmark
+    classifier: object | None = None  # embedded only: the classifier used by the benchmark
+    style_names: list[str] = field(default_factory=list)  # emoji: condition id = class * S + style
+    execution: str = ""  # how the model runs, e.g. "bf16 (measured: ...)"; shown by the app
+
+    @property
+    def base_class_names(self) -> list[str]:
+        """The class picker's names: class_names without the style part (same list without styles)."""
+        if not self.style_names:
+            return list(self.class_names)
+        return [name.rsplit(STYLE_SEP, 1)[0] for name in self.class_names[:: len(self.style_names)]]
+
+    def condition_name(self, class_name: str, style_name: str | None = None) -> str:
+        """The class_names entry of a (class, style) pick; without styles the class name itself."""
+        return f"{class_name}{STYLE_SEP}{style_name}" if self.style_names else class_name
 
     @property
     def num_tokens(self) -> int:
@@ -86,11 +100,13 @@ def _load(kind: str, path: Path, fn):
         raise BundleError(f"could not load the {kind} from {path}: {type(err).__name__}: {err}") from err
 
 
-def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,
+def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, dtype: torch.dtype | None = None,
                   with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
-    """Load the shipped MNIST model: VQ tokenizer, Llama target, Eagle-1 head, neighbour table.
+    """Load four save_pretrained folders (vq, target, drafter[, classifier]) under `root` strictly.
 
-    Weights are stored in fp16 and run in fp32 (CPU) or fp16 (CUDA).
+    `dtype`: what target and drafter run in (default fp32 on CPU, fp16 on CUDA); the VQ decoder runs
+    in fp32 on CPU. A styled target (config `style_names`) gets class_names "<class> · <style>" for
+    each condition id class * S + style.
     """
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
@@ -100,12 +116,12 @@ def load_embedded(path: str | Path | None = None, device: str | torch.device | N
     from coolsd.models.embedded import LlamaClassTarget
     from coolsd.models.graphs import prepare
 
-    root = Path(path) if path is not None else EMBEDDED_DIR
     if not root.is_dir():
         raise BundleError(f"embedded model folder not found: {root}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = torch.float16 if device.type == "cuda" else torch.float32
-    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=dtype))
+    vq_dtype = torch.float16 if device.type == "cuda" else torch.float32
+    dtype = dtype or vq_dtype
+    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=vq_dtype))
     model = _load("target", root / "target", lambda p: LlamaForCausalLM.from_pretrained(p, dtype=dtype))
     head = _load("drafter", root / "drafter", lambda p: EagleHead.from_pretrained(p, dtype=dtype))
     vq, model, head = vq.to(device).eval(), model.to(device).eval(), head.to(device).eval()
@@ -122,7 +138,20 @@ def load_embedded(path: str | Path | None = None, device: str | torch.device | N
 
         classifier = _load("classifier", root / "classifier",
                            lambda p: ResNetForImageClassification.from_pretrained(p, dtype=torch.float32)).eval()
-    return ModelBundle(name="embedded MNIST (Llama 6.4M + Eagle-1 head)", target=target, drafter=drafter,
-                       tokenizer=tokenizer, neighbours=neighbour_table(tokenizer.codebook, k_max).to(device),
-                       class_names=list(cfg.class_names), grid=grid, default_sampling=EMBEDDED_SAMPLING,
-                       classifier=classifier)
+    styles = list(getattr(cfg, "style_names", None) or [])
+    names = [f"{c}{STYLE_SEP}{s}" for c in cfg.class_names for s in styles] if styles else list(cfg.class_names)
+    return ModelBundle(name=name, target=target, drafter=drafter, tokenizer=tokenizer,
+                       neighbours=neighbour_table(tokenizer.codebook, k_max).to(device), class_names=names,
+                       grid=grid, default_sampling=sampling, classifier=classifier, style_names=styles,
+                       execution=str(dtype).removeprefix("torch."))
+
+
+def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,
+                  with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
+    """Load the shipped MNIST model: VQ tokenizer, Llama target, Eagle-1 head, neighbour table.
+
+    Weights are stored in fp16 and run in fp32 (CPU) or fp16 (CUDA).
+    """
+    root = Path(path) if path is not None else EMBEDDED_DIR
+    return load_vq_llama(root, "embedded MNIST (Llama 6.4M + Eagle-1 head)", EMBEDDED_SAMPLING, device,
+                         with_classifier=with_classifier, k_max=k_max)

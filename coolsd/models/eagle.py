@@ -86,7 +86,7 @@ class EagleDrafter:
         e = self.embed[ids][None].expand(g, -1, -1)
         x = torch.addmm(self.fc_b, torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d), self.fc_t)
         out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) predicted features
-        return ModelStep(logits=out @ self.head_t, hidden=out)
+        return ModelStep(logits=(out @ self.head_t).float(), hidden=out)  # fp32 logits on a bf16 path
 
     def crop(self, length: int, keep: Tensor | None = None) -> None:
         self.stack.crop(length, keep)

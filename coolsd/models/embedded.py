@@ -140,7 +140,7 @@ class LlamaClassTarget:
 
     def _out(self, h: Tensor) -> ModelStep:
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
-        return ModelStep(logits=feat @ self.head_t, hidden=feat)
+        return ModelStep(logits=(feat @ self.head_t).float(), hidden=feat)  # fp32 logits on a bf16 path
 
     @torch.no_grad()
     def start(self, cond: int, guidance: bool) -> ModelStep:

@@ -123,10 +123,10 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
                   lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
                   w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
                   n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50,
-                  tokens: dict | None = None, sampling=None) -> EagleHead:
+                  tokens: dict | None = None, sampling=None, n_start: int = 500) -> EagleHead:
     """Train (or continue) the head for `budget_s` seconds; `batch` sequences (2 x batch rows) per step.
 
-    The self-sample pool starts at min(n_self, 500) and grows by one shard of `shard` samples every
+    The self-sample pool starts at min(n_self, n_start) and grows by one shard of `shard` samples every
     `grow_every` steps up to n_self (the sampling time counts in the budget). Defaults keep the first
     recipe's loss (Eagle-1: reg + 0.1 x ce_raw); see assets/embedded/README.md for the shipped one.
     `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
@@ -143,7 +143,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     tokens = tokens or mnist_tokens(vq, data, n_val)
     real_ids, real_feats = _real_pool(target, *tokens["train"], n_real, out / "real_pool.pt", gen)
     pool = SampleShards(target, out / "self_samples", seed, shard, sampling)
-    pool.fill(min(n_self, 500))
+    pool.fill(min(n_self, n_start))
     val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling)
     val.fill(n_val)
     head = load_head(config, init)

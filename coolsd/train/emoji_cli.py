@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
+
 import torch
+
+
+def emoji_tokens(vq, data: dict, styles: int, n_val: int = 64) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Real sequences for the drafter: {"train"/"val": (codes (N, 256), condition ids class * S + style)}."""
+    from coolsd.train.emoji import emoji_token_dataset
+    from coolsd.train.vq import encode_tokens
+
+    codes, ys, ss = emoji_token_dataset(vq, *data["train"])
+    vx, vy, vs, _ = data["val"]
+    return {"train": (codes, ys * styles + ss),
+            "val": (encode_tokens(vq, vx[:n_val]).flatten(1), (vy * styles + vs)[:n_val])}
+
+
+def export(args) -> None:
+    """fp16 folders into args.assets + FID statistics of every real image (training and held out)."""
+    from coolsd.train.emoji_data import load_dataset
+    from coolsd.train.export import export_bundle, export_real_stats
+
+    export_bundle(args.out, args.assets)
+    images = load_dataset(seed=args.seed)["images"].float() / 255
+    export_real_stats(args.assets, images01=images, what="real emoji (all styles)")
 
 
 def run_emoji_stage(args, budget: float, kw: dict) -> int:
     """Run one stage for the emoji model; `args` from `coolsd.train.cli`, `kw` = seed/batch/lr."""
     from diffusers import VQModel
+    from transformers import LlamaForCausalLM
 
+    from coolsd.models.emoji import EMOJI_SAMPLING
     from coolsd.train import emoji
     from coolsd.train.cli import part_path
+    from coolsd.train.drafter import train_drafter
     from coolsd.train.emoji_data import splits
+    from coolsd.train.vq import train_vq
 
+    if args.stage == "export":
+        export(args)
+        return 0
+    if args.stage == "evaluate":
+        raise SystemExit("evaluate the emoji model with: python -m coolsd.bench --model emoji")
     data = splits(seed=args.seed)
     if args.stage == "vq":
-        from coolsd.train.vq import train_vq
-
         train_vq(data, args.out, budget, codebook_size=emoji.VQ_CODES, restart_every=200, restart_until=2000,
                  **(emoji.VQ_ARCH | kw))
         return 0
@@ -27,4 +56,11 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
     if args.stage == "target":
         emoji.train_emoji_target(vq, data, args.out, budget, **kw)
         return 0
-    raise SystemExit(f"stage {args.stage} for --model emoji is not implemented yet")
+    target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
+    tokens = emoji_tokens(vq, data, target.config.num_styles)
+    train_drafter(vq, target, data, args.out, budget, init=args.init, n_self=args.n_self, self_frac=args.self_frac,
+                  w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, tokens=tokens,
+                  sampling=EMOJI_SAMPLING, n_start=200, n_real=256, **kw)
+    return 0
+
+

@@ -31,11 +31,11 @@ def export_bundle(runs: Path, assets: Path) -> None:
         print(f"[export] {name}: {size:.2f} MB -> {dst}")
 
 
-def export_real_stats(assets: Path, seed: int = 0) -> None:
-    """Classifier-feature mean/covariance of the held-out real digits -> classifier/real_stats.safetensors.
+def export_real_stats(assets: Path, seed: int = 0, images01=None, what: str = "held-out digits") -> None:
+    """Classifier-feature mean/covariance of real images -> classifier/real_stats.safetensors.
 
-    The benchmark's offline FID compares generated images against these statistics, so the data
-    itself never ships.
+    `images01`: (N, C, 32, 32) in [0, 1]; default the held-out real digits. The benchmark's offline
+    FID compares generated images against these statistics, so the data itself never ships.
     """
     from transformers import ResNetForImageClassification
 
@@ -43,8 +43,9 @@ def export_real_stats(assets: Path, seed: int = 0) -> None:
     from coolsd.train.data import splits
 
     classifier = ResNetForImageClassification.from_pretrained(assets / "classifier").float().eval()
-    images, _ = splits(seed)["val"]
-    feats = classifier_features(classifier, (images + 1) / 2)
+    if images01 is None:
+        images01 = (splits(seed)["val"][0] + 1) / 2
+    feats = classifier_features(classifier, images01)
     mu, sigma = feature_stats(feats)
     save_real_stats(assets / "classifier" / "real_stats.safetensors", mu, sigma, len(feats))
-    print(f"[export] real_stats: {len(feats)} held-out digits, {feats.shape[1]}-d features")
+    print(f"[export] real_stats: {len(feats)} {what}, {feats.shape[1]}-d features")

@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (holds coolsd/, ass
 ASSETS = ROOT / "assets"
 EMBEDDED_DIR = ASSETS / "embedded"  # the shipped digit model: vq/, target/, drafter/, classifier/
 EMBEDDED_CLASSIFIER = EMBEDDED_DIR / "classifier"
+EMOJI_DIR = ASSETS / "emoji"  # the shipped emoji model (same four folders; class + style conditional, RGB)
 BENCH_DIR = ASSETS / "bench"  # the benchmark's shipped results
 THEORY_REPORT = ASSETS / "theory_schedules.json"  # python -m coolsd.theory --report --report-out ...
 DOCS = ROOT / "docs"
