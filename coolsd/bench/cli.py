@@ -29,7 +29,7 @@ from coolsd.bench.settings import Setting, sweep
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.util.jsonsafe import dumps
-from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, ROOT
+from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_DIR, ROOT
 
 log = logging.getLogger("coolsd.bench")
 DEFAULT_OUT = BENCH_DIR
@@ -57,13 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m coolsd.bench", description=__doc__,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = ap.add_argument_group("model and data")
-    g.add_argument("--model", choices=("embedded", "tiny"), default="embedded",
-                   help="embedded = the shipped MNIST model; tiny = random weights (tests, dry runs)")
+    g.add_argument("--model", choices=("embedded", "mnist", "emoji", "tiny"), default="embedded",
+                   help="embedded / mnist = the shipped MNIST model; emoji = the shipped emoji model "
+                        "(execution dtype: COOLSD_DTYPE); tiny = random weights (tests, dry runs)")
     g.add_argument("--classifier", type=Path, default=None,
                    help=f"ResNet save_pretrained folder (default for embedded: {EMBEDDED_CLASSIFIER})")
     g.add_argument("--real-stats", type=Path, default=None,
                    help=f"real-image feature statistics (default: <classifier>/{REAL_STATS_NAME})")
-    g.add_argument("--classes", type=_ints, default=list(range(10)), help="class ids, e.g. 0-9 or 1,7")
+    g.add_argument("--classes", type=_ints, default=None,
+                   help="condition ids, e.g. 0-9 or 1,7 (default: all; emoji: class * 2 + style)")
     g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
@@ -96,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"rewrite the bench section of this Markdown file (no value: {BENCH_DOC.relative_to(ROOT)})")
     g.add_argument("--notes", type=Path, default=None, help="Markdown appended to the README section")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--other-path", type=int, default=0,
+                   help="emoji: also time vanilla AR on the other dtype path on this many images (the "
+                        "machine's fastest vanilla AR)")
     g.add_argument("--report-only", action="store_true",
                    help="decode nothing: remake results.md, claims, figure and README from --out's results.jsonl")
     return ap
@@ -113,11 +118,15 @@ def load_bundle(args, device: torch.device):
         bundle = tiny_bundle()
         if args.classifier is None:
             raise SystemExit("--model tiny has no classifier: pass --classifier FOLDER and --real-stats FILE")
+    elif args.model == "emoji":
+        from coolsd.models.emoji import load_emoji
+
+        bundle = load_emoji(device=device)
     else:
         from coolsd.models.bundle import load_embedded
 
         bundle = load_embedded(device=device)
-    folder = args.classifier or EMBEDDED_CLASSIFIER
+    folder = args.classifier or (EMOJI_DIR / "classifier" if args.model == "emoji" else EMBEDDED_CLASSIFIER)
     if not (folder / "config.json").is_file():
         raise SystemExit(f"classifier not found: {folder} (a ResNetForImageClassification save_pretrained folder)")
     classifier = ResNetForImageClassification.from_pretrained(folder, dtype=torch.float32).to(device).eval()
@@ -142,7 +151,9 @@ def machine(device: torch.device, world: int) -> str:
     else:
         cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
                     if ln.startswith("model name")), platform.processor() or platform.machine())
-        hw = f"{cpu}, {os.cpu_count()} cores"
+        flags = next((ln for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("flags")), "").split()
+        units = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+        hw = f"{cpu}, {os.cpu_count()} cores, bf16 units: {'yes (' + ', '.join(units) + ')' if units else 'no'}"
     return (f"{hw}; {world} process(es) x {torch.get_num_threads()} torch thread(s); "
             f"torch {torch.__version__}, Python {platform.python_version()}")
 
@@ -200,13 +211,58 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         fig.write_image(out / "pareto.png", scale=1)
     parts = {
         "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
-               f"Wall time: {config['wall_minutes']:.1f} min",
+               + (f"Execution: {config['execution']}  \n" if config.get("execution") else "")
+               + other_path_markdown(rows, config.get("other_path"))
+               + f"Wall time: {config['wall_minutes']:.1f} min",
         "targets": "Targets (issue 11):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
         "claims": "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
         "table": report.table(rows),
     }
     (out / "results.md").write_text("\n\n".join(parts.values()) + "\n")
     return parts
+
+
+def other_path_vanilla(args, bundle, sampling, items, device) -> dict | None:
+    """emoji with --other-path N: vanilla AR CPU seconds per image on this bundle's path and on the
+    other dtype path, over the first N vanilla items (each path warmed up once); None otherwise."""
+    if args.model != "emoji" or args.other_path <= 0:
+        return None
+    from coolsd.decoding.engine import run
+    from coolsd.models.emoji import DTYPE_ENV, load_emoji
+
+    mine = "bf16" if bundle.execution.startswith("bf16") else "fp32"
+    other = "fp32" if mine == "bf16" else "bf16"
+    vanilla = list(dict.fromkeys((it.cls, it.seed) for it in items))[: args.other_path]
+    old = os.environ.get(DTYPE_ENV)
+    os.environ[DTYPE_ENV] = other
+    try:
+        second = load_emoji(device=device)
+    finally:
+        if old is None:
+            del os.environ[DTYPE_ENV]
+        else:
+            os.environ[DTYPE_ENV] = old
+    out = {}
+    for name, b in ((mine, bundle), (other, second)):
+        run(b.target, None, None, vanilla[0][0], b.num_tokens, sampling, DecodeConfig(), seed=vanilla[0][1])
+        c0 = time.process_time()
+        for cls, seed in vanilla:
+            run(b.target, None, None, cls, b.num_tokens, sampling, DecodeConfig(), seed=seed)
+        out[name] = (time.process_time() - c0) / len(vanilla)
+    return {"images": len(vanilla), "vanilla_cpu_s": out, "path": mine}
+
+
+def other_path_markdown(rows: list[dict], other: dict | None) -> str:
+    """One line: vanilla AR per path and each decoder's speed-up against the machine's fastest vanilla."""
+    if not other:
+        return ""
+    v = other["vanilla_cpu_s"]
+    fastest = min(v, key=v.get)
+    ratio = v[other["path"]] / v[fastest]  # >= 1: this path's vanilla against the fastest vanilla
+    best = [f"{r['setting']} {r['speedup'] / ratio:.2f}x" for r in rows if r.get("speedup") == r.get("speedup")]
+    return (f"Vanilla AR CPU s / image over {other['images']} images: "
+            + ", ".join(f"{k} {t:.2f}" for k, t in v.items())
+            + f" (fastest: {fastest}); speed-up against the machine's fastest vanilla AR: {', '.join(best)}  \n")
 
 
 def update_readme(readme: Path, body: str) -> None:
@@ -264,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_floor_delta,
                                 args.extra), args.only)
+        bundle, classifier, stats = load_bundle(args, device)
+        if args.classes is None:
+            args.classes = list(range(len(bundle.class_names) or 10))
         if args.seeds < 1 or not args.classes:
             raise ValueError("need at least one class and --seeds >= 1")
-        bundle, classifier, stats = load_bundle(args, device)
         sampling = dataclasses.replace(bundle.default_sampling, **sampling_overrides)
     except ValueError as err:
         close_processes(procs)
@@ -284,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     wall_minutes = (time.perf_counter() - t0) / 60
     if procs.is_main:
         config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
-                  "model": bundle.name, "args": vars(args), "sampling": dataclasses.asdict(sampling),
+                  "model": bundle.name, "execution": bundle.execution,
+                  "other_path": other_path_vanilla(args, bundle, sampling, items, device), "args": vars(args), "sampling": dataclasses.asdict(sampling),
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
                   "wall_minutes": wall_minutes}
         rows = report.summarise(records, settings, bundle.neighbours, stats, args.fid_bootstrap)

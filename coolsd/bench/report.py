@@ -65,6 +65,8 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
             "fid": fid_from_features(features, mu_real, sigma_real) if n >= 2 else NAN,
             "fid_std": fid_bootstrap_std(features, mu_real, sigma_real, fid_bootstrap) if n >= 2 else NAN,
             "accuracy": sum(r["pred"] == r["cls"] for r in recs) / n,
+            **({"class_accuracy": sum(r["class_ok"] for r in recs) / n,
+                "style_accuracy": sum(r["style_ok"] for r in recs) / n} if "class_ok" in recs[0] else {}),
             "nll": sum(r["nll"] for r in recs) / n,
             "nll_se": float(np.std([r["nll"] for r in recs], ddof=1) / math.sqrt(n)) if n >= 2 else NAN,
             "tokens_sha": hashlib.sha1(" ".join(r["tokens_sha"] for r in recs).encode()).hexdigest()[:16],
@@ -232,9 +234,16 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['setting']} | {shape} | {_f(r['tau'])} | {_f(r['target_forwards'], '.1f')} "
                      f"| {_f(r['draft_forwards'], '.1f')} | {_f(r['seconds'], '.3f')} "
                      f"| {_f(r.get('cpu_seconds', NAN), '.3f')} | {_f(r['speedup'])}x "
-                     f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_f(100 * r['accuracy'], '.0f')} % "
+                     f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_accuracy(r)} "
                      f"| {_f(r['nll'], '.3f')} ± {_f(r.get('nll_se', NAN), '.3f')} |")
     return "\n".join(lines)
+
+
+def _accuracy(r: dict) -> str:
+    """"92 %", or "class 81 % / style 97 %" for a class + style model."""
+    if "class_accuracy" in r:
+        return f"class {_f(100 * r['class_accuracy'], '.0f')} % / style {_f(100 * r['style_accuracy'], '.0f')} %"
+    return f"{_f(100 * r['accuracy'], '.0f')} %"
 
 
 def _counts(d: dict) -> str:

@@ -82,14 +82,26 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
         gc.enable()
     image = bundle.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
     features, logits = classifier_outputs(classifier, image[None])
-    return {
+    return predicted(classifier, logits[0], cls) | {
         "cls": cls, "seed": seed, "tokens_sha": tokens_digest(result.tokens), "num_tokens": len(result.tokens),
         "tau": result.tau, "rounds": result.rounds, "target_forwards": result.target_forwards,
         "draft_forwards": result.draft_forwards, "wall_s": wall, "cpu_s": cpu,
         "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],
         "nll": token_nll(bundle.target, sampling, cls, result.tokens),
-        "pred": int(logits[0].argmax()), "features": features[0].tolist(),
+        "features": features[0].tolist(),
     }
+
+
+def predicted(classifier, logits: torch.Tensor, cond: int) -> dict:
+    """{"pred": predicted condition id} from one image's classifier logits (V,); a class + style
+    classifier (config num_styles > 0: class logits, then style logits) also gives class_ok / style_ok
+    against the requested condition cond = class * S + style."""
+    styles = getattr(classifier.config, "num_styles", 0)
+    if not styles:
+        return {"pred": int(logits.argmax())}
+    c = classifier.config.num_classes
+    pc, ps = int(logits[:c].argmax()), int(logits[c:].argmax())
+    return {"pred": pc * styles + ps, "class_ok": pc == cond // styles, "style_ok": ps == cond % styles}
 
 
 def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem], sampling: SamplingConfig,

@@ -1,0 +1,137 @@
+"""The emoji model's runtime side on tiny random weights saved as the shipped folder layout:
+[class, style] prefix, strict loading, RGB decoding, the execution dtype choice, a race."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from diffusers import VQModel
+from transformers import LlamaForCausalLM, ResNetForImageClassification
+
+from coolsd.compare.race import Race, Racer, fork_models
+from coolsd.decoding.engine import DecodeConfig, generate, run
+from coolsd.decoding.rules import make_rule
+from coolsd.models.bundle import BundleError
+from coolsd.models.eagle import EagleHead, eagle_config
+from coolsd.models.embedded import LlamaClassTarget, condition_prefix, num_conditions, target_config, vq_config
+from coolsd.models.emoji import DTYPE_ENV, load_emoji
+from coolsd.train.emoji import emoji_classifier
+
+K, CLASSES, STYLES, GRID = 32, ["cats", "cars", "hearts"], ["Twemoji", "Noto"], (4, 4)
+
+
+@pytest.fixture(scope="module")
+def emoji_dir(tmp_path_factory):
+    """Random tiny parts of the emoji architecture, saved as vq/ target/ drafter/ classifier/ (fp16)."""
+    root = tmp_path_factory.mktemp("emoji")
+    torch.manual_seed(0)
+    vq = VQModel(**(vq_config(K, channels=3, widths=(16, 16), latent_channels=4) | {"norm_num_groups": 8,
+                                                                                    "sample_size": 8}))
+    cfg = target_config(K, hidden=32, layers=2, heads=2, intermediate=64, grid=GRID, class_names=CLASSES,
+                        style_names=STYLES)
+    model = LlamaForCausalLM(cfg)
+    for name, part in (("vq", vq), ("target", model), ("drafter", EagleHead(eagle_config(cfg))),
+                       ("classifier", emoji_classifier(CLASSES, STYLES))):
+        part.to(torch.float16).save_pretrained(root / name)
+    return root
+
+
+@pytest.fixture
+def fp32_env(monkeypatch):
+    monkeypatch.setenv(DTYPE_ENV, "fp32")
+
+
+def test_condition_ids_map_to_class_and_style_tokens():
+    cfg = target_config(K, hidden=32, layers=1, heads=2, intermediate=64, class_names=CLASSES, style_names=STYLES)
+    assert num_conditions(cfg) == 6 and cfg.vocab_size == K + 3 + 1 + 2 + 1
+    cond = torch.tensor([0, 1, 5])  # (cats, Twemoji), (cats, Noto), (hearts, Noto)
+    assert condition_prefix(cfg, cond).tolist() == [[K, K + 4], [K, K + 5], [K + 2, K + 5]]
+    assert condition_prefix(cfg, cond, null=True).tolist() == [[K + 3, K + 6]] * 3
+    mnist = target_config(K, hidden=32, layers=1, heads=2, intermediate=64)
+    assert condition_prefix(mnist, torch.tensor([7]), null=True).tolist() == [[K + 10]]
+
+
+def test_target_start_equals_hf_logits_after_the_two_token_prefix():
+    torch.manual_seed(1)
+    cfg = target_config(K, hidden=32, layers=2, heads=2, intermediate=64, grid=GRID, class_names=CLASSES,
+                        style_names=STYLES)
+    model = LlamaForCausalLM(cfg).eval()
+    target = LlamaClassTarget(model)
+    step = target.start(5, guidance=True)  # (hearts, Noto) and the null row
+    ids = torch.cat([condition_prefix(cfg, torch.tensor([5])), condition_prefix(cfg, torch.tensor([5]), True)])
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits[:, -1:, :K]
+    torch.testing.assert_close(step.logits, ref, atol=1e-4, rtol=1e-4)
+    more = target.forward(torch.tensor([3, 9]), torch.arange(2))
+    with torch.no_grad():
+        ref2 = model(input_ids=torch.cat([ids, torch.tensor([[3, 9]] * 2)], 1)).logits[:, -2:, :K]
+    torch.testing.assert_close(more.logits, ref2, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="class"):
+        target.start(6, guidance=True)
+
+
+def test_shipped_layout_loads_strictly_and_decodes_rgb(emoji_dir, fp32_env):
+    b = load_emoji(emoji_dir, device="cpu", with_classifier=True)
+    assert b.class_names[:2] == ["cats · Twemoji", "cats · Noto"] and len(b.class_names) == 6
+    assert b.base_class_names == CLASSES and b.style_names == STYLES
+    assert b.condition_name("cars", "Noto") == b.class_names[3]
+    tokens = run(b.target, b.drafter, make_rule("eagle-1"), 3, b.num_tokens, b.default_sampling, DecodeConfig(),
+                 seed=0).tokens
+    image = b.tokenizer.decode(tokens)
+    assert image.shape == (3, 2 * GRID[0], 2 * GRID[1]) and 0 <= image.min() and image.max() <= 1
+    assert isinstance(b.classifier, ResNetForImageClassification)
+
+
+def test_a_missing_or_broken_part_is_a_bundle_error(emoji_dir, tmp_path, fp32_env):
+    with pytest.raises(BundleError, match="not found"):
+        load_emoji(tmp_path / "nowhere", device="cpu")
+    broken = tmp_path / "broken"
+    for name in ("vq", "target", "drafter"):
+        (broken / name).mkdir(parents=True)
+        for f in (emoji_dir / name).iterdir():
+            (broken / name / f.name).write_bytes(f.read_bytes())
+    (broken / "vq" / "diffusion_pytorch_model.safetensors").write_bytes(b"not weights")
+    with pytest.raises(BundleError, match="VQ tokenizer"):
+        load_emoji(broken, device="cpu")
+
+
+@pytest.mark.parametrize("choice,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_the_dtype_variable_is_honoured_and_logged(emoji_dir, monkeypatch, caplog, choice, dtype):
+    monkeypatch.setenv(DTYPE_ENV, choice)
+    with caplog.at_level(logging.INFO, logger="coolsd"):
+        b = load_emoji(emoji_dir, device="cpu")
+    assert b.target.embed.dtype == dtype and b.drafter.embed.dtype == dtype
+    assert b.execution.startswith(choice) and DTYPE_ENV in b.execution
+    assert any(f"emoji model runs {choice}" in r.getMessage() for r in caplog.records)
+    step = b.target.start(0, True)
+    assert step.logits.dtype == torch.float32  # rules and sampling always see fp32 logits
+
+
+def test_auto_times_both_paths_and_runs_the_faster(emoji_dir, monkeypatch):
+    monkeypatch.delenv(DTYPE_ENV, raising=False)
+    b = load_emoji(emoji_dir, device="cpu")
+    assert "fp32" in b.execution and "bf16" in b.execution and "measured" in b.execution
+    chosen = b.execution.split()[0]
+    assert b.target.embed.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[chosen]
+    monkeypatch.setenv(DTYPE_ENV, "fp64")
+    with pytest.raises(BundleError, match=DTYPE_ENV):
+        load_emoji(emoji_dir, device="cpu")
+
+
+def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
+    b = load_emoji(emoji_dir, device="cpu")
+    config = DecodeConfig(draft_len=3)
+    rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
+             "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
+    lanes = {key: fork_models(b.target, b.drafter) for key in rules}
+    solo = {key: fork_models(b.target, b.drafter) for key in rules}
+    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1] if rule else None, rule, 4, b.num_tokens,
+                                       b.default_sampling, config, seed=5), b.num_tokens) for key, rule in rules.items()]
+    keys = [racer.key for racer, _ in Race(racers)]
+    assert len(set(keys[:8])) > 1
+    for racer, (key, rule) in zip(racers, rules.items()):
+        target, drafter = solo[key]
+        alone = run(target, drafter if rule else None, rule, 4, b.num_tokens, b.default_sampling, config, seed=5)
+        assert racer.tokens.tolist() == alone.tokens.tolist(), key
