@@ -22,7 +22,9 @@ from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, load_embedded
+from coolsd.models.emoji import load_emoji
 from coolsd.util.checks import show
+from coolsd.util.paths import EMOJI_DIR
 
 try:  # ZeroGPU: holds a GPU for the whole call; a no-op elsewhere (and absent locally)
     import spaces
@@ -59,6 +61,7 @@ class AppModel:
     example_prompts: tuple[str, ...] = ()  # text models: a handful of prompts to start from
     check_prompt: Callable[[str], str] | None = None  # text models: the family's own prompt check (ValueError)
     max_prompt_chars: int = MAX_PROMPT_CHARS
+    execution: str = ""  # how target and drafter run (emoji: the dtype chosen at load by timing)
 
     @property
     def num_tokens(self) -> int:
@@ -67,7 +70,8 @@ class AppModel:
 
 def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
     return AppModel(kind, bundle.name, bundle.target, bundle.drafter, bundle.tokenizer, bundle.neighbours,
-                    tuple(bundle.grid), bundle.conditioning, list(bundle.class_names), bundle.default_sampling, note)
+                    tuple(bundle.grid), bundle.conditioning, list(bundle.class_names), bundle.default_sampling, note,
+                    execution=getattr(bundle, "execution", ""))
 
 
 def load_llamagen_models(path) -> list[AppModel]:
@@ -97,12 +101,20 @@ def load_models(choice: str) -> list[AppModel]:
 
 
 def load_model(choice: str) -> AppModel:
-    """"embedded", "tiny" or "llamagen"; falls back (with a warning, also on the page) to what is there."""
+    """"emoji", "embedded" (MNIST; also "mnist"), "tiny" or "llamagen"; falls back (with a warning, also
+    on the page) to what is there."""
     choice = (choice or "embedded").strip().lower()
+    choice = "embedded" if choice == "mnist" else choice
     note = ""
-    if choice not in ("embedded", "tiny", "llamagen"):
-        log.warning("unknown COOLSD_MODEL=%r (use embedded, tiny or llamagen); using embedded", choice)
+    if choice not in ("emoji", "embedded", "tiny", "llamagen"):
+        log.warning("unknown COOLSD_MODEL=%r (use emoji, embedded, tiny or llamagen); using embedded", choice)
         choice = "embedded"
+    if choice == "emoji":
+        try:
+            return _from_bundle(load_emoji(), "emoji")
+        except BundleError as err:
+            log.warning("%s; falling back to the embedded MNIST model", err)
+            note, choice = "the emoji model is missing (assets/emoji/); ", "embedded"
     if choice == "llamagen":
         from coolsd.models.llamagen import find_llamagen
 
@@ -126,12 +138,15 @@ def load_model(choice: str) -> AppModel:
 
 
 def default_model_choice() -> str:
-    """COOLSD_MODEL when set; else LlamaGen when its weights are found (COOLSD_LLAMAGEN_DIR), else embedded."""
+    """COOLSD_MODEL when set; else LlamaGen when its weights are found (COOLSD_LLAMAGEN_DIR); else the
+    emoji model when shipped (assets/emoji/), else embedded (MNIST)."""
     if os.environ.get("COOLSD_MODEL"):
         return os.environ["COOLSD_MODEL"]
     from coolsd.models.llamagen import find_llamagen
 
-    return "llamagen" if find_llamagen() is not None else "embedded"
+    if find_llamagen() is not None:
+        return "llamagen"
+    return "emoji" if (EMOJI_DIR / "target" / "config.json").is_file() else "embedded"
 
 
 @dataclass

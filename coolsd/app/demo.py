@@ -74,7 +74,8 @@ def model_info(ctx: Context) -> dict:
             "classes": m.class_names, "image_size": list(ctx.display_hw), "device": str(ctx.device),
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
-            "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict()}
+            "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
+            "execution": m.execution}
 
 
 def build_demo(ctx: Context) -> gr.Blocks:
@@ -84,7 +85,8 @@ def build_demo(ctx: Context) -> gr.Blocks:
         note = f"\n\n⚠️ {m.note}" if m.note else ""
         name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
         gr.Markdown(f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-                    f"Model: **{name}** on {ctx.device.type.upper()}, {m.grid[0]}×{m.grid[1]} tokens. "
+                    f"Model: **{name}** on {ctx.device.type.upper()}"
+                    f"{f' ({m.execution})' if m.execution else ''}, {m.grid[0]}×{m.grid[1]} tokens. "
                     f"One click decodes the same image four ways; the decoder that has used the least compute "
                     f"runs next, so each frame compares equal compute.{note}", elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):

@@ -105,7 +105,8 @@ def _condition(ctx: Context) -> Spec:
         prompts = m.example_prompts or EXAMPLE_PROMPTS
         return Spec("Prompt", "custom", prompts[0], widget="textbox", elem_id="condition", check_fn=check_prompt,
                     extra={"max_length": m.max_prompt_chars, "lines": 2})
-    return Spec("Digit", "choice", m.class_names[3 % len(m.class_names)],
+    label = "Emoji (class · style)" if m.kind == "emoji" else "Digit"
+    return Spec(label, "choice", m.class_names[3 % len(m.class_names)],
                 choices=tuple((name, name) for name in m.class_names), widget="dropdown", elem_id="condition")
 
 

@@ -43,7 +43,10 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         export(args)
         return 0
     if args.stage == "evaluate":
-        raise SystemExit("evaluate the emoji model with: python -m coolsd.bench --model emoji")
+        from coolsd.train.emoji_eval import evaluate_emoji
+
+        evaluate_emoji(args.assets, args.seed, seeds=args.per_class)
+        return 0
     data = splits(seed=args.seed)
     if args.stage == "vq":
         train_vq(data, args.out, budget, codebook_size=emoji.VQ_CODES, restart_every=200, restart_until=2000,
