@@ -18,6 +18,7 @@ from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import LlamaClassTarget, condition_prefix, num_conditions, target_config, vq_config
 from coolsd.models.emoji import DTYPE_ENV, load_emoji
 from coolsd.train.emoji import emoji_classifier
+from coolsd.util.paths import EMOJI_DIR
 
 K, CLASSES, STYLES, GRID = 32, ["cats", "cars", "hearts"], ["Twemoji", "Noto"], (4, 4)
 
@@ -135,3 +136,18 @@ def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
         target, drafter = solo[key]
         alone = run(target, drafter if rule else None, rule, 4, b.num_tokens, b.default_sampling, config, seed=5)
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
+
+
+SHIPPED = EMOJI_DIR / "target" / "config.json"
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="the emoji weights are not shipped in this checkout")
+def test_shipped_emoji_folders_load_strictly_and_decode_rgb_32px(fp32_env):
+    b = load_emoji(device="cpu", with_classifier=True)
+    assert len(b.base_class_names) >= 12 and b.style_names == ["Twemoji", "Noto"]
+    assert len(b.class_names) == len(b.base_class_names) * 2 and b.grid == (16, 16)
+    image = b.tokenizer.decode(torch.zeros(256, dtype=torch.long))
+    assert image.shape == (3, 32, 32) and 0 <= image.min() and image.max() <= 1
+    size = sum(f.stat().st_size for f in EMOJI_DIR.rglob("*") if f.is_file())
+    assert size <= 50e6  # the budget for this model
+    assert (EMOJI_DIR / "classifier" / "real_stats.safetensors").is_file()
