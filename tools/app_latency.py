@@ -34,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, port: int) -> tuple[subprocess.Popen, float]:
+def start_server(model: str, port: int, timeout_s: float = 300) -> tuple[subprocess.Popen, float]:
     env = os.environ | OFFLINE | {"COOLSD_MODEL": model, "GRADIO_SERVER_PORT": str(port)}
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -49,9 +49,9 @@ def start_server(model: str, port: int) -> tuple[subprocess.Popen, float]:
                 return proc, time.perf_counter() - t0
         except httpx.HTTPError:
             pass
-        if time.perf_counter() - t0 > 300:
+        if time.perf_counter() - t0 > timeout_s:
             proc.kill()
-            raise RuntimeError("app.py did not answer within 300 s")
+            raise RuntimeError(f"app.py did not answer within {timeout_s:.0f} s")
         time.sleep(0.25)
 
 

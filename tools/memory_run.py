@@ -61,7 +61,7 @@ def run(args) -> dict:
     port = free_port()
     env_extra = {"COOLSD_SESSION_CAPACITY": str(args.capacity)} if args.capacity else {}
     os.environ.update(env_extra | {"OMP_NUM_THREADS": "1"})
-    proc, start_s = start_server(args.model, port)
+    proc, start_s = start_server(args.model, port, timeout_s=1200)  # a loaded machine starts slowly
     base = f"http://127.0.0.1:{port}"
     samples, errors = [], 0
     try:
@@ -83,6 +83,8 @@ def run(args) -> dict:
                 samples.append({"sessions": i, "rss_mb": rss_mb(proc.pid), "seconds": time.perf_counter() - t0})
                 print(f"{i:5d} sessions  RSS {samples[-1]['rss_mb']:7.1f} MB  {samples[-1]['seconds']:6.0f} s",
                       flush=True)
+                if args.out:  # the samples so far survive an interrupted run
+                    args.out.write_text(json.dumps({"partial": True, "samples": samples}, indent=1))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -103,6 +105,8 @@ def main() -> None:
     p.add_argument("--bound-mb", type=float, default=None, help="fail (exit 1) when RSS goes above this")
     p.add_argument("--out", type=Path, default=None, help="write the samples here (JSON)")
     args = p.parse_args()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     result = run(args)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
     if args.out:
