@@ -28,8 +28,9 @@ table th, table td {word-break: normal !important; overflow-wrap: normal !import
 @media (max-width: 700px) {
   #main-row {flex-direction: column-reverse !important}
   #main-row > * {min-width: 0 !important; width: 100% !important}
-  #stats table, #micro-table table {font-size: 12px}
-  #stats th, #stats td, #micro-table th, #micro-table td {padding: 3px 4px !important}
+  #stats table, #micro-table table {font-size: 11px !important; width: 100% !important; min-width: 0 !important}
+  #stats, #micro-table {overflow-x: auto}
+  #stats th, #stats td, #micro-table th, #micro-table td {padding: 2px 3px !important; font-size: 11px !important}
   #paper-beside-us table {display: block; overflow-x: auto; font-size: 12px}
   #paper-beside-us th:first-child, #paper-beside-us td:first-child {position: sticky; left: 0; background: white}
 }
