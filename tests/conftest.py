@@ -25,7 +25,7 @@ torch.set_num_threads(1)
 RULE_KWARGS: dict[str, dict] = {
     "eagle-1": {},
     "uniform-rsd": {"delta": 1.7},
-    "cool-sd": {"delta": 2.0, "nu": 0.7},  # omega < 1 at depth 3 of L = 3
+    "cool-sd": {"delta": 2.0, "nu": 0.7, "floor_at_one": False},  # unclipped: omega < 1 at depth 3 of L = 3
     "lantern++": {"k": 2, "lam": 3.0},
     "lantern": {"k": 2, "delta": 0.2},
     "linear-decay": {"delta": 1.5, "slope": 0.8},  # omega 2.7, 1.5, 0.3 at L = 3

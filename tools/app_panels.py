@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
         stage("idle after start", lambda: None)
         stage(f"race: {args.races} x default racers", lambda: races(defaults["racers"]))
-        stage(f"race: {args.races} x four racers", lambda: races(["uniform-rsd", "linear-decay", "cool-sd",
-                                                                  "cool-sd-floor"]))
+        stage(f"race: {args.races} x four racers", lambda: races(["uniform-rsd", "linear-decay", "cool-sd-unclipped",
+                                                                  "cool-sd"]))
 
         def replays():
             steps = client.predict(api_name="/trace")["steps"]

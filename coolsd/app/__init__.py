@@ -3,9 +3,9 @@
 `app.py` (the entry point) loads the model once into a `Context` (`coolsd.app.context`), builds the
 settings column (`coolsd.app.controls`), then one `gr.Tab` per panel module listed in `coolsd.app.demo.PANELS`, then
 the share-link restore (`coolsd.app.share.wire_restore`). Modules: context (model, lanes, checks),
-controls (settings column), racers (racer choice -> rules), race (Race tab: stream, replay, overlay),
-share (trace / PNG strip downloads, share links), theory, how, lab, schedule, plots (figures and
-token images; drawing only).
+controls (settings column), racers (racer choice -> rules, from `coolsd.decoding.variants`), race (Race tab:
+stream, replay, overlay), share (trace / PNG strip downloads, share links), theory, how, lab, schedule, cost (the
+cost model), plots (figures and token images; drawing only).
 
 The panel interface (each tab is one small module):
 

@@ -11,6 +11,7 @@ import gradio as gr
 
 from coolsd.app.context import Context
 from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, specs
+from coolsd.decoding.rules import CoolSDRule
 
 # the accordions of the settings column: (title, settings in it, open)
 GROUPS = [
@@ -34,15 +35,15 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
     prompts = ctx.model.example_prompts or EXAMPLE_PROMPTS
     pick = (lambda i: names[i % len(names)]) if names else (lambda i: prompts[i % len(prompts)])
     rows = [
-        ("Paper setting: COOL-SD δ = 1.1, ν = 0.7", row(condition=pick(3), delta=1.1)),
+        (f"Paper setting: COOL-SD δ = 1.1, ν = {CoolSDRule.nu:g} (floored at 1)", row(condition=pick(3), delta=1.1)),
         ("Aggressive: COOL-SD δ = 4", row(condition=pick(8), seed=1, delta=4.0, overlay=True)),
         ("Uniform relaxation (ν = 0)", row(condition=pick(5), seed=2, nu=0.0)),
         ("Sanity: δ = 1, ν = 0 gives Eagle-1's image", row(condition=pick(2), delta=1.0, nu=0.0)),
         ("LANTERN++ k = 5, λ = 20", row(condition=pick(7), lantern_k=min(5, ctx.k_max), lantern_lambda=20.0)),
         ("Static tree (Eagle-1's 25 nodes)", row(condition=pick(0), drafting="eagle-25")),
         ("Long drafts: L = 8", row(condition=pick(6), draft_len=8, overlay=True)),
-        ("Schedules at mean ω = 2: uniform, linear, exponential, floored",
-         row(condition=pick(4), racers=["uniform-rsd", "linear-decay", "cool-sd", "cool-sd-floor"])),
+        ("Schedules at mean ω = 2: uniform, linear, exponential unclipped and floored",
+         row(condition=pick(4), racers=["uniform-rsd", "linear-decay", "cool-sd-unclipped", "cool-sd"])),
         ("LANTERN++: published residual vs G*", row(condition=pick(9), racers=["eagle-1", "lantern++",
                                                                                "lantern++-gstar"])),
     ]

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import gradio as gr
 from starlette.middleware import Middleware
 
-from coolsd.app import controls, how, lab, microscope, race, schedule, settings, share, theory, tour
+from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
 from coolsd.app.context import Context, load_models
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
-PANELS = [race, microscope, lab, schedule, theory, how]  # tab order; each module has ID, TITLE and build(ctx, tab)
+PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order; each has ID, TITLE and build(ctx, tab)
 CSS = """
 .panel-title {text-align: center}
 #header {margin-bottom: 0}

@@ -22,6 +22,7 @@ from coolsd.app.context import MAX_SEED, Context, bad, gpu, log
 from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
+from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.checks import plain
 from coolsd.util.jsonsafe import json_safe
@@ -47,7 +48,7 @@ the run is marked on the benchmark's Pareto figure below.
 
 def lab_specs() -> dict[str, Spec]:
     """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
-    rules = tuple((label, key) for key, (label, _) in LAB_RULES.items())
+    rules = tuple((label, key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
             "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, 50.0, 0.05,
                                elem_id="lab-relaxation"),
@@ -192,6 +193,7 @@ class LabPanel:
 
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
         """The lab's values checked by their Specs (the event is wired with preprocess=False); one clear error."""
+        rule = variants.ALIASES.get(rule, rule) if isinstance(rule, str) else rule  # old keys ("cool-sd-floor")
         v = check_values(self.specs, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed})
         return v["rule"], v["relaxation"], v["samples"], v["seed"]
 

@@ -13,12 +13,10 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from coolsd.decoding import variants
 from coolsd.decoding.events import TokenOutcome
 
-# Decoder colours (shared with coolsd.theory's figure where the decoder appears there too).
-DECODER_COLOURS = {"eagle-1": "#444444", "lantern++": "#2ca02c", "lantern++-gstar": "#17becf", "uniform-rsd": "#1f77b4",
-                   "linear-decay": "#9467bd", "cool-sd": "#d62728", "cool-sd-floor": "#ff7f0e", "custom": "#8c564b",
-                   "vanilla": "#7f7f7f"}
+DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure (coolsd.decoding.variants)
 # Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
 ACCEPTED, RESAMPLED, BONUS = (k.code for k in TokenOutcome)  # int8 codes in the per-token kinds tensor
 KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255)}

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from pathlib import Path
 
 import gradio as gr
 
 from coolsd.app.context import Context, bad, log
 from coolsd.app.settings import Spec, check_values
-from coolsd.decoding.rules import CoolSDRule, LinearDecayRule, Rule
+from coolsd.decoding import variants
+from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
 from coolsd.theory import annealing, sweeps
 from coolsd.util.checks import plain, show
 from coolsd.util.paths import THEORY_REPORT
@@ -34,8 +34,9 @@ min(1, ω_i p/q) and a rejection resamples from G*_i. Shape the schedule, then c
 the UniformRSD whose single δ gives the **same** mean accepted length τ, so the only difference is where along the
 round the relaxation is spent. Exact numbers (no sampling) on the toy tabular model (V = {sweeps.VOCAB_SIZE},
 T = {sweeps.NUM_TOKENS}, L = {DRAFT_LEN}); drafts are the Theory tab's or a mix Q = (1 − ε) P + ε R.
-The family: exponential ω_i = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = 0.7); linear decay
-ω_i = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ω_i = δ; or your own list ω_1..ω_L.
+The family: exponential ω_i = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = {CoolSDRule.nu:g});
+linear decay ω_i = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ω_i = δ; or your own list ω_1..ω_L.
+"Floor at 1" (on by default, as COOL-SD runs everywhere in this app) clips every ω_i below at 1.
 """
 WHY = """
 **Why the floor matters.** With G*, a depth whose ω_i ≤ 1 has step error exactly 0, so pushing ω_i below 1 buys no
@@ -56,34 +57,22 @@ def schedule_specs() -> dict[str, Spec]:
             "delta": Spec("delta (mean omega)", "number", cool.delta, 0.1, 8.0, 0.05, elem_id="sched-delta"),
             "nu": Spec("nu (exponential decay rate)", "number", cool.nu, 0.0, 3.0, 0.05, elem_id="sched-nu"),
             "slope": Spec("slope s (linear decay)", "number", linear.slope, 0.0, 1.0, 0.05, elem_id="sched-slope"),
-            "floor": Spec("floor at 1 (omega_i = max(omega_i, 1))", "bool", False, elem_id="sched-floor"),
+            "floor": Spec("floor at 1 (omega_i = max(omega_i, 1))", "bool", CoolSDRule.floor_at_one,
+                          elem_id="sched-floor"),
             "drafts": Spec("Drafts", "choice", "toy", choices=tuple((v, k) for k, v in DRAFT_LABELS.items()),
                            widget="radio", elem_id="sched-drafts")}
 
 
 def parse_omegas(text) -> tuple[float, ...]:
-    """"2, 1, 0.5" -> (2.0, 1.0, 0.5); a one-line error on anything else (at most L numbers)."""
-    if isinstance(text, (list, tuple)):
-        parts = list(text)
-    elif isinstance(text, str):
-        parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p.strip()]
-    else:
-        raise bad(f"custom omegas must be numbers separated by commas (e.g. 2, 1, 0.5), got {show(text)}")
-    values = []
-    for part in parts:
-        try:
-            value = float(part)
-        except (TypeError, ValueError):
-            raise bad(f"custom omegas: {show(part)} is not a number; write e.g. 2, 1, 0.5") from None
-        if not math.isfinite(value):
-            raise bad(f"custom omegas must be finite numbers, got {show(part)}")
-        values.append(value)
-    if not values:
-        raise bad("custom omegas: give at least one number (omega_1), e.g. 2, 1, 0.5")
+    """The custom list (`variants.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"); a one-line error, at most L numbers."""
+    try:
+        values = variants.parse_omegas(text)
+    except ValueError as err:
+        raise bad(f"custom omegas: {err}") from None
     if len(values) > DRAFT_LEN:
         raise bad(f"custom omegas: the toy model drafts L = {DRAFT_LEN} tokens per round, so give at most "
                   f"{DRAFT_LEN} numbers (got {len(values)})")
-    return tuple(values)
+    return values
 
 
 def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
@@ -214,8 +203,9 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
             kind, delta, nu, slope = (panel.specs[n].component() for n in ("kind", "delta", "nu", "slope"))
-            omegas = gr.Textbox(value="2, 1, 0.5", label=f"custom omegas (omega_1..omega_{DRAFT_LEN})",
-                                elem_id="sched-omegas", max_length=200)
+            omegas = gr.Textbox(value=variants.format_omegas(CustomScheduleRule.omegas),
+                                label=f"custom omegas (omega_1..omega_{DRAFT_LEN})", elem_id="sched-omegas",
+                                max_length=200)
             floor, drafts = panel.specs["floor"].component(), panel.specs["drafts"].component()
             button = gr.Button("Compute", variant="primary", elem_id="sched-btn")
         with gr.Column(scale=3):

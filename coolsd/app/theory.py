@@ -13,6 +13,7 @@ import gradio as gr
 from coolsd.app.context import Context, bad, log
 from coolsd.app.racers import RuleParams, make_rules
 from coolsd.app.settings import check_values, specs
+from coolsd.decoding import variants
 from coolsd.theory import sweeps
 from coolsd.util.checks import plain
 
@@ -21,9 +22,9 @@ INPUTS = ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")
 INTRO = f"""
 Exact numbers, no sampling: a toy tabular target and drafter (V = {sweeps.VOCAB_SIZE} codes, T = {sweeps.NUM_TOKENS}
 tokens, L = {sweeps.DRAFT_LEN}) small enough to enumerate every output sequence (`coolsd.theory`). Each curve sweeps one
-knob: UniformRSD's and COOL-SD's δ (ν from the slider), LANTERN++'s λ (k ≤ {sweeps.K} on the toy codebook). The ✕ marks
-are the current sliders. Lower-right is better: longer accepted runs at a smaller total-variation error. It updates
-when you release a COOL-SD or LANTERN++ slider (a new ν takes a few seconds).
+knob: UniformRSD's δ, COOL-SD's δ floored at 1 and unclipped (ν from the slider), LANTERN++'s λ (k ≤ {sweeps.K} on
+the toy codebook). The ✕ marks are the current sliders. Lower-right is better: longer accepted runs at a smaller
+total-variation error. It updates when you release a COOL-SD or LANTERN++ slider (a new ν takes a few seconds).
 """
 
 
@@ -45,8 +46,8 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
         log.exception("theory plot failed")
         raise bad(f"the exact oracle failed: {type(err).__name__}: {plain(err)[:200]}") from None
     fig.add_trace(go.Scatter(x=[lantern["tau"]], y=[lantern["tv"]], mode="markers", name=lantern["label"],
-                             marker={"color": "#2ca02c", "size": 14, "symbol": "x-thin",
-                                     "line": {"width": 3, "color": "#2ca02c"}},
+                             marker={"color": variants.COLOURS["lantern++"], "size": 14, "symbol": "x-thin",
+                                     "line": {"width": 3, "color": variants.COLOURS["lantern++"]}},
                              hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
     fig.update_layout(width=None, height=520, autosize=True, title={"font": {"size": 14}},
                       legend={"x": 1.02, "y": 1, "xanchor": "left", "bgcolor": "rgba(255,255,255,0.6)"},

@@ -27,6 +27,7 @@ from coolsd.bench import report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_DIR, ROOT
@@ -77,9 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run every LANTERN++ point with the G* residual")
     g.add_argument("--uniform-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0, 16.0], help="UniformRSD deltas")
     g.add_argument("--cool-delta", type=_floats, default=[1.1, 2.0, 4.0, 8.0, 16.0], help="COOL-SD deltas")
-    g.add_argument("--cool-nu", type=float, default=0.7, help="COOL-SD annealing rate nu")
-    g.add_argument("--cool-floor-delta", type=_floats, default=[2.0],
-                   help="COOL-SD deltas also run with omega floored at 1")
+    g.add_argument("--cool-nu", type=float, default=CoolSDRule.nu, help="COOL-SD annealing rate nu")
+    g.add_argument("--cool-unclipped-delta", type=_floats, default=[2.0],
+                   help="COOL-SD deltas also run unclipped (--cool-delta runs COOL-SD floored at 1, the default)")
     g.add_argument("--extra", nargs="*", default=TREE_SETTINGS,
                    help="more settings as 'rule[:name=value,...][@tree]' (default: the static-tree ones)")
     g.add_argument("--only", default=None, help="keep only settings whose label contains one of these "
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                           if getattr(args, f.name) is not None}
     try:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
-                                args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_floor_delta,
+                                args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
                                 args.extra), args.only)
         bundle, classifier, stats = load_bundle(args, device)
         if args.classes is None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
+from coolsd.decoding import variants
 
 NAN = float("nan")
 SPEEDUP_NAME = "speed-up = ratio of total CPU time (vanilla AR / setting, same images, warm-up excluded)"
@@ -109,6 +110,11 @@ def _rule(r: dict) -> dict:
     return r["rule_config"] or {}
 
 
+def _variant(r: dict) -> str | None:
+    """The row's decoder variant (`coolsd.decoding.variants`): "cool-sd" is the floored default."""
+    return variants.variant_of(r["rule_config"])
+
+
 QUALITY = {"fid": "fid_std", "nll": "nll_se"}  # quality measure (lower is better) -> its noise estimate
 
 
@@ -153,19 +159,16 @@ def claims(rows: list[dict]) -> list[dict]:
     """The paper's three claims, each judged with FID (the paper's measure) and with the target's NLL
     (far less noisy at small N) as quality, and for claims 1-2 on measured speed-up and on tau.
 
-    1. COOL-SD's frontier dominates UniformRSD's: every UniformRSD point is worse than COOL-SD's
+    1. COOL-SD's (floored at 1, the default) frontier dominates UniformRSD's: every UniformRSD point is worse than its
        frontier at its speed.
     2. COOL-SD beats LANTERN++ at equal speed-up: same test against every LANTERN++ point (chain,
        published residual).
     3. G* improves LANTERN++: at every (k, lambda), the G* residual scores lower than the published one.
     `verdict` is FID against measured speed-up; `verdicts` holds every combination.
     """
-    cool = _family_rows(rows, lambda r: _rule(r).get("rule") == "cool-sd" and _is_chain(r)
-                        and not _rule(r).get("floor_at_one") and _rule(r).get("residual_kind") == "optimal")
-    uniform = _family_rows(rows, lambda r: _rule(r).get("rule") == "uniform-rsd" and _is_chain(r))
-    lantern = _family_rows(rows, lambda r: _rule(r).get("rule") == "lantern++" and _is_chain(r))
-    published = [r for r in lantern if _rule(r)["residual_kind"] == "published"]
-    optimal = {(_rule(r)["k"], _rule(r)["lam"]): r for r in lantern if _rule(r)["residual_kind"] == "optimal"}
+    cool, uniform, published, gstar = (_family_rows(rows, lambda r, key=key: _variant(r) == key and _is_chain(r))
+                                       for key in ("cool-sd", "uniform-rsd", "lantern++", "lantern++-gstar"))
+    optimal = {(_rule(r)["k"], _rule(r)["lam"]): r for r in gstar}
     out = []
     for key, text, theirs in (("cool_dominates_uniform", "COOL-SD's frontier dominates UniformRSD's", uniform),
                               ("cool_beats_lantern", "COOL-SD beats LANTERN++ at equal speed-up", published)):
@@ -307,7 +310,7 @@ def figure(rows: list[dict], title: str):
                     x=[r[axis] for r in pts], y=[r[quality] for r in pts], mode="lines+markers", name=family,
                     legendgroup=family, showlegend=(row, col) == (1, 1),
                     marker={"color": color, "symbol": symbol, "size": 8},
-                    line={"color": color, "dash": "dot" if "G*" in family or "floor" in family else "solid"},
+                    line={"color": color, "dash": "dot" if "G*" in family or "unclipped" in family else "solid"},
                     error_y={"type": "data", "array": [r.get(noise, NAN) for r in pts], "thickness": 1, "width": 2},
                     text=[r["setting"] for r in pts],
                     hovertemplate="%{text}<br>x=%{x:.2f}<br>y=%{y:.3f}<extra></extra>"), row=row, col=col)

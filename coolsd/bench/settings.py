@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule, make_rule
 
@@ -37,25 +38,29 @@ class Setting:
         """Curve of the Pareto figure: settings that differ only in their swept strength share one."""
         return self._name() + (f" tree {self.tree}" if self.tree else "")
 
+    @property
+    def variant(self) -> str | None:
+        """Its key in `coolsd.decoding.variants` ("cool-sd", "lantern++-gstar", ...), None if none matches."""
+        return variants.variant_of(None if self.rule is None else {"rule": self.rule, **self.kwargs})
+
     def _name(self) -> str:
+        """The rule slug, LANTERN++'s k, and the variant's tag ("G*", "unclipped")."""
         if self.rule is None:
             return VANILLA
-        kw = self.kwargs
         name = self.rule
         if self.rule == "lantern++":
-            name += f" k={kw.get('k', LanternPPRule.k)}"
-            if kw.get("residual_kind") == "optimal":
-                name += " G*"
-        if self.rule == "cool-sd" and kw.get("floor_at_one"):
-            name += " floor"
-        return name
+            name += f" k={self.kwargs.get('k', LanternPPRule.k)}"
+        key = self.variant
+        tag = variants.VARIANTS[key].tag if key else ""
+        return f"{name} {tag}" if tag else name
 
     @property
     def label(self) -> str:
         """Unique, readable name: "cool-sd delta=2", "lantern++ k=5 G* lam=10", "eagle-1 tree eagle-25"."""
         if self.rule is None:
             return VANILLA
-        hidden = {"residual_kind", "floor_at_one", "k"} if self.rule == "lantern++" else {"floor_at_one"}
+        key = self.variant
+        hidden = set(variants.VARIANTS[key].fixed if key else ()) | ({"k"} if self.rule == "lantern++" else set())
         shown = {k: v for k, v in self.options if k not in hidden}
         if shown.get("nu") == CoolSDRule.nu and self.rule == "cool-sd":
             shown.pop("nu")  # the paper's value, left out of labels
@@ -95,7 +100,7 @@ def _setting(rule: str | None, draft_len: int, tree: str | None = None, **option
 
 
 def parse_spec(text: str, draft_len: int = DecodeConfig.draft_len) -> Setting:
-    """'rule[:name=value,...][@tree]' -> Setting, e.g. 'cool-sd:delta=2,nu=0.7@eagle-25', 'vanilla'.
+    """'rule[:name=value,...][@tree]' -> Setting, e.g. 'cool-sd:delta=2,nu=0.5@eagle-25', 'vanilla'.
 
     Values are read as int, then float, then true/false, else kept as text; 'L=3' sets the draft length.
     """
@@ -136,22 +141,30 @@ def _value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def _variant_setting(key: str, draft_len: int, **options) -> Setting:
+    """A setting of variant `key` (`coolsd.decoding.variants`): its rule, `options` and the variant's fixed options."""
+    v = variants.get(key)
+    return _setting(v.rule, draft_len, **(options | v.fixed))
+
+
 def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), lantern_lam: list[float] = (),
           lantern_gstar: bool = True,
-          uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = 0.7,
-          cool_floor_delta: list[float] = (), extra: list[str] = ()) -> list[Setting]:
-    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, then the `extra` specs."""
+          uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = CoolSDRule.nu,
+          cool_unclipped_delta: list[float] = (), extra: list[str] = ()) -> list[Setting]:
+    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, then the `extra` specs.
+
+    cool_delta: COOL-SD (floored at 1, the default); cool_unclipped_delta: the unclipped schedule.
+    """
     out = [_setting(None, draft_len), _setting("eagle-1", draft_len)]
     for k in lantern_k:
-        out += [_setting("lantern++", draft_len, k=int(k), lam=float(lam)) for lam in lantern_lam]
+        out += [_variant_setting("lantern++", draft_len, k=int(k), lam=float(lam)) for lam in lantern_lam]
     if lantern_gstar:
         for k in lantern_k:
-            out += [_setting("lantern++", draft_len, k=int(k), lam=float(lam), residual_kind="optimal")
-                    for lam in lantern_lam]
+            out += [_variant_setting("lantern++-gstar", draft_len, k=int(k), lam=float(lam)) for lam in lantern_lam]
     out += [_setting("uniform-rsd", draft_len, delta=float(d)) for d in uniform_delta]
-    out += [_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu)) for d in cool_delta]
-    out += [_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu), floor_at_one=True)
-            for d in cool_floor_delta]
+    out += [_variant_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu)) for d in cool_delta]
+    out += [_variant_setting("cool-sd-unclipped", draft_len, delta=float(d), nu=float(cool_nu))
+            for d in cool_unclipped_delta]
     out += [parse_spec(s, draft_len) for s in extra]
     labels = [s.label for s in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})

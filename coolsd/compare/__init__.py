@@ -4,5 +4,6 @@ Start reading at `race.py` (`Race`: racers stepped round by round with the same 
 `fork_models`), then `trace.py` (a race recorded as events, replayable and downloadable as JSON) and
 `lab.py` (the quality lab: many samples per decoder, judged by token NLL and the digit classifier)
 and `metrics.py` (token NLL, classifier features and accuracy, FID: used by the lab, the benchmark
-and training).
+and training). `cost.py` is the cost model: the speed-up predicted from per-depth acceptance and the
+measured call times, beside the speed-up a race measured.
 """

@@ -29,20 +29,27 @@ from torch import Tensor
 
 from coolsd.compare.metrics import classifier_outputs, token_nll
 from coolsd.compare.race import fork_models
+from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, run
-from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule, UniformRSDRule
+from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.decoding.variants import RuleKnobs
 from coolsd.util import checks
 
-VANILLA = "vanilla"
-# The lab's relaxed rules: key -> (label, knob). The knob is delta for the omega rules, lambda for LANTERN++.
+VANILLA = variants.VANILLA
+# The lab's relaxed decoders (variant keys of `coolsd.decoding.variants`) -> label; each is relaxed by its
+# variant's strength knob (delta for the omega rules, lambda for LANTERN++) and judged beside its twin.
 LAB_RULES = {
-    "cool-sd": ("COOL-SD (nu 0.7, mean omega = delta)", "delta"),
-    "cool-sd-floor": ("COOL-SD floored at 1", "delta"),
-    "uniform-rsd": ("UniformRSD", "delta"),
-    "linear-decay": ("linear decay (slope 0.5)", "delta"),
-    "lantern++": ("LANTERN++ (published residual)", "lambda"),
+    "cool-sd": f"COOL-SD (nu {CoolSDRule.nu:g}, floored at 1, mean omega = delta)",
+    "cool-sd-unclipped": f"COOL-SD unclipped (nu {CoolSDRule.nu:g}, mean omega = delta)",
+    "uniform-rsd": "UniformRSD",
+    "linear-decay": f"Linear decay (slope {LinearDecayRule.slope:g})",
+    "lantern++": "LANTERN++ (published residual)",
 }
+# Twins: COOL-SD (floored or not) and linear decay -> UniformRSD at the same delta (same mean omega);
+# UniformRSD -> COOL-SD at the same delta; LANTERN++ -> LANTERN++ with the G* residual, same k and lambda.
+TWINS = {"cool-sd": "uniform-rsd", "cool-sd-unclipped": "uniform-rsd", "linear-decay": "uniform-rsd",
+         "uniform-rsd": "cool-sd", "lantern++": "lantern++-gstar"}
 CACHED = ("vanilla", "eagle-1")  # decoders whose samples do not depend on the relaxation
 CACHE_SIZE = 256  # samples kept, without their images (T token ids and a few numbers; images are re-decoded)
 
@@ -56,35 +63,33 @@ class LabDecoder:
     rule: Rule | None
 
 
-def lab_decoders(rule_key: str, relaxation: float, neighbours: Tensor | None = None,
-                 lantern_k: int = 10) -> list[LabDecoder]:
-    """Vanilla AR, Eagle-1, the chosen rule at `relaxation`, and its twin; ValueError on bad input.
+def _column(key: str, relaxation: float, k: int, neighbours: Tensor | None) -> tuple[str, Rule]:
+    """(label, rule) of variant `key` relaxed to `relaxation` (its strength knob)."""
+    v = variants.get(key)
+    rule = variants.at_strength(key, relaxation, RuleKnobs(lantern_k=k), neighbours)
+    if v.rule == "lantern++":
+        return f"LANTERN++{' ' + v.tag if v.tag else ''} k={k} lambda={relaxation:g}", rule
+    return f"{v.name} delta={relaxation:g}", rule
 
-    Twins: COOL-SD (floored or not) and linear decay -> UniformRSD at the same delta (same mean omega);
-    UniformRSD -> COOL-SD at the same delta; LANTERN++ -> LANTERN++ with the G* residual, same k and lambda.
-    neighbours: the model's (V, k_max + 1) table (LANTERN++ only); lantern_k is clamped to what it holds.
+
+def lab_decoders(rule_key: str, relaxation: float, neighbours: Tensor | None = None,
+                 lantern_k: int = LanternPPRule.k) -> list[LabDecoder]:
+    """Vanilla AR, Eagle-1, the chosen variant (a LAB_RULES key or its alias) at `relaxation`, and its twin
+    (TWINS); ValueError on bad input. neighbours: the model's (V, k_max + 1) table (LANTERN++ only);
+    lantern_k is clamped to what it holds.
     """
-    if rule_key not in LAB_RULES:
+    key = variants.ALIASES.get(rule_key, rule_key) if isinstance(rule_key, str) else rule_key
+    if key not in LAB_RULES:
         raise ValueError(f"unknown lab rule {rule_key!r}; choose one of {', '.join(LAB_RULES)}")
     relaxation = float(checks.finite("the relaxation", relaxation))
-    if rule_key == "lantern++":
+    k = lantern_k
+    if variants.get(key).rule == "lantern++":
         if neighbours is None:
             raise ValueError("LANTERN++ needs the model's neighbour table")
         k = min(lantern_k, int(neighbours.shape[-1]) - 1)
-        rule = LanternPPRule(k=k, lam=relaxation).with_neighbours(neighbours)
-        twin = LanternPPRule(k=k, lam=relaxation, residual_kind="optimal").with_neighbours(neighbours)
-        pair = [(f"LANTERN++ k={k} lambda={relaxation:g}", rule), (f"LANTERN++ G* k={k} lambda={relaxation:g}", twin)]
-    else:
-        chosen = {"cool-sd": lambda d: CoolSDRule(delta=d), "cool-sd-floor": lambda d: CoolSDRule(delta=d,
-                                                                                                  floor_at_one=True),
-                  "uniform-rsd": lambda d: UniformRSDRule(delta=d),
-                  "linear-decay": lambda d: LinearDecayRule(delta=d)}[rule_key](relaxation)
-        twin = CoolSDRule(delta=relaxation) if rule_key == "uniform-rsd" else UniformRSDRule(delta=relaxation)
-        label = LAB_RULES[rule_key][0].split(" (")[0]
-        twin_label = "COOL-SD" if rule_key == "uniform-rsd" else "UniformRSD"
-        pair = [(f"{label} delta={relaxation:g}", chosen), (f"{twin_label} delta={relaxation:g}", twin)]
+    chosen, twin = _column(key, relaxation, k, neighbours), _column(TWINS[key], relaxation, k, neighbours)
     return [LabDecoder(VANILLA, "Vanilla AR", None), LabDecoder("eagle-1", "Eagle-1", EagleRule()),
-            LabDecoder("chosen", pair[0][0], pair[0][1]), LabDecoder("twin", pair[1][0], pair[1][1])]
+            LabDecoder("chosen", *chosen), LabDecoder("twin", *twin)]
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,9 @@ class CoolSDRule(Rule):
     """COOL-SD: a_i = min(1, omega_i p/q), omega_i = delta exp(-nu i - mu), residual G*_i.
 
     mu=None (default, choice) is mean-normalised: mu = log(mean_i exp(-nu i)) over i = 1..draft_len,
-    so mean(omega) = delta. omega is not clipped (choice); floor_at_one=True clips it below at 1.
+    so mean(omega) = delta. omega is floored at 1 by default (choice, spec section 3 revised):
+    omega_i = max(1, delta exp(-nu i - mu)); floor_at_one=False is the unclipped schedule ("COOL-SD
+    unclipped"), stricter than Eagle-1 at the depths where omega_i < 1.
     residual="optimal" uses G*_i (spec); "lossless" uses Norm([p - q]_+) (ablation only, biased
     where omega_i < 1).
     """
@@ -128,7 +130,7 @@ class CoolSDRule(Rule):
     delta: float = 2.0  # overall relaxation (paper: 1.1, 2)
     nu: float = 0.7  # annealing rate per depth (paper value)
     mu: float | None = None  # None = mean-normalised (choice), else the shift used as given
-    floor_at_one: bool = False  # (choice) clip omega_i below at 1
+    floor_at_one: bool = True  # (choice) clip omega_i below at 1: with G*, omega_i < 1 buys no accuracy
     residual_kind: str = "optimal"  # "optimal" (G*) or "lossless"
 
     def __post_init__(self):

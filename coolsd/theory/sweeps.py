@@ -26,8 +26,10 @@ from pathlib import Path
 
 import torch
 
+from coolsd.decoding import variants
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, UniformRSDRule
+from coolsd.decoding.variants import RuleKnobs
 from coolsd.theory import annealing
 from coolsd.theory.oracle import OracleResult, exact, match_tau
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
@@ -36,11 +38,11 @@ log = logging.getLogger(__name__)
 
 # The toy model of the figure: V**T = 1024 sequences, and T = L + 2 so the first round drafts all L depths.
 VOCAB_SIZE, NUM_TOKENS, DRAFT_LEN, SEED = 4, 5, 3, 0
-NU = 0.7  # COOL-SD annealing rate, the paper's value
+NU = CoolSDRule.nu  # COOL-SD annealing rate, the paper's value
 K = 2  # LANTERN++ neighbourhood; the toy codebook has V - 1 = 3 other codes, so k <= 2
-DELTAS = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)  # UniformRSD and COOL-SD sweeps (delta = 1 is Eagle-1 for both)
+DELTAS = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)  # UniformRSD and COOL-SD sweeps (delta = 1: Eagle-1 for UniformRSD)
 LAMS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # LANTERN++ sweep (lambda = 1 is Eagle-1)
-COLOURS = {"eagle-1": "#444444", "uniform-rsd": "#1f77b4", "cool-sd": "#d62728", "lantern++": "#2ca02c"}
+COLOURS = variants.COLOURS  # one colour per decoder in every figure
 
 
 # ---------------------------------------------------------------- helpers
@@ -81,7 +83,8 @@ def tradeoff_curves(vocab_size: int = VOCAB_SIZE, num_tokens: int = NUM_TOKENS, 
         k: LANTERN++ neighbourhood size, fixed along the lambda sweep.
         deltas, lams: knob values of UniformRSD / COOL-SD (delta) and LANTERN++ (lambda).
     Returns:
-        {"setup": the arguments, "eagle-1": point, "curves": {"uniform-rsd" | "cool-sd" | "lantern++": [point]}},
+        {"setup": the arguments, "eagle-1": point, "curves": {variant key: [point]}} for "uniform-rsd", "cool-sd"
+        (floored), "cool-sd-unclipped" and "lantern++",
         each point {"delta" or "lam": value, "tau", "tv", "bound", "rule": rule.config()}; JSON-ready.
     """
     target, drafter = toy_models(vocab_size, num_tokens, seed)
@@ -91,7 +94,9 @@ def tradeoff_curves(vocab_size: int = VOCAB_SIZE, num_tokens: int = NUM_TOKENS, 
     lantern = LanternPPRule(k=k).with_neighbours(neighbour_table(target.codebook))
     sweeps = {
         "uniform-rsd": ("delta", deltas, lambda d: UniformRSDRule(delta=d)),
-        "cool-sd": ("delta", deltas, lambda d: CoolSDRule(delta=d, nu=nu)),
+        "cool-sd": ("delta", deltas, lambda d: variants.build("cool-sd", RuleKnobs(delta=d, nu=nu))),
+        "cool-sd-unclipped": ("delta", deltas,
+                              lambda d: variants.build("cool-sd-unclipped", RuleKnobs(delta=d, nu=nu))),
         "lantern++": ("lam", lams, lambda v: dataclasses.replace(lantern, lam=v)),
     }
     curves = {}
@@ -157,8 +162,10 @@ def compare(n_models: int = 20, vocab_size: int = 3, num_tokens: int = 5, draft_
     """Annealed vs uniform omega at matched tau, and G* vs the lossless residual, over random tabular models.
 
     For each model `random_tables(vocab_size, num_tokens, seed)`, seed = 0..n_models-1, and each delta:
-    COOL-SD(delta, nu) is compared with the UniformRSD whose delta gives the same tau (bisection,
-    `oracle.match_tau` on [delta/4, 4 delta]), and with COOL-SD(delta, nu, residual_kind="lossless").
+    COOL-SD unclipped (delta, nu) is compared with the UniformRSD whose delta gives the same tau (bisection,
+    `oracle.match_tau` on [delta/4, 4 delta]), and with the same schedule and residual_kind="lossless".
+    Unclipped: G* differs from the lossless residual only where omega_i < 1, which the floored default never
+    has; `coolsd.theory.annealing.compare_schedules` compares the floored and the unclipped schedule.
     Returns JSON-ready fractions in [0, 1] ("annealed wins" = lower exact TV, or lower bound) with
     the means and the largest tau mismatch. Reported, never asserted (spec section 3).
     """
@@ -173,11 +180,12 @@ def compare(n_models: int = 20, vocab_size: int = 3, num_tokens: int = 5, draft_
         tau_gap = 0.0
         for seed in range(n_models):
             target, drafter = random_tables(vocab_size, num_tokens, seed)
-            cool = exact(target, drafter, CoolSDRule(delta=delta, nu=nu), draft_len)
+            cool = exact(target, drafter, CoolSDRule(delta=delta, nu=nu, floor_at_one=False), draft_len)
             eagle = exact(target, drafter, EagleRule(), draft_len)
             matched, uniform = match_tau(lambda d: UniformRSDRule(delta=d), cool.tau, target, drafter, draft_len,
                                    low=delta / 4, high=delta * 4, iters=match_iters)
-            lossless = exact(target, drafter, CoolSDRule(delta=delta, nu=nu, residual_kind="lossless"), draft_len)
+            lossless_rule = CoolSDRule(delta=delta, nu=nu, floor_at_one=False, residual_kind="lossless")
+            lossless = exact(target, drafter, lossless_rule, draft_len)
             wins_tv += cool.tv < uniform.tv
             wins_bound += cool.bound < uniform.bound
             wins_gstar += cool.tv < lossless.tv
@@ -186,7 +194,7 @@ def compare(n_models: int = 20, vocab_size: int = 3, num_tokens: int = 5, draft_
                                ("uniform_bound", uniform.bound), ("lossless_tv", lossless.tv), ("tau", cool.tau),
                                ("eagle_tau", eagle.tau), ("uniform_delta", matched.delta)):
                 sums[key] += value
-        omega = CoolSDRule(delta=delta, nu=nu).omega(torch.arange(1, draft_len + 1), draft_len)
+        omega = CoolSDRule(delta=delta, nu=nu, floor_at_one=False).omega(torch.arange(1, draft_len + 1), draft_len)
         rows.append({"delta": delta, "omega": [round(w, 4) for w in omega.tolist()],
                      "annealed_lower_tv": wins_tv / n_models, "annealed_lower_bound": wins_bound / n_models,
                      "gstar_lower_tv": wins_gstar / n_models, "max_tau_gap": tau_gap}
@@ -242,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         print(format_report(report))
         schedules = annealing.compare_schedules(n_close=args.n_close, n_far=args.n_far)
         print(annealing.format_schedules(schedules))
+        versus_eagle = annealing.floor_vs_eagle(n_models=args.n_models)
+        print(annealing.format_floor_vs_eagle(versus_eagle))
         if args.report_out is not None:
-            args.report_out.write_text(json.dumps(report | {"schedules": schedules}, indent=1))
+            args.report_out.write_text(json.dumps(report | {"schedules": schedules, "floor_vs_eagle": versus_eagle},
+                                                  indent=1))
     return 0
 
 

@@ -371,13 +371,28 @@ def _race(**changes):
         mp.undo()
 
 
+def test_old_racer_key_is_the_floored_cool_sd():
+    """'cool-sd-floor' (share links and API calls made before COOL-SD's default was floored) still names it."""
+    import gradio as gr
+
+    from coolsd.app import share
+
+    assert racers.check_racers(["cool-sd-floor", "eagle-1"]) == ["eagle-1", "cool-sd"]
+    values, errors = share.parse_query(APP.ctx, {"racers": "eagle-1,cool-sd-floor"})
+    assert errors == [] and values["racers"] == ["eagle-1", "cool-sd"]
+    rule = racers.make_racer_rule(APP.ctx, "cool-sd", racers.RuleParams(delta=1.1))
+    assert rule.floor_at_one and rule.delta == 1.1
+    with pytest.raises(gr.Error, match="each racer may race once"):
+        racers.check_racers(["cool-sd", "cool-sd-floor"])
+
+
 def test_racer_choice_races_exactly_the_chosen_rules():
     """Four non-default racers: each decodes what the library decodes alone with that rule, vanilla AR races too."""
     from coolsd.app.racers import RuleParams, make_racer_rule
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.sampling import SamplingConfig
 
-    chosen = ["uniform-rsd", "linear-decay", "cool-sd-floor", "custom"]
+    chosen = ["uniform-rsd", "linear-decay", "cool-sd-unclipped", "custom"]
     values = kwargs(racers=list(reversed(chosen)), uniform_delta=3.0, linear_delta=1.5, linear_slope=0.8,
                     custom_omegas="3, 0.5", seed=2)
     last = _race(**{k: v for k, v in values.items()})[-1]
@@ -385,7 +400,7 @@ def test_racer_choice_races_exactly_the_chosen_rules():
     assert list(stats["decoders"]) == [*chosen, "vanilla"]  # the panels' order, whatever order was given
     rules = stats["settings"]["rules"]
     assert rules["uniform-rsd"]["delta"] == 3.0 and rules["linear-decay"]["slope"] == 0.8
-    assert rules["cool-sd-floor"]["floor_at_one"] is True and list(rules["custom"]["omegas"]) == [3.0, 0.5]
+    assert rules["cool-sd-unclipped"]["floor_at_one"] is False and list(rules["custom"]["omegas"]) == [3.0, 0.5]
     assert all(isinstance(last[i], type(last[0])) for i in range(racers.SLOTS))  # 4 racers + vanilla: all shown
     m = APP.ctx.model
     params = RuleParams(*(values[k] for k in ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda",

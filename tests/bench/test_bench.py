@@ -30,7 +30,7 @@ def test_sweep_covers_every_family_with_unique_labels():
     labels = [s.label for s in settings]
     assert labels[:2] == ["vanilla", "eagle-1"]
     assert "lantern++ k=5 lam=2" in labels and "lantern++ k=10 G* lam=20" in labels
-    assert "cool-sd delta=2" in labels and "cool-sd floor delta=2" in labels and "uniform-rsd delta=1.1" in labels
+    assert "cool-sd delta=2" in labels and "cool-sd unclipped delta=2" in labels and "uniform-rsd delta=1.1" in labels
     assert "lantern++ k=10 lam=5 tree eagle-25" in labels
     assert len(settings) == 2 + 16 + 2 + 3 + 1 + 2
     assert {s.family for s in settings} >= {"vanilla", "lantern++ k=5", "lantern++ k=5 G*", "cool-sd",
@@ -82,8 +82,10 @@ def test_pareto_and_frontier_fid():
 
 
 def test_claims_hold_and_fail():
-    cool = [_row(f"cool-sd delta={d}", "cool-sd", f, s, residual_kind="optimal", floor_at_one=False)
+    cool = [_row(f"cool-sd delta={d}", "cool-sd", f, s, residual_kind="optimal", floor_at_one=True)
             for d, f, s in ((1.1, 5.0, 2.0), (2, 5.5, 2.5), (4, 6.0, 3.0))]
+    # COOL-SD unclipped is another variant: its (unbeatable) point must not join COOL-SD's frontier
+    cool.append(_row("cool-sd unclipped delta=8", "cool-sd", 1.0, 9.0, residual_kind="optimal", floor_at_one=False))
     uniform = [_row("uniform-rsd delta=2", "uniform-rsd", 6.0, 2.4),
                _row("uniform-rsd delta=4", "uniform-rsd", 7.0, 2.9)]
     lantern = [_row("lantern++ k=5 lam=5", "lantern++", 5.2, 2.1, k=5, lam=5.0, residual_kind="published"),
@@ -114,7 +116,7 @@ def test_targets_report_values():
 def test_speedup_is_the_named_cpu_time_ratio_without_warm_up():
     """speed-up = sum of vanilla CPU s / sum of the setting's CPU s over the same images, warm-up left out;
     wall time, the per-image median and warm-up images must not move it."""
-    settings = sweep(uniform_delta=[], cool_delta=[2.0], cool_floor_delta=[])
+    settings = sweep(uniform_delta=[], cool_delta=[2.0], cool_unclipped_delta=[])
     assert [s.label for s in settings] == ["vanilla", "eagle-1", "cool-sd delta=2"]
     rng = torch.Generator().manual_seed(0)
     records = []
@@ -245,7 +247,7 @@ def test_command_end_to_end(scorer, tmp_path):
     # the tiny drafter helps: every speculative setting needs fewer target forwards than tokens
     assert all(r["tau"] > 1 for r in rows if r["setting"] != "vanilla")
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
-                                                   "floor_at_one": False, "residual_kind": "optimal"}
+                                                   "floor_at_one": True, "residual_kind": "optimal"}
     assert len(_read_jsonl(out / "items.jsonl")) == 32 * 4
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
@@ -273,8 +275,8 @@ def test_missing_stats_fail_clearly(scorer, tmp_path):
 
 
 SPLIT_ARGS = ["--classes", "0,1,2", "--seeds", "2", "--lantern-k", "5", "--lantern-lam", "5", "--uniform-delta", "2",
-              "--cool-delta", "1.1,4", "--cool-floor-delta", "", "--extra", "eagle-1@binary-2", "--no-png", "--quiet",
-              "--fid-bootstrap", "5"]
+              "--cool-delta", "1.1,4", "--cool-unclipped-delta", "", "--extra", "eagle-1@binary-2", "--no-png",
+              "--quiet", "--fid-bootstrap", "5"]
 EXACT = ("n_images", "tau", "target_forwards", "draft_forwards", "fid", "fid_std", "accuracy", "nll", "tokens_sha")
 
 

@@ -27,12 +27,15 @@ def tiny(tiny):
 
 def test_decoders_and_twins(tiny):
     names = {key: [type(d.rule).__name__ if d.rule else None for d in lab_decoders(key, 2.0, tiny.neighbours)]
-             for key in ("cool-sd", "cool-sd-floor", "uniform-rsd", "linear-decay", "lantern++")}
+             for key in ("cool-sd", "cool-sd-floor", "cool-sd-unclipped", "uniform-rsd", "linear-decay", "lantern++")}
     assert all(v[:2] == [None, "EagleRule"] for v in names.values())
     assert names["cool-sd"][2:] == ["CoolSDRule", "UniformRSDRule"]
     assert names["uniform-rsd"][2:] == ["UniformRSDRule", "CoolSDRule"]
     assert names["linear-decay"][2:] == ["LinearDecayRule", "UniformRSDRule"]
-    floor = lab_decoders("cool-sd-floor", 1.5)
+    assert names["cool-sd-unclipped"][2:] == ["CoolSDRule", "UniformRSDRule"]
+    assert lab_decoders("cool-sd-unclipped", 1.5)[2].rule == CoolSDRule(delta=1.5, floor_at_one=False)
+    assert lab_decoders("cool-sd", 1.5)[2].rule == CoolSDRule(delta=1.5, floor_at_one=True)  # the default
+    floor = lab_decoders("cool-sd-floor", 1.5)  # the old key
     assert floor[2].rule == CoolSDRule(delta=1.5, floor_at_one=True) and floor[3].rule == UniformRSDRule(delta=1.5)
     lantern = lab_decoders("lantern++", 5.0, tiny.neighbours, lantern_k=99)
     assert isinstance(lantern[2].rule, LanternPPRule) and lantern[2].rule.lam == 5.0

@@ -111,7 +111,7 @@ def test_engine_distribution_equals_the_oracle_exactly(small_models, build_rule,
 
 
 @pytest.mark.parametrize("rule", [
-    CoolSDRule(delta=0.5, nu=0.7),  # omega = 0.67, 0.33 at L = 2
+    CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False),  # omega = 0.67, 0.33 at L = 2
     UniformRSDRule(delta=0.6),
 ], ids=["cool-sd-0.5", "uniform-0.6"])
 def test_engine_with_omega_at_most_one_and_g_star_outputs_p_exactly(small_models, monkeypatch, rule):

@@ -189,7 +189,7 @@ class TestCoolSD(RuleContract):
     @pytest.mark.parametrize("draft_len", [1, 2, 3, 5, 8])
     @pytest.mark.parametrize("nu", [0.0, 0.3, 0.7, 2.0])
     def test_default_mu_makes_mean_omega_delta(self, draft_len, nu):
-        rule = CoolSDRule(delta=1.7, nu=nu)
+        rule = CoolSDRule(delta=1.7, nu=nu, floor_at_one=False)  # the schedule before the floor
         omega = rule.omega(torch.arange(1, draft_len + 1), draft_len)
         assert math.isclose(float(omega.mean()), 1.7, rel_tol=1e-12)
         assert (omega[1:] <= omega[:-1]).all()  # annealed: never larger deeper in the round
@@ -197,17 +197,24 @@ class TestCoolSD(RuleContract):
     def test_omega_closed_form(self):
         """L = 2, mean-normalised: omega_1 = 2 delta / (1 + e^-nu), omega_2 = omega_1 e^-nu."""
         delta, nu = 1.1, 0.7
-        omega = CoolSDRule(delta=delta, nu=nu).omega(torch.tensor([1, 2]), 2)
+        omega = CoolSDRule(delta=delta, nu=nu, floor_at_one=False).omega(torch.tensor([1, 2]), 2)
         w1 = 2 * delta / (1 + math.exp(-nu))
         torch.testing.assert_close(omega, torch.tensor([w1, w1 * math.exp(-nu)], dtype=torch.float64))
 
     def test_explicit_mu_and_floor(self):
         depth = torch.arange(1, 5)
-        omega = CoolSDRule(delta=2.0, nu=0.5, mu=0.25).omega(depth, 4)
+        omega = CoolSDRule(delta=2.0, nu=0.5, mu=0.25, floor_at_one=False).omega(depth, 4)
         torch.testing.assert_close(omega, 2.0 * torch.exp(-0.5 * depth.double() - 0.25))
         floored = CoolSDRule(delta=2.0, nu=0.5, mu=0.25, floor_at_one=True).omega(depth, 4)
         torch.testing.assert_close(floored, omega.clamp_min(1.0))
         assert (omega < 1).any()
+        assert torch.equal(CoolSDRule(delta=2.0, nu=0.5, mu=0.25).omega(depth, 4), floored)  # the default floors
+
+    def test_default_is_floored_at_one(self):
+        """Spec section 3 (revised): omega_i = max(1, delta exp(-nu i - mu)) unless floor_at_one=False."""
+        depth = torch.arange(1, 4)
+        assert CoolSDRule().floor_at_one and (CoolSDRule(delta=1.1).omega(depth, 3) >= 1).all()
+        assert (CoolSDRule(delta=1.1, floor_at_one=False).omega(depth, 3)[1:] < 1).all()
 
     def test_accept_uses_omega_per_depth(self, rule, probs, gen):
         p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
@@ -237,8 +244,8 @@ class TestCoolSD(RuleContract):
         """'optimal' is G* of the acceptance; 'lossless' is Norm([p - q]_+); they differ where omega < 1."""
         p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
         x, depth = torch.arange(L), torch.arange(1, L + 1)
-        optimal = CoolSDRule(delta=2.0, nu=0.7)
-        lossless = CoolSDRule(delta=2.0, nu=0.7, residual_kind="lossless")
+        optimal = CoolSDRule(delta=2.0, nu=0.7, floor_at_one=False)
+        lossless = CoolSDRule(delta=2.0, nu=0.7, floor_at_one=False, residual_kind="lossless")
         omega = optimal.omega(depth, L)
         assert omega[0] > 1 > omega[-1]
         r_opt, r_loss = optimal.residual(p, q, x, depth, L), lossless.residual(p, q, x, depth, L)

@@ -66,15 +66,17 @@ def test_step_error_is_the_acceptance_gained_over_eagle(probs, gen, omega):
 def test_floor_changes_speed_not_the_output(close_models):
     """Flooring moves omega_i < 1 up to 1: both steps are exact with G*, so the output is the same, only faster."""
     target, drafter = close_models
-    plain = exact(target, drafter, CoolSDRule(delta=1.5), L)
+    plain = exact(target, drafter, CoolSDRule(delta=1.5, floor_at_one=False), L)
     floored = exact(target, drafter, CoolSDRule(delta=1.5, floor_at_one=True), L)
-    assert CoolSDRule(delta=1.5).omega(torch.tensor(L), L) < 1  # the comparison is not empty
+    assert CoolSDRule(delta=1.5, floor_at_one=False).omega(torch.tensor(L), L) < 1  # the comparison is not empty
     torch.testing.assert_close(plain.dist, floored.dist, rtol=0, atol=1e-12)
     assert math.isclose(plain.bound, floored.bound, rel_tol=1e-12) and floored.tau > plain.tau
 
 
 @pytest.mark.parametrize("kind, kwargs, expected", [
-    ("exponential", {"delta": 1.5, "nu": 0.7}, CoolSDRule(delta=1.5, nu=0.7)),
+    ("exponential", {"delta": 1.5, "nu": 0.7}, CoolSDRule(delta=1.5, nu=0.7)),  # floored, the default
+    ("exponential", {"delta": 1.5, "floor_at_one": False}, CoolSDRule(delta=1.5, floor_at_one=False)),
+    ("linear", {"delta": 2.0, "slope": 0.3}, LinearDecayRule(delta=2.0, slope=0.3)),  # not floored by default
     ("linear", {"delta": 2.0, "slope": 0.3, "floor_at_one": True}, LinearDecayRule(delta=2.0, slope=0.3,
                                                                                    floor_at_one=True)),
     ("uniform", {"delta": 0.8}, UniformRSDRule(delta=0.8)),
@@ -96,7 +98,8 @@ def test_schedule_rule_errors(kind, kwargs, message):
 
 @pytest.mark.parametrize("drafts", list(annealing.DRAFTS))
 def test_explore_matches_the_twin(drafts):
-    out = annealing.explore(CoolSDRule(delta=2.0), drafts=drafts, vocab_size=V, num_tokens=T, draft_len=L, iters=40)
+    rule = CoolSDRule(delta=2.0, floor_at_one=False)  # omega_3 < 1: the explorer says so
+    out = annealing.explore(rule, drafts=drafts, vocab_size=V, num_tokens=T, draft_len=L, iters=40)
     json.dumps(out)
     s, twin = out["schedule"], out["twin"]
     assert twin is not None and abs(twin["tau"] - s["tau"]) < 1e-8

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from coolsd.decoding import variants
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import (
     CoolSDRule,
@@ -36,8 +37,10 @@ def rule_zoo(codebook: torch.Tensor) -> list:
         EagleRule(),
         UniformRSDRule(delta=0.7), UniformRSDRule(delta=1.7), UniformRSDRule(delta=4.0),
         CoolSDRule(delta=1.1), CoolSDRule(delta=2.0), CoolSDRule(delta=2.0, nu=1.5),
-        CoolSDRule(delta=2.0, floor_at_one=True), CoolSDRule(delta=2.0, residual_kind="lossless"),
-        CoolSDRule(delta=3.0, nu=0.3, mu=0.5),
+        CoolSDRule(delta=1.1, floor_at_one=False), CoolSDRule(delta=2.0, floor_at_one=False),
+        CoolSDRule(delta=2.0, floor_at_one=False, residual_kind="lossless"),
+        CoolSDRule(delta=2.0, residual_kind="lossless"),
+        CoolSDRule(delta=3.0, nu=0.3, mu=0.5), CoolSDRule(delta=3.0, nu=0.3, mu=0.5, floor_at_one=False),
         LanternPPRule(k=k, lam=3.0).with_neighbours(table), LanternPPRule(k=k, lam=20.0).with_neighbours(table),
         LanternPPRule(k=k, lam=3.0, residual_kind="optimal").with_neighbours(table),
         LanternRule(k=k, delta=0.2).with_neighbours(table),
@@ -83,9 +86,9 @@ def test_cool_sd_with_omega_one_is_eagle(tabular, draft_len):
 
 
 @pytest.mark.parametrize("rule", [
-    CoolSDRule(delta=0.5, nu=0.7),  # omega = 0.86, 0.43, 0.21 for L = 3
-    CoolSDRule(delta=0.9, nu=0.0),
-    CoolSDRule(delta=1.5, nu=0.7, mu=1.0),  # omega = 0.27, 0.14, 0.07
+    CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False),  # omega = 0.86, 0.43, 0.21 for L = 3
+    CoolSDRule(delta=0.9, nu=0.0, floor_at_one=False),
+    CoolSDRule(delta=1.5, nu=0.7, mu=1.0, floor_at_one=False),  # omega = 0.27, 0.14, 0.07
     UniformRSDRule(delta=0.6),
 ], ids=["cool-sd-0.5", "cool-sd-nu0", "cool-sd-mu", "uniform-0.6"])
 def test_omega_at_most_one_with_g_star_is_lossless(tabular, rule):
@@ -97,7 +100,8 @@ def test_omega_at_most_one_with_g_star_is_lossless(tabular, rule):
     assert (result.dist - sequence_probs(target)).abs().max() <= EXACT
     assert result.tau < exact(target, drafter, EagleRule(), draft_len).tau
     if isinstance(rule, CoolSDRule):
-        biased = exact(target, drafter, CoolSDRule(rule.delta, rule.nu, rule.mu, residual_kind="lossless"), draft_len)
+        lossless = CoolSDRule(rule.delta, rule.nu, rule.mu, floor_at_one=False, residual_kind="lossless")
+        biased = exact(target, drafter, lossless, draft_len)
         assert biased.tv > 1e-3
 
 
@@ -210,14 +214,15 @@ def small_curves() -> dict:
 def test_tradeoff_curves():
     curves = small_curves()
     json.dumps(curves)
-    assert set(curves["curves"]) == {"uniform-rsd", "cool-sd", "lantern++"}
+    assert set(curves["curves"]) == {"uniform-rsd", "cool-sd", "cool-sd-unclipped", "lantern++"}
     eagle = curves["eagle-1"]
     assert eagle["tv"] <= EXACT
     for name, points in curves["curves"].items():
         assert len(points) == 2
         for pt in points:
             assert pt["tv"] <= pt["bound"] + 1e-12 and 1 < pt["tau"] <= 4  # T = 4; drafts are accepted
-            assert make_rule(**{k if k != "rule" else "name": v for k, v in pt["rule"].items()}).name == name
+            rule = make_rule(**{k if k != "rule" else "name": v for k, v in pt["rule"].items()})
+            assert variants.variant_of(rule.config()) == name
     # delta = 1 for UniformRSD and lambda = 1 for LANTERN++ (dense p) are Eagle-1
     for name in ("uniform-rsd", "lantern++"):
         first = curves["curves"][name][0]
@@ -272,9 +277,9 @@ HAND_CASES = {
     "cool-sd": (CoolSDRule(delta=1.5, nu=0.7), 1, (0.25625, 0.15, 0.3, 0.29375), 2.25),
     # COOL-SD delta = 0.5 (omega < 1): a = (1, 1/6, 1/4, 7/8), q a = (0.1, 0.05, 0.1, 0.175), beta = 0.425;
     # G* = (p - q a) / 0.575 (all positive), so K = q a + (p - q a) = p: stricter than lossless, still exact.
-    "cool-sd-omega<1": (CoolSDRule(delta=0.5, nu=0.7), 1, (0.35, 0.1, 0.2, 0.35), 2.575),
+    "cool-sd-omega<1": (CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False), 1, (0.35, 0.1, 0.2, 0.35), 2.575),
     # ... and with the lossless residual (0.625, 0, 0, 0.375) instead: K = (0.459375, 0.05, 0.1, 0.390625), biased.
-    "cool-sd-omega<1-lossless": (CoolSDRule(delta=0.5, nu=0.7, residual_kind="lossless"), 1,
+    "cool-sd-omega<1-lossless": (CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False, residual_kind="lossless"), 1,
                                  (0.459375, 0.05, 0.1, 0.390625), 2.575),
     # LANTERN++ k = 1, lambda = 2 (budget p(x)): x = 0: c_1 = p(1) = 0.1 <= 0.35, m = 1, a = 1;
     # x = 1: c_1 = p(0) = 0.35 > 0.1, m = 0, a = 1/3; x = 2: c_1 = p(1) = 0.1 <= 0.2, m = 1, p~ = 0.3, a = 3/4;

@@ -1,0 +1,214 @@
+"""The Cost model tab: where the time goes, from this machine's measured call times and the last race.
+
+Numbers come from `coolsd.compare.cost` (the formula, the race's per-depth acceptance, predicted beside
+measured speed-up) and `coolsd.models.timing` (the call times, measured once per model and execution
+path on a background thread); this module lays them out and draws them. API: cost, cost_whatif.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gradio as gr
+
+from coolsd.app.context import Context, bad, log
+from coolsd.app.how import PAPER
+from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
+from coolsd.compare import cost
+from coolsd.compare.race import fork_models
+from coolsd.compare.trace import RaceTrace
+from coolsd.decoding import variants
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.models.timing import forward_times
+from coolsd.util.checks import plain
+from coolsd.util.jsonsafe import json_safe
+
+ID, TITLE = "cost", "Cost model"
+MAX_DEPTH = MAX_DRAFT_LEN  # what-if sliders a_1..a_8; the curve is measured for 1..L + 1 tokens
+REPEATS, WAIT_S = 9, 60.0  # calls per median; how long a request waits for the background measurement
+PAPER_BEST = max(PAPER, key=lambda row: row[3])  # the paper's fastest reported point (LlamaGen-XL, COOL-SD delta 2)
+INTRO = """
+A chain round of L drafts costs **L c + V(L + 1)** target steps, where one *target step* is a target forward of one
+token (with its CFG rows), **c** is a drafter step in target steps and **V(n)** a target forward of n tokens in target
+steps. It commits **E = 1 + a₁ + a₁a₂ + … + a₁⋯a_L** tokens on average (a_i: the acceptance rate at draft depth i), and
+vanilla AR commits one token per step, so the predicted speed-up over vanilla AR is **E / (L c + V(L + 1))**.
+The call times below are measured on this machine (once per model, in the background); the acceptance comes from
+the last race (run one on the Race tab). The prediction leaves out the image's first and last rounds and the time
+spent outside model calls (sampling, the rules), so the gap to the measured speed-up shows what those cost.
+"""
+
+
+def cost_specs() -> dict[str, Spec]:
+    """The tab's controls: name -> Spec (label, bounds, default); the handlers check every value by it."""
+    accept = {f"a_{i}": Spec(f"a_{i}", "number", 0.8, 0.0, 1.0, 0.01, elem_id=f"cost-a{i}", extra={"min_width": 80})
+              for i in range(1, MAX_DEPTH + 1)}
+    return {"memory_bound": Spec("memory-bound (V = 1: verifying L + 1 tokens costs one step)", "bool", False,
+                                 elem_id="cost-memory"),
+            "L": Spec("what-if L", "int", DecodeConfig().draft_len, 1, MAX_DEPTH, 1, elem_id="cost-L"),
+            "c": Spec("draft cost c (target steps)", "number", 0.2, 0.0, 2.0, 0.01, elem_id="cost-c"),
+            "V": Spec("verify cost V(L + 1) (target steps)", "number", 1.2, 0.5, 5.0, 0.01, elem_id="cost-v"),
+            **accept}
+
+
+def path_label(ctx: Context) -> str:
+    """The execution path the call times belong to: device and weight dtype (e.g. "cpu, torch.float32")."""
+    dtype = getattr(ctx.model.target, "dtype", None)
+    return f"{ctx.device.type}" + (f", {dtype}" if dtype is not None else "")
+
+
+class CostPanel:
+    """The handlers (also the API's `cost` and `cost_whatif`); one background measurement per model variant."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.curves = cost.CurveCache()
+        self.specs = cost_specs()
+
+    def _key(self, ctx: Context) -> tuple[str, str]:
+        return ctx.variant_key, path_label(ctx)
+
+    def start(self, ctx: Context | None = None) -> None:
+        """Begin measuring `ctx`'s call times on its own model handles (no-op once begun)."""
+        ctx = ctx or self.ctx
+        m = ctx.model
+        cond = ctx.check_condition(RaceSettings.defaults(ctx).condition)
+
+        def measure():
+            target, drafter = fork_models(m.target, m.drafter)
+            return forward_times(target, drafter, cond, guidance=m.sampling.cfg_scale != 1.0,
+                                 max_tokens=MAX_DEPTH + 1, context=max(1, m.num_tokens // 2), repeats=REPEATS)
+
+        self.curves.start(self._key(ctx), measure)
+
+    def costs(self, ctx: Context, memory_bound: bool = False) -> cost.Costs:
+        """The measured costs of `ctx`'s model (waits for the measurement; a clear error if it failed)."""
+        self.start(ctx)
+        try:
+            times = self.curves.get(self._key(ctx), timeout=WAIT_S)
+        except RuntimeError as err:
+            log.warning("cost measurement failed: %s", err)
+            raise bad(plain(str(err))[:200]) from None
+        if times is None:
+            raise bad("still measuring this model's call times; try again in a few seconds")
+        return cost.Costs(times, memory_bound)
+
+    def compare(self, trace, memory_bound=False):
+        """-> (curve figure, predicted vs measured table (markdown), JSON) for the last race (`trace`)."""
+        memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
+        ctx = self.ctx.variant(trace.settings.get("resolution")) if isinstance(trace, RaceTrace) else self.ctx
+        costs = self.costs(ctx, memory_bound)
+        payload = {"model": ctx.model.name, "path": path_label(ctx), "step_ms": costs.step_ms,
+                   "draft_cost": costs.draft_cost, "memory_bound": memory_bound, "curve": costs.curve(),
+                   "rows": costs.times.rows, "racers": [], "paper_speedup": PAPER_BEST[3]}
+        if isinstance(trace, RaceTrace) and len(trace):
+            racers = trace.replay(len(trace))
+            settings = trace.settings
+            draft_len = int(settings.get("draft_len", 1))
+            chain = settings.get("drafting", "chain") == "chain"
+            payload |= {"draft_len": draft_len, "chain": chain, "race_status": trace.status,
+                        "race_cfg_scale": settings.get("sampling", {}).get("cfg_scale"),
+                        "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain)}
+        return curve_figure(payload), table_markdown(payload), json_safe(payload)
+
+    def what_if(self, draft_len, *rest):
+        """(L, a_1..a_8, c, V, memory_bound) -> (markdown, JSON): the formula at these inputs (first L of a_i)."""
+        *accept, draft_cost, verify_cost, memory_bound = rest
+        if len(accept) != MAX_DEPTH:
+            raise bad(f"give L, a_1..a_{MAX_DEPTH}, c, V and memory_bound ({MAX_DEPTH + 4} values)")
+        v = check_values(self.specs, {"L": draft_len, "c": draft_cost, "V": verify_cost, "memory_bound": memory_bound}
+                         | {f"a_{i}": a for i, a in enumerate(accept, 1)})
+        draft_len, draft_cost, memory_bound = v["L"], v["c"], v["memory_bound"]
+        accept = [v[f"a_{i}"] for i in range(1, draft_len + 1)]
+        verify = 1.0 if memory_bound else v["V"]
+        try:
+            e, speedup = cost.expected_tokens(accept), cost.predicted_speedup(accept, draft_cost, verify)
+        except ValueError as err:
+            raise bad(str(err)) from None
+        out = {"draft_len": draft_len, "acceptance": accept, "draft_cost": draft_cost, "verify_cost": verify,
+               "memory_bound": memory_bound, "expected_tokens": e, "predicted_speedup": speedup,
+               "paper_speedup": PAPER_BEST[3]}
+        text = (f"**What if:** E = {e:.3f} tokens per round for {draft_len} × {draft_cost:.3f} + {verify:.3f} = "
+                f"{draft_len * draft_cost + verify:.3f} target steps → predicted speed-up **{speedup:.2f}×**"
+                + (" (memory-bound: verifying L + 1 tokens costs one step)" if memory_bound else "")
+                + f". The paper's best: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, on a GPU).")
+        return text, out
+
+
+# ---------------------------------------------------------------- drawing (no maths)
+def curve_figure(payload: dict):
+    """Measured ms of a target forward of n tokens (bars) with V(n) in target steps, and the drafter step."""
+    import plotly.graph_objects as go
+
+    curve = payload["curve"]
+    fig = go.Figure(go.Bar(x=[p["tokens"] for p in curve], y=[p["ms"] for p in curve], name="target forward",
+                           text=[f"{p['steps']:.2f}×" for p in curve], marker={"color": variants.COLOURS["eagle-1"]},
+                           hovertemplate="%{x} tokens: %{y:.2f} ms (%{text} a step)<extra></extra>"))
+    if math.isfinite(payload["draft_cost"]):
+        fig.add_hline(y=payload["draft_cost"] * payload["step_ms"], line={"color": variants.COLOURS["cool-sd"]},
+                      annotation_text=f"drafter step: c = {payload['draft_cost']:.3f}", annotation_position="top left")
+    rows = "CFG: 2 rows" if payload["rows"] == 2 else f"{payload['rows']} row"
+    fig.update_layout(title=f"Measured call times ({payload['path']}; {rows}; bar label: V(n) in target steps)",
+                      xaxis={"title": "tokens per target forward n", "dtick": 1}, yaxis_title="ms per call",
+                      template="plotly_white", height=340, margin={"t": 50})
+    return fig
+
+
+def _num(v, spec: str, suffix: str = "") -> str:
+    return format(v, spec) + suffix if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def table_markdown(payload: dict) -> str:
+    """Per racer: a_i, E predicted / tokens per round measured, speed-up predicted / measured."""
+    lines = [f"One target step = **{payload['step_ms']:.2f} ms** on {payload['path']}; draft cost "
+             f"c = {_num(payload['draft_cost'], '.3f')}" + ("; memory-bound: V(n) = 1" if payload["memory_bound"]
+                                                            else "") + "."]
+    if not payload["racers"]:
+        return "\n\n".join(lines + ["No race yet: run one on the Race tab, then come back (or press Compute)."])
+    if not payload["chain"]:
+        lines.append("The last race used a static tree: the model above covers chain drafting only.")
+    cfg = payload.get("race_cfg_scale")
+    if cfg is not None and (cfg != 1.0) != (payload["rows"] == 2):
+        lines.append("Note: the race's CFG setting differs from the measured rows.")
+    lines += ["| decoder | a_1..a_L (race) | E predicted | tokens / round measured | speed-up predicted | measured |",
+              "|---|---|---:|---:|---:|---:|"]
+    for r in payload["racers"]:
+        accept = ", ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"
+        lines.append(f"| {r['decoder']} | {accept} | {_num(r['expected_tokens'], '.3f')} | "
+                     f"{_num(r['measured_tokens_per_round'], '.3f')} | {_num(r['predicted_speedup'], '.2f', '×')} | "
+                     f"{_num(r['measured_speedup'], '.2f', '×')} |")
+    if payload.get("race_status") != "finished":
+        lines.append(f"\nThe race is {payload.get('race_status')}: its numbers cover the part it ran.")
+    lines.append(f"\nThe paper's best reported speed-up: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, GPU).")
+    return "\n".join(lines[:1]) + "\n\n" + "\n".join(lines[1:])
+
+
+# ---------------------------------------------------------------- the tab
+def build(ctx: Context, tab: gr.Tab) -> CostPanel:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`, after the Race tab)."""
+    panel = CostPanel(ctx)
+    trace = ctx.panels["race"].trace_state
+    gr.Markdown(INTRO)
+    table_specs = panel.specs
+    with gr.Row():
+        memory = table_specs["memory_bound"].component()
+        button = gr.Button("Compute", variant="primary", elem_id="cost-btn")
+    curve = gr.Plot(show_label=False, elem_id="cost-curve")
+    table = gr.Markdown(elem_id="cost-table")
+    with gr.Accordion("What if: your own acceptance and costs", open=True):
+        with gr.Row():
+            what_len, c, v = (table_specs[name].component() for name in ("L", "c", "V"))
+        with gr.Row():
+            accept = [table_specs[f"a_{i}"].component() for i in range(1, MAX_DEPTH + 1)]
+        what_if = gr.Markdown(elem_id="cost-whatif")
+    with gr.Accordion("Raw numbers (what the API returns)", open=False):
+        raw = gr.JSON(label="cost", elem_id="cost-json")
+        raw_if = gr.JSON(label="what if", elem_id="cost-whatif-json")
+
+    tab.select(panel.start, None, None, api_visibility="private", queue=False)
+    gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory], [curve, table, raw],
+          api_name="cost", preprocess=False, concurrency_limit=1, concurrency_id="cost", show_progress="minimal")
+    what_inputs = [what_len, *accept, c, v, memory]
+    gr.on([x.release for x in (what_len, c, v, *accept)] + [memory.input, tab.select], panel.what_if, what_inputs,
+          [what_if, raw_if], api_name="cost_whatif", preprocess=False, concurrency_limit=4,
+          concurrency_id="cost_whatif", show_progress="hidden")
+    return panel

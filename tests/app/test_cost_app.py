@@ -1,0 +1,91 @@
+"""The Cost model tab (coolsd.app.cost): its numbers are the library's on the race's trace; bad input is one line."""
+
+from __future__ import annotations
+
+import math
+
+import gradio as gr
+import pytest
+from demo_app import tiny_demo
+
+from coolsd.app import race as race_ui
+from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings
+from coolsd.compare import cost
+from coolsd.compare.trace import RaceTrace
+
+APP = tiny_demo()
+PANEL = APP.ctx.panels["cost"]
+TRACE = race_ui.REPLAY + 2  # the trace state's position in a race frame
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+
+
+@pytest.fixture(scope="module")
+def trace() -> RaceTrace:
+    frames = list(APP.ctx.panels["race"].race(**RaceSettings.defaults(APP.ctx).as_dict()))
+    return frames[-1][TRACE]
+
+
+def test_compare_is_the_library_on_the_race_trace(trace):
+    _, table, payload = PANEL.compare(trace)
+    racers = trace.replay(len(trace))
+    costs = PANEL.costs(APP.ctx)
+    expected = cost.compare_racers(racers, costs, trace.settings["draft_len"], racers[-1])
+    assert [r["key"] for r in payload["racers"]] == [k for k, _ in trace.racers]
+    for got, want in zip(payload["racers"], expected):
+        assert got["predicted_speedup"] == pytest.approx(want["predicted_speedup"], rel=1e-12)
+        assert got["measured_speedup"] == pytest.approx(want["measured_speedup"], rel=1e-12)
+        assert got["decoder"] in table
+    assert payload["racers"][-1]["predicted_speedup"] == 1.0 and payload["rows"] == 2  # the tiny model uses CFG
+    assert [p["tokens"] for p in payload["curve"]] == list(range(1, MAX_DRAFT_LEN + 2))
+    # memory-bound: V(L + 1) = 1, so every speculative racer is predicted at least as fast
+    _, _, free = PANEL.compare(trace, True)
+    for a, b in zip(free["racers"][:-1], payload["racers"][:-1]):
+        assert a["predicted_speedup"] >= b["predicted_speedup"] and math.isfinite(a["predicted_speedup"])
+
+
+def test_compare_without_a_race_shows_the_curve_only():
+    fig, table, payload = PANEL.compare(None)
+    assert payload["racers"] == [] and "No race yet" in table and payload["step_ms"] > 0
+
+
+def test_what_if_is_the_formula():
+    accept = [0.9, 0.5, 0.25, 1.0, 1.0, 1.0, 1.0, 1.0]
+    text, out = PANEL.what_if(3, *accept, 0.1, 1.3, False)
+    assert out["expected_tokens"] == pytest.approx(1 + 0.9 + 0.45 + 0.1125)
+    assert out["predicted_speedup"] == pytest.approx((1 + 0.9 + 0.45 + 0.1125) / (3 * 0.1 + 1.3))
+    _, free = PANEL.what_if(3, *accept, 0.1, 1.3, True)
+    assert free["verify_cost"] == 1.0 and free["predicted_speedup"] > out["predicted_speedup"]
+    assert f"{out['predicted_speedup']:.2f}×" in text and "2.72×" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, *[0.5] * 8, 0.1, 1.2, False), "what-if L must be in"),
+    ((3, 1.5, *[0.5] * 7, 0.1, 1.2, False), "a_1 must be in"),
+    ((3, *[0.5] * 8, -1, 1.2, False), r"draft cost c \(target steps\) must be in"),
+    ((3, *[0.5] * 7, 0.1, 1.2, False), "give L, a_1..a_8, c, V"),
+    ((3, *[0.5] * 8, 0.1, "x", False), "verify cost V"),
+    ((3, *[0.5] * 8, 0.1, 1.2, "yes"), r"memory-bound \(V = 1.*must be true or false"),
+])
+def test_what_if_bad_input_is_one_line(args, message):
+    with pytest.raises(gr.Error, match=message):
+        PANEL.what_if(*args)
+
+
+def test_api(trace):
+    from gradio_client import Client
+
+    from coolsd.app.demo import LAUNCH_KWARGS
+
+    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
+    try:
+        client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
+        client.predict(**RaceSettings.defaults(APP.ctx).as_dict(), api_name="/race")
+        _, table, payload = client.predict(memory_bound=False, api_name="/cost")
+        assert [r["key"] for r in payload["racers"]] == ["eagle-1", "lantern++", "cool-sd", "vanilla"]
+        assert "| COOL-SD |" in table
+        text, out = client.predict(3, *[0.8] * 8, 0.2, 1.2, False, api_name="/cost_whatif")
+        assert out["predicted_speedup"] == pytest.approx(cost.predicted_speedup([0.8] * 3, 0.2, 1.2))
+        with pytest.raises(Exception, match=r"a_2 must be in \[0, 1\]"):
+            client.predict(3, 0.8, 2.0, *[0.8] * 6, 0.2, 1.2, False, api_name="/cost_whatif")
+    finally:
+        APP.blocks.close()

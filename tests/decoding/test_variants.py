@@ -1,0 +1,115 @@
+"""The registry of named decoder variants (coolsd.decoding.variants): one home for keys, labels, colours and rules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from coolsd.decoding import variants
+from coolsd.decoding.rules import (
+    RULES,
+    CoolSDRule,
+    CustomScheduleRule,
+    EagleRule,
+    LanternPPRule,
+    LinearDecayRule,
+    UniformRSDRule,
+)
+from coolsd.decoding.variants import RuleKnobs
+
+TABLE = torch.arange(32).repeat(8, 1)  # any (V, >= k + 1) table: the checks only read its width
+
+
+def test_every_variant_builds_and_is_recognised_from_its_config():
+    for key, v in variants.VARIANTS.items():
+        rule = variants.build(key, RuleKnobs(), TABLE)
+        if v.rule is None:
+            assert rule is None and variants.variant_of(None) == key
+            continue
+        assert rule.name == v.rule and variants.variant_of(rule.config()) == key
+        assert v.colour.startswith("#") and len(v.colour) == 7
+    assert len({v.colour for v in variants.VARIANTS.values()}) == len(variants.VARIANTS)
+
+
+def test_defaults_are_the_rule_dataclasses():
+    cool, lantern, custom = CoolSDRule(), LanternPPRule(), CustomScheduleRule()
+    k = RuleKnobs()
+    assert (k.delta, k.nu, k.mean_omega) == (cool.delta, cool.nu, cool.mu is None)
+    assert (k.lantern_k, k.lantern_lambda) == (lantern.k, lantern.lam)
+    assert (k.uniform_delta, k.linear_delta, k.linear_slope) == (UniformRSDRule().delta, LinearDecayRule().delta,
+                                                                 LinearDecayRule().slope)
+    assert variants.parse_omegas(k.custom_omegas) == custom.omegas
+    assert variants.build("cool-sd") == cool and variants.build("eagle-1") == EagleRule()
+    assert variants.build("custom") == custom and variants.build("linear-decay") == LinearDecayRule()
+
+
+def test_cool_sd_is_floored_and_the_unclipped_schedule_is_a_variant():
+    floored, unclipped = variants.build("cool-sd", RuleKnobs(delta=1.1)), variants.build("cool-sd-unclipped",
+                                                                                         RuleKnobs(delta=1.1))
+    assert floored == CoolSDRule(delta=1.1) and floored.floor_at_one and not unclipped.floor_at_one
+    depth = torch.arange(1, 4)
+    assert (floored.omega(depth, 3) >= 1).all() and (unclipped.omega(depth, 3)[1:] < 1).all()
+    torch.testing.assert_close(floored.omega(depth, 3), unclipped.omega(depth, 3).clamp_min(1.0), rtol=0, atol=0)
+
+
+def test_knobs_reach_the_rules():
+    k = RuleKnobs(delta=3.0, nu=0.2, mu=-0.5, mean_omega=False, lantern_k=3, lantern_lambda=7.0, uniform_delta=1.5,
+                  linear_delta=2.5, linear_slope=0.25, custom_omegas="4 2 1")
+    assert variants.build("cool-sd-unclipped", k) == CoolSDRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=False)
+    gstar = variants.build("lantern++-gstar", k, TABLE)
+    assert (gstar.k, gstar.lam, gstar.residual_kind) == (3, 7.0, "optimal") and gstar.neighbours is TABLE
+    assert variants.build("lantern++", k, TABLE).residual_kind == "published"
+    assert variants.build("uniform-rsd", k) == UniformRSDRule(delta=1.5)
+    assert variants.build("linear-decay", k) == LinearDecayRule(delta=2.5, slope=0.25)
+    assert variants.build("custom", k) == CustomScheduleRule((4.0, 2.0, 1.0))
+    assert variants.at_strength("lantern++", 20.0, k, TABLE).lam == 20.0
+    assert variants.at_strength("uniform-rsd", 4.0) == UniformRSDRule(delta=4.0)
+    with pytest.raises(ValueError, match="no strength"):
+        variants.at_strength("eagle-1", 2.0)
+
+
+def test_old_keys_resolve_and_unknown_keys_fail():
+    assert variants.resolve("cool-sd-floor") == "cool-sd" and variants.get("cool-sd-floor").fixed["floor_at_one"]
+    assert variants.COLOURS["cool-sd-floor"] == variants.COLOURS["cool-sd"]
+    for bad in ("cool", None, 3, ["cool-sd"]):
+        with pytest.raises(ValueError, match="unknown decoder"):
+            variants.resolve(bad)
+
+
+def test_variant_of_fills_defaults_and_rejects_unnamed_configs():
+    assert variants.variant_of({"rule": "cool-sd", "delta": 2}) == "cool-sd"  # the default is floored
+    assert variants.variant_of({"rule": "cool-sd", "floor_at_one": False}) == "cool-sd-unclipped"
+    assert variants.variant_of({"rule": "cool-sd", "residual_kind": "lossless"}) is None
+    assert variants.variant_of({"rule": "lantern++", "k": 5, "lam": 10}) == "lantern++"
+    assert variants.variant_of({"rule": "nope"}) is None
+    assert set(v.rule for v in variants.VARIANTS.values() if v.rule) <= set(RULES)
+
+
+def test_racers_are_the_offered_variants_in_order():
+    assert variants.RACERS == ["eagle-1", "lantern++", "lantern++-gstar", "uniform-rsd", "linear-decay", "cool-sd",
+                               "cool-sd-unclipped", "custom"]
+
+
+@pytest.mark.parametrize("text", ["2 1 0.5", "2, 1, 0.5", "2,1,0.5", "2; 1; 0.5", " 2 ,1\t0.5 ", [2, 1, 0.5],
+                                  (2.0, "1", 0.5)])
+def test_one_omega_grammar(text):
+    assert variants.parse_omegas(text) == (2.0, 1.0, 0.5)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("2, x", "'x' is not a number; write numbers separated by commas"), ("", "give at least one number"),
+    (" , ;", "give at least one number"), ("1, inf", "must be finite numbers"), ("nan", "must be finite numbers"),
+    (3, "must be numbers such as"), (None, "must be numbers such as"), ([True, 1], "must hold numbers"),
+])
+def test_omega_grammar_errors(value, message):
+    with pytest.raises(ValueError, match=message):
+        variants.parse_omegas(value)
+    assert variants.format_omegas((2.0, 1.0, 0.5)) == "2, 1, 0.5"
+
+
+def test_knobs_field_order_is_the_race_argument_order():
+    names = [f.name for f in dataclasses.fields(RuleKnobs)]
+    assert names[:10] == ["delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda", "uniform_delta",
+                          "linear_delta", "linear_slope", "custom_omegas"]
