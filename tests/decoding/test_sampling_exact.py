@@ -37,7 +37,7 @@ RULE_CASES = {
     "lantern++": ("lantern++", {"k": 1, "lam": 3.0}),
     "lantern++-g*": ("lantern++", {"k": 1, "lam": 3.0, "residual_kind": "optimal"}),
     "uniform-rsd": ("uniform-rsd", {"delta": 1.7}),
-    "cool-sd": ("cool-sd", {"delta": 2.0, "nu": 1.5}),  # unclipped: omega 3.27, 0.73
+    "cool-sd": ("cool-sd", {"delta": 2.0, "nu": 1.5, "floor_at_one": False}),  # unclipped: omega 3.27, 0.73
     "cool-sd-floor": ("cool-sd", {"delta": 2.0, "nu": 1.5, "floor_at_one": True}),
     "linear-decay": ("linear-decay", {"delta": 1.5, "slope": 0.8}),  # omega 2.7, 0.3
     "custom": ("custom", {"omegas": (2.5, 0.6)}),

@@ -48,7 +48,8 @@ def test_sample_without_replacement(probs, gen, distribution_test):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7)], ids=["eagle-1", "cool-sd-omega<1"])
+@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False)],
+                         ids=["eagle-1", "cool-sd-omega<1"])
 def test_tree_verification_is_lossless(tabular, distribution_test, rule):
     """Eagle-1 on a static tree, siblings tried without replacement, reproduces P; so does any rule whose
     omega <= 1 at every depth, because its residual is G* (each sibling test is then exact)."""
@@ -66,8 +67,8 @@ def test_tree_verification_is_lossless(tabular, distribution_test, rule):
 
 
 # ---------------------------------------------------------------- exact, by enumerating the engine's draws
-@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7), UniformRSDRule(delta=0.6)],
-                         ids=["eagle-1", "cool-sd-omega<1", "uniform-omega<1"])
+@pytest.mark.parametrize("rule", [EagleRule(), CoolSDRule(delta=0.5, nu=0.7, floor_at_one=False),
+                                  UniformRSDRule(delta=0.6)], ids=["eagle-1", "cool-sd-omega<1", "uniform-omega<1"])
 def test_tree_verification_is_exactly_lossless(tabular, monkeypatch, rule):
     """binary-2 on V = 2, T = 4 (both depths verified in round 1): Eagle-1 and any rule with omega <= 1 and G*
     output P exactly, siblings tried without replacement (tests/exact_engine.py enumerates every draw)."""
