@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -35,27 +34,18 @@ from coolsd.compare.race import Race, Racer, fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.decoding.tree import EAGLE_25
+from coolsd.models.timing import device_sync, median_seconds
 
 DRAFT_LEN = 5  # L of the chain rounds measured (the issue's "verify of L + 1 = 6 tokens")
 
 
 def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    device_sync(device)()
 
 
 def median_ms(fn, device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median wall milliseconds of fn() over `repeats` synchronised calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
+    """Median wall milliseconds of fn() over `repeats` synchronised calls (`coolsd.models.timing`, the one home)."""
+    return 1000 * median_seconds(fn, repeats, warmup, device_sync(device))
 
 
 def tree_block(context: int) -> tuple[torch.Tensor, torch.Tensor]:
