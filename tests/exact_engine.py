@@ -139,7 +139,7 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
             mp.setattr(torch, "rand", path.rand)
             mp.setattr(coolsd.decoding.tree, "_sample_without_replacement", path.without_replacement)
             try:
-                result = run(target, drafter if rule is not None else None, recording, None, num_tokens,
+                result = run(target, drafter, recording, cond=None, num_tokens=num_tokens,
                              sampling=sampling, config=config, seed=0)
             except _Pruned:
                 result = None

@@ -89,7 +89,7 @@ def generation(target, drafter, rule, caption, sampling, config, images: int, de
     for seed in range(images):
         sync(device)
         start = time.perf_counter()
-        result = run(target, drafter, rule, caption, T, sampling, config, seed=seed)
+        result = run(target, drafter, rule, cond=caption, num_tokens=T, sampling=sampling, config=config, seed=seed)
         sync(device)
         seconds += time.perf_counter() - start
         forwards += result.target_forwards
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         ("eagle-1 tree-25", drafter, eagle, tree),
         ("lantern++ tree-25", drafter, lantern, tree),
     ]
-    run(target, None, None, caption, 8, sampling, chain, seed=0)  # warm-up
+    run(target, None, None, cond=caption, num_tokens=8, sampling=sampling, config=chain, seed=0)  # warm-up
     rows = []
     for name, draft_model, rule, decode_config in decoders:
         stats = generation(target, draft_model, rule, caption, sampling, decode_config, args.images, device)

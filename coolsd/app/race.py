@@ -122,8 +122,8 @@ class RacePanel:
                 racers = []
                 for (key, label), (target, drafter) in zip(trace.racers, lane):
                     rule = plan.rules.get(key)
-                    events = generate(target, drafter if rule else None, rule, plan.cond, num_tokens, plan.sampling,
-                                      plan.config, seed=seed)
+                    events = generate(target, drafter, rule, cond=plan.cond, num_tokens=num_tokens,
+                                      sampling=plan.sampling, config=plan.config, seed=seed)
                     racers.append(Racer(key, label, events, num_tokens))
                 race = Race(racers)
                 yield from self._frames(ctx, race, trace, overlay, session)

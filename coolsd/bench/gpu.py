@@ -107,7 +107,7 @@ def throughput(target, drafter, neighbours, cond, sampling, num_tokens, images, 
         for seed in range(images):
             sync(device)
             t0 = time.perf_counter()
-            res = run(target, d, rule, cond, num_tokens, sampling, config, seed=seed)
+            res = run(target, d, rule, cond=cond, num_tokens=num_tokens, sampling=sampling, config=config, seed=seed)
             sync(device)
             wall += time.perf_counter() - t0
             tokens, n_t, n_d = tokens + len(res.tokens), n_t + res.target_forwards, n_d + res.draft_forwards
@@ -140,7 +140,8 @@ def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[f
 def _gen(target, drafter, rule, cond, num_tokens, sampling):
     from coolsd.decoding.engine import generate
 
-    return generate(target, drafter, rule, cond, num_tokens, sampling, DecodeConfig(draft_len=DRAFT_LEN), seed=0)
+    return generate(target, drafter, rule, cond=cond, num_tokens=num_tokens, sampling=sampling,
+                    config=DecodeConfig(draft_len=DRAFT_LEN), seed=0)
 
 
 def embedded_models(path: str, tiny: bool, device):

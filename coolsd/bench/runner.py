@@ -65,7 +65,6 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     bookkeeping of rules and sampling),
     token digest, NLL under the target, the classifier's prediction and its 128-d features.
     """
-    drafter = bundle.drafter if rule is not None else None
     cuda = getattr(bundle.target, "device", torch.device("cpu")).type == "cuda"
     gc.collect()
     gc.disable()  # as timeit does: a collection inside one decode would be charged to that setting alone
@@ -73,8 +72,8 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
         if cuda:
             torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
-        result = run(bundle.target, drafter, rule, cls, bundle.num_tokens, sampling, setting.decode_config(),
-                     seed=seed)
+        result = run(bundle.target, bundle.drafter, rule, cond=cls, num_tokens=bundle.num_tokens, sampling=sampling,
+                     config=setting.decode_config(), seed=seed)
         if cuda:
             torch.cuda.synchronize()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -116,8 +115,8 @@ def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem
     warm_cls = items[0].cls if items else 0
     for _ in range(warmup if items else 0):
         for i in warm:
-            run(bundle.target, bundle.drafter if rules[i] else None, rules[i], warm_cls, bundle.num_tokens, sampling,
-                settings[i].decode_config(), seed=2**31 - 1)
+            run(bundle.target, bundle.drafter, rules[i], cond=warm_cls, num_tokens=bundle.num_tokens, sampling=sampling,
+                config=settings[i].decode_config(), seed=2**31 - 1)
     records = []
     first = (items[0].cls, items[0].seed) if items else None
     bar = tqdm(items, desc=f"bench rank {rank}", disable=not progress, unit="img", dynamic_ncols=True)

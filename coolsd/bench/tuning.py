@@ -60,8 +60,8 @@ def main() -> int:
     for i in range(args.images + 1):
         for name, rule, config in settings:
             t0 = time.process_time()
-            res = run(bundle.target, bundle.drafter if rule else None, rule, i % 10, bundle.num_tokens,
-                      bundle.default_sampling, config, seed=100 + i)
+            res = run(bundle.target, bundle.drafter, rule, cond=i % 10, num_tokens=bundle.num_tokens,
+                      sampling=bundle.default_sampling, config=config, seed=100 + i)
             dt = time.process_time() - t0
             if i == 0:
                 continue  # warm-up image

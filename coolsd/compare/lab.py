@@ -143,8 +143,8 @@ class Lab:
                 sampling: SamplingConfig, config: DecodeConfig) -> LabSample:
         target, drafter = handles.get()
         try:
-            result = run(target, drafter if decoder.rule is not None else None, decoder.rule, cond, self.num_tokens,
-                         sampling, config, seed=seed)
+            result = run(target, drafter, decoder.rule, cond=cond, num_tokens=self.num_tokens,
+                         sampling=sampling, config=config, seed=seed)
             nll = token_nll(target, sampling, cond, result.tokens)
         finally:
             handles.put((target, drafter))

@@ -50,25 +50,30 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def _check_pair(drafter: Drafter | None, rule: Rule | None) -> None:
-    if (drafter is None) != (rule is None):
-        given, missing = ("a rule", "drafter") if drafter is None else ("a drafter", "rule")
-        raise ValueError(f"{given} without a {missing}: pass both for speculative decoding, or neither "
+def speculative_drafter(drafter: Drafter | None, rule: Rule | None) -> Drafter | None:
+    """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused), else
+    `drafter`, which a rule cannot do without (ValueError)."""
+    if rule is None:
+        return None
+    if drafter is None:
+        raise ValueError("a rule without a drafter: pass both for speculative decoding, or rule=None "
                          "for vanilla AR")
+    return drafter
 
 
-def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond: Any, num_tokens: int,
+def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, cond: Any = None, num_tokens: int,
            sampling: SamplingConfig | None = None, config: DecodeConfig | None = None,
            generator: torch.Generator | None = None) -> Iterator[RoundEvent]:
     """Decode one image of `num_tokens` tokens; yields a RoundEvent as soon as each round ends.
 
-    drafter=None and rule=None is vanilla AR: one target forward per token. Giving only one of
-    them is an error (a rule needs drafts to judge; a drafter needs a rule to judge them).
+    rule=None is vanilla AR (one target forward per token; `drafter` may be given, it is not used), so
+    callers pass their drafter whatever the rule. A rule without a drafter is an error.
+    cond: the model's condition (class id, caption embedding, ...; None for unconditional models).
     """
     sampling = sampling or SamplingConfig()
     config = config or DecodeConfig()
     checks.integer("num_tokens", num_tokens, 1)
-    _check_pair(drafter, rule)
+    drafter = speculative_drafter(drafter, rule)
     s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
     s.detail = config.detail
     yield s.first()
@@ -81,7 +86,7 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond:
         index += 1
 
 
-def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, cond: Any, num_tokens: int,
+def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, cond: Any = None, num_tokens: int,
              sampling: SamplingConfig | None = None, config: DecodeConfig | None = None,
              seed: int = 0) -> Iterator[RoundEvent]:
     """One call: the events iterator of `decode` with a generator seeded by `seed` (same seed, same tokens).
@@ -90,11 +95,14 @@ def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, con
     """
     sampling = sampling or SamplingConfig()
     config = config or DecodeConfig()
-    _check_pair(drafter, rule)
+    speculative_drafter(drafter, rule)
     gen = make_generator(seed, target.device)
-    return decode(target, drafter, rule, cond, num_tokens, sampling, config, gen)
+    return decode(target, drafter, rule, cond=cond, num_tokens=num_tokens, sampling=sampling, config=config,
+                  generator=gen)
 
 
-def run(*args, **kwargs) -> DecodeResult:
-    """`generate(...)` drained into a DecodeResult."""
-    return DecodeResult.from_events(generate(*args, **kwargs))
+def run(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, cond: Any = None, num_tokens: int,
+        sampling: SamplingConfig | None = None, config: DecodeConfig | None = None, seed: int = 0) -> DecodeResult:
+    """`generate(...)` (same arguments) drained into a DecodeResult."""
+    return DecodeResult.from_events(generate(target, drafter, rule, cond=cond, num_tokens=num_tokens,
+                                             sampling=sampling, config=config, seed=seed))

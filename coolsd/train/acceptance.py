@@ -57,8 +57,9 @@ def engine_acceptance(bundle, images: int, draft_len: int, seed0: int = 1000) ->
 
     events, tokens, forwards = [], 0, 0
     for i in range(images):
-        evs = list(generate(bundle.target, bundle.drafter, make_rule("eagle-1"), i % 10, bundle.num_tokens,
-                            EMBEDDED_SAMPLING, DecodeConfig(draft_len=draft_len), seed=seed0 + i))
+        evs = list(generate(bundle.target, bundle.drafter, make_rule("eagle-1"), cond=i % 10,
+                            num_tokens=bundle.num_tokens,
+                            sampling=EMBEDDED_SAMPLING, config=DecodeConfig(draft_len=draft_len), seed=seed0 + i))
         events += evs[1:]
         tokens += sum(len(e.tokens) for e in evs)
         forwards += sum(e.target_forwards for e in evs)

@@ -47,10 +47,12 @@ def evaluate(assets: Path, out_json: Path, per_class: int = 4, draft_len: int = 
     stats = {name: {"tokens": 0, "forwards": 0, "seconds": 0.0, "correct": 0, "n": 0} for name in decoders}
     images: dict[str, list] = {name: [] for name in decoders}
     jobs = [(c, s) for s in range(per_class) for c in range(len(bundle.class_names))]
-    run(bundle.target, bundle.drafter, make_rule("eagle-1"), 0, bundle.num_tokens, sampling, seed=0)  # warm-up
+    run(bundle.target, bundle.drafter, make_rule("eagle-1"), cond=0, num_tokens=bundle.num_tokens, sampling=sampling,
+        seed=0)  # warm-up
     for c, s in tqdm(jobs, desc="evaluate"):
         for name, (drafter, rule) in decoders.items():  # interleaved: every decoder on the same image
-            res = run(bundle.target, drafter, rule, c, bundle.num_tokens, sampling, DecodeConfig(draft_len), seed=s)
+            res = run(bundle.target, drafter, rule, cond=c, num_tokens=bundle.num_tokens, sampling=sampling,
+                      config=DecodeConfig(draft_len), seed=s)
             img = bundle.tokenizer.decode(res.tokens)
             with torch.no_grad():
                 pred = bundle.classifier(pixel_values=img[None] * 2 - 1).logits.argmax(-1).item()

@@ -225,8 +225,9 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
 
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     m = APP.ctx.model
-    ref = run(m.target, m.drafter, make_rule("eagle-1"), APP.ctx.check_condition(values["condition"]), m.num_tokens,
-              sampling, DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+    ref = run(m.target, m.drafter, make_rule("eagle-1"), cond=APP.ctx.check_condition(values["condition"]),
+              num_tokens=m.num_tokens,
+              sampling=sampling, config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
@@ -349,8 +350,9 @@ def test_embedded_model_race_views():
     racers = []
     for key, rule in rules.items():
         target, drafter = fork_models(b.target, b.drafter)
-        racers.append(Racer(key, key, generate(target, drafter, rule, 3, b.num_tokens, b.default_sampling,
-                                               DecodeConfig(draft_len=5), seed=0), b.num_tokens))
+        racers.append(Racer(key, key, generate(target, drafter, rule, cond=3, num_tokens=b.num_tokens,
+                                               sampling=b.default_sampling,
+                                               config=DecodeConfig(draft_len=5), seed=0), b.num_tokens))
     for _ in Race(racers):
         pass
     for r in racers:
@@ -409,8 +411,9 @@ def test_racer_choice_races_exactly_the_chosen_rules():
     final = {r.key: r for r in trace.replay(len(trace))}
     for key in chosen:
         rule = make_racer_rule(APP.ctx, key, params)
-        ref = run(m.target, m.drafter, rule, APP.ctx.check_condition(values["condition"]), m.num_tokens, sampling,
-                  DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+        ref = run(m.target, m.drafter, rule, cond=APP.ctx.check_condition(values["condition"]),
+                  num_tokens=m.num_tokens, sampling=sampling,
+                  config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
         assert torch.equal(final[key].tokens, ref.tokens), key
         assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
     # the G* variant of LANTERN++ runs another residual than the published one

@@ -57,7 +57,8 @@ def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
     target, drafter = REFERENCE
     taus = []
     for row in range(3):
-        ref = run(target, drafter, CoolSDRule(delta=2.0), row, m.num_tokens, m.sampling, DecodeConfig(), seed=0)
+        ref = run(target, drafter, CoolSDRule(delta=2.0), cond=row, num_tokens=m.num_tokens, sampling=m.sampling,
+                  config=DecodeConfig(), seed=0)
         sample = next(s for s in stats["samples"] if s["row"] == row and s["decoder"] == "chosen")
         assert sample["tau"] == pytest.approx(ref.tau) and sample["condition"] == row
         taus.append(ref.tau)

@@ -68,8 +68,8 @@ def test_grid_equals_independent_decodes_and_numbers(tiny):
     for s in samples:
         rule = decoders[s.column].rule
         target, drafter = tiny.reference
-        ref = run(target, drafter if rule else None, rule, conds[s.row], tiny.num_tokens, tiny.default_sampling,
-                  config, seed=seeds[s.row])
+        ref = run(target, drafter, rule, cond=conds[s.row], num_tokens=tiny.num_tokens, sampling=tiny.default_sampling,
+                  config=config, seed=seeds[s.row])
         assert torch.equal(s.tokens, ref.tokens) and s.tau == ref.tau
         assert math.isclose(s.nll, token_nll(target, tiny.default_sampling, conds[s.row], ref.tokens),
                             rel_tol=1e-6)
@@ -153,8 +153,8 @@ def test_embedded_accuracy_matches_the_classifier():
     decoders = lab_decoders("cool-sd", 2.0)[1:3]  # Eagle-1 and COOL-SD: two decoders keep it short
     samples = list(lab.run(decoders, [3, 7], [0, 0], bundle.default_sampling))
     for s in samples:
-        ref = run(target, drafter, decoders[s.column].rule, s.condition, bundle.num_tokens,
-                  bundle.default_sampling, DecodeConfig(), seed=0)
+        ref = run(target, drafter, decoders[s.column].rule, cond=s.condition, num_tokens=bundle.num_tokens,
+                  sampling=bundle.default_sampling, config=DecodeConfig(), seed=0)
         image = bundle.tokenizer.decode(ref.tokens)
         assert torch.equal(s.tokens, ref.tokens)
         assert s.predicted == int(classifier_outputs(classifier, image[None])[1][0].argmax())

@@ -81,14 +81,15 @@ def test_race_of_forked_models_equals_separate_runs(tiny):
              "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
     lanes = {key: fork_models(b.target, b.drafter) for key in rules}
     solo = {key: fork_models(b.target, b.drafter) for key in rules}  # fork before anything decodes
-    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1] if rule else None, rule, 4, b.num_tokens, sampling,
-                                       config, seed=11), b.num_tokens) for key, rule in rules.items()]
+    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1], rule, cond=4, num_tokens=b.num_tokens,
+                                       sampling=sampling,
+                                       config=config, seed=11), b.num_tokens) for key, rule in rules.items()]
     race = Race(racers)
     keys = [racer.key for racer, _ in race]
     assert len(set(keys[:8])) > 1  # really interleaved
     for racer, (key, rule) in zip(racers, rules.items()):
         target, drafter = solo[key]
-        alone = run(target, drafter if rule else None, rule, 4, b.num_tokens, sampling, config, seed=11)
+        alone = run(target, drafter, rule, cond=4, num_tokens=b.num_tokens, sampling=sampling, config=config, seed=11)
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
         assert racer.target_forwards == alone.target_forwards
 
@@ -100,12 +101,14 @@ def test_fork_shares_weights_and_has_its_own_cache(tiny):
     assert target.stack.blocks[0][0] is b.target.stack.blocks[0][0]  # same fused tensor, not a copy
     assert drafter.lm_head is b.drafter.lm_head
     config = DecodeConfig(draft_len=2)
-    first = run(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, config=config, seed=0)
+    first = run(target, drafter, make_rule("eagle-1"), cond=1, num_tokens=b.num_tokens, config=config, seed=0)
     again_t, again_d = fork_models(target, drafter)  # forking a used handle gives a fresh cache
     assert again_t.stack.k is None and target.stack.k is not None
-    interleaved = generate(again_t, again_d, make_rule("eagle-1"), 1, b.num_tokens, config=config, seed=0)
+    interleaved = generate(again_t, again_d, make_rule("eagle-1"), cond=1, num_tokens=b.num_tokens, config=config,
+                           seed=0)
     next(interleaved)
-    run(target, drafter, make_rule("eagle-1"), 2, b.num_tokens, config=config, seed=5)  # the parent decodes meanwhile
+    run(target, drafter, make_rule("eagle-1"), cond=2, num_tokens=b.num_tokens, config=config,
+        seed=5)  # the parent decodes meanwhile
     rest = list(interleaved)
     assert sum(len(e.tokens) for e in rest) == b.num_tokens - 1
     assert torch.cat([first.tokens[:1]] + [e.tokens for e in rest]).tolist() == first.tokens.tolist()
@@ -135,13 +138,13 @@ def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
     lanes = {key: fork_models(target, drafter) for key in rules}
     solo = {key: fork_models(target, drafter) for key in rules}
     assert lanes["eagle-1"][1].target is lanes["eagle-1"][0] and lanes["eagle-1"][0] is not target
-    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1] if rule else None, rule, caption, 16, sampling,
-                                       config, seed=3), 16) for key, rule in rules.items()]
+    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1], rule, cond=caption, num_tokens=16,
+                                       sampling=sampling, config=config, seed=3), 16) for key, rule in rules.items()]
     for _ in Race(racers):
         pass
     for racer, (key, rule) in zip(racers, rules.items()):
         t, d = solo[key]
-        alone = run(t, d if rule else None, rule, caption, 16, sampling, config, seed=3)
+        alone = run(t, d, rule, cond=caption, num_tokens=16, sampling=sampling, config=config, seed=3)
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
 
 
@@ -154,9 +157,10 @@ def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(ti
     other, _ = fork_models(b.target)
 
     def racers():
-        return [Racer("eagle-1", "Eagle-1", generate(target, drafter, make_rule("eagle-1"), 1, b.num_tokens, seed=0),
-                      b.num_tokens),
-                Racer("vanilla", "Vanilla AR", generate(other, None, None, 1, b.num_tokens, seed=0), b.num_tokens)]
+        return [Racer("eagle-1", "Eagle-1", generate(target, drafter, make_rule("eagle-1"), cond=1,
+                                                     num_tokens=b.num_tokens, seed=0), b.num_tokens),
+                Racer("vanilla", "Vanilla AR", generate(other, None, None, cond=1, num_tokens=b.num_tokens, seed=0),
+                      b.num_tokens)]
 
     rounds = {"n": 0}
 

@@ -49,7 +49,7 @@ def test_empirical_distribution_matches_oracle(models, build_rule, distribution_
         rule = build_rule(name, codebook=target.codebook, **({"k": 1} if name == "lantern++" else {}))
         probs = exact(target, drafter, rule, L).dist
     config = DecodeConfig(draft_len=L)
-    results = [run(target, drafter if rule else None, rule, None, T, config=config, seed=s) for s in range(N_SAMPLES)]
+    results = [run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=s) for s in range(N_SAMPLES)]
     samples = [r.tokens for r in results]
     # the mean number of rounds (target forwards) against the oracle's expectation, within 4 standard errors
     rounds = torch.tensor([float(r.rounds) for r in results], dtype=torch.float64)
@@ -153,7 +153,7 @@ def test_event_invariants(models, build_rule, name, tree):
     config = DecodeConfig(draft_len=L, tree=tree)
     taus = []
     for seed in range(5):
-        events = list(generate(target, drafter if rule else None, rule, None, T, config=config, seed=seed))
+        events = list(generate(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=seed))
         result = DecodeResult.from_events(events)
         start = 0
         for e in events:
@@ -196,7 +196,7 @@ def test_event_invariants(models, build_rule, name, tree):
 
 def test_vanilla_when_drafter_or_rule_missing(models):
     target, drafter = models
-    result = run(target, None, None, None, T, seed=0)
+    result = run(target, None, None, cond=None, num_tokens=T, seed=0)
     assert result.rounds == T and result.draft_forwards == 0
 
 
@@ -205,21 +205,24 @@ def test_same_seed_same_tokens(models, build_rule, tree):
     target, drafter = models
     rule = build_rule("cool-sd")
     config = DecodeConfig(draft_len=L, tree=tree)
-    first = run(target, drafter, rule, None, T, config=config, seed=7)
-    again = run(target, drafter, rule, None, T, config=config, seed=7)
+    first = run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=7)
+    again = run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=7)
     assert torch.equal(first.tokens, again.tokens) and first.kinds == again.kinds
     for a, b in zip(first.events, again.events):
         assert torch.equal(a.accept_probs.nan_to_num(-1), b.accept_probs.nan_to_num(-1))
-    others = {tuple(run(target, drafter, rule, None, T, config=config, seed=s).tokens.tolist()) for s in range(8, 20)}
+    others = {tuple(run(target, drafter, rule, cond=None, num_tokens=T, config=config,
+                        seed=s).tokens.tolist()) for s in range(8, 20)}
     assert len(others) > 1  # the seed matters
 
 
 def test_explicit_generator_equals_seed(models):
     target, drafter = models
     rule = CoolSDRule()
-    events = decode(target, drafter, rule, None, T, config=DecodeConfig(draft_len=L), generator=make_generator(3))
+    events = decode(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(draft_len=L),
+                    generator=make_generator(3))
     assert torch.equal(DecodeResult.from_events(events).tokens,
-                       run(target, drafter, rule, None, T, config=DecodeConfig(draft_len=L), seed=3).tokens)
+                       run(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(draft_len=L),
+                           seed=3).tokens)
 
 
 @pytest.mark.parametrize("tree", [None, "binary-2"])
@@ -229,20 +232,20 @@ def test_greedy_is_the_targets_greedy_sequence(tabular, build_rule, name, tree):
     for seed in range(3):
         target, drafter = tabular(4, 5, seed=seed)
         rule = None if name == "vanilla" else build_rule(name, codebook=target.codebook)
-        result = run(target, drafter if rule else None, rule, None, 5, sampling=SamplingConfig(temperature=0.0),
+        result = run(target, drafter, rule, cond=None, num_tokens=5, sampling=SamplingConfig(temperature=0.0),
                      config=DecodeConfig(draft_len=3, tree=tree), seed=seed)
         assert result.tokens.tolist() == greedy_sequence(target)
 
 
 def test_draft_len_longer_than_the_image(models):
     target, drafter = models
-    result = run(target, drafter, CoolSDRule(), None, T, config=DecodeConfig(draft_len=50), seed=0)
+    result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=T, config=DecodeConfig(draft_len=50), seed=0)
     assert len(result.tokens) == T and all(e.n_drafted <= T - 2 for e in result.events)
 
 
 def test_num_tokens_one(models):
     target, drafter = models
-    result = run(target, drafter, CoolSDRule(), None, 1, seed=0)
+    result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=1, seed=0)
     assert len(result.tokens) == 1 and result.rounds == 1
 
 
@@ -264,7 +267,7 @@ def test_bad_decode_config(kwargs, field):
 def test_bad_run_arguments(models, num_tokens, seed, match):
     target, drafter = models
     with pytest.raises(ValueError, match=match):
-        run(target, drafter, CoolSDRule(), None, num_tokens, seed=seed)
+        run(target, drafter, CoolSDRule(), cond=None, num_tokens=num_tokens, seed=seed)
 
 
 def test_chain_feeds_features_and_positions_like_eagle(tabular):
@@ -276,7 +279,8 @@ def test_chain_feeds_features_and_positions_like_eagle(tabular):
     for draft_len in (1, 3):
         for seed in range(4):
             calls = drafter.calls
-            result = run(target, drafter, CoolSDRule(), None, 7, config=DecodeConfig(draft_len=draft_len), seed=seed)
+            result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=7,
+                         config=DecodeConfig(draft_len=draft_len), seed=seed)
             assert len(result.tokens) == 7
             assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # no wasted drafter call
 
@@ -290,11 +294,9 @@ def test_error_messages_in_full(models):
         (lambda: DecodeConfig(draft_len=0), "draft_len must be an integer >= 1, got 0"),
         (lambda: DecodeConfig(tree="oak"), f"unknown tree 'oak'; choose one of {sorted(TREES)} or None for chain"),
         (lambda: make_generator(2**63), "seed must be an integer in [0, 2**63), got 9223372036854775808"),
-        (lambda: run(target, drafter, None, None, T),
-         "a drafter without a rule: pass both for speculative decoding, or neither for vanilla AR"),
-        (lambda: run(target, None, CoolSDRule(), None, T),
-         "a rule without a drafter: pass both for speculative decoding, or neither for vanilla AR"),
-        (lambda: run(target, None, None, None, 0), "num_tokens must be an integer >= 1, got 0"),
+        (lambda: run(target, None, CoolSDRule(), cond=None, num_tokens=T),
+         "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
+        (lambda: run(target, None, None, cond=None, num_tokens=0), "num_tokens must be an integer >= 1, got 0"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as err:
@@ -304,6 +306,20 @@ def test_error_messages_in_full(models):
     make_generator(0)
 
 
+def test_rule_none_is_vanilla_whatever_the_drafter(tabular):
+    """rule=None decodes vanilla AR: a drafter given is never called and the tokens are vanilla's for the seed
+    (callers pass their drafter whatever the rule; the engine decides, in one place)."""
+    from exact_engine import checked_models
+
+    target, drafter = checked_models(*tabular(3, 7, seed=9))
+    for seed in range(3):
+        calls = drafter.calls
+        with_drafter = run(target, drafter, None, num_tokens=7, seed=seed)
+        assert drafter.calls == calls and with_drafter.draft_forwards == 0 and with_drafter.target_forwards == 7
+        alone = run(target, None, None, num_tokens=7, seed=seed)
+        assert torch.equal(with_drafter.tokens, alone.tokens) and with_drafter.kinds == alone.kinds
+
+
 def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
     """Same seed, same events, whatever torch's global random state (so no draw uses it)."""
     target, drafter = models
@@ -311,7 +327,8 @@ def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
         outcomes = []
         for global_seed in (1, 2):
             torch.manual_seed(global_seed)
-            result = run(target, drafter, build_rule("cool-sd"), None, T, config=DecodeConfig(draft_len=L), seed=seed)
+            result = run(target, drafter, build_rule("cool-sd"), cond=None, num_tokens=T,
+                         config=DecodeConfig(draft_len=L), seed=seed)
             outcomes.append([(e.tokens.tolist(), e.tested_probs.tolist()) for e in result.events])
         assert outcomes[0] == outcomes[1]
 
@@ -334,7 +351,7 @@ def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
     target, drafter = tabular(3, 7, seed=10)
     for seed in range(6):
         spy = Spy(CoolSDRule())
-        result = run(target, drafter, spy, None, 7, config=DecodeConfig(draft_len=3), seed=seed)
+        result = run(target, drafter, spy, cond=None, num_tokens=7, config=DecodeConfig(draft_len=3), seed=seed)
         calls = iter(spy.calls)
         prefix = result.events[0].tokens.tolist()
         for e in result.events[1:]:
@@ -355,14 +372,15 @@ def test_condition_and_default_seed_reach_the_models(tabular):
 
     target, drafter = checked_models(*tabular(3, 5, seed=11))
     rule, config = CoolSDRule(), DecodeConfig(draft_len=2)
-    reference = run(target, drafter, rule, 7, 5, config=config, seed=0)
+    reference = run(target, drafter, rule, cond=7, num_tokens=5, config=config, seed=0)
     assert target.cond == drafter.cond == 7
-    by_decode = DecodeResult.from_events(decode(target, drafter, rule, 8, 5, config=config))
+    by_decode = DecodeResult.from_events(decode(target, drafter, rule, cond=8, num_tokens=5, config=config))
     assert target.cond == drafter.cond == 8
-    by_generate = DecodeResult.from_events(generate(target, drafter, rule, 7, 5, config=config))
+    by_generate = DecodeResult.from_events(generate(target, drafter, rule, cond=7, num_tokens=5, config=config))
     for result in (by_decode, by_generate):
         assert [e.tokens.tolist() for e in result.events] == [e.tokens.tolist() for e in reference.events]
-    assert any(run(target, drafter, rule, 7, 5, config=config, seed=s).tokens.tolist() != reference.tokens.tolist()
+    assert any(run(target, drafter, rule, cond=7, num_tokens=5, config=config,
+                   seed=s).tokens.tolist() != reference.tokens.tolist()
                for s in range(1, 6))  # so the equality above is about the seed
 
 

@@ -56,7 +56,7 @@ def test_tree_verification_is_lossless(tabular, distribution_test, rule):
     target, drafter = tabular(V, T, seed=5)
     assert (rule.omega(torch.arange(1, 3), 2) <= 1).all()
     config = DecodeConfig(tree="binary-2")
-    results = [run(target, drafter, rule, None, T, config=config, seed=s) for s in range(N_SAMPLES)]
+    results = [run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=s) for s in range(N_SAMPLES)]
     stat, critical, df = distribution_test([r.tokens for r in results], sequence_probs(target), V)
     print(f"{rule.name} tree: chi2 {stat:.1f} critical {critical:.1f} df {df}")
     assert stat < critical
@@ -108,8 +108,8 @@ def test_rules_on_the_chain_tree_match_the_chain_oracle(tabular, build_rule, mon
 def test_tree_round_events(tabular):
     target, drafter = tabular(4, 5, seed=0)
     for seed in range(10):
-        result = run(target, drafter, UniformRSDRule(delta=2.0), None, 5, config=DecodeConfig(tree="binary-2"),
-                     seed=seed)
+        result = run(target, drafter, UniformRSDRule(delta=2.0), cond=None, num_tokens=5,
+                     config=DecodeConfig(tree="binary-2"), seed=seed)
         for e in result.events[1:]:
             depths = e.tested_depths.tolist()
             assert depths == sorted(depths) and all(depths.count(d) <= 2 for d in set(depths))
@@ -121,7 +121,8 @@ def test_eagle_25_runs(tabular):
     """The published 25-node tree on a model deep enough for it (depth 5 needs T >= 7)."""
     target, drafter = tabular(4, 7, seed=0)
     for seed in range(3):
-        result = run(target, drafter, EagleRule(), None, 7, config=DecodeConfig(tree="eagle-25"), seed=seed)
+        result = run(target, drafter, EagleRule(), cond=None, num_tokens=7, config=DecodeConfig(tree="eagle-25"),
+                     seed=seed)
         assert len(result.tokens) == 7 and result.rounds < 7  # the tree saved target forwards
         first = result.events[1]  # t = 1 leaves 5 tokens to draft: the whole tree is drafted
         assert first.n_drafted == 5 and first.draft_forwards == 5  # pending tokens, then levels 1-4 with children
@@ -152,7 +153,7 @@ def test_every_node_is_verified_with_its_own_paths_p_and_q(tabular, tree):
     target, drafter = tabular(4, num_tokens, seed=8)
     for seed in range(6):
         spy = _Spy(UniformRSDRule(delta=1.5))
-        result = run(target, drafter, spy, None, num_tokens, config=DecodeConfig(tree=tree), seed=seed)
+        result = run(target, drafter, spy, cond=None, num_tokens=num_tokens, config=DecodeConfig(tree=tree), seed=seed)
         calls = iter(spy.calls)
         prefix: list[int] = result.events[0].tokens.tolist()
         for e in result.events[1:]:
@@ -205,7 +206,8 @@ def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
     target, drafter = checked_models(*tabular(3, 7, seed=9))
     for seed in range(4):
         calls = drafter.calls
-        result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+        result = run(target, drafter, UniformRSDRule(delta=1.5), cond=None, num_tokens=7,
+                     config=DecodeConfig(tree=tree), seed=seed)
         assert len(result.tokens) == 7
         assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # counted, not assumed
 
@@ -218,7 +220,8 @@ def test_tree_draws_only_from_the_seeded_generator(tabular, tree):
         outcomes = []
         for global_seed in (1, 2):
             torch.manual_seed(global_seed)
-            result = run(target, drafter, UniformRSDRule(delta=1.5), None, 7, config=DecodeConfig(tree=tree), seed=seed)
+            result = run(target, drafter, UniformRSDRule(delta=1.5), cond=None, num_tokens=7,
+                         config=DecodeConfig(tree=tree), seed=seed)
             outcomes.append([(e.tokens.tolist(), e.tested_depths.tolist(), e.tested_probs.tolist())
                              for e in result.events])
         assert outcomes[0] == outcomes[1]

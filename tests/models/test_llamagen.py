@@ -446,15 +446,16 @@ def test_engine_generation_each_rule(target, drafter, caption, tree):
     ]
     sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(draft_len=3, tree=tree)
     for rule in rules:
-        result = run(target, drafter, rule, caption, 16, sampling, config, seed=0)
+        result = run(target, drafter, rule, cond=caption, num_tokens=16, sampling=sampling, config=config, seed=0)
         assert result.tokens.shape == (16,) and 0 <= int(result.tokens.min()) and int(result.tokens.max()) < V
-        again = run(target, drafter, rule, caption, 16, sampling, config, seed=0)
+        again = run(target, drafter, rule, cond=caption, num_tokens=16, sampling=sampling, config=config, seed=0)
         assert torch.equal(result.tokens, again.tokens)
     # greedy: every speculative decoder reproduces vanilla greedy decoding token for token
     greedy = SamplingConfig(cfg_scale=3.0, temperature=0.0)
-    vanilla = run(target, None, None, caption, 16, greedy, config, seed=0)
+    vanilla = run(target, None, None, cond=caption, num_tokens=16, sampling=greedy, config=config, seed=0)
     for rule in rules:
-        assert torch.equal(run(target, drafter, rule, caption, 16, greedy, config, seed=0).tokens, vanilla.tokens)
+        assert torch.equal(run(target, drafter, rule, cond=caption, num_tokens=16, sampling=greedy, config=config,
+                               seed=0).tokens, vanilla.tokens)
 
 
 # --- caption cleaning, LANTERN's static tree, neighbour ranking ---------------------------------

@@ -111,11 +111,12 @@ def test_rollback_greedy_speculative_equals_vanilla_greedy(llama, tree):
         ids = torch.cat([ids, hf_logits(llama, llama.config.class_token_offset + 4, ids)[-1].argmax()[None]])
     accepted = []
     for rule in [make_rule("cool-sd", delta=1.0, nu=0.0), make_rule("eagle-1")]:
-        res = run(target, drafter, rule, 4, 16, greedy, DecodeConfig(draft_len=3, tree=tree), seed=9)
+        res = run(target, drafter, rule, cond=4, num_tokens=16, sampling=greedy, config=DecodeConfig(draft_len=3,
+                                                                                                     tree=tree), seed=9)
         assert res.tokens.tolist() == ids.tolist()
         accepted.append([e.n_accepted for e in res.events])
     assert accepted[0] == accepted[1]  # omega == 1 is Eagle-1: the same drafts accepted in every round
-    vanilla = run(target, None, None, 4, 16, greedy, seed=0)
+    vanilla = run(target, None, None, cond=4, num_tokens=16, sampling=greedy, seed=0)
     assert vanilla.tokens.tolist() == ids.tolist() and vanilla.target_forwards == 16
 
 
@@ -124,7 +125,8 @@ def test_tiny_bundle_generates_with_every_rule():
     rules = [make_rule("eagle-1"), make_rule("cool-sd"), make_rule("uniform-rsd"),
              make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours)]
     for rule in rules:
-        res = run(b.target, b.drafter, rule, 7, b.num_tokens, b.default_sampling, DecodeConfig(draft_len=4), seed=0)
+        res = run(b.target, b.drafter, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling,
+                  config=DecodeConfig(draft_len=4), seed=0)
         assert len(res.tokens) == b.num_tokens
         assert res.target_forwards < b.num_tokens  # the tiny drafter helps (tau 3.2 to 4 at seed 0)
     assert b.tokenizer.decode(res.tokens).shape == (1, 8, 8)
@@ -133,7 +135,7 @@ def test_tiny_bundle_generates_with_every_rule():
 def test_bad_class_is_a_clear_error():
     b = tiny_bundle()
     with pytest.raises(ValueError, match="class must be an integer"):
-        run(b.target, None, None, 12, b.num_tokens)
+        run(b.target, None, None, cond=12, num_tokens=b.num_tokens)
 
 
 def test_loader_errors_are_clear(tmp_path):
@@ -168,7 +170,8 @@ def test_shipped_bundle_generates_one_image_per_decoder(embedded):
     decoders = [(None, None), (b.drafter, make_rule("eagle-1")), (b.drafter, make_rule("cool-sd", delta=2.0)),
                 (b.drafter, make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours))]
     for drafter, rule in decoders:
-        res = run(b.target, drafter, rule, 3, b.num_tokens, b.default_sampling, DecodeConfig(draft_len=5), seed=0)
+        res = run(b.target, drafter, rule, cond=3, num_tokens=b.num_tokens, sampling=b.default_sampling,
+                  config=DecodeConfig(draft_len=5), seed=0)
         assert len(res.tokens) == 256 and res.tokens.max() < 256
         assert res.tau == 1 if rule is None else res.tau > 1.5  # the shipped drafter: tau about 2.8 to 3.5
         image = b.tokenizer.decode(res.tokens)
@@ -181,7 +184,7 @@ def test_shipped_classifier_recognises_vanilla_samples(embedded):
     b = embedded
     correct = 0
     for digit in (0, 1, 7, 9):
-        res = run(b.target, None, None, digit, b.num_tokens, b.default_sampling, seed=digit)
+        res = run(b.target, None, None, cond=digit, num_tokens=b.num_tokens, sampling=b.default_sampling, seed=digit)
         with torch.no_grad():
             logits = b.classifier(pixel_values=b.tokenizer.decode(res.tokens)[None] * 2 - 1).logits
         correct += int(logits.argmax(-1).item() == digit)

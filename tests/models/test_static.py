@@ -96,8 +96,8 @@ def test_same_tokens_on_both_paths_for_every_rule(tiny, tree, build_rule):
         rule = _rule(build_rule, name, tiny) if name else None
         out = {}
         for path, (target, drafter) in lanes.items():
-            res = run(target, drafter if rule else None, rule, 2, tiny.num_tokens, tiny.default_sampling, config,
-                      seed=13)
+            res = run(target, drafter, rule, cond=2, num_tokens=tiny.num_tokens, sampling=tiny.default_sampling,
+                      config=config, seed=13)
             out[path] = res
         assert out["static"].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree)
         assert out["static"].target_forwards == out["eager"].target_forwards
@@ -110,7 +110,8 @@ def test_shipped_model_same_tokens_on_both_paths(embedded_bundle, build_rule):
     settings = [("cool-sd", DecodeConfig(draft_len=5)), ("eagle-1", DecodeConfig(draft_len=4, tree="eagle-25"))]
     for name, config in settings:
         rule = _rule(build_rule, name, b)
-        tokens = {path: run(t, d, rule, 7, b.num_tokens, b.default_sampling, config, seed=1).tokens.tolist()
+        tokens = {path: run(t, d, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling, config=config,
+                            seed=1).tokens.tolist()
                   for path, (t, d) in lanes.items()}
         assert tokens["static"] == tokens["eager"], name
 
@@ -125,9 +126,11 @@ def embedded_bundle():
 def test_rule_and_drafter_come_together(tiny, build_rule):
     target, drafter = fork_models(tiny.target, tiny.drafter)
     with pytest.raises(ValueError, match="a rule without a drafter"):
-        run(target, None, _rule(build_rule, "eagle-1", tiny), 0, tiny.num_tokens)
-    with pytest.raises(ValueError, match="a drafter without a rule"):
-        generate(target, drafter, None, 0, tiny.num_tokens)
+        run(target, None, _rule(build_rule, "eagle-1", tiny), cond=0, num_tokens=tiny.num_tokens)
+    vanilla = list(generate(target, drafter, None, cond=0, num_tokens=tiny.num_tokens))  # rule None: drafter unused
+    assert all(e.draft_forwards == 0 and e.target_forwards == 1 for e in vanilla)
+    alone = run(target, None, None, cond=0, num_tokens=tiny.num_tokens)
+    assert torch.equal(torch.cat([e.tokens for e in vanilla]), alone.tokens)
 
 
 def test_path_choice_and_fork_keeps_the_path(tiny, monkeypatch):
@@ -190,8 +193,8 @@ def test_llamagen_same_tokens_on_both_paths_for_every_rule(tiny_llamagen, tree, 
     codebook = torch.randn(64, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     for name in [*RULES, None]:
         rule = build_rule(name, codebook=codebook) if name else None
-        tokens = {path: run(t, d if rule else None, rule, caption, 16, SamplingConfig(cfg_scale=2.0),
-                            DecodeConfig(draft_len=3, tree=tree), seed=4).tokens.tolist()
+        tokens = {path: run(t, d, rule, cond=caption, num_tokens=16, sampling=SamplingConfig(cfg_scale=2.0),
+                            config=DecodeConfig(draft_len=3, tree=tree), seed=4).tokens.tolist()
                   for path, (t, d) in lanes.items()}
         assert tokens["static"] == tokens["eager"], (name, tree)
     assert lanes["static"][0]._blocks and lanes["static"][1]._blocks and not lanes["eager"][0]._blocks
