@@ -45,7 +45,7 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
-def _ints(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     """'0,3,5' or '0-9' -> ints."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -65,14 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"ResNet save_pretrained folder (default for embedded: {EMBEDDED_CLASSIFIER})")
     g.add_argument("--real-stats", type=Path, default=None,
                    help=f"real-image feature statistics (default: <classifier>/{REAL_STATS_NAME})")
-    g.add_argument("--classes", type=_ints, default=None,
+    g.add_argument("--classes", type=int_list, default=None,
                    help="condition ids, e.g. 0-9 or 1,7 (default: all; emoji: class * 2 + style)")
     g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
     g.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len,
                    help="L, drafts per round of chain drafting (default: the engine's, see coolsd/bench/tuning.py)")
-    g.add_argument("--lantern-k", type=_ints, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
+    g.add_argument("--lantern-k", type=int_list, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
     g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")
     g.add_argument("--lantern-gstar", action=argparse.BooleanOptionalAction, default=True,
                    help="also run every LANTERN++ point with the G* residual")

@@ -26,7 +26,8 @@ def part_path(args, name: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m coolsd.train`."""
     ap = argparse.ArgumentParser(prog="python -m coolsd.train", description=__doc__)
     ap.add_argument("stage", choices=STAGES)
     ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which embedded model")
@@ -45,22 +46,37 @@ def main(argv: list[str] | None = None) -> int:
     dr.add_argument("--w-cls", type=float, default=0.1, help="weight of the per-row cross-entropy")
     dr.add_argument("--w-cfg", type=float, default=None, help="weight of the CFG-mixed cross-entropy")
     dr.add_argument("--w-unroll", type=float, default=None, help="weight of the one-step-unrolled terms")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line and fill the model's defaults (drafter weights, folders)."""
+    args = parser().parse_args(argv)
     emoji = args.model == "emoji"
     for name, default in (DRAFTER_DEFAULTS["emoji" if emoji else "mnist"]).items():
         if getattr(args, name) is None:
             setattr(args, name, default)
     args.out = args.out or Path("runs/emoji" if emoji else "runs/embedded")
     args.assets = args.assets or Path("assets/emoji" if emoji else "assets/embedded")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     budget = args.budget_min * 60
     kw = {"seed": args.seed, "batch": args.batch} | ({"lr": args.lr} if args.lr else {})
 
-    if emoji:
+    if args.model == "emoji":
         from coolsd.train.emoji_cli import run_emoji_stage
 
         return run_emoji_stage(args, budget, kw)
+    return run_mnist_stage(args, budget, kw)
+
+
+def run_mnist_stage(args: argparse.Namespace, budget: float, kw: dict) -> int:
+    """Run one stage for the MNIST model; `budget` in seconds, `kw` = seed/batch/lr."""
     from diffusers import VQModel
 
     from coolsd.train.data import splits

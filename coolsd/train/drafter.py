@@ -20,11 +20,13 @@ argmax agreement of the class row's raw logits (the model card's "top-1 agreemen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from coolsd.models.bundle import EMBEDDED_SAMPLING
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import condition_prefix, prefix_len
 from coolsd.train.loop import run_budgeted
@@ -119,6 +121,43 @@ def _real_pool(target, codes, conds, n: int, path: Path, gen) -> tuple[torch.Ten
     return ids, feats
 
 
+def _mixed_batches(pool: SampleShards, real_ids: torch.Tensor, real_feats: torch.Tensor, n_real: int, batch: int,
+                   n_gen: int, config, gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """A batch maker: (ids (2 batch, T), target features (2 batch, T, D)), n_gen self-samples and
+    batch - n_gen real sequences, class rows first then their null (CFG) rows."""
+
+    def batch_data() -> tuple[torch.Tensor, torch.Tensor]:
+        r = torch.randint(n_real, (batch - n_gen,), generator=gen)
+        codes, ys, feats = pool.draw(n_gen, gen)
+        ids = pair_ids(codes, ys, config)
+        f = feats.transpose(0, 1).reshape(-1, *feats.shape[2:])  # (2 n_gen, T, D): class rows, then null rows
+        rr = torch.cat([r, r + n_real])
+        ids = torch.cat([ids.view(2, n_gen, -1), real_ids[rr].view(2, -1, ids.shape[1])], 1).flatten(0, 1)
+        f = torch.cat([f.view(2, n_gen, *f.shape[1:]), real_feats[rr].view(2, -1, *f.shape[1:])], 1).flatten(0, 1)
+        return ids, f
+
+    return batch_data
+
+
+def _validation(head: EagleHead, target, real: tuple[torch.Tensor, torch.Tensor], val: SampleShards,
+                sampling) -> Callable[[], dict[str, float]]:
+    """The held-out metrics: acceptance on self-samples (one step unrolled too), top-1 on real sequences
+    `real` = (codes (N, T), condition ids (N,))."""
+    config = target.config
+    real_val = pair_ids(*real, config)
+    real_val_feats = target_features(target, real_val)
+    vc, vy, vf = val.tensors()
+    self_val, self_val_feats = pair_ids(vc, vy, config), vf.transpose(0, 1).flatten(0, 1)
+
+    def evaluate() -> dict[str, float]:
+        _, logs = drafter_losses(head, target, self_val, self_val_feats, sampling, w_unroll=1.0)
+        _, real_logs = drafter_losses(head, target, real_val, real_val_feats, sampling)
+        return {"val_accept": logs["accept"], "val_accept2": logs["accept2"], "val_top1_cfg": logs["top1_cfg"],
+                "val_top1_raw": logs["top1_raw"], "val_real_top1_raw": real_logs["top1_raw"]}
+
+    return evaluate
+
+
 def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
                   lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
                   w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
@@ -132,8 +171,6 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
     `sampling`: the sampling the self-samples use (default the embedded MNIST one).
     """
-    from coolsd.models.bundle import EMBEDDED_SAMPLING
-
     sampling = sampling or EMBEDDED_SAMPLING
     torch.manual_seed(seed)
     config = target.config
@@ -148,17 +185,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     val.fill(n_val)
     head = load_head(config, init)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    n_gen = round(batch * self_frac)
-
-    def batch_data() -> tuple[torch.Tensor, torch.Tensor]:
-        r = torch.randint(n_real, (batch - n_gen,), generator=gen)
-        codes, ys, feats = pool.draw(n_gen, gen)
-        ids = pair_ids(codes, ys, config)
-        f = feats.transpose(0, 1).reshape(-1, *feats.shape[2:])  # (2 n_gen, T, D): class rows, then null rows
-        rr = torch.cat([r, r + n_real])
-        ids = torch.cat([ids.view(2, n_gen, -1), real_ids[rr].view(2, -1, ids.shape[1])], 1).flatten(0, 1)
-        f = torch.cat([f.view(2, n_gen, *f.shape[1:]), real_feats[rr].view(2, -1, *f.shape[1:])], 1).flatten(0, 1)
-        return ids, f
+    batch_data = _mixed_batches(pool, real_ids, real_feats, n_real, batch, round(batch * self_frac), config, gen)
 
     def step(i: int) -> dict[str, float]:
         if i % grow_every == grow_every - 1 and len(pool) < n_self:
@@ -170,17 +197,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
         opt.step()
         return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 
-    real_val = pair_ids(*tokens["val"], config)
-    real_val_feats = target_features(target, real_val)
-    vc, vy, vf = val.tensors()
-    self_val, self_val_feats = pair_ids(vc, vy, config), vf.transpose(0, 1).flatten(0, 1)
-
-    def evaluate() -> dict[str, float]:
-        _, logs = drafter_losses(head, target, self_val, self_val_feats, sampling, w_unroll=1.0)
-        _, real = drafter_losses(head, target, real_val, real_val_feats, sampling)
-        return {"val_accept": logs["accept"], "val_accept2": logs["accept2"], "val_top1_cfg": logs["top1_cfg"],
-                "val_top1_raw": logs["top1_raw"], "val_real_top1_raw": real["top1_raw"]}
-
+    evaluate = _validation(head, target, tokens["val"], val, sampling)
     state = run_budgeted("drafter", head, opt, step, out / "drafter.ckpt", budget_s, lr, evaluate,
                          eval_every=eval_every)
     head.save_pretrained(out / "drafter")

@@ -20,6 +20,35 @@ def cosine_lr(base_lr: float, progress: float, warmup: float = 0.03, floor: floa
     return base_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def resume(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> dict:
+    """Load model, optimizer and torch RNG from `ckpt` when it exists; the loop state {step, elapsed,
+    history} (a fresh one otherwise)."""
+    if not ckpt.exists():
+        return {"step": 0, "elapsed": 0.0, "history": []}
+    saved = torch.load(ckpt, weights_only=False)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    torch.set_rng_state(saved["rng"])
+    state = saved["state"]
+    print(f"[{name}] resumed at step {state['step']} ({state['elapsed']:.0f} s spent)")
+    return state
+
+
+def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict, ckpt: Path) -> None:
+    """Model, optimizer, loop state and torch RNG to `ckpt`, atomically (written aside, then renamed)."""
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+                "rng": torch.get_rng_state()}, tmp)
+    os.replace(tmp, ckpt)
+
+
+def _evaluate(model: torch.nn.Module, eval_fn: Callable[[], dict[str, float]]) -> dict[str, float]:
+    model.eval()
+    with torch.no_grad():
+        return eval_fn()
+
+
 def run_budgeted(
     name: str,
     model: torch.nn.Module,
@@ -37,22 +66,7 @@ def run_budgeted(
     The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
     continues the same schedule. Returns the final state dict {step, elapsed, history}.
     """
-    state = {"step": 0, "elapsed": 0.0, "history": []}
-    if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        state = saved["state"]
-        torch.set_rng_state(saved["rng"])
-        print(f"[{name}] resumed at step {state['step']} ({state['elapsed']:.0f} s spent)")
-
-    def save() -> None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-                    "rng": torch.get_rng_state()}, tmp)
-        os.replace(tmp, ckpt)
-
+    state = resume(name, model, optimizer, ckpt)
     bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
     last_save = time.perf_counter()
     while state["elapsed"] < budget_s:
@@ -67,18 +81,14 @@ def run_budgeted(
         bar.update(int(state["elapsed"]) - bar.n)
         bar.set_postfix(step=state["step"], **{k: f"{v:.4f}" for k, v in logs.items()})
         if eval_fn is not None and state["step"] % eval_every == 0:
-            model.eval()
-            with torch.no_grad():
-                metrics = eval_fn()
+            metrics = _evaluate(model, eval_fn)
             state["history"].append({"step": state["step"], "elapsed": state["elapsed"], **logs, **metrics})
             tqdm.write(f"[{name}] step {state['step']}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         if time.perf_counter() - last_save > ckpt_every_s:
-            save()
+            save_checkpoint(model, optimizer, state, ckpt)
             last_save = time.perf_counter()
     bar.close()
     if eval_fn is not None:
-        model.eval()
-        with torch.no_grad():
-            state["final"] = eval_fn()
-    save()
+        state["final"] = _evaluate(model, eval_fn)
+    save_checkpoint(model, optimizer, state, ckpt)
     return state

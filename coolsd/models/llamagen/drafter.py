@@ -14,15 +14,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from coolsd.models.graphs import make_runner
 from coolsd.models.llamagen.config import LlamaGenConfig
-from coolsd.models.llamagen.layers import DecoderLayer, KVCache, build_mask, check_crop, rope_2d
+from coolsd.models.llamagen.layers import CachedPath, DecoderLayer, KVCache, build_mask, check_crop, rope_2d
 from coolsd.models.llamagen.target import CACHE_MARGIN, LlamaGenT2I
 from coolsd.models.protocol import ModelStep
 from coolsd.models.static import pad_block, pick_block
 
 
-class LlamaGenDrafter(nn.Module):
+class LlamaGenDrafter(CachedPath, nn.Module):
     """Eagle-1 head reading the target's final-normed features.
 
     Slots: a prefix of C - 1 placeholder slots (token id 0 with the target's caption features
@@ -62,29 +61,21 @@ class LlamaGenDrafter(nn.Module):
     def device(self) -> torch.device:
         return self.fc.weight.device
 
-    @property
-    def length(self) -> int:
-        return self._length
-
     def fork(self, target: LlamaGenT2I) -> LlamaGenDrafter:
         """An independent handle reading `target` (a fork of this drafter's target): same weights, own cache."""
         new = copy.copy(self)
         new.__dict__.update(target=target, _cache=None, _own=None, _length=0, _needs_prefix=False, _runner=None,
                             _kept={})
-        if self._runner is not None:  # its own graphs, on its own cache
-            new.use_path("cuda-graphs", self._runner.rows)
-        return new
+        return self._same_path(new)
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        def cache():
-            return self._cache.k, self._cache.v
 
         def allocate(n_rows: int) -> None:
             self._rows = n_rows
             self._allocate()
 
-        self._blocks, self._runner = make_runner(path, self._layer, cache, self.config.hidden_size, rows, allocate)
+        self._set_path(path, self._layer, rows, allocate)
 
     def _allocate(self) -> None:
         """Make the KV cache and own-feature buffer for `_rows` guidance rows unless they exist."""

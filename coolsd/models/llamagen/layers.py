@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from coolsd.models.graphs import make_runner
 from coolsd.models.llamagen.config import LlamaGenConfig
 
 
@@ -69,6 +70,36 @@ class KVCache:
         m = src.numel()
         self.k[:, :, :, dst : dst + m] = self.k.index_select(3, src)
         self.v[:, :, :, dst : dst + m] = self.v.index_select(3, src)
+
+
+class CachedPath:
+    """What the LlamaGen target and drafter share: a `KVCache` in `_cache`, the tokens it holds
+    (`_length`), and the execution path of their one static-shape call (`coolsd.models.graphs`):
+    `_blocks` (static block sizes, () = eager) and `_runner` (CUDA graphs, or None)."""
+
+    _cache: KVCache | None
+    _length: int
+    _blocks: tuple[int, ...]
+    _runner: object | None
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def _cache_tensors(self) -> tuple[Tensor, Tensor]:
+        return self._cache.k, self._cache.v
+
+    def _set_path(self, path: str, fn, rows, allocate) -> None:
+        """Run `fn(x, positions, slots, mask)` on `path`; `allocate(rows)` makes the cache for a row count."""
+        self._blocks, self._runner = make_runner(path, fn, self._cache_tensors, self.config.hidden_size, rows,
+                                                 allocate)
+
+    def _same_path(self, new):
+        """`new` (a fork of this model, with an empty cache) on this model's path: a model on CUDA graphs
+        gets its own graphs, captured on its own cache. Returns `new`."""
+        if self._runner is not None:
+            new.use_path("cuda-graphs", self._runner.rows)
+        return new
 
 
 class Attention(nn.Module):

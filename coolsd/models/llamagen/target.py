@@ -12,10 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from coolsd.models.graphs import make_runner
 from coolsd.models.llamagen.caption import CaptionEmbedding, CaptionMLP
 from coolsd.models.llamagen.config import LlamaGenConfig
-from coolsd.models.llamagen.layers import DecoderLayer, KVCache, RMSNorm, build_mask, check_crop, rope_2d
+from coolsd.models.llamagen.layers import CachedPath, DecoderLayer, KVCache, RMSNorm, build_mask, check_crop, rope_2d
 from coolsd.models.protocol import ModelStep
 from coolsd.models.static import pad_block, pick_block
 
@@ -36,7 +35,7 @@ def caption_mask(valid: Tensor) -> Tensor:
     return mask | (causal & ~mask.any(dim=1, keepdim=True))
 
 
-class LlamaGenT2I(nn.Module):
+class LlamaGenT2I(CachedPath, nn.Module):
     """LlamaGen text-to-image transformer.
 
     Args:
@@ -70,25 +69,15 @@ class LlamaGenT2I(nn.Module):
     def device(self) -> torch.device:
         return self.head.weight.device
 
-    @property
-    def length(self) -> int:
-        return self._length
-
     def fork(self) -> LlamaGenT2I:
         """An independent handle: the same modules and weights (a shallow copy), its own empty cache."""
         new = copy.copy(self)
         new.__dict__.update(_cache=None, _prefix_mask=None, _length=0, prefix_hidden=None, _runner=None, _kept={})
-        if self._runner is not None:  # its own graphs, on its own cache
-            new.use_path("cuda-graphs", self._runner.rows)
-        return new
+        return self._same_path(new)
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
-        def cache():
-            return self._cache.k, self._cache.v
-
-        self._blocks, self._runner = make_runner(path, self._run, cache, self.config.hidden_size, rows,
-                                                 self._allocate)
+        self._set_path(path, self._run, rows, self._allocate)
 
     def _allocate(self, n_rows: int) -> None:
         """Make the KV cache for n_rows guidance rows unless it exists (kept across images)."""
