@@ -42,8 +42,8 @@ def one_race(bundle, keys: list[str], cond: int, seed: int, config: DecodeConfig
     for key in [*keys, variants.VANILLA]:
         target, drafter = fork_models(bundle.target, bundle.drafter)
         rule = variants.build(key, neighbours=bundle.neighbours)
-        events = generate(target, drafter if rule else None, rule, cond, bundle.num_tokens, bundle.default_sampling,
-                          config, seed=seed)
+        events = generate(target, drafter, rule, cond=cond, num_tokens=bundle.num_tokens,
+                          sampling=bundle.default_sampling, config=config, seed=seed)
         racers.append(Racer(key, variants.VARIANTS[key].label, events, bundle.num_tokens))
     for _ in Race(racers):
         pass

@@ -245,10 +245,10 @@ def other_path_vanilla(args, bundle, sampling, items, device) -> dict | None:
             os.environ[DTYPE_ENV] = old
     out = {}
     for name, b in ((mine, bundle), (other, second)):
-        run(b.target, None, None, vanilla[0][0], b.num_tokens, sampling, DecodeConfig(), seed=vanilla[0][1])
+        run(b.target, None, None, cond=vanilla[0][0], num_tokens=b.num_tokens, sampling=sampling, seed=vanilla[0][1])
         c0 = time.process_time()
         for cls, seed in vanilla:
-            run(b.target, None, None, cls, b.num_tokens, sampling, DecodeConfig(), seed=seed)
+            run(b.target, None, None, cond=cls, num_tokens=b.num_tokens, sampling=sampling, seed=seed)
         out[name] = (time.process_time() - c0) / len(vanilla)
     return {"images": len(vanilla), "vanilla_cpu_s": out, "path": mine}
 

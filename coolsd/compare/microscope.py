@@ -51,8 +51,8 @@ def rerun(trace: RaceTrace, key: str, target, drafter, cond, neighbours, until: 
     rule = rule_of(trace, key, neighbours)
     sampling, config, seed = setup_of(trace)
     events = []
-    stream = generate(target, drafter if rule is not None else None, rule, cond, trace.num_tokens, sampling, config,
-                      seed=seed)
+    stream = generate(target, drafter, rule, cond=cond, num_tokens=trace.num_tokens, sampling=sampling,
+                      config=config, seed=seed)
     try:
         for event in stream:
             events.append(event)

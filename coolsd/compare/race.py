@@ -4,8 +4,8 @@ UI-independent: it consumes `coolsd.decoding.engine` events and keeps, per decod
 far, the outcome of every token, and the running numbers the app shows. Several decoders that share
 one model's weights need their own KV caches: `fork_models` makes such handles.
 
-    racers = [Racer("eagle-1", "Eagle-1", generate(target_a, drafter_a, EagleRule(), cond, T, seed=0)),
-              Racer("vanilla", "Vanilla AR", generate(target_b, None, None, cond, T, seed=0))]
+    racers = [Racer("eagle-1", "Eagle-1", generate(target_a, drafter_a, EagleRule(), cond=cond, num_tokens=T)),
+              Racer("vanilla", "Vanilla AR", generate(target_b, None, None, cond=cond, num_tokens=T))]
     for racer, event in Race(racers):      # one engine round per step, least compute first
         ...
 """

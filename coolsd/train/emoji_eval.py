@@ -60,8 +60,9 @@ def sample_sheets(bundle, out: Path, seeds: int = 1, draft_len: int | None = Non
         rule = None if spec is None else make_rule(spec[0], **spec[1])
         if spec is not None and spec[0] == "lantern++":
             rule = rule.with_neighbours(bundle.neighbours)
-        images = [bundle.tokenizer.decode(run(bundle.target, bundle.drafter if rule else None, rule, cond,
-                                                  bundle.num_tokens, bundle.default_sampling, config, seed=seed).tokens)
+        images = [bundle.tokenizer.decode(run(bundle.target, bundle.drafter, rule, cond=cond,
+                                                  num_tokens=bundle.num_tokens, sampling=bundle.default_sampling,
+                                                  config=config, seed=seed).tokens)
                   for cond, seed in jobs]
         path = out / f"samples_{name}.png"
         rgb_grid(images, cols=styles * seeds).save(path)

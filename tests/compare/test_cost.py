@@ -57,7 +57,7 @@ def _race(rules: dict, draft_len: int, num_tokens: int = 5):
     racers = []
     for key, rule in rules.items():
         t, d = target.fork(), drafter.fork()
-        events = generate(t, d if rule else None, rule, None, num_tokens, config=DecodeConfig(draft_len=draft_len),
+        events = generate(t, d, rule, cond=None, num_tokens=num_tokens, config=DecodeConfig(draft_len=draft_len),
                           seed=11)
         racers.append(Racer(key, key, events, num_tokens))
     log = {r.key: [] for r in racers}
@@ -181,7 +181,8 @@ def test_forward_times_through_the_real_protocol_leave_models_usable(tiny):
     times = forward_times(target, drafter, cond=1, guidance=True, max_tokens=3, context=4, repeats=1, warmup=0)
     assert len(times.target_s) == 3 and all(t > 0 for t in times.target_s) and times.drafter_s > 0
     assert times.rows == 2 and target.length == 4
-    again = run(target, drafter, EagleRule(), 1, tiny.num_tokens, tiny.default_sampling, seed=5)
-    fresh = run(*fork_models(tiny.target, tiny.drafter), EagleRule(), 1, tiny.num_tokens, tiny.default_sampling,
+    again = run(target, drafter, EagleRule(), cond=1, num_tokens=tiny.num_tokens, sampling=tiny.default_sampling,
                 seed=5)
+    fresh = run(*fork_models(tiny.target, tiny.drafter), EagleRule(), cond=1, num_tokens=tiny.num_tokens,
+                sampling=tiny.default_sampling, seed=5)
     assert torch.equal(again.tokens, fresh.tokens)

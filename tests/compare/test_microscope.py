@@ -47,8 +47,8 @@ def trace(bundle):
     for key, _ in t.racers:
         target, drafter = fork_models(bundle.target, bundle.drafter)
         rule = rule_of(t, key, bundle.neighbours)
-        events = generate(target, drafter if rule else None, rule, COND, bundle.num_tokens,
-                          SamplingConfig(**SAMPLING), DecodeConfig(draft_len=DRAFT_LEN), seed=SEED)
+        events = generate(target, drafter, rule, cond=COND, num_tokens=bundle.num_tokens,
+                          sampling=SamplingConfig(**SAMPLING), config=DecodeConfig(draft_len=DRAFT_LEN), seed=SEED)
         racers.append(Racer(key, key, events, bundle.num_tokens))
     for racer, event in Race(racers):
         t.record([k for k, _ in t.racers].index(racer.key), event)

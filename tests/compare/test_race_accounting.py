@@ -97,7 +97,7 @@ def real_race(tables, seed: int = 5) -> Race:
     target, drafter = tables
     racers = []
     for key, rule, tree in LANES:
-        events = generate(target.fork(), drafter.fork() if rule else None, rule, cond=None, num_tokens=T,
+        events = generate(target.fork(), drafter.fork(), rule, cond=None, num_tokens=T,
                           config=DecodeConfig(draft_len=3, tree=tree), seed=seed)
         racers.append(Racer(key, key, events, T))
     return Race(racers)

@@ -32,7 +32,7 @@ def tables():
 
 def new_race(tables, seed: int = 4) -> Race:
     target, drafter = tables
-    return Race([Racer(key, key, generate(target.fork(), drafter.fork() if rule else None, rule, cond=None,
+    return Race([Racer(key, key, generate(target.fork(), drafter.fork(), rule, cond=None,
                                           num_tokens=T, config=DecodeConfig(draft_len=3, tree=tree), seed=seed), T)
                  for key, rule, tree in LANES])
 

@@ -78,8 +78,8 @@ def test_shipped_layout_loads_strictly_and_decodes_rgb(emoji_dir, fp32_env):
     assert b.class_names[:2] == ["cats · Twemoji", "cats · Noto"] and len(b.class_names) == 6
     assert b.base_class_names == CLASSES and b.style_names == STYLES
     assert b.condition_name("cars", "Noto") == b.class_names[3]
-    tokens = run(b.target, b.drafter, make_rule("eagle-1"), 3, b.num_tokens, b.default_sampling, DecodeConfig(),
-                 seed=0).tokens
+    tokens = run(b.target, b.drafter, make_rule("eagle-1"), cond=3, num_tokens=b.num_tokens,
+                 sampling=b.default_sampling, config=DecodeConfig(), seed=0).tokens
     image = b.tokenizer.decode(tokens)
     assert image.shape == (3, 2 * GRID[0], 2 * GRID[1]) and 0 <= image.min() and image.max() <= 1
     assert isinstance(b.classifier, ResNetForImageClassification)
@@ -128,13 +128,14 @@ def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
              "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
     lanes = {key: fork_models(b.target, b.drafter) for key in rules}
     solo = {key: fork_models(b.target, b.drafter) for key in rules}
-    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1] if rule else None, rule, 4, b.num_tokens,
-                                       b.default_sampling, config, seed=5), b.num_tokens) for key, rule in rules.items()]
+    racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1], rule, cond=4, num_tokens=b.num_tokens,
+                                       sampling=b.default_sampling, config=config, seed=5), b.num_tokens) for key, rule in rules.items()]
     keys = [racer.key for racer, _ in Race(racers)]
     assert len(set(keys[:8])) > 1
     for racer, (key, rule) in zip(racers, rules.items()):
         target, drafter = solo[key]
-        alone = run(target, drafter if rule else None, rule, 4, b.num_tokens, b.default_sampling, config, seed=5)
+        alone = run(target, drafter, rule, cond=4, num_tokens=b.num_tokens, sampling=b.default_sampling,
+                    config=config, seed=5)
         assert racer.tokens.tolist() == alone.tokens.tolist(), key
 
 
