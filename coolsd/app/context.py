@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,10 +22,10 @@ import torch
 from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.models.bundle import BundleError, load_embedded
+from coolsd.models.bundle import STYLE_SEP, BundleError, load_embedded
 from coolsd.models.emoji import load_emoji
-from coolsd.util.checks import show
-from coolsd.util.paths import EMOJI_DIR
+from coolsd.util.checks import check_choice, plain, show
+from coolsd.util.paths import EMBEDDED_DIR, EMOJI_DIR
 
 try:  # ZeroGPU: holds a GPU for the whole call; a no-op elsewhere (and absent locally)
     import spaces
@@ -62,16 +63,35 @@ class AppModel:
     check_prompt: Callable[[str], str] | None = None  # text models: the family's own prompt check (ValueError)
     max_prompt_chars: int = MAX_PROMPT_CHARS
     execution: str = ""  # how target and drafter run (emoji: the dtype chosen at load by timing)
+    style_names: list[str] = field(default_factory=list)  # emoji: class_names are "<class> · <style>", S per class
 
     @property
     def num_tokens(self) -> int:
         return self.grid[0] * self.grid[1]
 
+    @property
+    def base_class_names(self) -> list[str]:
+        """The class picker's names: class_names without their style (class_names itself without styles)."""
+        if not self.style_names:
+            return list(self.class_names)
+        return [name.rsplit(STYLE_SEP, 1)[0] for name in self.class_names[:: len(self.style_names)]]
+
+    def condition_name(self, condition: str, style: str = "") -> str:
+        """The class_names entry of (class, style) for a styled model; else `condition` itself."""
+        return f"{condition}{STYLE_SEP}{style}" if self.style_names else condition
+
+    def split_condition(self, label) -> tuple[str, str] | None:
+        """(class, style) of a "<class> · <style>" class_names entry of a styled model; else None."""
+        if not self.style_names or not isinstance(label, str) or label not in self.class_names:
+            return None
+        base, style = label.rsplit(STYLE_SEP, 1)
+        return base, style
+
 
 def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
     return AppModel(kind, bundle.name, bundle.target, bundle.drafter, bundle.tokenizer, bundle.neighbours,
                     tuple(bundle.grid), bundle.conditioning, list(bundle.class_names), bundle.default_sampling, note,
-                    execution=getattr(bundle, "execution", ""))
+                    execution=getattr(bundle, "execution", ""), style_names=list(getattr(bundle, "style_names", [])))
 
 
 def load_llamagen_models(path) -> list[AppModel]:
@@ -149,6 +169,78 @@ def default_model_choice() -> str:
     return "emoji" if (EMOJI_DIR / "target" / "config.json").is_file() else "embedded"
 
 
+# ---------------------------------------------------------------- the model picker: each model loaded once, on 1st use
+MODELS = {"emoji": "Emoji (15 classes, Twemoji / Noto)", "mnist": "MNIST digits",  # picker key -> its label
+          "llamagen": "LlamaGen (text to image)", "tiny": "tiny (random weights: noise images, real decoding)"}
+MODEL_ALIASES = {"embedded": "mnist"}  # older names ($COOLSD_MODEL) -> picker key
+TEXT_MODELS = ("llamagen",)  # picker keys of text-conditional models (the rest take a class)
+KIND_KEYS = {"emoji": "emoji", "embedded": "mnist", "llamagen": "llamagen", "tiny": "tiny"}  # AppModel.kind -> key
+
+
+def available_models() -> list[str]:
+    """Picker keys of the shipped models whose weights are here (emoji, mnist: assets/; llamagen: its folder)."""
+    from coolsd.models.llamagen import find_llamagen
+
+    keys = [key for key, folder in (("emoji", EMOJI_DIR), ("mnist", EMBEDDED_DIR))
+            if (folder / "target" / "config.json").is_file()]
+    return keys + (["llamagen"] if find_llamagen() is not None else [])
+
+
+def load_family(key: str) -> list[AppModel]:
+    """Model `key` (a picker key) strictly, no fallback: one AppModel per resolution; BundleError when missing."""
+    if key == "llamagen":
+        from coolsd.models.llamagen import find_llamagen
+
+        path = find_llamagen()
+        if path is None:
+            raise BundleError("LlamaGen weights not found (set COOLSD_LLAMAGEN_DIR)")
+        return load_llamagen_models(path)
+    if key == "tiny":
+        from coolsd.models.tiny import tiny_bundle
+
+        return [_from_bundle(tiny_bundle(), "tiny")]
+    if key == "emoji":
+        return [_from_bundle(load_emoji(), "emoji")]
+    return [_from_bundle(load_embedded(), "embedded")]
+
+
+class Catalogue:
+    """The models the picker offers (keys, in order) and their Contexts, shared by every session.
+
+    A model is loaded on its first use (`get`), once per process, under a lock: one visitor's pick loads it
+    for everybody and changes nobody else's choice (each handler reads the model from its own inputs).
+    """
+
+    def __init__(self, keys, workers: int = 1, loader: Callable[[str], list[AppModel]] = load_family) -> None:
+        self.keys = list(dict.fromkeys(keys))
+        self.workers, self.loader = workers, loader
+        self.contexts: dict[str, Context] = {}
+        self._lock = threading.Lock()
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, key) of every model on offer, for the picker."""
+        return [(MODELS.get(key, key), key) for key in self.keys]
+
+    def check(self, key) -> str:
+        """The picker key `key` names (older names accepted), or a ValueError listing the models on offer."""
+        key = MODEL_ALIASES.get(key, key) if isinstance(key, str) else key
+        return check_choice("model", key, self.keys)
+
+    def get(self, key) -> Context:
+        """The Context of model `key` (its first resolution), loaded now when it is the first use."""
+        key = self.check(key)
+        if key not in self.contexts:
+            with self._lock:
+                if key not in self.contexts:
+                    log.info("loading the %s model (first use)", key)
+                    try:
+                        models = self.loader(key)
+                    except BundleError as err:
+                        raise bad(f"the {key} model could not be loaded: {plain(err)[:200]}") from None
+                    self.contexts[key] = Context.for_models(models, self.workers, catalogue=self)
+        return self.contexts[key]
+
+
 @dataclass
 class Context:
     """The loaded model and what every panel shares.
@@ -180,15 +272,35 @@ class Context:
     share_specs: dict = field(default_factory=dict, repr=False)
     panels: dict = field(default_factory=dict, repr=False)
     variants: dict = field(default_factory=dict, repr=False)
+    catalogue: Catalogue | None = field(default=None, repr=False)
 
     @classmethod
-    def for_models(cls, models: list[AppModel], workers: int = 1) -> Context:
-        """The context of models[0]; every model is a variant (`variant(key)`), each with its own lanes."""
+    def for_models(cls, models: list[AppModel], workers: int = 1, catalogue: Catalogue | None = None) -> Context:
+        """The context of models[0]; every model is a variant (`variant(key)`), each with its own lanes.
+        `catalogue`: the models the picker offers (default: this one alone); this one joins it."""
         contexts = [cls(m, workers) for m in models]
         variants = {c.variant_key: c for c in contexts}
+        catalogue = catalogue or Catalogue([contexts[0].model_key], workers)
         for c in contexts:
-            c.variants = variants
+            c.variants, c.catalogue = variants, catalogue
+        catalogue.contexts.setdefault(contexts[0].model_key, contexts[0])
         return contexts[0]
+
+    @property
+    def model_key(self) -> str:
+        """The picker's key of this model ("emoji", "mnist", "llamagen", "tiny")."""
+        return KIND_KEYS.get(self.model.kind, self.model.kind)
+
+    def for_model(self, key=None) -> Context:
+        """The context of picker model `key` (None or "": this one), loaded on first use; unknown: a clear error."""
+        if key is None or key == "" or key == self.model_key:
+            return self
+        with user_errors():
+            return self.catalogue.get(key)
+
+    def for_trace(self, settings: dict) -> Context:
+        """The context (model, then resolution) a recorded race's `settings` ran on (no "model": this model)."""
+        return self.for_model(settings.get("model")).variant(settings.get("resolution"))
 
     @property
     def variant_key(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from coolsd.app.context import Context
+from coolsd.app.context import TEXT_MODELS, Context
 from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, specs
 from coolsd.decoding.rules import CoolSDRule
 
@@ -22,6 +22,32 @@ GROUPS = [
     ("More rules: UniformRSD, linear decay, custom schedule",
      ("uniform_delta", "linear_delta", "linear_slope", "custom_omegas"), False),
 ]
+
+# the controls whose choices, bounds or defaults depend on the model (a model switch updates them)
+MODEL_CONTROLS = ("condition", "style", "temperature", "top_k", "cfg_scale", "lantern_k", "resolution")
+
+
+def mixed_conditioning(ctx: Context) -> bool:
+    """Whether the picker offers text and class models both (then the condition is a dropdown taking any text)."""
+    keys = ctx.catalogue.keys if ctx.catalogue else [ctx.model_key]
+    return any(k in TEXT_MODELS for k in keys) and any(k not in TEXT_MODELS for k in keys)
+
+
+def _condition_choices(picked: Context) -> list:
+    m = picked.model
+    return [(n, n) for n in m.base_class_names] if m.conditioning == "class" else list(m.example_prompts or
+                                                                                         EXAMPLE_PROMPTS)
+
+
+def model_updates(ctx: Context, picked: Context, values=None) -> dict:
+    """name -> update of each MODEL_CONTROLS control for model `picked`: its choices, bounds and labels, showing
+    `values[name]` (checked values of that model) or else the model's default."""
+    table, values = specs(picked), values or {}
+    out = {name: table[name].update(values.get(name)) for name in MODEL_CONTROLS}
+    if mixed_conditioning(ctx):
+        out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
+                                       value=values.get("condition", table["condition"].default))
+    return out
 
 
 def presets(ctx: Context) -> tuple[list[list], list[str]]:
@@ -53,8 +79,15 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
 def build(ctx: Context) -> None:
     """The settings column; call inside a `gr.Column`. Fills ctx.controls (argument order) and ctx.buttons."""
     table = specs(ctx)
-    c = {}
-    c["condition"] = table["condition"].component()
+    c = {"model": table["model"].component()}
+    with gr.Row(equal_height=True):
+        if mixed_conditioning(ctx):
+            spec = table["condition"]
+            c["condition"] = gr.Dropdown(choices=_condition_choices(ctx), value=spec.default, label=spec.label,
+                                         allow_custom_value=True, elem_id="condition", scale=2)
+        else:
+            c["condition"] = table["condition"].component(scale=2)
+        c["style"] = table["style"].component(scale=1, min_width=120)
     if ctx.model.conditioning == "text":
         gr.Examples([[p] for p in (ctx.model.example_prompts or EXAMPLE_PROMPTS)], [c["condition"]],
                     label="Example prompts", cache_examples=False, examples_per_page=8)
@@ -70,7 +103,11 @@ def build(ctx: Context) -> None:
     c["resolution"] = table["resolution"].component()
     ctx.controls = {name: c[name] for name in RaceSettings.names()}  # argument order
     rows, labels = presets(ctx)
-    gr.Examples(rows, list(ctx.controls.values()), label="Presets (click one, then Generate)", example_labels=labels,
-                cache_examples=False, examples_per_page=10)
+    # with a model picker, a preset keeps the picked model, class and style (its classes are the default model's)
+    names = RaceSettings.names()
+    kept = [n for n in names if n not in ("model", "style") and (n != "condition" or len(ctx.catalogue.keys) < 2)]
+    gr.Examples([[row[names.index(n)] for n in kept] for row in rows], [ctx.controls[n] for n in kept],
+                label="Presets (click one, then Generate)", example_labels=labels, cache_examples=False,
+                examples_per_page=10)
     c["mean_omega"].change(lambda on: gr.Slider(interactive=not on), c["mean_omega"], c["mu"], queue=False,
                            api_visibility="private", show_progress="hidden")

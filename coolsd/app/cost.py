@@ -92,10 +92,15 @@ class CostPanel:
             raise bad("still measuring this model's call times; try again in a few seconds")
         return cost.Costs(times, memory_bound)
 
-    def compare(self, trace, memory_bound=False):
-        """-> (curve figure, predicted vs measured table (markdown), JSON) for the last race (`trace`)."""
+    def start_for(self, model=None) -> None:
+        """`start` for picker model `model` (default: the app's; the tab's select event)."""
+        self.start(self.ctx.for_model(model))
+
+    def compare(self, trace, memory_bound=False, model=None):
+        """-> (curve figure, predicted vs measured table (markdown), JSON) for the last race (`trace`), on its
+        model; without a race, the call times of `model` (default: the app's model)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
-        ctx = self.ctx.variant(trace.settings.get("resolution")) if isinstance(trace, RaceTrace) else self.ctx
+        ctx = self.ctx.for_trace(trace.settings) if isinstance(trace, RaceTrace) else self.ctx.for_model(model)
         costs = self.costs(ctx, memory_bound)
         payload = {"model": ctx.model.name, "path": path_label(ctx), "step_ms": costs.step_ms,
                    "draft_cost": costs.draft_cost, "memory_bound": memory_bound, "curve": costs.curve(),
@@ -204,8 +209,9 @@ def build(ctx: Context, tab: gr.Tab) -> CostPanel:
         raw = gr.JSON(label="cost", elem_id="cost-json")
         raw_if = gr.JSON(label="what if", elem_id="cost-whatif-json")
 
-    tab.select(panel.start, None, None, api_visibility="private", queue=False)
-    gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory], [curve, table, raw],
+    model = ctx.controls["model"]
+    tab.select(panel.start_for, model, None, api_visibility="private", queue=False)
+    gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory, model], [curve, table, raw],
           api_name="cost", preprocess=False, concurrency_limit=1, concurrency_id="cost", show_progress="minimal")
     what_inputs = [what_len, *accept, c, v, memory]
     gr.on([x.release for x in (what_len, c, v, *accept)] + [memory.input, tab.select], panel.what_if, what_inputs,

@@ -13,7 +13,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
-from coolsd.app.context import Context, load_models
+from coolsd.app.context import KIND_KEYS, Catalogue, Context, available_models, load_models
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
@@ -69,27 +69,58 @@ def workers_from_env() -> int:
 
 
 def model_info(ctx: Context) -> dict:
-    """The loaded model and the valid range of every race argument."""
+    """`ctx`'s model (its picker key, name, execution path) and the valid range of every race argument for it."""
     m = ctx.model
-    return {"model": m.name, "kind": m.kind, "conditioning": m.conditioning, "grid": list(m.grid),
-            "classes": m.class_names, "image_size": list(ctx.display_hw), "device": str(ctx.device),
+    models = ctx.catalogue.keys if ctx.catalogue else [ctx.model_key]
+    return {"model": m.name, "model_key": ctx.model_key, "models": list(models), "kind": m.kind,
+            "conditioning": m.conditioning, "grid": list(m.grid), "classes": m.base_class_names,
+            "styles": list(m.style_names), "conditions": m.class_names, "image_size": list(ctx.display_hw),
+            "device": str(ctx.device),
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
             "execution": m.execution}
 
 
+def header_markdown(ctx: Context) -> str:
+    """The page header for `ctx`'s model: its name, device and execution path, grid, and any fallback note."""
+    m = ctx.model
+    note = f"\n\n⚠️ {m.note}" if m.note else ""
+    name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
+    return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
+            f"Model: **{name}** on {ctx.device.type.upper()}"
+            f"{f' ({m.execution})' if m.execution else ''}, {m.grid[0]}×{m.grid[1]} tokens. "
+            f"One click decodes the same image four ways; the decoder that has used the least compute "
+            f"runs next, so each frame compares equal compute.{note}")
+
+
+def wire_model_picker(ctx: Context, header: gr.Markdown, load_event) -> None:
+    """A model picked on the page: header, model-dependent controls (`controls.model_updates`) and the race area
+    (the model's recorded race, the session's trace cleared) follow. Also once after a share link named a model
+    (`load_event`: the restore, which set the controls already)."""
+    c, race_panel = ctx.controls, ctx.panels["race"]
+    names = controls.MODEL_CONTROLS
+
+    def switch(model, racers):
+        picked = ctx.for_model(model)
+        return (header_markdown(picked), *controls.model_updates(ctx, picked).values(),
+                *race_panel.model_view(model, racers))
+
+    def opened(model, racers):
+        if model == ctx.model_key:  # the page opened on the default model: nothing to redraw
+            return tuple(gr.skip() for _ in range(1 + len(race_panel.outputs)))
+        return header_markdown(ctx.for_model(model)), *race_panel.model_view(model, racers)
+
+    c["model"].input(switch, [c["model"], c["racers"]], [header, *(c[n] for n in names), *race_panel.outputs],
+                     api_visibility="private", show_progress="minimal", concurrency_id="model", concurrency_limit=4)
+    load_event.then(opened, [c["model"], c["racers"]], [header, *race_panel.outputs], api_visibility="private",
+                    show_progress="hidden")
+
+
 def build_demo(ctx: Context) -> gr.Blocks:
     """The Blocks for `ctx`: every panel built, events wired, the queue set."""
-    m = ctx.model
     with gr.Blocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
-        note = f"\n\n⚠️ {m.note}" if m.note else ""
-        name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
-        gr.Markdown(f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-                    f"Model: **{name}** on {ctx.device.type.upper()}"
-                    f"{f' ({m.execution})' if m.execution else ''}, {m.grid[0]}×{m.grid[1]} tokens. "
-                    f"One click decodes the same image four ways; the decoder that has used the least compute "
-                    f"runs next, so each frame compares equal compute.{note}", elem_id="header")
+        header = gr.Markdown(header_markdown(ctx), elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):
                 controls.build(ctx)
@@ -100,23 +131,30 @@ def build_demo(ctx: Context) -> gr.Blocks:
                         with gr.Tab(panel.TITLE, id=panel.ID) as tab:
                             ctx.panels[panel.ID] = panel.build(ctx, tab)
         tour.wire(guide, tabs)
-        share.wire_restore(ctx, blocks, tabs, [panel.ID for panel in PANELS])  # share links: ?seed=3&delta=2...
+        restored = share.wire_restore(ctx, blocks, tabs, [panel.ID for panel in PANELS])  # ?seed=3&delta=2...
+        wire_model_picker(ctx, header, restored)
 
-        def info() -> dict:
-            """The loaded model and the valid range of every race argument."""
-            return model_info(ctx)
+        def info(model: str = ctx.model_key) -> dict:
+            """`model`'s name, picker key and execution path (default: the app's model) and the valid range of
+            every race argument for it; "models" lists the picker's keys."""
+            return model_info(ctx.for_model(model))
 
         gr.api(info, api_name="model_info")
     blocks.queue(max_size=64, default_concurrency_limit=1)
     return blocks
 
 
-def make_demo(model: str, workers: int = 1) -> Demo:
-    """Load `model` ("embedded", "tiny" or "llamagen"; see `coolsd.app.context.load_models`) and build
-    the demo around it. Small models on a CPU decode single-threaded (a core is left to the server)."""
+def make_demo(model: str, workers: int = 1, models: list[str] | None = None) -> Demo:
+    """Load `model` ("emoji", "embedded", "tiny" or "llamagen"; see `coolsd.app.context.load_models`) and build
+    the demo around it. The model picker offers it first, then `models` (picker keys; default: the shipped
+    models whose weights are here, `available_models`), each loaded on its first use. Small models on a CPU
+    decode single-threaded (a core is left to the server)."""
     import torch
 
-    ctx = Context.for_models(load_models(model), workers=workers)
+    family = load_models(model)
+    others = available_models() if models is None else list(models)
+    catalogue = Catalogue([KIND_KEYS.get(family[0].kind, family[0].kind), *others], workers)
+    ctx = Context.for_models(family, workers=workers, catalogue=catalogue)
     if ctx.device.type == "cpu":
         torch.set_num_threads(1)
     return Demo(ctx, build_demo(ctx), workers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -175,21 +176,31 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
 
 # ---------------------------------------------------------------- the handler
 class LabPanel:
-    """The lab handler bound to one Context; `lab` holds the classifier and the sample cache."""
+    """The lab handler bound to the app's Context; one `Lab` per model (its classifier and sample cache),
+    made on the model's first lab run (`lab_of`)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        m = ctx.model
-        self.lab = Lab(m.target, m.drafter, m.tokenizer, m.num_tokens, classifier=None, workers=LAB_WORKERS)
-        self._classifier_loaded = False
-        self.bench = bench_rows() if m.kind == "embedded" else []
         self.specs = lab_specs()
+        self.labs: dict[str, tuple[Lab, list]] = {}  # model key -> (its Lab, its benchmark rows)
+        self._lock = threading.Lock()
+        self.lab, self.bench = self.lab_of(ctx)  # the app's model
 
-    def _classifier(self):
-        if not self._classifier_loaded and self.ctx.model.kind == "embedded":
-            self.lab.classifier = load_classifier()  # lazily: the lab's memory is spent only when it is used
-        self._classifier_loaded = True
-        return self.lab.classifier
+    def lab_of(self, ctx: Context) -> tuple[Lab, list]:
+        """(Lab, benchmark rows) of `ctx`'s model, made once per process."""
+        with self._lock:
+            if ctx.model_key not in self.labs:
+                m = ctx.model
+                lab = Lab(m.target, m.drafter, m.tokenizer, m.num_tokens, classifier=None, workers=LAB_WORKERS)
+                self.labs[ctx.model_key] = lab, bench_rows() if m.kind == "embedded" else []
+            return self.labs[ctx.model_key]
+
+    def _classifier(self, ctx: Context, lab: Lab):
+        """The digit classifier of the MNIST model (loaded on its first lab run: memory spent only when used)."""
+        with self._lock:
+            if ctx.model.kind == "embedded" and lab.classifier is None:
+                lab.classifier = load_classifier()
+        return lab.classifier
 
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
         """The lab's values checked by their Specs (the event is wired with preprocess=False); one clear error."""
@@ -197,9 +208,12 @@ class LabPanel:
         v = check_values(self.specs, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed})
         return v["rule"], v["relaxation"], v["samples"], v["seed"]
 
-    def plan(self, rule: str, relaxation, samples, seed, condition) -> tuple[list[LabDecoder], list, list, list[str]]:
-        """Decoders, conditions, seeds and column headers of one run; bad input -> a one-line error."""
-        m = self.ctx.model
+    def plan(self, rule: str, relaxation, samples, seed, condition, ctx: Context | None = None
+             ) -> tuple[list[LabDecoder], list, list, list[str]]:
+        """Decoders, conditions, seeds and column headers of one run on `ctx`'s model (default: the app's);
+        bad input -> a one-line error."""
+        ctx = ctx or self.ctx
+        m = ctx.model
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         try:
             decoders = lab_decoders(rule, relaxation, m.neighbours)
@@ -210,18 +224,21 @@ class LabPanel:
             conditions, seeds = list(range(n)), [seed] * n
             headers = [m.class_names[c] for c in conditions]
         else:
-            cond = self.ctx.check_condition(condition)
+            cond = ctx.check_condition(condition)
             conditions, seeds = [cond] * samples, [seed + j for j in range(samples)]
             headers = [f"seed {s}" for s in seeds]
         return decoders, conditions, seeds, headers
 
     @gpu
-    def grid(self, rule: str, relaxation, samples, seed, condition=None):
-        """Run the lab: yields (grid image, stats markdown, Pareto figure or skip, stats JSON) per finished sample."""
-        ctx, m = self.ctx, self.ctx.model
+    def grid(self, rule: str, relaxation, samples, seed, condition=None, model=None):
+        """Run the lab on `model` (default: the app's): yields (grid image, stats markdown, Pareto figure or skip,
+        stats JSON) per finished sample. Class models sample their first classes, text models `condition`."""
+        ctx = self.ctx.for_model(model)
+        m = ctx.model
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
-        decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition)
-        classifier = self._classifier()
+        decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition, ctx)
+        lab, bench = self.lab_of(ctx)
+        classifier = self._classifier(ctx, lab)
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
                     "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
                                    for j in range(len(conditions))], "seeds": seeds,
@@ -232,14 +249,14 @@ class LabPanel:
         t0 = time.perf_counter()
         first_row = None
         with ctx.lane() as lane:
-            stream = self.lab.run(decoders, conditions, seeds, m.sampling, DecodeConfig(), handles=lane)
+            stream = lab.run(decoders, conditions, seeds, m.sampling, DecodeConfig(), handles=lane)
             try:
                 for sample in stream:
                     done.append(sample)
                     if first_row is None and sum(s.row == 0 for s in done) == len(decoders):
                         first_row = time.perf_counter() - t0
                     final = len(done) == len(decoders) * len(conditions)
-                    yield self._frame(done, decoders, headers, settings, t0, first_row, final, classifier)
+                    yield self._frame(ctx, bench, done, decoders, headers, settings, t0, first_row, final, classifier)
             except gr.Error:
                 raise
             except Exception as err:  # a bug or a device error: log it here, show one line there
@@ -248,7 +265,7 @@ class LabPanel:
             finally:
                 stream.close()
 
-    def _frame(self, done, decoders, headers, settings, t0, first_row, final, classifier):
+    def _frame(self, ctx, bench, done, decoders, headers, settings, t0, first_row, final, classifier):
         wall = time.perf_counter() - t0
         summary = summarise(done, decoders)
         status = (f"**Finished** {len(done)} samples in {wall:.1f} s (first sample of every decoder after "
@@ -259,15 +276,15 @@ class LabPanel:
         text = stats_markdown(summary, status)
         figure = gr.skip()
         if final:
-            note = bench_note(self.bench, decoders, summary)
+            note = bench_note(bench, decoders, summary)
             text += ("\n\nSame setting in the benchmark:\n" + note) if note else ""
-            figure = pareto_figure(self.bench, summary) if self.bench else None
-        payload = {"model": self.ctx.model.name, "settings": settings, "finished": final, "wall_seconds": wall,
+            figure = pareto_figure(bench, summary) if bench else None
+        payload = {"model": ctx.model.name, "settings": settings, "finished": final, "wall_seconds": wall,
                    "first_row_seconds": first_row, "decoders": summary,
                    "samples": [{"decoder": s.decoder, "row": s.row, "condition": s.condition, "seed": s.seed,
                                 "tau": s.tau, "nll": s.nll, "predicted": s.predicted, "seconds": s.seconds,
                                 "cached": s.cached} for s in sorted(done, key=lambda s: (s.row, s.column))]}
-        image = grid_image(done, decoders, headers, self.ctx.model.class_names)
+        image = grid_image(done, decoders, headers, ctx.model.class_names)
         return image, text, figure, json_safe(payload)
 
 
@@ -290,11 +307,12 @@ def build(ctx: Context, tab: gr.Tab) -> LabPanel:
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="lab-json", label="lab")
 
-    event = run_btn.click(panel.grid, [rule, relaxation, samples, seed, ctx.controls["condition"]],
+    inputs = [rule, relaxation, samples, seed, ctx.controls["condition"], ctx.controls["model"]]
+    event = run_btn.click(panel.grid, inputs,
                           [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
                           concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
     # the tour sets these and runs the lab with them (`coolsd.app.tour`)
     panel.controls = {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}
-    panel.inputs, panel.outputs = [rule, relaxation, samples, seed, ctx.controls["condition"]], [grid, stats, plot, raw]
+    panel.inputs, panel.outputs = inputs, [grid, stats, plot, raw]
     return panel

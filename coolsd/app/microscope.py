@@ -47,14 +47,13 @@ class MicroscopePanel:
         self.ctx = ctx
         self.race = race_panel
 
-    def trace_of(self, trace) -> RaceTrace:
-        """The session's last race, else the shipped recording of the default race, else a clear error."""
-        if isinstance(trace, RaceTrace) and len(trace):
-            return trace
-        shipped = getattr(self.race, "shipped", None)
-        if shipped is not None:
-            return shipped
-        raise bad("nothing to look at yet: run a race first")
+    def trace_of(self, trace, model=None) -> RaceTrace:
+        """The session's last race, else the recording of `model`'s default race (default: the app's model),
+        else a clear error."""
+        found = self.race.trace_or_shipped(trace, model)
+        if found is None:
+            raise bad("nothing to look at yet: run a race first")
+        return found
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
@@ -62,7 +61,7 @@ class MicroscopePanel:
         sig = (id(trace), len(trace), key)
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
-        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        ctx = self.ctx.for_trace(trace.settings)
         cond = ctx.check_condition(trace.settings["condition"])
         with ctx.lane() as lane:
             target, drafter = lane[0]
@@ -71,9 +70,10 @@ class MicroscopePanel:
         return events, same, {"sig": sig, "events": events, "matches": same}
 
     # ---------------------------------------------------------------- handlers
-    def view(self, key, round_no, trace, cache):
-        """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache)."""
-        trace = self.trace_of(trace)
+    def view(self, key, round_no, trace, cache, model=None):
+        """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
+        Before any race of this session: of `model`'s recorded race (default: the app's model)."""
+        trace = self.trace_of(trace, model)
         keys = [k for k, _ in trace.racers]
         with user_errors():
             key = check_choice("decoder", key, keys)
@@ -83,34 +83,34 @@ class MicroscopePanel:
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
-        rule = scope.rule_of(trace, key, self.ctx.model.neighbours)
+        ctx = self.ctx.for_trace(trace.settings)
+        rule = scope.rule_of(trace, key, ctx.model.neighbours)
         v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule))
-        ctx = self.ctx.variant(trace.settings.get("resolution"))
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
                              **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)
 
-    def opened(self, key, round_no, trace, cache):
+    def opened(self, key, round_no, trace, cache, model=None):
         """Tab opened / race finished: the decoder choices and the round range of the trace on show, then the view."""
-        trace = self.trace_of(trace)
+        trace = self.trace_of(trace, model)
         keys = [k for k, _ in trace.racers]
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
         rounds = sum(1 for i, _ in trace.steps if trace.racers[i][0] == key)
         round_no = min(max(int(round_no or 1), 0), rounds - 1)
-        out = self.view(key, round_no, trace, cache)
+        out = self.view(key, round_no, trace, cache, model)
         return (gr.Dropdown(choices=[(label, k) for k, label in trace.racers], value=key),
                 gr.Slider(maximum=max(rounds - 1, 1), value=round_no), *out)
 
-    def clicked(self, key, trace, cache, evt: gr.SelectData):
+    def clicked(self, key, trace, cache, model, evt: gr.SelectData):
         """A click on the image -> the round that committed the clicked cell."""
-        trace = self.trace_of(trace)
+        trace = self.trace_of(trace, model)
         with user_errors():
             key = check_choice("decoder", key, [k for k, _ in trace.racers])
         events, _, _ = self.events(trace, key, cache or {})
         x, y = evt.index
-        h, w = self.ctx.variant(trace.settings.get("resolution")).display_hw
+        h, w = self.ctx.for_trace(trace.settings).display_hw
         rows, cols = trace.grid
         cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
         return events[scope.round_at(events, cell)].index
@@ -240,11 +240,13 @@ def build(ctx, tab: gr.Tab) -> MicroscopePanel:
     cache = gr.State({})
     outputs = [image, strip, bars, table, header, raw, cache]
     trace = race_panel.trace_state
-    tab.select(panel.opened, [key, round_no, trace, cache], [key, round_no, *outputs], api_visibility="private",
+    model = ctx.controls["model"]
+    tab.select(panel.opened, [key, round_no, trace, cache, model], [key, round_no, *outputs], api_visibility="private",
                show_progress="minimal")
-    gr.on([round_no.change, key.input], panel.view, [key, round_no, trace, cache], outputs, api_name="microscope",
-          trigger_mode="always_last", concurrency_limit=2, concurrency_id="microscope", show_progress="minimal")
+    gr.on([round_no.change, key.input], panel.view, [key, round_no, trace, cache, model], outputs,
+          api_name="microscope", trigger_mode="always_last", concurrency_limit=2, concurrency_id="microscope",
+          show_progress="minimal")
     prev.click(None, round_no, round_no, js="(r) => Math.max(0, r - 1)", api_visibility="private")
     nxt.click(None, round_no, round_no, js=NEXT_JS, api_visibility="private")
-    image.select(panel.clicked, [key, trace, cache], round_no, api_visibility="private")
+    image.select(panel.clicked, [key, trace, cache, model], round_no, api_visibility="private")
     return panel

@@ -63,16 +63,20 @@ class RacePanel:
         self.shipped: RaceTrace | None = None
         self.shipped_label = ""
         self.shipped_snapshot: dict = {}
+        # model key -> (trace, label, final frame) of its recorded default race, or None; drawn once per model
+        self.recordings: dict[str, tuple[RaceTrace, str, tuple] | None] = {}
+        self._recording_lock = threading.Lock()
 
     # ---------------------------------------------------------------- drawing (live frames and replays)
     def _images(self, ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
                 redraw) -> list:
         """One entry per slot: a new image where `redraw(key)` says so (snapshot updated), else gr.skip().
 
-        snapshot: {"variant": the model variant's key, "images": slot -> (pixels, filled, kinds)}.
+        snapshot: {"model": the picker key, "variant": the model variant's key, "images": slot -> (pixels, filled,
+        kinds)}.
         """
         by_key = {r.key: r for r in racers}
-        snapshot["variant"] = ctx.variant_key
+        snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
         shown = snapshot.setdefault("images", {})
         images = []
         for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
@@ -203,9 +207,10 @@ class RacePanel:
             gr.Info(f"static tree '{plan.config.tree}': the tree's depth sets the draft length; the L slider is not "
                     "used.")
         ctx = plan.ctx
-        recorded = {"condition": settings.condition, "seed": settings.seed,
+        recorded = {"condition": ctx.model.condition_name(settings.condition, settings.style), "seed": settings.seed,
                     "sampling": dataclasses.asdict(plan.sampling), "draft_len": settings.draft_len,
                     "drafting": settings.drafting, "racers": plan.keys, "resolution": ctx.variant_key,
+                    "model": ctx.model_key, "style": settings.style,
                     "rules": {k: r.config() for k, r in plan.rules.items()}}
         trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
                           ctx.model.num_tokens, ctx.model.grid)
@@ -243,10 +248,11 @@ class RacePanel:
         view = self._view(trace, len(trace), bool(overlay), f"**Stopped** after {len(trace)} race steps.")
         return (*view, gr.Slider(maximum=len(trace), value=len(trace), interactive=True))
 
-    def show_overlay(self, overlay, snapshot, request: gr.Request = None):
+    def show_overlay(self, overlay, snapshot, model=None, request: gr.Request = None):
         """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
 
-        During a race the new setting also applies to the frames still to come.
+        During a race the new setting also applies to the frames still to come. Before any race of this
+        session the recorded race of `model` (default: the app's) is on show.
         """
         with user_errors():
             overlay = self.overlay_spec.check(overlay)
@@ -254,48 +260,80 @@ class RacePanel:
         if session in self.live_overlay:
             self.live_overlay[session] = overlay
         if not (snapshot or {}).get("images"):
-            snapshot = self.shipped_snapshot  # nothing raced in this session yet: the recorded race is on show
+            found = self.recording(self.ctx.for_model(model))  # nothing raced in this session yet: the recorded race
+            snapshot = found[2][-1] if found else {}
         ctx = self.view_context(snapshot)
         shown = (snapshot or {}).get("images", {})
         return tuple(ctx.render(*shown[slot], overlay) if slot in shown else ctx.blank_image() for slot in range(SLOTS))
 
     def view_context(self, snapshot) -> Context:
         """The context of the model variant whose images `snapshot` holds (the default one when empty)."""
-        return self.ctx.variant((snapshot or {}).get("variant"))
+        snapshot = snapshot or {}
+        return self.ctx.for_model(snapshot.get("model")).variant(snapshot.get("variant"))
 
-    def replay(self, step, overlay, trace):
+    def replay(self, step, overlay, trace, model=None):
         """The race as it was after `step` race steps, from its recorded events (no decoding).
 
         Returns (5 images, stats table, the three plots, stats (JSON), snapshot state) like a race frame.
+        Before any race of this session: the recorded race of `model` (default: the app's).
         """
-        trace = self.trace_or_shipped(trace)
+        trace = self.trace_or_shipped(trace, model)
         if trace is None:
             raise bad("nothing to replay yet: run a race first")
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
             overlay = self.overlay_spec.check(overlay)
-        label = f" {self.shipped_label}" if trace is self.shipped else ""
+        found = self.recording(self.ctx.for_trace(trace.settings))
+        label = f" {found[1]}" if found and trace is found[0] else ""
         return self._view(trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.{label}")
 
-    def trace_or_shipped(self, trace) -> RaceTrace | None:
-        """This session's race when it has one, else the shipped recording of the default race (or None)."""
-        return trace if isinstance(trace, RaceTrace) and len(trace) else self.shipped
+    def trace_or_shipped(self, trace, model=None) -> RaceTrace | None:
+        """This session's race when it has one, else the recorded default race of `model` (default: the app's;
+        None when it has none)."""
+        if isinstance(trace, RaceTrace) and len(trace):
+            return trace
+        found = self.recording(self.ctx.for_model(model))
+        return found[0] if found else None
+
+    def recording(self, ctx: Context) -> tuple[RaceTrace, str, tuple] | None:
+        """(trace, status line, final frame) of the recorded default race of `ctx`'s model (`coolsd.app.shipped`),
+        read and drawn once per model and process; None when there is no current recording."""
+        key = ctx.model_key
+        if key not in self.recordings:
+            with self._recording_lock:
+                if key not in self.recordings:
+                    found = shipped.load(ctx.for_model())
+                    if found is not None:
+                        trace, label = found[0], shipped.label(found[1])
+                        found = (trace, label, self._view(trace, len(trace), False, label))
+                    self.recordings[key] = found
+        return self.recordings[key]
 
     def load_shipped(self) -> tuple | None:
-        """Load the recorded default race of this model (`coolsd.app.shipped`); its final frame, or None."""
-        found = shipped.load(self.ctx)
+        """Load the recorded default race of the app's model (`coolsd.app.shipped`); its final frame, or None."""
+        found = self.recording(self.ctx)
         if found is None:
             return None
-        self.shipped, recorded = found
-        self.shipped_label = shipped.label(recorded)
-        frame = self._view(self.shipped, len(self.shipped), False, self.shipped_label)
+        self.shipped, self.shipped_label, frame = found
         self.shipped_snapshot = frame[-1]
         return frame
+
+    def model_view(self, model, racers=None) -> tuple:
+        """The race area for a newly picked `model`: its recorded default race when the racers are the default
+        ones, else blank; the session's trace cleared. Returns the race's outputs (`outputs`), in order."""
+        ctx = self.ctx.for_model(model)
+        found = self.recording(ctx)
+        if found is not None and list(racers or choice.DEFAULT_RACERS) == list(choice.DEFAULT_RACERS):
+            trace, _, frame = found
+            slider = gr.Slider(maximum=max(len(trace), 1), value=len(trace), interactive=True)
+            return (*frame[:-1], slider, frame[-1], None)
+        return (*[ctx.blank_image()] * SLOTS, stats_markdown([]), None, None, None, None,
+                gr.Slider(maximum=1, value=0, interactive=False), {}, None)
 
     def _view(self, trace: RaceTrace, step: int, overlay: bool, status: str) -> tuple:
         racers = trace.replay(step)
         snapshot: dict = {}
-        ctx = self.ctx.variant(trace.settings.get("resolution"))
+        ctx = self.ctx.for_trace(trace.settings)
         images = self._images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
         table, payload = self._numbers(trace, racers, status, replay_step=step, steps=len(trace),
                                        race_status=trace.status)
@@ -387,11 +425,11 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
     ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay],
                               cancels=[run_event, phone_event], queue=False, api_visibility="private")
-    c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot], images, api_name="overlay", preprocess=False,
-                        concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
+    c["overlay"].change(panel.show_overlay, [c["overlay"], snapshot, c["model"]], images, api_name="overlay",
+                        preprocess=False, concurrency_limit=4, concurrency_id="overlay", show_progress="hidden")
     c["racers"].change(panel.slot_layout, c["racers"], [*titles, *columns], queue=False, api_visibility="private",
                        show_progress="hidden")
-    replay.input(panel.replay, [replay, c["overlay"], trace], view, api_name="replay", preprocess=False,
+    replay.input(panel.replay, [replay, c["overlay"], trace, c["model"]], view, api_name="replay", preprocess=False,
                   concurrency_limit=4, concurrency_id="replay", trigger_mode="always_last", show_progress="hidden")
     take.wire()
     return panel

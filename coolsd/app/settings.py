@@ -11,6 +11,9 @@ bounds or choices and its default, so
     spec.component()                          the control (coolsd.app.controls lays them out)
     settings.plan(ctx)                        what the race runs: model variant, condition, rules, configs
 
+The last two arguments, `model` (the picker's key) and `style`, came after the others so older calls
+keep working: `check` reads the model first and checks the rest against that model's Specs.
+
 The checks run in the handlers (events are wired with preprocess=False), never in a component's
 preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
 """
@@ -38,6 +41,9 @@ DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eag
 assert set(DRAFTING) - {"chain"} <= set(TREES), "every static tree offered must exist in coolsd.decoding.tree.TREES"
 EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
                    "a bowl of ramen, studio lighting"]
+
+
+WIDGETS = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.CheckboxGroup, "textbox": gr.Textbox}
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,20 @@ class Spec:
                              **kw)
         if self.kind == "bool":
             return gr.Checkbox(**kw)
-        widget = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.CheckboxGroup,
-                  "textbox": gr.Textbox}[self.widget]
+        widget = WIDGETS[self.widget]
         return widget(choices=list(self.choices), **kw) if self.choices else widget(**kw)
+
+    def update(self, value=None, widget: str = "") -> gr.components.Component:
+        """An update of this setting's control (made by `component`, or as `widget`) to this Spec: label, bounds
+        or choices and visibility, showing `value` (default: the Spec's default). For a model switch."""
+        kw = {"label": self.label, "value": self.default if value is None else value,
+              "visible": self.extra.get("visible", True)}
+        if self.kind in ("number", "int"):
+            return (gr.Slider if self.step is not None else gr.Number)(minimum=self.minimum, maximum=self.maximum, **kw)
+        if self.kind == "bool":
+            return gr.Checkbox(**kw)
+        widget = WIDGETS[widget or self.widget]
+        return widget(choices=list(self.choices), **kw) if widget is not gr.Textbox else widget(**kw)
 
 
 def top_k_max(ctx: Context) -> int:
@@ -105,9 +122,44 @@ def _condition(ctx: Context) -> Spec:
         prompts = m.example_prompts or EXAMPLE_PROMPTS
         return Spec("Prompt", "custom", prompts[0], widget="textbox", elem_id="condition", check_fn=check_prompt,
                     extra={"max_length": m.max_prompt_chars, "lines": 2})
-    label = "Emoji (class · style)" if m.kind == "emoji" else "Digit"
-    return Spec(label, "choice", m.class_names[3 % len(m.class_names)],
-                choices=tuple((name, name) for name in m.class_names), widget="dropdown", elem_id="condition")
+    names = m.base_class_names  # a styled model's "<class> · <style>" labels are split by RaceSettings.check
+    label, name = ("Class", "class") if m.style_names else ("Digit", "digit")
+    return Spec(label, "choice", default_condition(ctx)[0], choices=tuple((n, n) for n in names), widget="dropdown",
+                elem_id="condition", name=name)
+
+
+def default_condition(ctx: Context) -> tuple[str, str]:
+    """(class, style) the race starts from (style "" without styles; a text model: (its first prompt, ""))."""
+    m = ctx.model
+    if m.conditioning == "text":
+        return (m.example_prompts or EXAMPLE_PROMPTS)[0], ""
+    label = m.class_names[3 % len(m.class_names)]
+    return m.split_condition(label) or (label, "")
+
+
+def _style(ctx: Context) -> Spec:
+    """The emoji style ("" = the default style); models without styles take any text and ignore it."""
+    styles = ctx.model.style_names
+    default = default_condition(ctx)[1]
+
+    def check_style(value):
+        if not isinstance(value, str):
+            raise ValueError(f"style must be a text such as {show(default or 'Noto')}, got {show(value)}")
+        if not styles:
+            return ""
+        return default if value == "" else check_choice("style", value, styles)
+
+    choices = tuple((n, n) for n in styles) or (("", ""),)  # (a hidden control without styles)
+    return Spec("Style", "custom", default, choices=choices, widget="dropdown", elem_id="style",
+                check_fn=check_style, extra={"visible": bool(styles)})
+
+
+def _model(ctx: Context) -> Spec:
+    catalogue = ctx.catalogue
+    choices = tuple(catalogue.choices()) if catalogue else ((ctx.model.name, ctx.model_key),)
+    return Spec("Model", "custom", ctx.model_key, choices=choices, widget="dropdown", elem_id="model",
+                check_fn=catalogue.check if catalogue else lambda v: check_choice("model", v, [ctx.model_key]),
+                extra={"visible": len(choices) > 1})
 
 
 def _racers(ctx: Context) -> Spec:
@@ -196,6 +248,8 @@ class RaceSettings:
                                                   choice.DEFAULTS["custom_omegas"], widget="textbox",
                                                   elem_id="custom-omegas", check_fn=_omegas, extra={"max_lines": 1}))
     resolution: str = setting(_resolution)
+    model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
+    style: str = setting(_style)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -207,11 +261,15 @@ class RaceSettings:
 
     @classmethod
     def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
-        """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one."""
+        """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one.
+
+        The model is checked first (`ctx.for_model`, loaded on first use): the other values are checked
+        against the picked model's Specs (`follow_model` first)."""
         unknown = set(values) - set(cls.names())
         if unknown:
             raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
-        return cls(**check_values(specs(ctx), values, defaults=True))
+        picked = ctx.for_model(values.get("model"))
+        return cls(**check_values(specs(picked), follow_model(ctx, picked, values), defaults=True))
 
     @classmethod
     def signature(cls, ctx: Context) -> inspect.Signature:
@@ -233,13 +291,33 @@ class RaceSettings:
     def plan(self, ctx: Context) -> RacePlan:
         """Everything the race checks beyond single values (the rules, the configs): one gr.Error, or the plan.
         A share link is refused exactly when this refuses."""
-        variant = ctx.variant(self.resolution)
-        cond = variant.check_condition(self.condition)
+        variant = ctx.for_model(self.model).variant(self.resolution)
+        cond = variant.check_condition(variant.model.condition_name(self.condition, self.style))
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
             config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting)
         rules = choice.make_rules(variant, self.racers, self.rule_params())
         return RacePlan(variant, cond, self.racers, sampling, config, rules)
+
+
+def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
+    """`values` made to fit the picked model where they name another model's choice.
+
+    A styled model's "<class> · <style>" condition becomes (class, its style): the label names the style (the
+    older API form). The app's default condition or resolution, when it is no choice of the picked model (it
+    names the default model's class or resolution), becomes the picked model's default. Valid values stay."""
+    out = dict(values)
+    split = picked.model.split_condition(out.get("condition"))
+    if split is not None:
+        out["condition"], out["style"] = split
+    if picked is ctx:
+        return out
+    own, app = specs(picked), specs(ctx)
+    for name in ("condition", "resolution"):
+        choices = [v for _, v in own[name].choices]
+        if name in out and out[name] == app[name].default and choices and out[name] not in choices:
+            out[name] = own[name].default
+    return out
 
 
 def check_values(table: Mapping[str, Spec], values: Mapping, defaults: bool = False) -> dict:

@@ -19,9 +19,10 @@ from urllib.parse import parse_qsl, urlencode
 import gradio as gr
 
 from coolsd.app.context import Context, bad, user_errors
+from coolsd.app.controls import model_updates
 from coolsd.app.plots import image_strip
 from coolsd.app.racers import SLOTS, slot_keys
-from coolsd.app.settings import RaceSettings, Spec, check_values, specs
+from coolsd.app.settings import RaceSettings, Spec, check_values, follow_model, specs
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.checks import show
 
@@ -46,9 +47,10 @@ def shared_controls(ctx: Context) -> dict:
     return {**ctx.controls, **ctx.share_controls}
 
 
-def shared_specs(ctx: Context) -> dict[str, Spec]:
-    """name -> Spec (how it is checked) of every control a share link carries, in `shared_controls` order."""
-    table = {**specs(ctx), **ctx.share_specs}
+def shared_specs(ctx: Context, picked: Context | None = None) -> dict[str, Spec]:
+    """name -> Spec (how it is checked) of every control a share link carries, in `shared_controls` order;
+    the race settings' for model `picked` (default: the app's)."""
+    table = {**specs(picked or ctx), **ctx.share_specs}
     return {name: table[name] for name in shared_controls(ctx)}
 
 
@@ -91,7 +93,8 @@ def check_shared(ctx: Context, values: Mapping) -> dict:
     settings = RaceSettings.check(ctx, race)
     settings.plan(ctx)
     others = check_values(table, {name: v for name, v in values.items() if name not in race})
-    return {name: getattr(settings, name) if name in race else others[name] for name in values}
+    names = [*values, *(["style"] if "condition" in values and "style" not in values else [])]  # a label's style
+    return {name: getattr(settings, name) if name in RaceSettings.names() else others[name] for name in names}
 
 
 def share_query(ctx: Context, values: Mapping) -> str:
@@ -106,10 +109,18 @@ def share_query(ctx: Context, values: Mapping) -> str:
 def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
     """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter]).
 
-    When every parameter is fine on its own, the race settings are checked together as the race would
-    (one message when it would refuse them)."""
-    table = shared_specs(ctx)
-    values, errors = {}, []
+    A link naming a `model` is checked against that model (an unknown one: one message, the rest checked
+    against the app's model). When every parameter is fine on its own, the race settings are checked
+    together as the race would (one message when it would refuse them)."""
+    values, errors, picked, model_ok = {}, [], ctx, True
+    if "model" in params:
+        try:
+            picked = ctx.for_model(params["model"])
+        except gr.Error as err:
+            errors.append(str(err.message))
+            model_ok = False
+    table = shared_specs(ctx, picked)
+    raw = {}
     for name, text in params.items():
         if name == "tab":
             if text in panel_ids:
@@ -118,11 +129,13 @@ def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[
                 errors.append(f"unknown tab {show(text)}; choose one of {', '.join(panel_ids)}")
         elif name not in table:
             errors.append(f"unknown setting {show(name)}")
-        else:
-            try:
-                values[name] = check_values(table, {name: _decode(table[name], text)})[name]
-            except gr.Error as err:
-                errors.append(str(err.message))
+        elif name != "model" or model_ok:
+            raw[name] = _decode(table[name], text)
+    for name, value in follow_model(ctx, picked, raw).items():
+        try:
+            values[name] = check_values(table, {name: value})[name]
+        except gr.Error as err:
+            errors.append(str(err.message))
     if not errors:
         try:
             check_shared(ctx, {k: v for k, v in values.items() if k != "tab"})
@@ -208,8 +221,9 @@ class TakeAway:
         self.trace_api.click(self.panel.trace_json, self.trace, self.trace_view, api_name="trace")
 
 
-def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]) -> None:
-    """On page load, set every control named in the URL's query (call inside the Blocks, after every panel)."""
+def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]):
+    """On page load, set every control named in the URL's query (call inside the Blocks, after every panel);
+    a link naming a model also sets the model-dependent controls' choices. Returns the load event."""
     controls = shared_controls(ctx)
 
     def restore(request: gr.Request):
@@ -221,8 +235,10 @@ def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list
         if errors:
             gr.Warning("share link: " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else "")
                        + " (kept the default)")
-        updates = [values[name] if name in values else gr.skip() for name in controls]
-        return (*updates, gr.Tabs(selected=values["tab"]) if "tab" in values else gr.skip())
+        updates = {name: values[name] if name in values else gr.skip() for name in controls}
+        if "model" in values:
+            updates |= model_updates(ctx, ctx.for_model(values["model"]), values)
+        return (*updates.values(), gr.Tabs(selected=values["tab"]) if "tab" in values else gr.skip())
 
     def share_restore(query: str) -> dict:
         """The settings a share link's query restores; a bad value is one clear error."""
@@ -233,4 +249,4 @@ def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list
 
     gr.api(share_restore, api_name="share_restore")
     # queued: a warning reaches the page as a toast only through the queue
-    blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", concurrency_limit=None)
+    return blocks.load(restore, None, [*controls.values(), tabs], api_visibility="private", concurrency_limit=None)

@@ -139,9 +139,10 @@ class Tour:
         self.runs: list[gr.Button] = []
         self.results: list[gr.Markdown] = []
 
-    def settings(self, step: Step) -> tuple:
-        """New values of the race controls (defaults, changed by the step) and, for a lab step, the lab's."""
-        values = RaceSettings.defaults(self.ctx).as_dict() | (step.race or {})
+    def settings(self, step: Step, model=None) -> tuple:
+        """New values of the race controls (the picked `model`'s defaults, changed by the step) and, for a lab
+        step, the lab's."""
+        values = RaceSettings.defaults(self.ctx.for_model(model)).as_dict() | (step.race or {})
         race = tuple(values[name] for name in self.ctx.controls)
         if step.lab is None:
             return race
@@ -176,13 +177,14 @@ def wire(tour: Tour, tabs: gr.Tabs) -> None:
     for j, step in enumerate(STEPS):
         outputs = race_inputs + (list(lab.controls.values()) if step.lab is not None else [])
 
-        def setup(step=step):
-            return (*tour.settings(step), gr.Tabs(selected="race" if step.lab is None else "lab"))
+        def setup(model, step=step):
+            return (*tour.settings(step, model), gr.Tabs(selected="race" if step.lab is None else "lab"))
 
         def reveal(guess, payload, step=step):
             return reveal_markdown(step, guess, payload)
 
-        event = tour.runs[j].click(setup, None, [*outputs, tabs], api_visibility="private", queue=False)
+        event = tour.runs[j].click(setup, ctx.controls["model"], [*outputs, tabs], api_visibility="private",
+                                   queue=False)
         if step.lab is None:
             event = event.then(race.race, race_inputs, race.outputs, api_visibility="private", preprocess=False,
                                concurrency_limit=ctx.workers, concurrency_id="race", show_progress="minimal")

@@ -1,0 +1,248 @@
+"""The model picker: each model loaded once and shared, races on the picked model, sessions independent, share
+links that name their model, a clear line for an unknown model.
+
+The page is the tiny-model demo (`tests/demo_app.py`); its picker also offers the shipped emoji model, which
+loads in a few seconds on its first pick (the tests skip where assets/emoji is not shipped).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl
+
+import gradio as gr
+import pytest
+import torch
+from demo_app import tiny_demo
+
+from coolsd.app import controls, share
+from coolsd.app import race as race_ui
+from coolsd.app.demo import model_info
+from coolsd.app.settings import RaceSettings
+from coolsd.util.paths import EMOJI_DIR
+
+APP = tiny_demo()
+RACE = APP.ctx.panels["race"]
+STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2
+needs_emoji = pytest.mark.skipif(not (EMOJI_DIR / "target" / "config.json").is_file(),
+                                 reason="assets/emoji is not shipped here")
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+
+
+def defaults(model: str | None = None, **changes) -> dict:
+    """The race's arguments at `model`'s defaults (default: the app's), with `changes`."""
+    return RaceSettings.defaults(APP.ctx.for_model(model)).as_dict() | changes
+
+
+def last_frame(**values) -> tuple:
+    return list(RACE.race(**values))[-1]
+
+
+def library_tokens(model: str, values: dict) -> dict[str, torch.Tensor]:
+    """racer key -> tokens of a separate library run (`coolsd.decoding.engine.run`) per racer, on a freshly
+    loaded copy of `model` run in the picked copy's dtype (emoji: its load-time choice)."""
+    from coolsd.app.context import load_family
+    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.sampling import SamplingConfig
+
+    picked = APP.ctx.for_model(model)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COOLSD_DTYPE", picked.model.execution.split()[0])  # "fp32 (measured ...)" -> fp32
+    try:
+        fresh = load_family(model)[0]
+    finally:
+        mp.undo()
+    assert fresh.target is not picked.model.target  # a separate copy of the weights
+    plan = RaceSettings.check(APP.ctx, values).plan(APP.ctx)
+    cond = fresh.class_names.index(fresh.condition_name(values["condition"], values["style"]))
+    sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
+    out = {}
+    for key in [*plan.keys, "vanilla"]:
+        rule = plan.rules.get(key)
+        if rule is not None and getattr(rule, "neighbours", None) is not None:
+            rule = rule.with_neighbours(fresh.neighbours)
+        out[key] = run(fresh.target, fresh.drafter, rule, cond=cond, num_tokens=fresh.num_tokens, sampling=sampling,
+                       config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"]).tokens
+    return out
+
+
+def final_tokens(frame) -> dict[str, torch.Tensor]:
+    trace = frame[TRACE]
+    return {r.key: r.tokens for r in trace.replay(len(trace))}
+
+
+# ---------------------------------------------------------------- the picker
+def test_the_picker_offers_the_app_model_first_and_the_shipped_ones():
+    keys = APP.ctx.catalogue.keys
+    assert keys[0] == "tiny" and keys == list(dict.fromkeys(keys))
+    picker = APP.ctx.controls["model"]
+    assert [v for _, v in picker.choices] == keys and picker.value == "tiny"
+    assert (EMOJI_DIR / "target" / "config.json").is_file() == ("emoji" in keys)
+
+
+@needs_emoji
+def test_picking_emoji_races_exactly_what_the_library_decodes_on_it():
+    values = defaults("emoji", seed=5, condition="hearts", style="Twemoji", racers=["eagle-1", "lantern++", "cool-sd"])
+    frame = last_frame(**values)
+    stats = frame[STATS]
+    emoji = APP.ctx.for_model("emoji")
+    assert stats["finished"] and stats["model"] == emoji.model.name and stats["settings"]["model"] == "emoji"
+    assert stats["settings"]["condition"] == "hearts · Twemoji" and stats["settings"]["style"] == "Twemoji"
+    assert frame[SNAPSHOT]["model"] == "emoji" and frame[0].size == emoji.display_hw[::-1]
+    raced, ref = final_tokens(frame), library_tokens("emoji", values)
+    assert list(raced) == list(ref)
+    for key in ref:
+        assert torch.equal(raced[key], ref[key]), key
+    # the app's own model still races its own tokens, after the switch as before
+    tiny_values = defaults(seed=5)
+    tiny_frame = last_frame(**tiny_values)
+    assert tiny_frame[STATS]["model"] == APP.ctx.model.name and tiny_frame[STATS]["settings"]["model"] == "tiny"
+    m = APP.ctx.model
+    from coolsd.decoding.engine import DecodeConfig, run
+
+    plan = RaceSettings.check(APP.ctx, tiny_values).plan(APP.ctx)
+    ref = run(m.target, m.drafter, plan.rules["cool-sd"], cond=plan.cond, num_tokens=m.num_tokens,
+              sampling=plan.sampling, config=DecodeConfig(draft_len=3), seed=5)
+    assert torch.equal(final_tokens(tiny_frame)["cool-sd"], ref.tokens)
+
+
+@needs_emoji
+def test_each_model_is_loaded_once_and_shared():
+    first = APP.ctx.for_model("emoji")
+    assert APP.ctx.for_model("emoji") is first and APP.ctx.catalogue.get("emoji") is first
+    assert first.for_model("tiny") is APP.ctx and first.catalogue is APP.ctx.catalogue
+    assert APP.ctx.for_model(None) is APP.ctx and APP.ctx.model_key == "tiny"
+
+
+@needs_emoji
+def test_two_sessions_on_different_models_do_not_affect_each_other():
+    """Interleaved races of two sessions, one per model: each ends with what it would alone."""
+    a_values, b_values = defaults("emoji", seed=2, condition="birds, bugs & sea life"), defaults(seed=2)
+    alone = {"a": final_tokens(last_frame(**a_values)), "b": final_tokens(last_frame(**b_values))}
+
+    class Request:
+        def __init__(self, session: str) -> None:
+            self.session_hash = session
+
+    streams = {"a": RACE.race(**a_values, request=Request("a")), "b": RACE.race(**b_values, request=Request("b"))}
+    last = {}
+    while streams:
+        for name in list(streams):
+            try:
+                last[name] = next(streams[name])
+            except StopIteration:
+                del streams[name]
+    for name in ("a", "b"):
+        got = final_tokens(last[name])
+        assert list(got) == list(alone[name]) and all(torch.equal(got[k], alone[name][k]) for k in got), name
+    assert last["a"][STATS]["settings"]["model"] == "emoji" and last["b"][STATS]["settings"]["model"] == "tiny"
+    # after both, the page's default model and its settings are unchanged
+    assert APP.ctx.controls["model"].value == "tiny" and RaceSettings.defaults(APP.ctx).model == "tiny"
+
+
+@needs_emoji
+def test_switching_updates_the_model_controls_and_the_race_area():
+    emoji = APP.ctx.for_model("emoji")
+    updates = controls.model_updates(APP.ctx, emoji)
+    assert [c for _, c in updates["condition"].choices] == emoji.model.base_class_names
+    assert len(updates["condition"].choices) == 15 and updates["condition"].label == "Class"
+    assert [c for _, c in updates["style"].choices] == ["Twemoji", "Noto"] and updates["style"].visible
+    assert updates["top_k"].maximum == int(emoji.model.target.vocab_size)
+    back = controls.model_updates(APP.ctx, APP.ctx)
+    assert back["style"].visible is False and back["condition"].label == "Digit"
+    view = RACE.model_view("emoji", ["eagle-1", "uniform-rsd"])  # not the recorded racers: a blank race area
+    assert len(view) == len(RACE.outputs) and view[-1] is None and view[-2] == {}
+    assert view[0].size == emoji.display_hw[::-1]
+
+
+@needs_emoji
+def test_replay_and_microscope_read_the_trace_of_the_model_that_raced():
+    frame = last_frame(**defaults("emoji", seed=3, condition="flags", style="Noto", racers=["eagle-1"]))
+    trace = frame[TRACE]
+    replayed = RACE.replay(len(trace), False, trace)
+    assert replayed[STATS]["decoders"] == frame[STATS]["decoders"] and replayed[-1]["model"] == "emoji"
+    scope = APP.ctx.panels["microscope"]
+    view = scope.view("eagle-1", 1, trace, {})
+    assert view[-2]["matches_race"] is True  # re-run on the emoji model: the recorded tokens again
+    strip = APP.ctx.panels["race"].view_context(frame[SNAPSHOT])
+    assert strip is APP.ctx.for_model("emoji")
+
+
+@needs_emoji
+def test_model_info_names_each_model_and_its_execution_path():
+    info = model_info(APP.ctx.for_model("emoji"))
+    emoji = APP.ctx.for_model("emoji").model
+    assert info["model_key"] == "emoji" and info["model"] == emoji.name and info["execution"] == emoji.execution
+    assert info["execution"].split()[0] in ("fp32", "bf16") and info["styles"] == ["Twemoji", "Noto"]
+    assert len(info["classes"]) == 15 and info["defaults"]["model"] == "emoji"
+    tiny = model_info(APP.ctx)
+    assert tiny["model_key"] == "tiny" and tiny["models"] == APP.ctx.catalogue.keys and tiny["styles"] == []
+
+
+# ---------------------------------------------------------------- share links
+@needs_emoji
+def test_a_share_link_names_its_model_and_restores_it():
+    values = defaults("emoji", seed=11, condition="hearts", style="Twemoji", delta=3.0)
+    query = share.share_query(APP.ctx, values)
+    assert "model=emoji" in query and "style=Twemoji" in query
+    restored, errors = share.parse_query(APP.ctx, dict(parse_qsl(query[1:])))
+    assert errors == [] and restored == values
+    # an older link's combined label names the style; the style dropdown follows it
+    old, errors = share.parse_query(APP.ctx, {"model": "emoji", "condition": "hearts · Noto"})
+    assert errors == [] and (old["condition"], old["style"]) == ("hearts", "Noto")
+    assert share.share_query(APP.ctx, {"model": "emoji", "condition": "hearts · Noto"}).endswith(
+        "condition=hearts&style=Noto")
+
+
+@needs_emoji
+def test_opening_a_link_of_another_model_switches_the_page_to_it():
+    restore = next(f.fn for f in APP.blocks.fns.values() if getattr(f.fn, "__name__", "") == "restore")
+
+    class Request:
+        query_params = {"model": "emoji", "condition": "flags", "seed": "4"}
+
+    names = list(share.shared_controls(APP.ctx))
+    out = dict(zip(names, restore(Request())))
+    assert out["model"] == "emoji" and out["seed"] == 4
+    assert isinstance(out["condition"], gr.Dropdown) and out["condition"].value == "flags"
+    assert len(out["condition"].choices) == 15 and out["style"].visible and out["style"].value == "Noto"
+
+
+@pytest.mark.parametrize("call", ["race", "share_link", "share_restore", "model_info", "lab"])
+def test_an_unknown_model_is_one_clear_line(call):
+    message = "unknown model 'warp'; choose one of " + ", ".join(APP.ctx.catalogue.keys)
+    with pytest.raises(gr.Error) as err:
+        if call == "race":
+            next(RACE.race(**defaults(model="warp")))
+        elif call == "share_link":
+            share.share_query(APP.ctx, {"model": "warp"})
+        elif call == "share_restore":
+            values, errors = share.parse_query(APP.ctx, {"model": "warp", "seed": "3"})
+            assert values == {"seed": 3}  # the rest is still read, against the app's model
+            raise gr.Error(errors[0])
+        elif call == "model_info":
+            APP.ctx.for_model("warp")
+        else:
+            next(APP.ctx.panels["lab"].grid("cool-sd", 2.0, 1, 0, "3", "warp"))
+    text = str(err.value.message)
+    assert text == message, text
+    assert "Traceback" not in text and "\n" not in text
+
+
+def test_api_arguments_keep_their_order_with_model_and_style_last():
+    names = RaceSettings.names()
+    assert names[-3:] == ["resolution", "model", "style"]
+    assert list(RaceSettings.signature(APP.ctx).parameters)[:-1] == names
+    # a call with the app's defaults for another model's arguments: they follow the model
+    emoji_keys = [k for k in APP.ctx.catalogue.keys if k != "tiny"]
+    if emoji_keys:
+        settings = RaceSettings.check(APP.ctx, defaults(model=emoji_keys[0]))
+        picked = APP.ctx.for_model(emoji_keys[0])
+        assert settings.condition == RaceSettings.defaults(picked).condition and settings.resolution == \
+            picked.variant_key
+
+
+def test_a_style_means_nothing_to_a_model_without_styles():
+    assert RaceSettings.check(APP.ctx, defaults(style="Noto")).style == ""
+    with pytest.raises(gr.Error, match=re.escape("style must be a text")):
+        RaceSettings.check(APP.ctx, defaults(style=3))
