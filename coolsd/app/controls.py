@@ -105,7 +105,7 @@ def build(ctx: Context) -> None:
     rows, labels = presets(ctx)
     # with a model picker, a preset keeps the picked model, class and style (its classes are the default model's)
     names = RaceSettings.names()
-    kept = [n for n in names if n not in ("model", "style") and (n != "condition" or len(ctx.catalogue.keys) < 2)]
+    kept = [n for n in names if len(ctx.catalogue.keys) < 2 or n not in ("model", "style", "condition")]
     gr.Examples([[row[names.index(n)] for n in kept] for row in rows], [ctx.controls[n] for n in kept],
                 label="Presets (click one, then Generate)", example_labels=labels, cache_examples=False,
                 examples_per_page=10)

@@ -103,7 +103,7 @@ class MicroscopePanel:
         return (gr.Dropdown(choices=[(label, k) for k, label in trace.racers], value=key),
                 gr.Slider(maximum=max(rounds - 1, 1), value=round_no), *out)
 
-    def clicked(self, key, trace, cache, model, evt: gr.SelectData):
+    def clicked(self, key, trace, cache, evt: gr.SelectData, model=None):
         """A click on the image -> the round that committed the clicked cell."""
         trace = self.trace_of(trace, model)
         with user_errors():

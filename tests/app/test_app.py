@@ -481,7 +481,9 @@ def test_share_link_round_trip_restores_every_setting():
                     lantern_lambda=20.0, overlay=True, racers=["lantern++-gstar", "linear-decay", "custom"],
                     uniform_delta=4.0, linear_delta=0.75, linear_slope=1.0, custom_omegas="4, 2, 1, 0.5")
     query = share.share_query(APP.ctx, values)
-    restored, errors = share.parse_query(APP.ctx, dict(__import__("urllib.parse").parse.parse_qsl(query[1:])),
+    # read as the page reads a link (blank values kept: a model without styles carries style="")
+    params = dict(__import__("urllib.parse").parse.parse_qsl(query[1:], keep_blank_values=True))
+    restored, errors = share.parse_query(APP.ctx, params,
                                          ["race", "theory"])
     assert not errors and restored == values
     assert set(restored) == set(share.shared_controls(APP.ctx))  # every control travels

@@ -1,8 +1,8 @@
 """The model picker: each model loaded once and shared, races on the picked model, sessions independent, share
 links that name their model, a clear line for an unknown model.
 
-The page is the tiny-model demo (`tests/demo_app.py`); its picker also offers the shipped emoji model, which
-loads in a few seconds on its first pick (the tests skip where assets/emoji is not shipped).
+The page is the tiny-model demo whose picker also offers the shipped models (`tests/demo_app.py: picker_demo`);
+the emoji model loads in a few seconds on its first pick (the tests that need it skip where it is not shipped).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl
 import gradio as gr
 import pytest
 import torch
-from demo_app import tiny_demo
+from demo_app import picker_demo
 
 from coolsd.app import controls, share
 from coolsd.app import race as race_ui
@@ -21,7 +21,7 @@ from coolsd.app.demo import model_info
 from coolsd.app.settings import RaceSettings
 from coolsd.util.paths import EMOJI_DIR
 
-APP = tiny_demo()
+APP = picker_demo()
 RACE = APP.ctx.panels["race"]
 STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2
 needs_emoji = pytest.mark.skipif(not (EMOJI_DIR / "target" / "config.json").is_file(),
@@ -29,7 +29,7 @@ needs_emoji = pytest.mark.skipif(not (EMOJI_DIR / "target" / "config.json").is_f
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
 
-def defaults(model: str | None = None, **changes) -> dict:
+def defaults(model: str | None = None, /, **changes) -> dict:
     """The race's arguments at `model`'s defaults (default: the app's), with `changes`."""
     return RaceSettings.defaults(APP.ctx.for_model(model)).as_dict() | changes
 
@@ -78,6 +78,11 @@ def test_the_picker_offers_the_app_model_first_and_the_shipped_ones():
     picker = APP.ctx.controls["model"]
     assert [v for _, v in picker.choices] == keys and picker.value == "tiny"
     assert (EMOJI_DIR / "target" / "config.json").is_file() == ("emoji" in keys)
+    # a preset keeps the picked model, class and style (its values are the app model's)
+    picks = {APP.ctx.controls[n]._id for n in ("model", "style", "condition")}
+    presets = [f for f in APP.blocks.fns.values() if f.name == "load_example" and len(f.outputs) > 3]
+    assert len(presets) == 1 and not picks & {c._id for c in presets[0].outputs}
+    assert APP.ctx.controls["seed"]._id in {c._id for c in presets[0].outputs}
 
 
 @needs_emoji
@@ -246,3 +251,43 @@ def test_a_style_means_nothing_to_a_model_without_styles():
     assert RaceSettings.check(APP.ctx, defaults(style="Noto")).style == ""
     with pytest.raises(gr.Error, match=re.escape("style must be a text")):
         RaceSettings.check(APP.ctx, defaults(style=3))
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The picker demo served in-process; a gradio_client session on it."""
+    from gradio_client import Client
+
+    from coolsd.app.demo import LAUNCH_KWARGS
+
+    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
+    yield Client(url, verbose=False, download_files=False, analytics_enabled=False)
+    APP.blocks.close()
+
+
+def test_api_an_unknown_model_is_one_clean_line_and_old_calls_keep_working(client):
+    from gradio_client.exceptions import AppError
+
+    message = "unknown model 'warp'; choose one of " + ", ".join(APP.ctx.catalogue.keys)
+    for endpoint, args in (("/race", defaults(model="warp")), ("/model_info", {"model": "warp"}),
+                           ("/share_restore", {"query": "?model=warp"}), ("/share_link", defaults(model="warp"))):
+        with pytest.raises(AppError) as err:
+            client.predict(**args, api_name=endpoint)
+        text = str(err.value)
+        assert message in text and "Traceback" not in text and "\n" not in text.strip(), (endpoint, text)
+    old = {k: v for k, v in defaults(seed=1).items() if k not in ("model", "style")}  # a call from before the picker
+    stats = client.predict(**old, api_name="/race")[STATS]
+    assert stats["finished"] and stats["settings"]["model"] == "tiny"
+    assert client.predict(api_name="/model_info")["model_key"] == "tiny"
+
+
+@needs_emoji
+def test_api_races_the_model_it_names(client):
+    values = defaults("emoji", seed=7, condition="weather & sky", style="Twemoji", racers=["eagle-1"])
+    stats = client.predict(**values, api_name="/race")[STATS]
+    assert stats["finished"] and stats["model"] == APP.ctx.for_model("emoji").model.name
+    assert stats["settings"]["condition"] == "weather & sky · Twemoji"
+    info = client.predict(model="emoji", api_name="/model_info")
+    assert info["model_key"] == "emoji" and info["execution"] == APP.ctx.for_model("emoji").model.execution
+    replay = client.predict(step=2, overlay=False, api_name="/replay")  # this session's emoji race
+    assert replay[STATS]["model"] == stats["model"] and replay[STATS]["replay_step"] == 2
