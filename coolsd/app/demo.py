@@ -31,8 +31,8 @@ table th, table td {word-break: normal !important; overflow-wrap: normal !import
   #stats table, #micro-table table {font-size: 11px !important; width: 100% !important; min-width: 0 !important}
   #stats, #micro-table {overflow-x: auto}
   #stats th, #stats td, #micro-table th, #micro-table td {padding: 2px 3px !important; font-size: 11px !important}
-  #paper-beside-us table {display: block; overflow-x: auto; font-size: 12px}
-  #paper-beside-us th:first-child, #paper-beside-us td:first-child {position: sticky; left: 0; background: white}
+  #paper-beside-us table {width: 100% !important; min-width: 0 !important; font-size: 12px}
+  #paper-beside-us th, #paper-beside-us td {padding: 3px 4px !important}
 }
 """
 # The arrow keys step the microscope's rounds while its tab is on show (not while typing in a field).

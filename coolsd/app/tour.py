@@ -29,7 +29,8 @@ LATEX = [{"left": "$", "right": "$", "display": False}]
 class Step:
     """One stop of the tour.
 
-    title, text: what it shows and which widget to watch (markdown, no measured numbers);
+    title: a short name (the walkthrough numbers the steps); text: what it shows and which widget to watch
+    (markdown, no measured numbers);
     race: race control changes (name -> value; every other race control goes back to its default) or None;
     lab: lab control changes (rule, relaxation, samples) or None (then the step runs a race);
     question: what to guess; answer: (payload) -> [(label, measured value)] from the run's stats JSON;
@@ -60,44 +61,44 @@ def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dic
 
 
 STEPS = [
-    Step("1. What a round is",
+    Step("A round",
          f"The drafter proposes L tokens (the draft length, {DecodeConfig().draft_len} by default), the target checks "
          "all of them in **one** forward; the round keeps the "
          "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
          "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
          "Eagle-1's mean accepted length τ (tokens per target forward) on this digit?",
          _race("eagle-1", "mean_accepted_length"), race={"racers": ["eagle-1"]}),
-    Step("2. Lossless Eagle-1",
+    Step("Lossless",
          "Eagle-1 keeps a draft with probability $\\min(1, p/q)$ and resamples from $[p-q]_+$: its image follows the "
          "target's distribution exactly. Watch the **speed-up vs AR** column of the Race tab's table: it divides "
          "tokens per compute second by vanilla AR's in the same race.",
          "Eagle-1's speed-up over vanilla AR on this machine?",
          _race("eagle-1", "speedup"), race={"racers": ["eagle-1"]}),
-    Step("3. Relax with δ",
+    Step("Relax δ",
          "COOL-SD multiplies the ratio by $\\omega_i$: $a_i = \\min(1, \\omega_i p/q)$. With ν = 0 every depth gets "
          "$\\omega_i = δ$ (uniform relaxation). Watch the **acceptance per draft position** plot: COOL-SD's line "
          "against Eagle-1's.",
          "COOL-SD's τ at δ = 3, ν = 0?",
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.0}),
-    Step("4. Anneal with ν",
+    Step("Anneal ν",
          "Now $\\omega_i = δ e^{-ν i - μ}$ falls along the round (floored at 1): generous for the first drafts, strict "
          "for the late ones. Watch the dashed ω line on the acceptance plot and the **Accepted length per round** "
          "plot.",
-         "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your step-3 answer)?",
+         "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your answer to the previous step)?",
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
-    Step("5. Where quality breaks",
+    Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per digit with vanilla AR, "
          "Eagle-1 and COOL-SD at a large δ, and the digit classifier says whether each still shows its digit. "
          "Watch the lab's grid and its accuracy column.",
          "COOL-SD's digit accuracy at δ = 8, in %?",
          _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
-    Step("6. Why G*",
+    Step("Why G*",
          "After a rejection a relaxed rule must not resample from $[p-q]_+$: $G^* = \\mathrm{Norm}([p - q\\,a]_+)$ is "
          "the residual that makes each step's output closest to $p$. LANTERN++ as published uses "
          "$[p - q']_+$; the lab runs it beside the same acceptance with $G^*$. Watch the lab's two LANTERN++ columns.",
          "Digit accuracy of LANTERN++ with the G* residual at λ = 20, in %?",
          _lab("accuracy"), race=None, lab={"rule": "lantern++", "relaxation": 20.0}, unit="%"),
-    Step("7. The cost of a round",
+    Step("Cost",
          "A round costs L drafter steps and one target forward on L + 1 tokens; it commits τ tokens on average. "
          "On a CPU the target's forward grows with its tokens, so a long accepted run pays less than it would on a "
          "memory-bound GPU. Watch the table's **compute s** column: COOL-SD at δ = 2 against Eagle-1 and vanilla AR.",
@@ -161,7 +162,7 @@ def build(ctx: Context) -> Tour:
                     gr.Markdown(f"**Challenge:** {step.question} Type your guess, then press Run: it sets the "
                                 "controls, runs, and shows the measured value beside your guess.")
                     with gr.Row():
-                        tour.guesses.append(gr.Number(label="your guess" + (" (%)" if step.unit else ""),
+                        tour.guesses.append(gr.Number(None, label="your guess" + (" (%)" if step.unit else ""),
                                                       elem_id=f"tour-guess-{j}", min_width=120))
                         tour.runs.append(gr.Button("Run", variant="primary", elem_id=f"tour-run-{j}",
                                                    min_width=80))
