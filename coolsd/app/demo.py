@@ -35,8 +35,12 @@ table th, table td {word-break: normal !important; overflow-wrap: normal !import
   #paper-beside-us th, #paper-beside-us td {padding: 3px 4px !important}
 }
 """
-# The arrow keys step the microscope's rounds while its tab is on show (not while typing in a field).
-HEAD = """<script>
+# The arrow keys step the microscope's rounds while its tab is on show (not while typing in a field). On a phone the
+# page's side margins shrink from 32 to 8 px: Gradio scopes `css` to the app's content, so this rule (on the page's
+# own frame, .main) lives in the head.
+HEAD = """<style>@media (max-width: 700px) {.gradio-container .main {padding-left: 8px !important;
+  padding-right: 8px !important}}</style>
+<script>
 document.addEventListener("keydown", (e) => {
   if (e.altKey || e.ctrlKey || e.metaKey || ["INPUT", "TEXTAREA", "SELECT"].includes(e.target.tagName)) return;
   const id = {ArrowLeft: "micro-prev", ArrowRight: "micro-next"}[e.key];

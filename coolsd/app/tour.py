@@ -152,10 +152,11 @@ class Tour:
 
 
 def build(ctx: Context) -> Tour:
-    """The tour, in a closed accordion (call where it should appear, above the tabs)."""
+    """The tour, in a closed accordion (call where it should appear, above the tabs); each step but the last ends
+    with a button to the next one (the walkthrough's own step buttons open only the steps already visited)."""
     tour = Tour(ctx)
     with gr.Accordion(f"Guided tour: {len(STEPS)} steps, each with a challenge", open=False, elem_id="tour"):
-        with gr.Walkthrough(selected=0, elem_id="tour-steps"):
+        with gr.Walkthrough(selected=0, elem_id="tour-steps") as walkthrough:
             for j, step in enumerate(STEPS):
                 with gr.Step(step.title, id=j, elem_id=f"tour-step-{j}"):
                     gr.Markdown(step.text, latex_delimiters=LATEX)
@@ -167,6 +168,10 @@ def build(ctx: Context) -> Tour:
                         tour.runs.append(gr.Button("Run", variant="primary", elem_id=f"tour-run-{j}",
                                                    min_width=80))
                     tour.results.append(gr.Markdown(elem_id=f"tour-result-{j}"))
+                    if j + 1 < len(STEPS):  # a later step opens from here; a visited one from its number too
+                        forward = gr.Button(f"Next: {STEPS[j + 1].title} →", size="sm", elem_id=f"tour-next-{j}")
+                        forward.click(lambda k=j + 1: gr.Walkthrough(selected=k), None, walkthrough,
+                                      api_visibility="private", queue=False)
     return tour
 
 

@@ -168,6 +168,15 @@ def test_the_step_texts_name_no_number_the_app_does_not_set():
     assert {2.4} - _allowed(planted)  # the scan would catch a quoted measurement
 
 
+def test_each_step_but_the_last_leads_to_the_next():
+    walkthrough = _by_id("tour-steps")
+    for j in range(len(tour.STEPS) - 1):
+        (go,) = _chain(_by_id(f"tour-next-{j}"))
+        assert [c._id for c in go.outputs] == [walkthrough._id] and go.fn().selected == j + 1
+        assert tour.STEPS[j + 1].title in _by_id(f"tour-next-{j}").value
+    assert not [c for c in APP.blocks.blocks.values() if getattr(c, "elem_id", None) == f"tour-next-{j + 1}"]
+
+
 def test_lab_steps_leave_the_visitors_lab_size_alone():
     for j in LAB_STEPS:
         assert "samples" not in tour.STEPS[j].lab and "seed" not in tour.STEPS[j].lab
