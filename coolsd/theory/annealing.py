@@ -254,7 +254,8 @@ def floor_vs_eagle(n_models: int = 20, deltas: tuple[float, ...] = (1.1, 2.0), v
 
 
 def format_floor_vs_eagle(report: dict) -> str:
-    """One line per variant: how often its tau reached Eagle-1's (what `python -m coolsd.theory --report` prints)."""
+    """One line per variant: how often its tau reached Eagle-1's; one per delta: the floored minus the unclipped
+    exact TV (range over the models) and each one's tau range (what `python -m coolsd.theory --report` prints)."""
     s, n = report["setup"], report["n"]
     head = (f"COOL-SD (nu={s['nu']:g}) vs Eagle-1 on prefix-dependent models {s['model']}, seeds "
             f"0..{s['n_models'] - 1}, L={s['draft_len']}, delta in {s['deltas']}:")
@@ -263,4 +264,13 @@ def format_floor_vs_eagle(report: dict) -> str:
         k = report[f"{v}_at_least_eagle"]
         mean = sum(r[f"{v}_tau"] - r["eagle_tau"] for r in report["rows"]) / max(n, 1)
         lines.append(f"- {v}: tau >= Eagle-1's on {k} / {n}; mean tau - Eagle-1's tau = {mean:+.4f}")
+    for delta in s["deltas"]:
+        rows = [r for r in report["rows"] if r["delta"] == delta]
+        if not rows:
+            continue
+        gap = [r["floored_tv"] - r["unclipped_tv"] for r in rows]
+        tau = {v: [r[f"{v}_tau"] for r in rows] for v in ("floored", "unclipped")}
+        lines.append(f"- delta={delta:g}: exact TV floored - unclipped in [{min(gap):+.4f}, {max(gap):+.4f}]; "
+                     f"tau floored {min(tau['floored']):.3f}-{max(tau['floored']):.3f}, "
+                     f"unclipped {min(tau['unclipped']):.3f}-{max(tau['unclipped']):.3f}")
     return "\n".join(lines)

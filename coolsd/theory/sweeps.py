@@ -152,7 +152,7 @@ def tradeoff_figure(curves: dict, mark: Rule | dict | None = None):
               f"L={s['draft_len']}; COOL-SD ν={s['nu']:g}, LANTERN++ k={s['k']})",
         xaxis_title="expected accepted length τ (tokens per target forward)",
         yaxis_title="TV(output, P) over whole sequences", template="plotly_white", width=900, height=560,
-        legend={"x": 0.01, "y": 0.99})
+        legend={"x": 0.99, "y": 0.01, "xanchor": "right", "yanchor": "bottom"})  # low right: below the curves
     return fig
 
 
