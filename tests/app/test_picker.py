@@ -291,3 +291,30 @@ def test_api_races_the_model_it_names(client):
     assert info["model_key"] == "emoji" and info["execution"] == APP.ctx.for_model("emoji").model.execution
     replay = client.predict(step=2, overlay=False, api_name="/replay")  # this session's emoji race
     assert replay[STATS]["model"] == stats["model"] and replay[STATS]["replay_step"] == 2
+
+
+@needs_emoji
+def test_an_older_combined_label_still_names_class_and_style():
+    settings = RaceSettings.check(APP.ctx, defaults("emoji", condition="flags · Twemoji"))
+    assert (settings.condition, settings.style) == ("flags", "Twemoji")  # the label's style, not the default Noto
+    emoji = APP.ctx.for_model("emoji")
+    assert settings.plan(APP.ctx).cond == emoji.model.class_names.index("flags · Twemoji")
+    with pytest.raises(gr.Error, match=re.escape("unknown style 'Fluent'; choose one of Twemoji, Noto")):
+        RaceSettings.check(APP.ctx, defaults("emoji", style="Fluent"))
+    with pytest.raises(gr.Error, match=re.escape("unknown class 'flags · Fluent'")):
+        RaceSettings.check(APP.ctx, defaults("emoji", condition="flags · Fluent"))
+
+
+@needs_emoji
+def test_each_recorded_race_shows_only_for_its_own_model():
+    emoji = APP.ctx.for_model("emoji")
+    found = RACE.recording(emoji)
+    if found is None:
+        pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.record_default")
+    trace, label, _ = found
+    assert trace.model == emoji.model.name and trace.settings["model"] == "emoji" and "Recorded race" in label
+    assert RACE.recording(APP.ctx) is None  # the tiny model has none: its page opens empty
+    view = RACE.model_view("emoji")  # picked with the default racers: the emoji recording, the trace cleared
+    assert "Recorded race" in view[race_ui.STATS_MD] and view[race_ui.STATS_JSON]["model"] == emoji.model.name
+    assert view[-1] is None and view[-2]["model"] == "emoji"
+    assert RACE.trace_or_shipped(None, "emoji") is trace and RACE.trace_or_shipped(None) is None
