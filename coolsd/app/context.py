@@ -385,3 +385,16 @@ def user_errors():
         raise
     except ValueError as err:
         raise bad(str(err)) from None
+
+
+@contextlib.contextmanager
+def unexpected_errors(logged: str, shown: str):
+    """Inside: any other exception (a bug or a device error) is logged with its trace as "<logged> failed"
+    and becomes one line for the page, `bad("<shown> failed: <type>: <message>")`; a gr.Error passes as it is."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except Exception as err:
+        log.exception("%s failed", logged)
+        raise bad(f"{shown} failed: {type(err).__name__}: {plain(err)[:200]}") from None

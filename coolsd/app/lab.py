@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from coolsd.app.context import MAX_SEED, Context, bad, gpu, log
+from coolsd.app.context import MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
@@ -251,17 +251,14 @@ class LabPanel:
         with ctx.lane() as lane:
             stream = lab.run(decoders, conditions, seeds, m.sampling, DecodeConfig(), handles=lane)
             try:
-                for sample in stream:
-                    done.append(sample)
-                    if first_row is None and sum(s.row == 0 for s in done) == len(decoders):
-                        first_row = time.perf_counter() - t0
-                    final = len(done) == len(decoders) * len(conditions)
-                    yield self._frame(ctx, bench, done, decoders, headers, settings, t0, first_row, final, classifier)
-            except gr.Error:
-                raise
-            except Exception as err:  # a bug or a device error: log it here, show one line there
-                log.exception("lab failed")
-                raise bad(f"the lab failed: {type(err).__name__}: {plain(err)[:200]}") from None
+                with unexpected_errors("lab", "the lab"):
+                    for sample in stream:
+                        done.append(sample)
+                        if first_row is None and sum(s.row == 0 for s in done) == len(decoders):
+                            first_row = time.perf_counter() - t0
+                        final = len(done) == len(decoders) * len(conditions)
+                        yield self._frame(ctx, bench, done, decoders, headers, settings, t0, first_row, final,
+                                          classifier)
             finally:
                 stream.close()
 

@@ -18,8 +18,8 @@ import gradio as gr
 from PIL import Image
 
 from coolsd.app import racers as choice
-from coolsd.app import shipped
-from coolsd.app.context import Context, bad, gpu, log, user_errors
+from coolsd.app import share, shipped
+from coolsd.app.context import Context, bad, gpu, log, unexpected_errors, user_errors
 from coolsd.app.plots import (
     acceptance_figure,
     length_figure,
@@ -34,7 +34,7 @@ from coolsd.app.settings import RacePlan, RaceSettings, specs
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.engine import DecodeConfig, generate
-from coolsd.util.checks import check_int, plain
+from coolsd.util.checks import check_int
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "race", "Race"
@@ -123,19 +123,15 @@ class RacePanel:
                 self.live_overlay[session] = overlay
                 self.active[session] = (closed, trace)
             try:
-                racers = []
-                for (key, label), (target, drafter) in zip(trace.racers, lane):
-                    rule = plan.rules.get(key)
-                    events = generate(target, drafter, rule, cond=plan.cond, num_tokens=num_tokens,
-                                      sampling=plan.sampling, config=plan.config, seed=seed)
-                    racers.append(Racer(key, label, events, num_tokens))
-                race = Race(racers)
-                yield from self._frames(ctx, race, trace, overlay, session)
-            except gr.Error:
-                raise
-            except Exception as err:  # a bug or a device error: log it here, show one line there
-                log.exception("race failed")
-                raise bad(f"decoding failed: {type(err).__name__}: {plain(err)[:200]}") from None
+                with unexpected_errors("race", "decoding"):
+                    racers = []
+                    for (key, label), (target, drafter) in zip(trace.racers, lane):
+                        rule = plan.rules.get(key)
+                        events = generate(target, drafter, rule, cond=plan.cond, num_tokens=num_tokens,
+                                          sampling=plan.sampling, config=plan.config, seed=seed)
+                        racers.append(Racer(key, label, events, num_tokens))
+                    race = Race(racers)
+                    yield from self._frames(ctx, race, trace, overlay, session)
             finally:
                 if race is not None:
                     race.close()
@@ -367,14 +363,8 @@ def release_trace(trace) -> None:
         trace.release()
 
 
-def build(ctx: Context, tab: gr.Tab) -> RacePanel:
-    """The Race tab's outputs, wired to ctx.controls and ctx.buttons (call inside `gr.Tab(TITLE, id=ID)`)."""
-    from coolsd.app import share
-
-    panel = RacePanel(ctx)
-    first = panel.load_shipped()  # the recorded default race, drawn once here: every visitor sees it at once
-    if first is not None:
-        log.info("race tab opens on the recorded default race (%d steps)", len(panel.shipped))
+def image_row(ctx: Context, first: tuple | None) -> tuple[list, list, list]:
+    """The racers' image slots in one row -> (titles, columns, images); `first`: the recorded race's frame or None."""
     default = slot_keys(choice.DEFAULT_RACERS)
     titles, columns, images = [], [], []
     # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; digits: side by side
@@ -391,6 +381,16 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
                                        show_label=False, interactive=False, buttons=["download"],
                                        elem_id=f"img-{slot}", label=f"slot {slot}"))
             columns.append(column)
+    return titles, columns, images
+
+
+def build(ctx: Context, tab: gr.Tab) -> RacePanel:
+    """The Race tab's outputs, wired to ctx.controls and ctx.buttons (call inside `gr.Tab(TITLE, id=ID)`)."""
+    panel = RacePanel(ctx)
+    first = panel.load_shipped()  # the recorded default race, drawn once here: every visitor sees it at once
+    if first is not None:
+        log.info("race tab opens on the recorded default race (%d steps)", len(panel.shipped))
+    titles, columns, images = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     gr.HTML(overlay_legend_html(), elem_id="legend")

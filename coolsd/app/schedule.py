@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, log
+from coolsd.app.context import Context, bad, unexpected_errors
 from coolsd.app.settings import Spec, check_values
 from coolsd.decoding import variants
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
@@ -188,11 +188,8 @@ class SchedulePanel:
                                       "drafts": drafts})
         rule = make_schedule(v["kind"], v["delta"], v["nu"], v["slope"], omegas, v["floor"])
         drafts = v["drafts"]
-        try:
+        with unexpected_errors("schedule explorer", "the exact oracle"):
             result = explore(rule, drafts)
-        except Exception as err:  # log it here, one line there
-            log.exception("schedule explorer failed")
-            raise bad(f"the exact oracle failed: {type(err).__name__}: {plain(err)[:200]}") from None
         return omega_figure(result), why_figure(result), numbers_markdown(result), result
 
 

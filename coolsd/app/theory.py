@@ -10,12 +10,11 @@ import functools
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, log
+from coolsd.app.context import Context, unexpected_errors
 from coolsd.app.racers import RuleParams, make_rules
 from coolsd.app.settings import check_values, specs
 from coolsd.decoding import variants
 from coolsd.theory import sweeps
-from coolsd.util.checks import plain
 
 ID, TITLE = "theory", "Theory"
 INPUTS = ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda")
@@ -38,13 +37,10 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
     import plotly.graph_objects as go
 
     rules = make_rules(ctx, ["cool-sd", "lantern++"], RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda))
-    try:
+    with unexpected_errors("theory plot", "the exact oracle"):
         curves = _curves(round(float(nu), 3), min(int(lantern_k), sweeps.K))
         fig = sweeps.tradeoff_figure(curves, mark=rules["cool-sd"])
         lantern = sweeps.mark_point(curves, rules["lantern++"])
-    except Exception as err:  # log it here, one line there
-        log.exception("theory plot failed")
-        raise bad(f"the exact oracle failed: {type(err).__name__}: {plain(err)[:200]}") from None
     fig.add_trace(go.Scatter(x=[lantern["tau"]], y=[lantern["tv"]], mode="markers", name=lantern["label"],
                              marker={"color": variants.COLOURS["lantern++"], "size": 14, "symbol": "x-thin",
                                      "line": {"width": 3, "color": variants.COLOURS["lantern++"]}},

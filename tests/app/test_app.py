@@ -122,6 +122,21 @@ def test_closing_a_race_returns_its_model_lane():
     assert APP.ctx.lanes.qsize() == APP.workers
 
 
+def test_a_failure_inside_a_race_is_one_line_and_returns_the_lane(monkeypatch, caplog):
+    """A bug or device error while decoding: logged with its trace, shown as one line, the lane given back."""
+    import gradio as gr
+
+    def broken(*args, **kw):
+        raise RuntimeError("device <lost>")
+
+    monkeypatch.setattr(race_ui, "generate", broken)
+    with pytest.raises(gr.Error) as err, caplog.at_level("ERROR", logger="coolsd.app"):
+        list(RACE.race(**kwargs()))
+    assert str(err.value.message) == "decoding failed: RuntimeError: device ‹lost›"
+    assert any(r.getMessage() == "race failed" and r.exc_info for r in caplog.records)
+    assert APP.ctx.lanes.qsize() == APP.workers
+
+
 def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     import numpy as np
 
