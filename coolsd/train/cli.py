@@ -11,19 +11,12 @@ from pathlib import Path
 
 import torch
 
+from coolsd.train.loop import part_path
+
 STAGES = ("vq", "target", "drafter", "classifier", "export", "evaluate")
 # drafter-stage defaults per model (MNIST: the first head's recipe; emoji: the shipped MNIST head's loss)
 DRAFTER_DEFAULTS = {"mnist": {"n_self": 500, "self_frac": 0.5, "w_cfg": 0.0, "w_unroll": 0.0},
                     "emoji": {"n_self": 1500, "self_frac": 0.75, "w_cfg": 1.0, "w_unroll": 0.5}}
-
-
-def part_path(args, name: str) -> Path:
-    """A trained part: --out/NAME when this run trained it, else the shipped one in --assets (fp16 there)."""
-    path = args.out / name
-    if not path.is_dir():
-        path = args.assets / name
-        print(f"[train] {name}: {args.out / name} missing, using the shipped {path}")
-    return path
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (stage default if unset)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--assets", type=Path, default=None, help="export destination (default assets/embedded or assets/emoji)")
+    ap.add_argument("--assets", type=Path, default=None,
+                    help="export destination (default assets/embedded or assets/emoji)")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
     dr = ap.add_argument_group("drafter stage")
     dr.add_argument("--init", type=Path, default=None, help="warm-start the head from this save_pretrained folder")

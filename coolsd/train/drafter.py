@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from coolsd.models.bundle import EMBEDDED_SAMPLING
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import condition_prefix, prefix_len
-from coolsd.train.loop import run_budgeted
+from coolsd.train.loop import run_budgeted, update
 from coolsd.train.selfdistill import SampleShards
 from coolsd.train.target import token_dataset
 
@@ -191,10 +191,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
         if i % grow_every == grow_every - 1 and len(pool) < n_self:
             pool.grow()
         loss, logs = drafter_losses(head, target, *batch_data(), sampling, w_cls, w_cfg, w_unroll)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
+        update(head, opt, loss)
         return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 
     evaluate = _validation(head, target, tokens["val"], val, sampling)

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM, ResNetForImageClassification
 
-from coolsd.train.classifier import classifier_config, shift
-from coolsd.train.loop import run_budgeted
 from coolsd.models.embedded import target_config
+from coolsd.train.classifier import classifier_config, shift
+from coolsd.train.loop import run_budgeted, update
 from coolsd.train.target import code_nll, sequences
 from coolsd.train.vq import encode_tokens, flip_where
 
@@ -59,11 +59,7 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         ids = sequences(codes[rows], ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = code_nll(model, ids)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return {"loss": loss.item()}
+        return {"loss": update(model, opt, loss)}
 
     def evaluate() -> dict[str, float]:
         ids = sequences(val_codes, vy, config, 0.0, gen, vs)

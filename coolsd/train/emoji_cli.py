@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-
 import torch
+
+from coolsd.train.loop import part_path
 
 
 def emoji_tokens(vq, data: dict, styles: int, n_val: int = 64) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -34,7 +35,6 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
 
     from coolsd.models.emoji import EMOJI_SAMPLING
     from coolsd.train import emoji
-    from coolsd.train.cli import part_path
     from coolsd.train.drafter import train_drafter
     from coolsd.train.emoji_data import splits
     from coolsd.train.vq import train_vq

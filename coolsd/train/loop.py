@@ -43,6 +43,25 @@ def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, st
     os.replace(tmp, ckpt)
 
 
+def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, clip: float = 1.0) -> float:
+    """One optimiser step on `loss`: zero the gradients, backpropagate, clip the gradient norm of `model`'s
+    parameters at `clip`, step; the loss value."""
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return loss.item()
+
+
+def part_path(args, name: str) -> Path:
+    """A trained part: args.out/NAME when this run trained it, else the shipped one in args.assets (fp16 there)."""
+    path = args.out / name
+    if not path.is_dir():
+        path = args.assets / name
+        print(f"[train] {name}: {args.out / name} missing, using the shipped {path}")
+    return path
+
+
 def _evaluate(model: torch.nn.Module, eval_fn: Callable[[], dict[str, float]]) -> dict[str, float]:
     model.eval()
     with torch.no_grad():

@@ -14,7 +14,7 @@ from transformers import LlamaForCausalLM
 
 from coolsd.models.embedded import prefix_len, prefix_tokens, target_config
 from coolsd.train.data import to_tensor
-from coolsd.train.loop import run_budgeted
+from coolsd.train.loop import run_budgeted, update
 from coolsd.train.vq import encode_tokens
 
 AUG_OFFSETS = [(t, lft) for t in (1, 2, 3) for lft in (1, 2, 3)]  # pixel padding offsets (top, left)
@@ -68,11 +68,7 @@ def train_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batc
     def step(i: int) -> dict[str, float]:
         rows = torch.randint(len(codes), (batch,), generator=gen)
         loss = code_nll(model, sequences(codes[rows], ys[rows], config, drop_p, gen))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return {"loss": loss.item()}
+        return {"loss": update(model, opt, loss)}
 
     def evaluate() -> dict[str, float]:
         ids = sequences(val_codes[:200], val_y[:200], config, 0.0, gen)

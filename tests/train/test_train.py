@@ -117,3 +117,62 @@ def test_engine_hands_the_drafter_the_training_features(target):
     ref = target_features(target, pair_ids(torch.tensor([[5, 7, 9, 0]]), torch.tensor([3]), target.config))
     torch.testing.assert_close(first.hidden[:, 0], ref[:, 0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(step.hidden, ref[:, 1:4], atol=1e-5, rtol=1e-5)
+
+
+def test_update_is_one_step_on_the_clipped_gradient():
+    from coolsd.train.loop import update
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(4, 3) * 100  # a gradient far above the clip
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    for _ in range(2):  # the second step must not add the first one's gradient
+        loss_b = b(x).square().mean()
+        opt_b.zero_grad()
+        loss_b.backward()
+        norm = torch.nn.utils.clip_grad_norm_(b.parameters(), 1.0)
+        opt_b.step()
+        assert update(a, opt_a, a(x).square().mean()) == pytest.approx(loss_b.item())
+    assert norm > 1.0
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_part_path_prefers_this_runs_part(tmp_path, capsys):
+    from argparse import Namespace
+
+    from coolsd.train.loop import part_path
+
+    args = Namespace(out=tmp_path / "run", assets=tmp_path / "assets")
+    assert part_path(args, "vq") == tmp_path / "assets" / "vq" and "missing" in capsys.readouterr().out
+    (tmp_path / "run" / "vq").mkdir(parents=True)
+    assert part_path(args, "vq") == tmp_path / "run" / "vq"
+
+
+@pytest.mark.parametrize("model", ["mnist", "emoji"])
+def test_target_stage_runs_and_saves(tmp_path, model):
+    """The target stage of each model trains (loss going through `loop.update`) and saves on a tiny setup."""
+    from diffusers import VQModel
+
+    from coolsd.models.embedded import vq_config
+    from coolsd.train.emoji import train_emoji_target
+    from coolsd.train.target import train_target
+
+    torch.manual_seed(0)
+    channels = 1 if model == "mnist" else 3
+    vq = VQModel(**(vq_config(K, channels=channels) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
+    size = dict(hidden=32, layers=2, heads=2, intermediate=64)
+    images = torch.rand(4, channels, 32, 32) * 2 - 1
+    if model == "mnist":
+        rng = np.random.default_rng(0)
+        data = {"train_raw": (rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), np.arange(4)),
+                "val": (images, torch.arange(4))}
+        train_target(vq, data, tmp_path, budget_s=0.3, batch=2, **size)
+    else:
+        labels, styles, flippable = torch.arange(4) % 2, torch.arange(4) % 3, torch.tensor([1, 0, 1, 0])
+        data = {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
+                "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
+        train_emoji_target(vq, data, tmp_path, budget_s=0.3, batch=2, bf16=False, **size)
+    state = torch.load(tmp_path / "target_state.pt", weights_only=False)
+    assert state["step"] >= 1 and np.isfinite(state["final"]["val_nll"])
+    assert (tmp_path / "target" / "config.json").exists()
