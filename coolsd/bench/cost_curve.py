@@ -2,8 +2,9 @@
 
 For each candidate Llama size (random weights: time does not depend on their values) the engine's
 own `LlamaClassTarget` forward is timed with both CFG rows (2 x n rows) after a `--context` token
-prefix, median over `--reps` calls; the cache is cropped back after each call. A row of the table is
-"verify n tokens costs c target steps" (c = t(n) / t(1)), the number issue 16's size rule reads:
+prefix, median over `--reps` calls (`coolsd.models.timing.forward_times`: the cache is cropped back
+after each call). A row of the table is "verify n tokens costs c target steps" (c = t(n) / t(1)),
+the number issue 16's size rule reads:
 the chosen size verifies 4 tokens for at most 1.25 steps on its fastest path while vanilla AR
 (T single-token steps) stays within 2 s per image.
 """
@@ -13,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import torch
+
+from coolsd.models.timing import forward_times
 
 DEFAULT_SIZES = ("256x6", "384x8", "512x8")
 
@@ -59,22 +60,6 @@ def build_target(hidden: int, layers: int, dtype: torch.dtype, grid: tuple[int, 
     return LlamaClassTarget(model), params
 
 
-def time_forward(target, n: int, context: int, reps: int) -> float:
-    """Median seconds of one forward of n tokens (2 CFG rows) after `context` cached tokens."""
-    target.start(0, True)
-    target.forward(torch.zeros(context, dtype=torch.long), torch.arange(context))
-    ids, pos = torch.zeros(n, dtype=torch.long), torch.arange(context, context + n)
-    times = []
-    for i in range(reps + 3):
-        t0 = time.perf_counter()
-        target.forward(ids, pos)
-        dt = time.perf_counter() - t0
-        target.crop(context)
-        if i >= 3:
-            times.append(dt)
-    return statistics.median(times)
-
-
 def measure(sizes=DEFAULT_SIZES, max_tokens: int = 9, context: int = 128, reps: int = 15,
             num_tokens: int = 256) -> dict:
     """{"cpu": ..., "rows": [{size, params_m, dtype, ms: [t(1)..t(max)], steps4, vanilla_s}]}."""
@@ -83,7 +68,9 @@ def measure(sizes=DEFAULT_SIZES, max_tokens: int = 9, context: int = 128, reps: 
         hidden, layers = parse_size(size)
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             target, params = build_target(hidden, layers, dtype)
-            ms = [1e3 * time_forward(target, n, context, reps) for n in range(1, max_tokens + 1)]
+            times = forward_times(target, None, cond=0, guidance=True, max_tokens=max_tokens, context=context,
+                                  repeats=reps, warmup=3)
+            ms = [1e3 * t for t in times.target_s]
             rows.append({"size": size, "params_m": round(params / 1e6, 2), "dtype": name,
                          "ms": [round(m, 3) for m in ms], "steps4": round(ms[3] / ms[0], 3),
                          "vanilla_s": round(num_tokens * ms[0] / 1e3, 2)})
