@@ -27,17 +27,11 @@ from coolsd.decoding.rules import (
 )
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle, load_embedded
+from coolsd.models.llamagen import load_llamagen  # the GPU LlamaGen text-to-image bundle
 from coolsd.theory.oracle import exact, match_tau, rule_step, sequence_probs, step_output
 from coolsd.theory.tabular import random_tables
 
 Eagle1, LanternPP, Lantern, UniformRSD, CoolSD = EagleRule, LanternPPRule, LanternRule, UniformRSDRule, CoolSDRule
-
-
-def load_llamagen(*args, **kwargs):
-    """The GPU LlamaGen text-to-image bundle (see coolsd.models.llamagen)."""
-    from coolsd.models.llamagen import load_llamagen as _load
-
-    return _load(*args, **kwargs)
 
 
 __all__ = [

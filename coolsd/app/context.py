@@ -22,6 +22,7 @@ import torch
 from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models import llamagen, tiny
 from coolsd.models.bundle import STYLE_SEP, BundleError, load_embedded
 from coolsd.models.emoji import load_emoji
 from coolsd.util.checks import check_choice, plain, show
@@ -96,8 +97,6 @@ def _from_bundle(bundle, kind: str, note: str = "") -> AppModel:
 
 def load_llamagen_models(path) -> list[AppModel]:
     """One AppModel per LlamaGen resolution present under `path` (lowest first), sharing one T5 encoder."""
-    from coolsd.models import llamagen
-
     models, encoder = [], None
     for resolution in llamagen.available_resolutions(path):
         lg = llamagen.load_llamagen(path, resolution=resolution, caption_encoder=encoder)  # (pixels per side)
@@ -112,9 +111,7 @@ def load_llamagen_models(path) -> list[AppModel]:
 def load_models(choice: str) -> list[AppModel]:
     """Like `load_model`, with every resolution of a model offered at several (LlamaGen: 256 and 512 px)."""
     if (choice or "").strip().lower() == "llamagen":
-        from coolsd.models.llamagen import find_llamagen
-
-        path = find_llamagen()
+        path = llamagen.find_llamagen()
         if path is not None:
             return load_llamagen_models(path)
     return [load_model(choice)]
@@ -136,9 +133,7 @@ def load_model(choice: str) -> AppModel:
             log.warning("%s; falling back to the embedded MNIST model", err)
             note, choice = "the emoji model is missing (assets/emoji/); ", "embedded"
     if choice == "llamagen":
-        from coolsd.models.llamagen import find_llamagen
-
-        path = find_llamagen()
+        path = llamagen.find_llamagen()
         if path is not None:
             return load_llamagen_models(path)[0]
         note = "LlamaGen weights not found (set COOLSD_LLAMAGEN_DIR); "
@@ -150,11 +145,9 @@ def load_model(choice: str) -> AppModel:
         except BundleError as err:
             log.warning("%s; falling back to the tiny random-weight model", err)
             note += "the embedded model is missing (assets/embedded/); "
-    from coolsd.models.tiny import tiny_bundle
-
     if note:
         note += "running the tiny random-weight model: its images are noise, the decoding is real"
-    return _from_bundle(tiny_bundle(), "tiny", note)
+    return _from_bundle(tiny.tiny_bundle(), "tiny", note)
 
 
 def default_model_choice() -> str:
@@ -162,9 +155,7 @@ def default_model_choice() -> str:
     emoji model when shipped (assets/emoji/), else embedded (MNIST)."""
     if os.environ.get("COOLSD_MODEL"):
         return os.environ["COOLSD_MODEL"]
-    from coolsd.models.llamagen import find_llamagen
-
-    if find_llamagen() is not None:
+    if llamagen.find_llamagen() is not None:
         return "llamagen"
     return "emoji" if (EMOJI_DIR / "target" / "config.json").is_file() else "embedded"
 

@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw, ImageFont
 from coolsd.app.context import MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import Spec, check_values
+from coolsd.bench.report import figure as bench_figure
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
@@ -138,9 +139,7 @@ def pareto_figure(rows: list[dict], summary: list[dict]):
     """The benchmark's 2x2 Pareto figure with this run's decoders marked (NLL panels: points; FID panels: x lines)."""
     import plotly.graph_objects as go
 
-    from coolsd.bench.report import figure
-
-    fig = figure(rows, "Benchmark (assets/bench, 40 images per setting) with this lab run marked")
+    fig = bench_figure(rows, "Benchmark (assets/bench, 40 images per setting) with this lab run marked")
     for r in summary:
         if r["decoder"] not in MARKS or r["nll"] is None:
             continue

@@ -26,9 +26,13 @@ import torch
 from coolsd.bench import report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.compare.metrics import load_real_stats
+from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.bundle import load_embedded
+from coolsd.models.emoji import DTYPE_ENV, load_emoji
+from coolsd.models.tiny import tiny_bundle
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_DIR, ROOT
 
@@ -111,21 +115,13 @@ def load_bundle(args, device: torch.device):
     """(bundle, classifier, (mu, sigma, n)); fails with a clear message when a part is missing."""
     from transformers import ResNetForImageClassification
 
-    from coolsd.compare.metrics import load_real_stats
-
     if args.model == "tiny":
-        from coolsd.models.tiny import tiny_bundle
-
         bundle = tiny_bundle()
         if args.classifier is None:
             raise SystemExit("--model tiny has no classifier: pass --classifier FOLDER and --real-stats FILE")
     elif args.model == "emoji":
-        from coolsd.models.emoji import load_emoji
-
         bundle = load_emoji(device=device)
     else:
-        from coolsd.models.bundle import load_embedded
-
         bundle = load_embedded(device=device)
     folder = args.classifier or (EMOJI_DIR / "classifier" if args.model == "emoji" else EMBEDDED_CLASSIFIER)
     if not (folder / "config.json").is_file():
@@ -228,9 +224,6 @@ def other_path_vanilla(args, bundle, sampling, items, device) -> dict | None:
     other dtype path, over the first N vanilla items (each path warmed up once); None otherwise."""
     if args.model != "emoji" or args.other_path <= 0:
         return None
-    from coolsd.decoding.engine import run
-    from coolsd.models.emoji import DTYPE_ENV, load_emoji
-
     mine = "bf16" if bundle.execution.startswith("bf16") else "fp32"
     other = "fp32" if mine == "bf16" else "bf16"
     vanilla = list(dict.fromkeys((it.cls, it.seed) for it in items))[: args.other_path]
@@ -344,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     if procs.is_main:
         config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
                   "model": bundle.name, "execution": bundle.execution,
-                  "other_path": other_path_vanilla(args, bundle, sampling, items, device), "args": vars(args), "sampling": dataclasses.asdict(sampling),
+                  "other_path": other_path_vanilla(args, bundle, sampling, items, device), "args": vars(args),
+                  "sampling": dataclasses.asdict(sampling),
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
                   "wall_minutes": wall_minutes}
         rows = report.summarise(records, settings, bundle.neighbours, stats, args.fid_bootstrap)

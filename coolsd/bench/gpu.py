@@ -31,10 +31,15 @@ from pathlib import Path
 import torch
 
 from coolsd.compare.race import Race, Racer, fork_models
-from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.engine import DecodeConfig, generate, run
+from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import make_rule
 from coolsd.decoding.tree import EAGLE_25
+from coolsd.models.bundle import load_embedded
+from coolsd.models.graphs import ENV_VAR, prepare
+from coolsd.models.llamagen import DEFAULT_SAMPLING, LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
 from coolsd.models.timing import device_sync, median_seconds
+from coolsd.models.tiny import tiny_bundle
 
 DRAFT_LEN = 5  # L of the chain rounds measured (the issue's "verify of L + 1 = 6 tokens")
 
@@ -60,8 +65,10 @@ def tree_block(context: int) -> tuple[torch.Tensor, torch.Tensor]:
     return mask, torch.tensor([0] + [len(p) for p in paths])
 
 
-def call_ms(target, drafter, cond, num_tokens: int, repeats: int, device) -> dict[str, float]:
-    """Per-call milliseconds through the model protocol (what the engine calls), half-full cache, CFG."""
+def call_ms(target, drafter, cond, num_tokens: int, repeats: int, device,
+            draft_len: int = DRAFT_LEN) -> dict[str, float]:
+    """Per-call milliseconds through the model protocol (what the engine calls), half-full cache, CFG:
+    target_step, verify_{draft_len + 1} (a chain round's verify), verify_tree_26, drafter_step."""
     context = num_tokens // 2
     ids = torch.randint(0, target.vocab_size, (num_tokens,), device=device)
     first = target.start(cond, True)
@@ -84,7 +91,7 @@ def call_ms(target, drafter, cond, num_tokens: int, repeats: int, device) -> dic
         drafter.forward(ids[:1], feature, torch.tensor([context], device=device))
         drafter.crop(context)
     return {"target_step": median_ms(lambda: verify(1), device, repeats),
-            f"verify_{DRAFT_LEN + 1}": median_ms(lambda: verify(DRAFT_LEN + 1), device, repeats),
+            f"verify_{draft_len + 1}": median_ms(lambda: verify(draft_len + 1), device, repeats),
             "verify_tree_26": median_ms(lambda: verify(26, mask, tree_pos), device, repeats),
             "drafter_step": median_ms(draft_step, device, repeats)}
 
@@ -98,19 +105,26 @@ def decoders(drafter, neighbours):
             ("eagle-1 tree-25", drafter, eagle, tree)]
 
 
+def timed_runs(target, drafter, rule, cond, sampling, config, num_tokens: int, images: int,
+               device) -> tuple[float, int, int, int]:
+    """`images` decodes (seeds 0..images-1) -> (wall seconds, tokens, target forwards, draft forwards), summed."""
+    wall, tokens, n_t, n_d = 0.0, 0, 0, 0
+    for seed in range(images):
+        sync(device)
+        t0 = time.perf_counter()
+        res = run(target, drafter, rule, cond=cond, num_tokens=num_tokens, sampling=sampling, config=config, seed=seed)
+        sync(device)
+        wall += time.perf_counter() - t0
+        tokens, n_t, n_d = tokens + len(res.tokens), n_t + res.target_forwards, n_d + res.draft_forwards
+    return wall, tokens, n_t, n_d
+
+
 def throughput(target, drafter, neighbours, cond, sampling, num_tokens, images, ms, device) -> list[dict]:
     """tokens/s per decoder over `images` seeds, and the share of wall time outside model calls
     (1 - forwards x per-call ms / wall: the host's own work, launches included)."""
     rows = []
     for name, d, rule, config in decoders(drafter, neighbours):
-        wall, tokens, n_t, n_d = 0.0, 0, 0, 0
-        for seed in range(images):
-            sync(device)
-            t0 = time.perf_counter()
-            res = run(target, d, rule, cond=cond, num_tokens=num_tokens, sampling=sampling, config=config, seed=seed)
-            sync(device)
-            wall += time.perf_counter() - t0
-            tokens, n_t, n_d = tokens + len(res.tokens), n_t + res.target_forwards, n_d + res.draft_forwards
+        wall, tokens, n_t, n_d = timed_runs(target, d, rule, cond, sampling, config, num_tokens, images, device)
         verify = ms["target_step"] if d is None else ms["verify_tree_26" if config.tree else f"verify_{DRAFT_LEN + 1}"]
         inside = (n_t * verify + n_d * ms["drafter_step"]) / 1000
         rows.append({"decoder": name, "tokens_per_s": tokens / wall, "seconds_per_image": wall / images,
@@ -129,7 +143,9 @@ def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[f
     sync(device)
     fork_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    racers = [Racer(str(i), str(i), _gen(t, d if r else None, r, cond, num_tokens, sampling), num_tokens)
+    config = DecodeConfig(draft_len=DRAFT_LEN)
+    racers = [Racer(str(i), str(i), generate(t, d, r, cond=cond, num_tokens=num_tokens, sampling=sampling,
+                                             config=config, seed=0), num_tokens)
               for i, ((t, d), r) in enumerate(zip(lanes, rules))]
     for _ in Race(racers):
         pass
@@ -137,29 +153,16 @@ def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[f
     return fork_s, time.perf_counter() - t0
 
 
-def _gen(target, drafter, rule, cond, num_tokens, sampling):
-    from coolsd.decoding.engine import generate
-
-    return generate(target, drafter, rule, cond=cond, num_tokens=num_tokens, sampling=sampling,
-                    config=DecodeConfig(draft_len=DRAFT_LEN), seed=0)
-
-
 def embedded_models(path: str, tiny: bool, device):
     """(target, drafter, neighbours, cond, sampling, num_tokens, load seconds incl. warm-up) on `path`."""
-    from coolsd.models.graphs import ENV_VAR, prepare
-
     previous = os.environ.get(ENV_VAR)
     os.environ[ENV_VAR] = path  # what load_embedded's own warm-up picks
     t0 = time.perf_counter()
     try:
         if tiny:
-            from coolsd.models.tiny import tiny_bundle
-
             b = tiny_bundle(grid=(8, 8))
             prepare([b.target, b.drafter], rows=(2, 1))
         else:
-            from coolsd.models.bundle import load_embedded
-
             b = load_embedded(device=device)
         sync(device)
     finally:
@@ -168,10 +171,8 @@ def embedded_models(path: str, tiny: bool, device):
 
 
 def llamagen_models(path: str, tiny: bool, device):
-    from coolsd.decoding.neighbours import neighbour_table
-    from coolsd.models.graphs import prepare
-    from coolsd.models.llamagen import DEFAULT_SAMPLING, LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
-
+    """(target, drafter, neighbours, caption, sampling, num_tokens, prepare seconds) of a random-weight
+    LlamaGen (XL widths, bf16 on CUDA; `tiny`: a small one) on execution path `path`."""
     config = LlamaGenConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                             intermediate_size=128, caption_dim=32, cls_token_num=8, block_size=64) if tiny \
         else LlamaGenConfig()  # published GPT-XL T2I widths

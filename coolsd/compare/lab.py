@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDe
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.variants import RuleKnobs
 from coolsd.util import checks
+from coolsd.util.paths import EMBEDDED_CLASSIFIER
 
 VANILLA = variants.VANILLA
 # The lab's relaxed decoders (variant keys of `coolsd.decoding.variants`) -> label; each is relaxed by its
@@ -252,11 +254,7 @@ def summarise(samples: list[LabSample], decoders: list[LabDecoder]) -> list[dict
 
 def load_classifier(path=None):
     """The embedded model's digit classifier (`assets/embedded/classifier`, fp32, eval mode), or None if absent."""
-    from pathlib import Path
-
-    from coolsd.models.bundle import EMBEDDED_DIR
-
-    folder = Path(path) if path is not None else EMBEDDED_DIR / "classifier"
+    folder = Path(path) if path is not None else EMBEDDED_CLASSIFIER
     if not (folder / "config.json").is_file():
         return None
     from transformers import ResNetForImageClassification

@@ -12,7 +12,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.graphs import prepare
 from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.util.paths import EMBEDDED_DIR
 
@@ -111,10 +113,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
-    from coolsd.decoding.neighbours import neighbour_table
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
-    from coolsd.models.graphs import prepare
 
     if not root.is_dir():
         raise BundleError(f"embedded model folder not found: {root}")

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
+from coolsd.models.timing import median_seconds
 from coolsd.util.paths import EMOJI_DIR
 
 # Sampling the emoji model is shown with (CFG over both conditions; see assets/emoji/README.md).
@@ -43,18 +43,16 @@ def round_seconds(model, head, draft_len: int, reps: int = 5, context: int = 64)
     drafter.start(0, True)
     pre = target.forward(torch.zeros(context, dtype=torch.long), torch.arange(context))
     drafter.forward(torch.zeros(context, dtype=torch.long), pre.hidden, torch.arange(context))
-    times = []
-    for i in range(reps + 1):
-        t0 = time.perf_counter()
+
+    def one_round() -> None:
         hidden = pre.hidden[:, -1:]
         for j in range(draft_len):
             hidden = drafter.forward(torch.zeros(1, dtype=torch.long), hidden, torch.tensor([context + j])).hidden
         target.forward(torch.zeros(draft_len + 1, dtype=torch.long), torch.arange(context, context + draft_len + 1))
         target.crop(context)
         drafter.crop(context)
-        if i:  # the first round warms up
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+
+    return median_seconds(one_round, repeats=reps, warmup=1)  # the first round warms up
 
 
 def choose_dtype(root: Path, device: torch.device, draft_len: int | None = None) -> tuple[torch.dtype, str]:
@@ -62,7 +60,6 @@ def choose_dtype(root: Path, device: torch.device, draft_len: int | None = None)
     by `round_seconds` on CPU (about 1 s), fp16 on CUDA."""
     from transformers import LlamaForCausalLM
 
-    from coolsd.decoding.engine import DecodeConfig
     from coolsd.models.eagle import EagleHead
 
     choice = os.environ.get(DTYPE_ENV, "auto").strip().lower() or "auto"

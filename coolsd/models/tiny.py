@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle, VQTokenizer
 
@@ -13,7 +14,6 @@ def tiny_bundle(seed: int = 0, grid: tuple[int, int] = (4, 4), codebook_size: in
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
-    from coolsd.decoding.neighbours import neighbour_table
     from coolsd.models.eagle import EagleDrafter, EagleHead, eagle_config
     from coolsd.models.embedded import LlamaClassTarget, target_config, vq_config
 

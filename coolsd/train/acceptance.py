@@ -16,7 +16,10 @@ from pathlib import Path
 
 import torch
 
-from coolsd.models.bundle import EMBEDDED_DIR, EMBEDDED_SAMPLING
+from coolsd.decoding.engine import DecodeConfig, generate
+from coolsd.decoding.rules import make_rule
+from coolsd.models.bundle import EMBEDDED_DIR, EMBEDDED_SAMPLING, load_embedded
+from coolsd.train.data import splits
 
 
 def depth_rates(events, draft_len: int) -> list[float]:
@@ -31,7 +34,6 @@ def depth_rates(events, draft_len: int) -> list[float]:
 
 def heldout(head, target, vq, val_dir: Path | None, n_real: int = 64) -> dict[str, float]:
     """Teacher-forced metrics of `head` (see module doc); val_dir: SampleShards folder or None."""
-    from coolsd.train.data import splits
     from coolsd.train.drafter import drafter_losses, pair_ids, target_features
     from coolsd.train.selfdistill import SampleShards
     from coolsd.train.vq import encode_tokens
@@ -52,9 +54,6 @@ def heldout(head, target, vq, val_dir: Path | None, n_real: int = 64) -> dict[st
 
 def engine_acceptance(bundle, images: int, draft_len: int, seed0: int = 1000) -> dict:
     """Eagle-1, chain L = draft_len, app sampling: tau and per-depth rates over `images` images."""
-    from coolsd.decoding.engine import DecodeConfig, generate
-    from coolsd.decoding.rules import make_rule
-
     events, tokens, forwards = [], 0, 0
     for i in range(images):
         evs = list(generate(bundle.target, bundle.drafter, make_rule("eagle-1"), cond=i % 10,
@@ -68,7 +67,6 @@ def engine_acceptance(bundle, images: int, draft_len: int, seed0: int = 1000) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coolsd.models.bundle import load_embedded
     from coolsd.models.eagle import EagleDrafter, EagleHead
 
     ap = argparse.ArgumentParser(prog="python -m coolsd.train.acceptance", description=__doc__)

@@ -7,10 +7,15 @@ assets/embedded. Each stage resumes from its checkpoint in --out and stops after
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
 
+from coolsd.train.data import splits
+from coolsd.train.emoji_cli import run_emoji_stage
+from coolsd.train.evaluate import evaluate
+from coolsd.train.export import export_bundle, export_real_stats
 from coolsd.train.loop import part_path
 
 STAGES = ("vq", "target", "drafter", "classifier", "export", "evaluate")
@@ -63,8 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     kw = {"seed": args.seed, "batch": args.batch} | ({"lr": args.lr} if args.lr else {})
 
     if args.model == "emoji":
-        from coolsd.train.emoji_cli import run_emoji_stage
-
         return run_emoji_stage(args, budget, kw)
     return run_mnist_stage(args, budget, kw)
 
@@ -73,19 +76,11 @@ def run_mnist_stage(args: argparse.Namespace, budget: float, kw: dict) -> int:
     """Run one stage for the MNIST model; `budget` in seconds, `kw` = seed/batch/lr."""
     from diffusers import VQModel
 
-    from coolsd.train.data import splits
-
     if args.stage == "export":
-        from coolsd.train.export import export_bundle, export_real_stats
-
         export_bundle(args.out, args.assets)
         export_real_stats(args.assets, args.seed)
         return 0
     if args.stage == "evaluate":
-        import json
-
-        from coolsd.train.evaluate import evaluate
-
         report = evaluate(args.assets, args.assets / "metrics.json", per_class=args.per_class)
         print(json.dumps(report["decoders"], indent=2))
         return 0

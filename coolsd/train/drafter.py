@@ -32,6 +32,7 @@ from coolsd.models.embedded import condition_prefix, prefix_len
 from coolsd.train.loop import run_budgeted, update
 from coolsd.train.selfdistill import SampleShards
 from coolsd.train.target import token_dataset
+from coolsd.train.vq import encode_tokens
 
 W_CLS = 0.1  # Eagle-1's weight of the classification loss
 
@@ -100,8 +101,6 @@ def load_head(config, init: Path | None) -> EagleHead:
 
 def mnist_tokens(vq, data: dict, n_val: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The MNIST drafter's real sequences: training codes at every padding offset, held-out codes."""
-    from coolsd.train.vq import encode_tokens
-
     raw, labels = data["train_raw"]
     val_x, val_y = data["val"]
     return {"train": token_dataset(vq, raw, labels),

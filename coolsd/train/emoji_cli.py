@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from coolsd.models.emoji import EMOJI_SAMPLING
+from coolsd.train.emoji_data import load_dataset, splits
+from coolsd.train.emoji_eval import evaluate_emoji
+from coolsd.train.export import export_bundle, export_real_stats
 from coolsd.train.loop import part_path
 
 
@@ -20,9 +24,6 @@ def emoji_tokens(vq, data: dict, styles: int, n_val: int = 64) -> dict[str, tupl
 
 def export(args) -> None:
     """fp16 folders into args.assets + FID statistics of every real image (training and held out)."""
-    from coolsd.train.emoji_data import load_dataset
-    from coolsd.train.export import export_bundle, export_real_stats
-
     export_bundle(args.out, args.assets)
     images = load_dataset(seed=args.seed)["images"].float() / 255
     export_real_stats(args.assets, images01=images, what="real emoji (all styles)")
@@ -33,18 +34,14 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
-    from coolsd.models.emoji import EMOJI_SAMPLING
     from coolsd.train import emoji
     from coolsd.train.drafter import train_drafter
-    from coolsd.train.emoji_data import splits
     from coolsd.train.vq import train_vq
 
     if args.stage == "export":
         export(args)
         return 0
     if args.stage == "evaluate":
-        from coolsd.train.emoji_eval import evaluate_emoji
-
         evaluate_emoji(args.assets, args.seed, seeds=args.per_class)
         return 0
     data = splits(seed=args.seed)

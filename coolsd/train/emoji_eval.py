@@ -18,6 +18,8 @@ from tqdm.auto import tqdm
 
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
+from coolsd.models.emoji import load_emoji
+from coolsd.train.emoji_data import splits
 
 SHEET_DECODERS = {"vanilla": None, "eagle-1": ("eagle-1", {}),
                   "cool-sd_delta2": ("cool-sd", {"delta": 2.0, "nu": 0.7, "floor_at_one": True}),
@@ -72,9 +74,6 @@ def sample_sheets(bundle, out: Path, seeds: int = 1, draft_len: int | None = Non
 
 def evaluate_emoji(assets: Path, seed: int = 0, seeds: int = 1) -> dict:
     """Held-out metrics + sample sheets -> assets/metrics.json (merged into what is there)."""
-    from coolsd.models.emoji import load_emoji
-    from coolsd.train.emoji_data import splits
-
     bundle = load_emoji(assets, device="cpu", with_classifier=True)
     report = {"execution": bundle.execution, **heldout_metrics(bundle, splits(seed=seed))}
     print(json.dumps(report, indent=1), flush=True)

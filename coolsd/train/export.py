@@ -7,6 +7,9 @@ from pathlib import Path
 
 import torch
 
+from coolsd.compare.metrics import classifier_features, feature_stats, save_real_stats
+from coolsd.train.data import splits
+
 
 def export_bundle(runs: Path, assets: Path) -> None:
     from diffusers import VQModel
@@ -38,9 +41,6 @@ def export_real_stats(assets: Path, seed: int = 0, images01=None, what: str = "h
     FID compares generated images against these statistics, so the data itself never ships.
     """
     from transformers import ResNetForImageClassification
-
-    from coolsd.compare.metrics import classifier_features, feature_stats, save_real_stats
-    from coolsd.train.data import splits
 
     classifier = ResNetForImageClassification.from_pretrained(assets / "classifier").float().eval()
     if images01 is None:

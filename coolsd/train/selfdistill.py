@@ -12,7 +12,9 @@ from pathlib import Path
 
 import torch
 
+from coolsd.models.bundle import EMBEDDED_SAMPLING
 from coolsd.models.embedded import condition_prefix, num_conditions
+from coolsd.models.llama import LayerStack
 
 
 @torch.no_grad()
@@ -24,8 +26,6 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
 
     Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows).
     """
-    from coolsd.models.llama import LayerStack
-
     cfg = target_model.config
     k, (h, w) = cfg.codebook_size, cfg.image_grid
     b = len(labels)
@@ -63,8 +63,6 @@ class SampleShards:
     """
 
     def __init__(self, target_model, folder: Path, seed: int = 0, batch: int = 50, sampling=None) -> None:
-        from coolsd.models.bundle import EMBEDDED_SAMPLING
-
         self.model, self.folder, self.seed, self.batch = target_model, Path(folder), seed, batch
         self.sampling = sampling or EMBEDDED_SAMPLING
         self.folder.mkdir(parents=True, exist_ok=True)
