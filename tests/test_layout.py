@@ -74,6 +74,20 @@ def resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def coolsd_aliases(name: str, path: Path, tree: ast.Module):
+    """(source module, imported name or None for `import m`, local name, node) per alias imported from coolsd."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "coolsd":
+                    yield alias.name, None, alias.asname or alias.name, node
+        elif isinstance(node, ast.ImportFrom):
+            source = resolve(name, path.name == "__init__.py", node)
+            if source.split(".")[0] == "coolsd":
+                for alias in node.names:
+                    yield source, alias.name, alias.asname or alias.name, node
+
+
 def imports(known: dict[str, Path]) -> list[tuple[str, str, bool, ast.AST]]:
     """(importer, imported coolsd module, lazy, node) for every import of a coolsd module.
 
@@ -83,22 +97,11 @@ def imports(known: dict[str, Path]) -> list[tuple[str, str, bool, ast.AST]]:
     edges = []
     for name, path in known.items():
         tree = parse(path)
-        is_package = path.name == "__init__.py"
         lazy_nodes = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                       for n in ast.walk(f)}
-        for node in ast.walk(tree):
-            lazy = id(node) in lazy_nodes
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.split(".")[0] == "coolsd":
-                        edges.append((name, alias.name, lazy, node))
-            elif isinstance(node, ast.ImportFrom):
-                source = resolve(name, is_package, node)
-                if source.split(".")[0] != "coolsd":
-                    continue
-                for alias in node.names:
-                    target = f"{source}.{alias.name}"
-                    edges.append((name, target if target in known else source, lazy, node))
+        for source, attr, _, node in coolsd_aliases(name, path, tree):
+            target = source if attr is None or f"{source}.{attr}" not in known else f"{source}.{attr}"
+            edges.append((name, target, id(node) in lazy_nodes, node))
     return edges
 
 
@@ -108,23 +111,12 @@ def private_uses() -> list[str]:
     found = []
     for name, path in known.items():
         tree = parse(path)
-        is_package = path.name == "__init__.py"
         aliases: dict[str, str] = {}  # local name -> coolsd module it is bound to
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                source = resolve(name, is_package, node)
-                if source.split(".")[0] != "coolsd":
-                    continue
-                for alias in node.names:
-                    target = f"{source}.{alias.name}"
-                    if target in known:
-                        aliases[alias.asname or alias.name] = target
-                    elif private(alias.name) and source != name:
-                        found.append(f"{name}: {alias.name} from {source}")
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.split(".")[0] == "coolsd":
-                        aliases[alias.asname or alias.name] = alias.name
+        for source, attr, local, _ in coolsd_aliases(name, path, tree):
+            if attr is None or f"{source}.{attr}" in known:
+                aliases[local] = source if attr is None else f"{source}.{attr}"
+            elif private(attr) and source != name:
+                found.append(f"{name}: {attr} from {source}")
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name)
                     and aliases.get(node.value.id, name) != name):
