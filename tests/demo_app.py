@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
-from coolsd.app.demo import Demo, make_demo
+import pytest
+
+from coolsd.app import race as race_ui
+from coolsd.app.demo import LAUNCH_KWARGS, Demo, make_demo
 
 
 @functools.cache
@@ -18,3 +22,19 @@ def tiny_demo() -> Demo:
 def picker_demo() -> Demo:
     """The tiny-model demo whose picker also offers the shipped models found here (as `app.py` does)."""
     return make_demo("tiny", workers=1)
+
+
+@contextlib.contextmanager
+def served(blocks, throttles: dict | None = None, **launch):
+    """`blocks` launched in-process on a free port with the app's launch settings (`launch` overrides some),
+    the race module's constants in `throttles` (e.g. IMAGE_EVERY_S=0.0: stream every round) set meanwhile;
+    yields the URL and closes the server afterwards."""
+    mp = pytest.MonkeyPatch()
+    for name, value in (throttles or {}).items():
+        mp.setattr(race_ui, name, value)
+    try:
+        _, url, _ = blocks.launch(prevent_thread_lock=True, quiet=True, **(LAUNCH_KWARGS | launch))
+        yield url
+    finally:
+        blocks.close()
+        mp.undo()

@@ -65,6 +65,24 @@ PUBLISHED_CONFIG = {
 }
 
 
+def random_models(norm_one: bool = False):
+    """(target, drafter, caption) built from TINY with seeded random weights (torch seed 0): every tensor
+    N(0, 0.3), or with `norm_one` 0.3 N(0, 1) plus 1 on the norm weights; caption (C, E) from seed 2."""
+    from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
+
+    torch.manual_seed(0)
+    target = LlamaGenT2I(LlamaGenConfig(**TINY)).eval()
+    drafter = LlamaGenDrafter(LlamaGenConfig(**{**TINY, "num_hidden_layers": 1}), target).eval()
+    with torch.no_grad():
+        for module in (target, drafter):
+            for name, tensor in module.state_dict().items():
+                if norm_one:
+                    tensor.copy_(("norm" in name) + 0.3 * torch.randn(tensor.shape))
+                else:
+                    tensor.normal_(0, 0.3)
+    return target, drafter, torch.randn(C, E, generator=torch.Generator().manual_seed(2))
+
+
 def random_weights(shapes: dict, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     return {

@@ -10,11 +10,8 @@ overlay on, and saves the page.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from demo_page import demo_page  # tools/
 
 LINK = "?condition=8&seed=2&overlay=true&delta=2&racers=eagle-1,lantern%2B%2B,uniform-rsd,cool-sd"
 
@@ -24,37 +21,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="assets/screenshot.png")
     parser.add_argument("--replay-share", type=float, default=0.5, help="replay step, as a share of the race")
     args = parser.parse_args(argv)
-    from playwright.sync_api import sync_playwright
-
-    from coolsd.app.demo import LAUNCH_KWARGS, make_demo
-
-    demo = make_demo(os.environ.get("COOLSD_MODEL", "embedded")).blocks
-    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                        args=["--no-sandbox", "--headless", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1500, "height": 1250})
-            page.goto(url.rstrip("/") + "/" + LINK)
-            page.wait_for_function("() => document.querySelector('#title-2')?.innerText?.includes('UniformRSD')",
-                                   timeout=60_000)
-            page.locator("#gen-btn").click()
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
-                                   timeout=300_000)
-            steps = int(page.locator("#replay input[type=range]").get_attribute("max"))
-            target = round(steps * args.replay_share)
-            box = page.locator("#replay input[type=number]")
-            box.fill(str(target))
-            box.press("Enter")
-            page.wait_for_function(f"() => document.querySelector('#stats').innerText.includes('step {target} ')",
-                                   timeout=60_000)
-            page.wait_for_selector("#plot-hist .main-svg", timeout=60_000)
-            page.wait_for_timeout(800)
-            page.screenshot(path=args.out, full_page=True)
-            print(f"replayed step {target} of {steps}; wrote {args.out}")
-            browser.close()
-    finally:
-        demo.close()
+    with demo_page(1500, 1250) as (page, url):
+        page.goto(url.rstrip("/") + "/" + LINK)
+        page.wait_for_function("() => document.querySelector('#title-2')?.innerText?.includes('UniformRSD')",
+                               timeout=60_000)
+        page.locator("#gen-btn").click()
+        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
+                               timeout=300_000)
+        steps = int(page.locator("#replay input[type=range]").get_attribute("max"))
+        target = round(steps * args.replay_share)
+        box = page.locator("#replay input[type=number]")
+        box.fill(str(target))
+        box.press("Enter")
+        page.wait_for_function(f"() => document.querySelector('#stats').innerText.includes('step {target} ')",
+                               timeout=60_000)
+        page.wait_for_selector("#plot-hist .main-svg", timeout=60_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=args.out, full_page=True)
+        print(f"replayed step {target} of {steps}; wrote {args.out}")
     return 0
 
 

@@ -9,12 +9,9 @@ and writes assets/lab_screenshot.png and assets/schedule_screenshot.png.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import time
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from demo_page import demo_page  # tools/
 
 
 def lab(page, args) -> None:
@@ -49,29 +46,16 @@ def main() -> None:
     parser.add_argument("--out", default="assets")
     parser.add_argument("--skip-lab", action="store_true", help="only the schedule explorer")
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
-    from coolsd.app.demo import LAUNCH_KWARGS, make_demo
-
-    demo = make_demo(os.environ.get("COOLSD_MODEL", "embedded")).blocks
-    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                        args=["--no-sandbox", "--headless", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.goto(url)
-            if not args.skip_lab:
-                lab(page, args)
-            page.get_by_role("tab", name="Schedule explorer").click()
-            page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('τ')",
-                                   timeout=120_000)
-            page.wait_for_timeout(800)
-            page.screenshot(path=f"{args.out}/schedule_screenshot.png", full_page=True)
-            crop(f"{args.out}/schedule_screenshot.png")
-            browser.close()
-    finally:
-        demo.close()
+    with demo_page(1500, 1100) as (page, url):
+        page.goto(url)
+        if not args.skip_lab:
+            lab(page, args)
+        page.get_by_role("tab", name="Schedule explorer").click()
+        page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('τ')",
+                               timeout=120_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=f"{args.out}/schedule_screenshot.png", full_page=True)
+        crop(f"{args.out}/schedule_screenshot.png")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from demo_app import tiny_demo
+from demo_app import served, tiny_demo
 from PIL import Image
 
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
-from coolsd.app.demo import LAUNCH_KWARGS, build_demo
+from coolsd.app.demo import build_demo
 from coolsd.app.settings import RaceSettings
 
 APP = tiny_demo()
@@ -49,14 +49,8 @@ def wait_until(condition, what: str, deadline_s: float = DEADLINE_S, poll_s: flo
 @pytest.fixture(scope="module")
 def server():
     """The app's own Blocks, launched in-process on a free port; every round streamed (no throttle)."""
-    mp = pytest.MonkeyPatch()
-    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
-    mp.setattr(race_ui, "FRAME_SHARE", 1.0)
-    mp.setattr(race_ui, "PLOT_EVERY_S", 0.0)
-    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    yield url
-    APP.blocks.close()
-    mp.undo()
+    with served(APP.blocks, {"IMAGE_EVERY_S": 0.0, "FRAME_SHARE": 1.0, "PLOT_EVERY_S": 0.0}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,13 @@ render, that the page asked no host but the server, and saves a screenshot (to C
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from urllib.parse import urlparse
 
 import pytest
-from demo_app import tiny_demo
-
-from coolsd.app.demo import LAUNCH_KWARGS
+from demo_app import served, tiny_demo
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -41,20 +40,18 @@ WATCH_IMAGES = """() => {
 }"""
 
 
+def wait_text(page, selector: str, text: str, timeout: int = 30_000) -> None:
+    """Wait (at most `timeout` ms) until the element at `selector` shows `text`."""
+    script = f"() => document.querySelector({json.dumps(selector)}).innerText.includes({json.dumps(text)})"
+    page.wait_for_function(script, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    APP = tiny_demo()
-    from coolsd.app import race as race_ui
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)  # the tiny model is fast: stream every round
-    mp.setattr(race_ui, "FRAME_SHARE", 1.0)
-    mp.setattr(race_ui, "PLOT_EVERY_S", 0.3)
-    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    yield url
-    APP.blocks.close()
-    mp.undo()
+    # the tiny model is fast: stream every round
+    with served(tiny_demo().blocks, {"IMAGE_EVERY_S": 0.0, "FRAME_SHARE": 1.0, "PLOT_EVERY_S": 0.3}) as url:
+        yield url
 
 
 def test_generate_streams_images_and_plots(page_url, tmp_path):
@@ -76,8 +73,7 @@ def test_generate_streams_images_and_plots(page_url, tmp_path):
             page.locator("#gen-btn").wait_for(timeout=60_000)
             page.evaluate(WATCH_IMAGES)
             page.locator("#gen-btn").click()
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
-                                   timeout=90_000)
+            wait_text(page, "#stats", "Finished", timeout=90_000)
             page.wait_for_selector("#plot-acc .main-svg", timeout=30_000)
             page.wait_for_selector("#plot-len .main-svg", timeout=30_000)
             changes = page.evaluate("() => window.__srcs")
@@ -112,15 +108,13 @@ def _lab_and_schedule_tabs(page):
     """The Quality lab streams a grid to the end; the Schedule explorer draws its bars and explains omega_i < 1."""
     page.get_by_role("tab", name="Quality lab").click()
     page.locator("#lab-run").click()
-    page.wait_for_function("() => document.querySelector('#lab-stats').innerText.includes('Finished')",
-                           timeout=90_000)
+    wait_text(page, "#lab-stats", "Finished", timeout=90_000)
     assert page.locator("#lab-grid img").count() == 1
     assert "Vanilla AR" in page.locator("#lab-stats").inner_text()
     page.get_by_role("tab", name="Schedule explorer").click()  # selecting the tab computes the default schedule
     page.wait_for_selector("#sched-bars .main-svg", timeout=60_000)
     page.locator("#sched-floor input").uncheck()  # floored at 1 by default now: the unclipped schedule has omega_i < 1
-    page.wait_for_function("() => document.querySelector('#sched-numbers').innerText.includes('stricter than')",
-                           timeout=60_000)
+    wait_text(page, "#sched-numbers", "stricter than", timeout=60_000)
 
 
 def _stop(page, app):
@@ -147,18 +141,15 @@ def _stop(page, app):
     mp.setattr(race_ui, "generate", slow_generate)
     try:
         page.locator("#gen-btn").click()
-        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Racing')",
-                               timeout=30_000)
+        wait_text(page, "#stats", "Racing")
         page.locator("#stop-btn").click()
-        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
-                               timeout=30_000)
+        wait_text(page, "#stats", "Stopped")
         assert closed.wait(30), "the race's decoders were never closed"
         end = time.monotonic() + 30
         while app.ctx.lanes.qsize() < app.workers:
             assert time.monotonic() < end, "the model lane never came back"
             time.sleep(0.01)
-        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Stopped')",
-                               timeout=30_000)  # still: no frame after the stop replaced it
+        wait_text(page, "#stats", "Stopped")  # still: no frame after the stop replaced it
         assert "Replay" not in page.locator("#stats").inner_text()
         assert page.locator("#replay input[type=range]").is_enabled()  # the stopped race can be replayed
     finally:
@@ -186,15 +177,13 @@ def test_share_link_racers_replay_and_downloads(page_url):
             page.goto(base + "?seed=7&racers=eagle-1,uniform-rsd,custom&custom_omegas=3,1&uniform_delta=4")
             page.locator("#gen-btn").wait_for(timeout=60_000)
             page.wait_for_function("() => document.querySelector('#seed input').value === '7'", timeout=30_000)
-            page.wait_for_function("() => document.querySelector('#title-1').innerText.includes('UniformRSD')",
-                                   timeout=30_000)
+            wait_text(page, "#title-1", "UniformRSD")
             assert page.locator("#racers label", has_text="UniformRSD").locator("input").is_checked()
             assert not page.locator("#racers label", has_text="LANTERN++").first.locator("input").is_checked()
             assert page.locator("#title-2").inner_text().strip() == "Custom schedule"
             assert not page.locator("#img-3").is_visible() and page.locator("#img-4").is_visible()
             page.locator("#gen-btn").click()
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
-                                   timeout=90_000)
+            wait_text(page, "#stats", "Finished", timeout=90_000)
             page.wait_for_selector("#plot-hist .main-svg", timeout=30_000)
             assert page.locator("#plot-hist .barlayer .trace").count() == 3  # one bar series per racer
             # replay: step back with the keyboard; the stats say which step is shown
@@ -202,19 +191,15 @@ def test_share_link_racers_replay_and_downloads(page_url):
             slider.focus()
             t0 = time.perf_counter()
             page.keyboard.press("Home")
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Replay: step 0 ')",
-                                   timeout=30_000)
+            wait_text(page, "#stats", "Replay: step 0 ")
             print(f"replay redraw in the browser: {time.perf_counter() - t0:.3f} s")  # measured, not asserted
             page.keyboard.press("ArrowRight")
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Replay: step 1 ')",
-                                   timeout=30_000)
+            wait_text(page, "#stats", "Replay: step 1 ")
             # take it away
             page.locator("#trace-btn").click()
-            page.wait_for_function("() => document.querySelector('#download').innerText.includes('.json')",
-                                   timeout=30_000)
+            wait_text(page, "#download", ".json")
             page.locator("#strip-btn").click()
-            page.wait_for_function("() => document.querySelector('#download').innerText.includes('.png')",
-                                   timeout=30_000)
+            wait_text(page, "#download", ".png")
             page.locator("#link-btn").click()
             page.wait_for_function("() => (document.querySelector('#share-link textarea, #share-link input') || {})"
                                    ".value?.startsWith(location.origin)", timeout=30_000)
@@ -258,8 +243,7 @@ def test_llamagen_prompt_ui(tmp_path_factory):
                                        f"{EXAMPLE_PROMPTS[2]!r}", timeout=30_000)
                 page.locator("#resolution label", has_text="512").click()
                 page.locator("#gen-btn").click()
-                page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
-                                       timeout=90_000)
+                wait_text(page, "#stats", "Finished", timeout=90_000)
                 page.wait_for_function("() => { const i = document.querySelector('#img-0 img');"
                                        " return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
                 size = page.evaluate("() => { const i = document.querySelector('#img-0 img');"

@@ -6,10 +6,9 @@ import math
 
 import pytest
 import torch
-from demo_app import tiny_demo
+from demo_app import served, tiny_demo
 from PIL import Image
 
-from coolsd.app.demo import LAUNCH_KWARGS
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, UniformRSDRule
@@ -27,9 +26,8 @@ REFERENCE = fork_models(APP.ctx.model.target, APP.ctx.model.drafter)  # before a
 def client():
     from gradio_client import Client
 
-    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    yield Client(url, verbose=False, download_files=False, analytics_enabled=False)
-    APP.blocks.close()
+    with served(APP.blocks) as url:
+        yield Client(url, verbose=False, download_files=False, analytics_enabled=False)
 
 
 def test_panels_are_mounted():

@@ -11,10 +11,9 @@ import math
 import httpx
 import pytest
 import torch
-from demo_app import tiny_demo
+from demo_app import served, tiny_demo
 
 from coolsd.app import race as race_ui
-from coolsd.app.demo import LAUNCH_KWARGS
 from coolsd.app.serving import STATE_TTL_S
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import EventStore, RaceTrace
@@ -27,13 +26,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 @pytest.fixture(scope="module")
 def server():
     """The app's own Blocks with its launch settings, but a small session capacity, on a free port."""
-    mp = pytest.MonkeyPatch()
-    mp.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
-    _, url, _ = APP.blocks.launch(prevent_thread_lock=True, quiet=True,
-                                  **(LAUNCH_KWARGS | {"state_session_capacity": CAPACITY}))
-    yield url.rstrip("/")
-    APP.blocks.close()
-    mp.undo()
+    with served(APP.blocks, {"IMAGE_EVERY_S": 0.0}, state_session_capacity=CAPACITY) as url:
+        yield url.rstrip("/")
 
 
 def new_client(server):

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from llamagen_weights import random_models  # tests/ helper
 
 from coolsd.compare.race import Race, Racer, fork_models
 from coolsd.decoding.engine import DecodeConfig, generate, run
@@ -121,18 +122,7 @@ def test_race_needs_a_racer():
 
 def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
     """LlamaGen's drafter reads its target: forked together, each copy reads its own copy (tiny random weights)."""
-    from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
-
-    tiny = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-            "intermediate_size": 48, "caption_dim": 24, "cls_token_num": 6, "block_size": 16}
-    torch.manual_seed(0)
-    target = LlamaGenT2I(LlamaGenConfig(**tiny)).eval()
-    drafter = LlamaGenDrafter(LlamaGenConfig(**{**tiny, "num_hidden_layers": 1}), target).eval()
-    with torch.no_grad():
-        for module in (target, drafter):
-            for name, tensor in module.state_dict().items():
-                tensor.copy_(("norm" in name) + 0.3 * torch.randn(tensor.shape))
-    caption = torch.randn(6, 24, generator=torch.Generator().manual_seed(2))
+    target, drafter, caption = random_models(norm_one=True)
     sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(draft_len=3)
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0), "vanilla": None}
     lanes = {key: fork_models(target, drafter) for key in rules}

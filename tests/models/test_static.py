@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from llamagen_weights import random_models  # tests/ helper
 
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, generate, run
@@ -149,19 +150,7 @@ def test_path_choice_and_fork_keeps_the_path(tiny, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_llamagen():
-    from coolsd.models.llamagen import LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
-
-    tiny = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-            "intermediate_size": 48, "caption_dim": 24, "cls_token_num": 6, "block_size": 16}
-    torch.manual_seed(0)
-    target = LlamaGenT2I(LlamaGenConfig(**tiny)).eval()
-    drafter = LlamaGenDrafter(LlamaGenConfig(**{**tiny, "num_hidden_layers": 1}), target).eval()
-    with torch.no_grad():
-        for module in (target, drafter):
-            for tensor in module.state_dict().values():
-                tensor.normal_(0, 0.3)
-    caption = torch.randn(6, 24, generator=torch.Generator().manual_seed(2))
-    return target, drafter, caption
+    return random_models()
 
 
 def test_llamagen_static_forward_equals_eager(tiny_llamagen):

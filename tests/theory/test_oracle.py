@@ -9,19 +9,10 @@ import math
 import pytest
 import torch
 
+from coolsd import CoolSDRule, EagleRule, LanternPPRule, LanternRule, UniformRSDRule, make_rule  # the public API
 from coolsd.decoding import variants
 from coolsd.decoding.neighbours import neighbour_table
-from coolsd.decoding.rules import (
-    CoolSDRule,
-    EagleRule,
-    LanternPPRule,
-    LanternRule,
-    UniformRSDRule,
-    g_star,
-    lossless_residual,
-    make_rule,
-    ratio_accept,
-)
+from coolsd.decoding.rules import g_star, lossless_residual, ratio_accept
 from coolsd.theory import sweeps
 from coolsd.theory.oracle import exact, match_tau, rule_step, sequence_probs, step_output
 from coolsd.theory.tabular import TabularDrafter, TabularLM
