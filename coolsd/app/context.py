@@ -170,26 +170,20 @@ KIND_KEYS = {"emoji": "emoji", "embedded": "mnist", "llamagen": "llamagen", "tin
 
 def available_models() -> list[str]:
     """Picker keys of the shipped models whose weights are here (emoji, mnist: assets/; llamagen: its folder)."""
-    from coolsd.models.llamagen import find_llamagen
-
     keys = [key for key, folder in (("emoji", EMOJI_DIR), ("mnist", EMBEDDED_DIR))
             if (folder / "target" / "config.json").is_file()]
-    return keys + (["llamagen"] if find_llamagen() is not None else [])
+    return keys + (["llamagen"] if llamagen.find_llamagen() is not None else [])
 
 
 def load_family(key: str) -> list[AppModel]:
     """Model `key` (a picker key) strictly, no fallback: one AppModel per resolution; BundleError when missing."""
     if key == "llamagen":
-        from coolsd.models.llamagen import find_llamagen
-
-        path = find_llamagen()
+        path = llamagen.find_llamagen()
         if path is None:
             raise BundleError("LlamaGen weights not found (set COOLSD_LLAMAGEN_DIR)")
         return load_llamagen_models(path)
     if key == "tiny":
-        from coolsd.models.tiny import tiny_bundle
-
-        return [_from_bundle(tiny_bundle(), "tiny")]
+        return [_from_bundle(tiny.tiny_bundle(), "tiny")]
     if key == "emoji":
         return [_from_bundle(load_emoji(), "emoji")]
     return [_from_bundle(load_embedded(), "embedded")]
