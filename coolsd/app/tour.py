@@ -66,7 +66,7 @@ STEPS = [
          "all of them in **one** forward; the round keeps the "
          "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
          "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
-         "Eagle-1's mean accepted length τ (tokens per target forward) on this digit?",
+         "Eagle-1's mean accepted length τ (tokens per target forward) on this image?",
          _race("eagle-1", "mean_accepted_length"), race={"racers": ["eagle-1"]}),
     Step("Lossless",
          "Eagle-1 keeps a draft with probability $\\min(1, p/q)$ and resamples from $[p-q]_+$: its image follows the "
@@ -87,9 +87,9 @@ STEPS = [
          "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your answer to the previous step)?",
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
     Step("Quality",
-         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per digit with vanilla AR, "
-         "Eagle-1 and COOL-SD at a large δ, and the digit classifier says whether each still shows its digit. "
-         "Watch the lab's grid and its accuracy column.",
+         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per class with vanilla AR, "
+         "Eagle-1 and COOL-SD at a large δ, and on the MNIST model its digit classifier says whether each still "
+         "shows its digit. Watch the lab's grid and its accuracy column.",
          "COOL-SD's digit accuracy at δ = 8, in %?",
          _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
     Step("Why G*",
