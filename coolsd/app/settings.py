@@ -304,8 +304,8 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
     """`values` made to fit the picked model where they name another model's choice.
 
     A styled model's "<class> · <style>" condition becomes (class, its style): the label names the style (the
-    older API form). The app's default condition or resolution, when it is no choice of the picked model (it
-    names the default model's class or resolution), becomes the picked model's default. Valid values stay."""
+    older API form). A value left at the app's default that the picked model refuses (the default model's
+    class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay."""
     out = dict(values)
     split = picked.model.split_condition(out.get("condition"))
     if split is not None:
@@ -313,10 +313,12 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
     if picked is ctx:
         return out
     own, app = specs(picked), specs(ctx)
-    for name in ("condition", "resolution"):
-        choices = [v for _, v in own[name].choices]
-        if name in out and out[name] == app[name].default and choices and out[name] not in choices:
-            out[name] = own[name].default
+    for name, value in out.items():
+        if name in own and name != "model" and value == app[name].default:
+            try:
+                own[name].check(value)
+            except ValueError:  # (gr.Error is one too)
+                out[name] = own[name].default
     return out
 
 

@@ -603,9 +603,10 @@ def llamagen_app(tmp_path_factory):
     return tiny_llamagen_app(tmp_path_factory)
 
 
-def tiny_llamagen_app(tmp_path_factory):
+def tiny_llamagen_app(tmp_path_factory, picker=()):
     """A LlamaGen folder with both resolutions (tiny random weights, as tests/llamagen_weights.py builds them), the
-    app's context for it, and the app's Blocks built on that context (the browser test uses it too)."""
+    app's context for it, and the app's Blocks built on that context (the browser test uses it too). `picker`:
+    more models (picker keys) its model picker offers."""
     import json
 
     import llamagen_weights as lg
@@ -627,7 +628,8 @@ def tiny_llamagen_app(tmp_path_factory):
     mp.setattr(llamagen, "load_llamagen", lambda *a, **kw: real(*a, **kw, device="cpu", k_max=4, vq_config=lg.TINY_VQ))
     mp.setenv("COOLSD_LLAMAGEN_DIR", str(root))
     try:
-        ctx = context.Context.for_models(context.load_models("llamagen"))
+        ctx = context.Context.for_models(context.load_models("llamagen"),
+                                         catalogue=context.Catalogue(["llamagen", *picker]))
         blocks = build_demo(ctx)
     finally:
         mp.undo()

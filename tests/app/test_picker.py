@@ -318,3 +318,24 @@ def test_each_recorded_race_shows_only_for_its_own_model():
     assert "Recorded race" in view[race_ui.STATS_MD] and view[race_ui.STATS_JSON]["model"] == emoji.model.name
     assert view[-1] is None and view[-2]["model"] == "emoji"
     assert RACE.trace_or_shipped(None, "emoji") is trace and RACE.trace_or_shipped(None) is None
+
+
+def test_a_text_model_beside_a_class_model_shares_one_condition_box(tmp_path_factory):
+    """LlamaGen (prompts) first in the picker, the tiny class model second: the condition is a dropdown that takes
+    any text; a pick sets its choices, and a race with LlamaGen's defaults on the class model races its own."""
+    from test_app import tiny_llamagen_app
+
+    from coolsd.models.llamagen import EXAMPLE_PROMPTS
+
+    ctx, _ = tiny_llamagen_app(tmp_path_factory, picker=["tiny"])
+    condition = ctx.controls["condition"]
+    assert isinstance(condition, gr.Dropdown) and condition.allow_custom_value and condition.value == EXAMPLE_PROMPTS[0]
+    tiny = ctx.for_model("tiny")
+    updates = controls.model_updates(ctx, tiny)
+    assert isinstance(updates["condition"], gr.Dropdown) and updates["condition"].label == "Digit"
+    assert [v for _, v in updates["condition"].choices] == tiny.model.class_names
+    assert updates["resolution"].visible is False and controls.model_updates(ctx, ctx)["resolution"].visible
+    last = list(ctx.panels["race"].race(**(RaceSettings.defaults(ctx).as_dict() | {"model": "tiny", "seed": 1})))[-1]
+    settings = last[STATS]["settings"]
+    assert last[STATS]["finished"] and settings["model"] == "tiny" and settings["condition"] == "3"
+    assert settings["resolution"] == "tiny" and last[STATS]["model"] == tiny.model.name
