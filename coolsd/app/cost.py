@@ -51,9 +51,10 @@ def cost_specs() -> dict[str, Spec]:
 
 
 def path_label(ctx: Context) -> str:
-    """The execution path the call times belong to: device and weight dtype (e.g. "cpu, torch.float32")."""
-    dtype = getattr(ctx.model.target, "dtype", None)
-    return f"{ctx.device.type}" + (f", {dtype}" if dtype is not None else "")
+    """The execution path the call times belong to: device and weight dtype (e.g. "cpu, bf16": the model's
+    `execution` when it names one, else the target's dtype)."""
+    dtype = ctx.model.execution.split(" ")[0] if ctx.model.execution else getattr(ctx.model.target, "dtype", None)
+    return f"{ctx.device.type}" + (f", {dtype}" if dtype else "")
 
 
 class CostPanel:

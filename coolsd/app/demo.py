@@ -116,9 +116,10 @@ def wire_model_picker(ctx: Context, header: gr.Markdown, load_event) -> None:
         return header_markdown(ctx.for_model(model)), *race_panel.model_view(model, racers)
 
     c["model"].input(switch, [c["model"], c["racers"]], [header, *(c[n] for n in names), *race_panel.outputs],
-                     api_visibility="private", show_progress="minimal", concurrency_id="model", concurrency_limit=4)
+                     api_visibility="private", show_progress="minimal", concurrency_id="model", concurrency_limit=4,
+                     cancels=race_panel.run_events)  # a race of the old model would draw over the new one
     load_event.then(opened, [c["model"], c["racers"]], [header, *race_panel.outputs], api_visibility="private",
-                    show_progress="hidden")
+                    show_progress="hidden", concurrency_limit=None)  # (page loads: no queue behind each other)
 
 
 def build_demo(ctx: Context) -> gr.Blocks:

@@ -421,7 +421,7 @@ def build(ctx: Context, tab: gr.Tab) -> RacePanel:
     phone_event = phone_generate.click(panel.race, list(c.values()), outputs, api_visibility="private",
                                        preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
                                        show_progress="minimal")
-    panel.outputs = outputs
+    panel.outputs, panel.run_events = outputs, [run_event, phone_event]  # (a model switch cancels a race)
     view = [*images, stats_md, plot_acc, plot_len, plot_hist, stats_json, snapshot]
     ctx.buttons["stop"].click(panel.stopped, [stats_json, c["overlay"]], [*view, replay],
                               cancels=[run_event, phone_event], queue=False, api_visibility="private")

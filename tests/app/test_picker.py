@@ -155,6 +155,9 @@ def test_switching_updates_the_model_controls_and_the_race_area():
     assert updates["top_k"].maximum == int(emoji.model.target.vocab_size)
     back = controls.model_updates(APP.ctx, APP.ctx)
     assert back["style"].visible is False and back["condition"].label == "Digit"
+    on_pick = [f for f in APP.blocks.fns.values() if (APP.ctx.controls["model"]._id, "input") in f.targets]
+    assert "switch" in {f.name for f in on_pick}  # the picker's event, and a race of the old model is cancelled:
+    assert {e["id"] for e in RACE.run_events} <= {i for f in on_pick for i in f.cancels}
     view = RACE.model_view("emoji", ["eagle-1", "uniform-rsd"])  # not the recorded racers: a blank race area
     assert len(view) == len(RACE.outputs) and view[-1] is None and view[-2] == {}
     assert view[0].size == emoji.display_hw[::-1]
