@@ -27,8 +27,13 @@ What a panel may use from `ctx` (a `coolsd.app.context.Context`):
                    leaving the `with` (also when a streaming generator is closed)
     ctx.decode_pixels(tokens (T,), -1 = missing) -> (C, h, w); ctx.render(pixels, filled, kinds, overlay)
                    -> PIL image of display_hw; ctx.blank_image(); ctx.check_condition(value) -> engine cond
-    ctx.controls   the race settings, name -> component (condition, seed, temperature, ..., racers, resolution):
-                   use them as inputs to read the current settings; ctx.buttons ("generate", "stop")
+    ctx.controls   the race settings, name -> component (condition, seed, temperature, ..., racers, resolution,
+                   model, style): use them as inputs to read the current settings; ctx.buttons ("generate", "stop")
+    ctx.for_model(key)  the Context of picker model `key` (ctx.controls["model"]'s value; None: the app's), loaded
+                   on first use and shared by every session (`ctx.catalogue`); ctx.for_trace(trace.settings) the
+                   one a recorded race ran on. `ctx` itself is the app's default model: a handler reads the
+                   visitor's model from its inputs (add ctx.controls["model"] last) or from the trace, never
+                   from state one visitor's pick could change for others
     ctx.share_controls  add your own controls here (name -> component, names unique, e.g. "lab_delta"), and
                    ctx.share_specs[name] its `settings.Spec`: share links carry, check and restore them too
     ctx.variants   variant key -> Context, one per model resolution (LlamaGen "256" / "512"; else one entry);
