@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 
 import pytest
+from demo_app import served
+from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from coolsd.util.paths import EMBEDDED_DIR
 
-CHROMIUM = shutil.which("chromium")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"),
@@ -35,13 +33,12 @@ WAIT_MS = 120_000  # a deadline for slow shared machines, not a timing
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
     from coolsd.app.context import default_model_choice
-    from coolsd.app.demo import LAUNCH_KWARGS, make_demo
+    from coolsd.app.demo import make_demo
 
     demo = make_demo(default_model_choice())
     assert demo.ctx.panels["race"].shipped is not None, "no current recording: python -m coolsd.app.record_default"
-    _, url, _ = demo.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    yield url
-    demo.blocks.close()
+    with served(demo.blocks) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +46,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
 

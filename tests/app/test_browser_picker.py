@@ -6,10 +6,9 @@ in a link is one warning line. Runs on the picker demo (`tests/demo_app.py: pick
 from __future__ import annotations
 
 import pytest
-from demo_app import picker_demo
+from demo_app import picker_demo, served
 from test_browser import CHROMIUM, CHROMIUM_ARGS
 
-from coolsd.app.demo import LAUNCH_KWARGS
 from coolsd.util.paths import EMOJI_DIR
 
 pytestmark = [
@@ -24,10 +23,8 @@ HEADER = "() => document.querySelector('#header').innerText.includes('emoji (Lla
 @pytest.fixture(scope="module")
 def page_url():
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    app = picker_demo()
-    _, url, _ = app.blocks.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
-    yield url
-    app.blocks.close()
+    with served(picker_demo().blocks) as url:
+        yield url
 
 
 def pick(page, elem_id: str, label: str) -> None:
