@@ -152,7 +152,7 @@ def test_microscope_steps_by_keys_and_clicks_and_a_tour_step_reveals(page_url, b
     page.wait_for_function(f"() => {header}.includes('round') && !{header}.includes('round 1 of')", timeout=WAIT_MS)
     last = page.locator("#micro-header").inner_text()
     rounds = _number(last, r"round (\d+) of (?:\d+)")
-    assert rounds == _number(last, r"round \d+ of (\d+)")  # the click on the last cell opened the last round
+    assert rounds == _number(last, r"round \d+ of (\d+)"), last  # the click on the last cell: the last round
     page.locator("#tour").click()  # open the tour, go on to step 2 (Eagle-1's speed-up), guess, run
     page.locator("#tour-next-0").click()
     page.locator("#tour-guess-1 input").fill("1.5")
@@ -160,9 +160,9 @@ def test_microscope_steps_by_keys_and_clicks_and_a_tour_step_reveals(page_url, b
     page.wait_for_function("() => document.querySelector('#tour-result-1')?.innerText.includes('Measured')",
                            timeout=WAIT_MS)
     result = page.locator("#tour-result-1").inner_text()
-    assert "Your guess: 1.5." in result and "Eagle-1" in result
+    assert "Your guess: 1.5." in result and "Eagle-1" in result, result
     table = page.locator("#stats").inner_text()  # the race the step ran, as the Race tab shows it
-    assert "Recorded race" not in table
+    assert "Recorded race" not in table, table
     row = next(line for line in table.splitlines() if line.startswith("Eagle-1"))
-    assert _number(result, r"Eagle-1[^:]*: (\d+\.\d+)") == _number(row, r"(\d+\.\d+)×")
+    assert _number(result, r"Eagle-1[^:]*: (\d+\.\d+)") == _number(row, r"(\d+\.\d+)×"), (result, row)
     page.close()
