@@ -134,6 +134,24 @@ def load_bundle(args, device: torch.device):
     return bundle, classifier, stats
 
 
+def load_shared_path(args, device: torch.device, procs):
+    """`load_bundle` where every process runs on the same execution path: under torchrun, rank 0 times
+    the paths (the emoji model's load-time choice) and the other ranks load with its choice pinned."""
+    from coolsd.models.emoji import DTYPE_ENV
+
+    if procs.world == 1 or args.model != "emoji" or os.environ.get(DTYPE_ENV):
+        return load_bundle(args, device)
+    import torch.distributed as dist
+
+    loaded = load_bundle(args, device) if procs.is_main else None
+    choice = [("bf16" if loaded[0].execution.startswith("bf16") else "fp32") if loaded else None]
+    dist.broadcast_object_list(choice, src=0)
+    if loaded is None:
+        os.environ[DTYPE_ENV] = choice[0]
+        loaded = load_bundle(args, device)
+    return loaded
+
+
 def select(settings: list[Setting], only: str | None) -> list[Setting]:
     if not only:
         return settings
@@ -314,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
                                 args.extra), args.only)
-        bundle, classifier, stats = load_bundle(args, device)
+        bundle, classifier, stats = load_shared_path(args, device, procs)
         if args.classes is None:
             args.classes = list(range(len(bundle.class_names) or 10))
         if args.seeds < 1 or not args.classes:
