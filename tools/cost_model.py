@@ -1,6 +1,7 @@
 """The cost model's closing numbers: predicted vs measured speed-up of the default racers on this machine.
 
-    python tools/cost_model.py --seeds 4          # embedded model, digit 3, seeds 0..3; about a minute idle
+    python tools/cost_model.py --seeds 4                        # MNIST model, digit 3, seeds 0..3; about a minute idle
+    python tools/cost_model.py --model emoji --condition 6      # emoji model, condition id class * 2 + style
 
 Measures the call times once (`coolsd.models.timing.forward_times` on forked handles, both CFG rows,
 half-full cache), then races the app's default racers and vanilla AR (`coolsd.compare.race.Race`, one
@@ -25,6 +26,7 @@ from coolsd.compare.race import Race, Racer, fork_models
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.models.bundle import load_embedded
+from coolsd.models.emoji import load_emoji
 from coolsd.models.timing import forward_times
 
 
@@ -53,12 +55,13 @@ def one_race(bundle, keys: list[str], cond: int, seed: int, config: DecodeConfig
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--condition", type=int, default=3, help="digit class")
+    ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which embedded model")
+    ap.add_argument("--condition", type=int, default=3, help="condition id (digit; emoji: class * 2 + style)")
     ap.add_argument("--repeats", type=int, default=15, help="calls per median of the call times")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    bundle = load_embedded(device="cpu")
+    bundle = load_emoji(device="cpu") if args.model == "emoji" else load_embedded(device="cpu")
     config = DecodeConfig()
     load_before = os.getloadavg()
     times = forward_times(*fork_models(bundle.target, bundle.drafter), args.condition, guidance=True,
@@ -73,10 +76,11 @@ def main(argv: list[str] | None = None) -> int:
                               ("e", "expected_tokens"), ("e_measured", "measured_tokens_per_round")):
                 d[name].append(row[key])
     summary = {"cpu": cpu_name(), "load_before": load_before, "load_after": os.getloadavg(),
-               "torch_threads": torch.get_num_threads(), "model": bundle.name, "draft_len": config.draft_len,
+               "torch_threads": torch.get_num_threads(), "model": bundle.name, "execution": bundle.execution, "draft_len": config.draft_len,
                "seeds": args.seeds, "condition": args.condition, "times": times.to_json(),
                "step_ms": costs.step_ms, "draft_cost": costs.draft_cost,
                "verify_cost": costs.verify_cost(config.draft_len + 1), "racers": per_key}
+    print(f"{bundle.name}, execution {bundle.execution}")
     print(f"CPU {summary['cpu']}; load (1/5/15 min) before {load_before}, after {summary['load_after']}")
     print(f"target step {costs.step_ms:.2f} ms, c = {costs.draft_cost:.3f}, "
           f"V(L + 1) = {summary['verify_cost']:.3f} (L = {config.draft_len})")
