@@ -74,10 +74,12 @@ MIN_CELL_PX = 30  # narrower than this, a column holds only a few letters per li
 def _click_tab(page, name: str) -> None:
     """Click a tab as a visitor does: its button, or on a narrow page the overflow menu ("...") and then the tab."""
     shown = page.locator(".tab-container:not(.visually-hidden) button").filter(has_text=name)
+    more = page.locator(".overflow-menu > button")
+    shown.or_(more).first.wait_for(state="visible", timeout=WAIT_MS)  # the tab bar is laid out after measuring
     if shown.count() and shown.first.is_visible():
         shown.first.click()
         return
-    page.locator(".overflow-menu > button").first.click()
+    more.first.click()
     page.locator(".overflow-dropdown button").filter(has_text=name).first.click()
 
 
