@@ -65,14 +65,15 @@ $$G^*_i = \mathrm{Norm}\big([\,p - \min(q, \omega_i p)\,]_+\big)$$
 "mean ω = δ" sets $\mu = \log \frac{1}{L}\sum_{i=1}^{L} e^{-\nu i}$ so that the unclipped $\omega_i$ average $\delta$.
 $\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$ is uniform relaxation.
 
-**Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than Eagle-1
-(its table, spec section 7: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule
-cannot give: its late $\omega_i$ fall below 1, stricter than Eagle-1 there (embedded model, 100 images, this
-project's benchmark, `assets/bench/results.jsonl`: τ 2.81 unclipped vs 2.85 Eagle-1 vs 3.06 floored). With $G^*$ a
-depth with $\omega_i \le 1$ already has zero step error, so pushing $\omega_i$ below 1 buys no accuracy and only
-loses drafts: on 20 random tabular models (`python -m coolsd.theory --report`; V 4, T 5, L 3, δ 1.1) the floored schedule's mean exact TV was 0.1849 against 0.1854 unclipped while its τ was
-2.03 against 1.83 (Eagle-1 1.85; at least Eagle-1's τ on 20 of 20 models, the unclipped one on 8). So COOL-SD here
-is floored, and the unclipped schedule races as "COOL-SD unclipped".
+**Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than Eagle-1 (its
+table, spec section 7: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule cannot
+give: its late $\omega_i$ fall below 1, stricter than Eagle-1 there (embedded model, 100 images, this project's
+benchmark, `assets/bench/results.jsonl`: τ 2.81 unclipped vs 2.85 Eagle-1 vs 3.06 floored). With $G^*$ a depth with
+$\omega_i \le 1$ already has zero step error, so pushing $\omega_i$ below 1 buys no accuracy and only loses drafts:
+on 20 random tabular models (`python -m coolsd.theory --report`; V 4, T 5, L 3, δ 1.1) the floored schedule's mean
+exact TV was 0.1849 against 0.1854 unclipped while its τ was 2.03 against 1.83 (Eagle-1 1.85; at least Eagle-1's τ
+on 20 of 20 models, the unclipped one on 8). So COOL-SD here is floored, and the unclipped schedule races as
+"COOL-SD unclipped".
 
 ### What the sliders change
 | slider | effect |
