@@ -42,7 +42,8 @@ WATCH_IMAGES = """() => {
 
 def wait_text(page, selector: str, text: str, timeout: int = 30_000) -> None:
     """Wait (at most `timeout` ms) until the element at `selector` shows `text`."""
-    script = f"() => document.querySelector({json.dumps(selector)}).innerText.includes({json.dumps(text)})"
+    # the element may not exist yet (Gradio renders some outputs only once they have a value)
+    script = f"() => (document.querySelector({json.dumps(selector)})?.innerText || '').includes({json.dumps(text)})"
     page.wait_for_function(script, timeout=timeout)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from demo_app import picker_demo, served
-from test_browser import CHROMIUM, CHROMIUM_ARGS
+from test_browser import CHROMIUM, CHROMIUM_ARGS, wait_text
 
 from coolsd.util.paths import EMOJI_DIR
 
@@ -62,11 +62,9 @@ def test_picking_a_model_switches_the_page_and_generate_races_it(page_url):
             pick(page, "condition", "hearts")
             pick(page, "style", "Twemoji")
             page.locator("#gen-btn").click()
-            page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
-                                   timeout=300_000)
+            wait_text(page, "#stats", "Finished", timeout=300_000)
             page.get_by_text("Raw numbers (what the API returns)").first.click()  # the race's stats JSON
-            page.wait_for_function("() => document.querySelector('#stats-json').innerText.includes('hearts · Twemoji')",
-                                   timeout=60_000)
+            wait_text(page, "#stats-json", "hearts · Twemoji", timeout=60_000)
             assert emoji.model.name in page.locator("#stats-json").inner_text()
             page.locator("#link-btn").click()
             page.wait_for_function("() => document.querySelector('#share-link textarea').value.includes('model=')",
