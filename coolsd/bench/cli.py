@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from coolsd.bench import report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
@@ -137,12 +138,8 @@ def load_bundle(args, device: torch.device):
 def load_shared_path(args, device: torch.device, procs):
     """`load_bundle` where every process runs on the same execution path: under torchrun, rank 0 times
     the paths (the emoji model's load-time choice) and the other ranks load with its choice pinned."""
-    from coolsd.models.emoji import DTYPE_ENV
-
     if procs.world == 1 or args.model != "emoji" or os.environ.get(DTYPE_ENV):
         return load_bundle(args, device)
-    import torch.distributed as dist
-
     loaded = load_bundle(args, device) if procs.is_main else None
     choice = [("bf16" if loaded[0].execution.startswith("bf16") else "fp32") if loaded else None]
     dist.broadcast_object_list(choice, src=0)
