@@ -97,7 +97,10 @@ class MicroscopePanel:
         trace = self.trace_of(trace, model)
         keys = [k for k, _ in trace.racers]
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
-        rounds = sum(1 for i, _ in trace.steps if trace.racers[i][0] == key)
+        # the range of the rounds the microscope re-decodes (they can differ from the recorded ones when
+        # the trace was recorded on another execution path; the header says so)
+        events, _, cache = self.events(trace, key, cache or {})
+        rounds = len(events)
         round_no = min(max(int(round_no or 1), 0), rounds - 1)
         out = self.view(key, round_no, trace, cache, model)
         return (gr.Dropdown(choices=[(label, k) for k, label in trace.racers], value=key),
@@ -113,7 +116,7 @@ class MicroscopePanel:
         h, w = self.ctx.for_trace(trace.settings).display_hw
         rows, cols = trace.grid
         cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
-        return events[scope.round_at(events, cell)].index
+        return scope.round_at(events, cell)  # a position in `events`, as the slider and `view` count rounds
 
 
 # ---------------------------------------------------------------- drawing (views of the library's numbers)

@@ -37,10 +37,14 @@ def test_compare_is_the_library_on_the_race_trace(trace):
         assert got["decoder"] in table
     assert payload["racers"][-1]["predicted_speedup"] == 1.0 and payload["rows"] == 2  # the tiny model uses CFG
     assert [p["tokens"] for p in payload["curve"]] == list(range(1, MAX_DRAFT_LEN + 2))
-    # memory-bound: V(L + 1) = 1, so every speculative racer is predicted at least as fast
+    # memory-bound: V(L + 1) = 1, so a speculative racer is predicted faster exactly when the measured verify
+    # costs more than one step (speed-up = E / (L c + V)); on the tiny model timing noise can give V < 1
     _, _, free = PANEL.compare(trace, True)
+    slower_verify = costs.verify_cost(trace.settings["draft_len"] + 1) >= 1
     for a, b in zip(free["racers"][:-1], payload["racers"][:-1]):
-        assert a["predicted_speedup"] >= b["predicted_speedup"] and math.isfinite(a["predicted_speedup"])
+        assert math.isfinite(a["predicted_speedup"])
+        assert (a["predicted_speedup"] >= b["predicted_speedup"]) == slower_verify or \
+            a["predicted_speedup"] == pytest.approx(b["predicted_speedup"], rel=1e-9)
 
 
 def test_compare_without_a_race_shows_the_curve_only():
