@@ -88,15 +88,16 @@ STEPS = [
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per class with vanilla AR, "
-         "Eagle-1 and COOL-SD at a large δ, and on the MNIST model its digit classifier says whether each still "
-         "shows its digit. Watch the lab's grid and its accuracy column.",
-         "COOL-SD's digit accuracy at δ = 8, in %?",
+         "Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether each still shows its "
+         "class (a digit, or an emoji's class). Watch the lab's grid and its accuracy column: few samples, so "
+         "compare the columns rather than trust one number.",
+         "COOL-SD's class accuracy at δ = 8, in %?",
          _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
     Step("Why G*",
          "After a rejection a relaxed rule must not resample from $[p-q]_+$: $G^* = \\mathrm{Norm}([p - q\\,a]_+)$ is "
          "the residual that makes each step's output closest to $p$. LANTERN++ as published uses "
          "$[p - q']_+$; the lab runs it beside the same acceptance with $G^*$. Watch the lab's two LANTERN++ columns.",
-         "Digit accuracy of LANTERN++ with the G* residual at λ = 20, in %?",
+         "Class accuracy of LANTERN++ with the G* residual at λ = 20, in %?",
          _lab("accuracy"), race=None, lab={"rule": "lantern++", "relaxation": 20.0}, unit="%"),
     Step("Cost",
          "A round costs L drafter steps and one target forward on L + 1 tokens; it commits τ tokens on average. "
@@ -124,7 +125,7 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
     shown = [f"{label}: **{v * scale:.2f}{step.unit}**" for label, v in values
              if isinstance(v, (int, float)) and math.isfinite(v)]
     if not shown and (payload or {}).get("finished"):
-        return head + " This model does not measure it (the lab's accuracy needs the embedded digit classifier)."
+        return head + " This model does not measure it (the lab's accuracy needs a shipped classifier: MNIST or emoji)."
     if not shown:
         return head + " Nothing measured yet: press Run and wait for it to finish."
     return head + " Measured just now: " + "; ".join(shown) + "."

@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from coolsd.bench.settings import Setting
-from coolsd.compare.metrics import classifier_outputs, token_nll
+from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
 from coolsd.decoding.engine import run
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle
@@ -89,18 +89,6 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
         "nll": token_nll(bundle.target, sampling, cls, result.tokens),
         "features": features[0].tolist(),
     }
-
-
-def predicted(classifier, logits: torch.Tensor, cond: int) -> dict:
-    """{"pred": predicted condition id} from one image's classifier logits (V,); a class + style
-    classifier (config num_styles > 0: class logits, then style logits) also gives class_ok / style_ok
-    against the requested condition cond = class * S + style."""
-    styles = getattr(classifier.config, "num_styles", 0)
-    if not styles:
-        return {"pred": int(logits.argmax())}
-    c = classifier.config.num_classes
-    pc, ps = int(logits[:c].argmax()), int(logits[c:].argmax())
-    return {"pred": pc * styles + ps, "class_ok": pc == cond // styles, "style_ok": ps == cond % styles}
 
 
 def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem], sampling: SamplingConfig,

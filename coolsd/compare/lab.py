@@ -4,8 +4,8 @@ A lab run decodes `len(conditions)` samples with each decoder of a `LabSetup` (v
 reference, Eagle-1, the chosen relaxed rule and its twin), on a few worker threads that each hold
 their own model handles (`coolsd.compare.race.fork_models`), and yields a `LabSample` as soon as one
 finishes, row by row (sample j of every decoder before sample j + 1). Every sample carries what
-judges it: the target's mean NLL of its tokens (`coolsd.compare.metrics.token_nll`), the digit
-classifier's prediction (embedded model only), tau and its decode time. `summarise` turns the
+judges it: the target's mean NLL of its tokens (`coolsd.compare.metrics.token_nll`), the shipped
+classifier's reading (embedded models: the digit, or the emoji's class), tau and its decode time. `summarise` turns the
 samples so far into per-decoder numbers: accuracy, mean NLL, tau, speed-up over vanilla AR.
 
 Vanilla AR and Eagle-1 do not depend on the chosen relaxation, so their samples are cached per
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coolsd.compare.metrics import classifier_outputs, token_nll
+from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, run
@@ -116,10 +116,16 @@ class LabSample:
     nll: float
     predicted: int | None
     cached: bool = False
+    styles: int = 0
 
     @property
     def correct(self) -> bool | None:
-        return None if self.predicted is None else self.predicted == self.condition
+        """Whether the classifier read the requested class (None without a classifier)."""
+        if self.predicted is None:
+            return None
+        if self.styles:
+            return self.predicted // self.styles == self.condition // self.styles
+        return self.predicted == self.condition
 
 
 class Lab:
@@ -127,7 +133,7 @@ class Lab:
 
     target, drafter, tokenizer: as the engine and the app use them (shared weights, never decoded
     on directly: every worker decodes on its own handle, see `run`). classifier: a
-    `ResNetForImageClassification` digit classifier or None. workers: threads decoding at once
+    `ResNetForImageClassification` (the MNIST digit classifier, or the emoji class + style one) or None. workers: threads decoding at once
     (2 on a 2-core machine). The lab forks its own handles here (before anything decodes on the
     models: `fork_models` refuses models with allocated caches); `run` may be given others.
     """
@@ -151,12 +157,14 @@ class Lab:
         finally:
             handles.put((target, drafter))
         image = self.tokenizer.decode(result.tokens)  # (C, H, W) in [0, 1]
-        predicted = None
+        read, styles = None, 0
         if self.classifier is not None:
             with self._classifier_lock:
-                predicted = int(classifier_outputs(self.classifier, image[None].float())[1][0].argmax())
+                logits = classifier_outputs(self.classifier, image[None].float())[1][0]
+            read = predicted(self.classifier, logits, cond)["pred"]
+            styles = getattr(self.classifier.config, "num_styles", 0)
         return LabSample(row, column, decoder.key, cond, seed, result.tokens, image, result.tau,
-                         result.target_forwards, sum(result.seconds.values()), nll, predicted)
+                         result.target_forwards, sum(result.seconds.values()), nll, read, styles=styles)
 
     def _key(self, decoder: LabDecoder, cond, seed: int, sampling: SamplingConfig, config: DecodeConfig) -> tuple:
         rule = None if decoder.rule is None else tuple(sorted(decoder.rule.config().items()))
@@ -253,7 +261,8 @@ def summarise(samples: list[LabSample], decoders: list[LabDecoder]) -> list[dict
 
 
 def load_classifier(path=None):
-    """The embedded model's digit classifier (`assets/embedded/classifier`, fp32, eval mode), or None if absent."""
+    """A shipped classifier folder (default: the MNIST digit classifier, `assets/embedded/classifier`;
+    the emoji one is `assets/emoji/classifier`), fp32 in eval mode, or None if absent."""
     folder = Path(path) if path is not None else EMBEDDED_CLASSIFIER
     if not (folder / "config.json").is_file():
         return None

@@ -48,6 +48,18 @@ def classifier_features(classifier, images01: Tensor, batch_size: int = 64) -> T
     return classifier_outputs(classifier, images01, batch_size)[0]
 
 
+def predicted(classifier, logits: torch.Tensor, cond: int) -> dict:
+    """{"pred": predicted condition id} from one image's classifier logits (V,); a class + style
+    classifier (config num_styles > 0: class logits, then style logits) also gives class_ok / style_ok
+    against the requested condition cond = class * S + style."""
+    styles = getattr(classifier.config, "num_styles", 0)
+    if not styles:
+        return {"pred": int(logits.argmax())}
+    c = classifier.config.num_classes
+    pc, ps = int(logits[:c].argmax()), int(logits[c:].argmax())
+    return {"pred": pc * styles + ps, "class_ok": pc == cond // styles, "style_ok": ps == cond % styles}
+
+
 # ---------------------------------------------------------------- Frechet distance
 def feature_stats(features: Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(N, D) features -> (mu (D,), sigma (D, D)) float64; sigma is the unbiased covariance (N - 1)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -16,7 +17,7 @@ import torch
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
-from coolsd.models.timing import median_seconds
+from coolsd.models.timing import interleaved_medians
 from coolsd.util.paths import EMOJI_DIR
 
 # Sampling the emoji model is shown with (CFG over both conditions; see assets/emoji/README.md).
@@ -26,12 +27,12 @@ EMOJI_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1
 log = logging.getLogger("coolsd")
 DTYPE_ENV = "COOLSD_DTYPE"  # fp32 | bf16 | auto (default): how the emoji model's target and drafter run
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+TIMING_WARMUP, TIMING_REPEATS = 4, 15  # turns of the load-time timing (each a round of each precision)
 
 
-@torch.no_grad()
-def round_seconds(model, head, draft_len: int, reps: int = 5, context: int = 64) -> float:
-    """Median wall time of one default round on this machine: `draft_len` drafter steps of one token
-    and one target verify of draft_len + 1 tokens, both CFG rows, after `context` cached tokens."""
+def round_call(model, head, draft_len: int, context: int = 64) -> Callable[[], None]:
+    """One default round on this machine, as a call to time: `draft_len` drafter steps of one token and
+    one target verify of draft_len + 1 tokens, both CFG rows, after `context` cached tokens."""
     from coolsd.models.eagle import EagleDrafter
     from coolsd.models.embedded import LlamaClassTarget
 
@@ -39,11 +40,13 @@ def round_seconds(model, head, draft_len: int, reps: int = 5, context: int = 64)
     target = LlamaClassTarget(model, max_tokens=context + draft_len + 1)
     drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[: cfg.codebook_size],
                            context + draft_len + 1)
-    target.start(0, True)
-    drafter.start(0, True)
-    pre = target.forward(torch.zeros(context, dtype=torch.long), torch.arange(context))
-    drafter.forward(torch.zeros(context, dtype=torch.long), pre.hidden, torch.arange(context))
+    with torch.no_grad():
+        target.start(0, True)
+        drafter.start(0, True)
+        pre = target.forward(torch.zeros(context, dtype=torch.long), torch.arange(context))
+        drafter.forward(torch.zeros(context, dtype=torch.long), pre.hidden, torch.arange(context))
 
+    @torch.no_grad()
     def one_round() -> None:
         hidden = pre.hidden[:, -1:]
         for j in range(draft_len):
@@ -52,12 +55,14 @@ def round_seconds(model, head, draft_len: int, reps: int = 5, context: int = 64)
         target.crop(context)
         drafter.crop(context)
 
-    return median_seconds(one_round, repeats=reps, warmup=1)  # the first round warms up
+    return one_round
 
 
 def choose_dtype(root: Path, device: torch.device, draft_len: int | None = None) -> tuple[torch.dtype, str]:
     """(dtype, description): COOLSD_DTYPE when set to fp32 / bf16, else (auto) the faster of the two
-    by `round_seconds` on CPU (about 1 s), fp16 on CUDA."""
+    on CPU, fp16 on CUDA. Auto times a default round (`round_call`) of each precision in turns
+    (`interleaved_medians`: TIMING_WARMUP untimed and TIMING_REPEATS timed turns, about 1 s in all),
+    so a change of load while the page loads cannot favour the one timed second."""
     from transformers import LlamaForCausalLM
 
     from coolsd.models.eagle import EagleHead
@@ -70,14 +75,16 @@ def choose_dtype(root: Path, device: torch.device, draft_len: int | None = None)
     if device.type == "cuda":
         return torch.float16, "fp16 (CUDA)"
     draft_len = draft_len or DecodeConfig().draft_len
-    ms = {}
+    calls = {}
     for name, dtype in DTYPES.items():
         model = LlamaForCausalLM.from_pretrained(root / "target", dtype=dtype).eval()
         head = EagleHead.from_pretrained(root / "drafter", dtype=dtype).eval()
-        ms[name] = 1e3 * round_seconds(model, head, draft_len)
+        calls[name] = round_call(model, head, draft_len)
+    ms = {name: 1e3 * s for name, s in interleaved_medians(calls, TIMING_REPEATS, TIMING_WARMUP).items()}
     best = min(ms, key=ms.get)
     how = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
-    return DTYPES[best], f"{best} (measured at load: a round of L={draft_len} drafts + verify takes {how})"
+    return DTYPES[best], (f"{best} (measured at load, median of {TIMING_REPEATS} alternating rounds: "
+                          f"L={draft_len} drafts + verify takes {how})")
 
 
 def load_emoji(path: str | Path | None = None, device: str | torch.device | None = None,

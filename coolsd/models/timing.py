@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +36,29 @@ def device_sync(device) -> Callable[[], None]:
 def median_seconds(fn: Callable[[], Any], repeats: int = 7, warmup: int = 2, sync: Callable[[], None] = lambda: None,
                    clock: Callable[[], float] = time.perf_counter) -> float:
     """Median wall seconds of `fn()` over `repeats` calls after `warmup` untimed ones (each call synchronised)."""
+    return interleaved_medians({"fn": fn}, repeats, warmup, sync, clock)["fn"]
+
+
+def interleaved_medians(fns: Mapping[str, Callable[[], Any]], repeats: int = 7, warmup: int = 2,
+                        sync: Callable[[], None] = lambda: None,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """{name: median wall seconds of fns[name]()}, the calls taken in turns (a, b, a, b, ...): `warmup`
+    untimed turns, then `repeats` timed ones, so a change of machine load during the measurement falls
+    on every candidate alike instead of on whichever happened to be timed then."""
     checks.integer("repeats", repeats, 1)
     checks.integer("warmup", warmup, 0)
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        sync()
-        t0 = clock()
-        fn()
-        sync()
-        times.append(clock() - t0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            sync()
+            t0 = clock()
+            fn()
+            sync()
+            times[name].append(clock() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 @dataclass(frozen=True)

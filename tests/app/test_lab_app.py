@@ -150,3 +150,14 @@ def test_grid_image_layout():
         lab_ui.CELL + lab_ui.GAP)
     assert img.getpixel((x + 5, y + lab_ui.CELL - 5)) == (255, 255, 255)  # the (white) sample is pasted
     assert img.getpixel((x - 2, y + 20)) == lab_ui.COLOURS["wrong"]  # misread (7 for 1): red frame
+
+
+def test_held_out_note_reads_the_training_metrics(tmp_path):
+    from coolsd.app.lab import HELD_OUT, held_out_note
+
+    good = tmp_path / "metrics.json"
+    good.write_text('{"val_class_acc": 0.583, "n_heldout": 240}')
+    assert "58 % of 240 held-out" in held_out_note(good)
+    (tmp_path / "bad.json").write_text('{"val_class_acc": "x"}')
+    assert held_out_note(tmp_path / "bad.json") == "" and held_out_note(tmp_path / "none.json") == ""
+    assert all(held_out_note(p) for p in HELD_OUT.values() if p.is_file())  # the shipped files hold the numbers

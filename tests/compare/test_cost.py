@@ -12,7 +12,7 @@ from coolsd.compare.race import Race, Racer
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import CoolSDRule, EagleRule
 from coolsd.models.protocol import ModelStep
-from coolsd.models.timing import ForwardTimes, forward_times, median_seconds
+from coolsd.models.timing import ForwardTimes, forward_times, interleaved_medians, median_seconds
 from coolsd.theory.tabular import random_tables
 
 
@@ -146,6 +146,26 @@ def test_median_seconds_takes_the_median_after_warmup():
         clock.now += next(costs)
 
     assert median_seconds(call, repeats=5, warmup=2, clock=clock) == 3.0
+
+
+def test_interleaved_medians_time_in_turns_so_a_load_change_hits_every_candidate():
+    clock = FakeClock()
+    order = []
+
+    def call(name, cost):
+        def fn():
+            order.append(name)
+            clock.now += cost * (3.0 if len(order) > 8 else 1.0)  # the machine gets 3x slower midway
+        return fn
+
+    medians = interleaved_medians({"a": call("a", 2.0), "b": call("b", 1.0)}, repeats=7, warmup=1, clock=clock)
+    assert order == ["a", "b"] * 8  # one untimed turn, then seven timed turns
+    # a's timed calls are 2, 2, 2, 6, 6, 6, 6 and b's 1, 1, 1, 3, 3, 3, 3: timed one after the other,
+    # a would have had the fast machine and b the slow one (2 vs 3)
+    assert medians == {"a": 6.0, "b": 3.0}  # both medians see the same slow-down, so b still wins
+    assert median_seconds(call("c", 1.0), repeats=3, warmup=0, clock=clock) == 3.0
+    with pytest.raises(ValueError, match="repeats"):
+        interleaved_medians({"a": call("a", 1.0)}, repeats=0)
 
 
 # ---------------------------------------------------------------- measured once, in the background

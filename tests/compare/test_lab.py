@@ -16,6 +16,7 @@ from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "assets" / "embedded"
+EMOJI = EMBEDDED.parent / "emoji"
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +139,42 @@ def test_summarise_speedup_uses_rows_both_finished():
     assert rows[1]["speedup"] == 2.0  # row 1 of Eagle-1 has not finished: only row 0 counts
     assert rows[0]["accuracy"] == 0.5 and rows[1]["accuracy"] == 0.0
     assert summarise([], decoders)[1]["speedup"] is None
+
+
+def test_a_styled_sample_is_judged_on_its_class_alone():
+    def sample(predicted, cond, styles):
+        return LabSample(0, 0, "x", cond, 0, torch.zeros(4, dtype=torch.long), torch.zeros(3, 2, 2), 2.0, 2,
+                         1.0, 1.0, predicted, styles=styles)
+
+    # S = 2 styles: condition 4 is class 2 style 0; a reading of 5 is class 2 in the other style
+    assert sample(5, 4, styles=2).correct is True and sample(4, 4, styles=2).correct is True
+    assert sample(6, 4, styles=2).correct is False and sample(3, 4, styles=2).correct is False
+    assert sample(5, 4, styles=0).correct is False  # without styles the whole id must match
+    assert sample(None, 4, styles=2).correct is None
+
+
+@pytest.mark.skipif(not (EMOJI / "classifier").is_dir(), reason="the emoji model is not shipped here")
+def test_emoji_lab_reads_the_class_the_classifier_reads(monkeypatch):
+    """On the shipped emoji model: each sample's reading is the class + style classifier's, recomputed here."""
+    from coolsd.compare.metrics import predicted
+    from coolsd.models.emoji import load_emoji
+
+    monkeypatch.setenv("COOLSD_DTYPE", "fp32")
+    bundle = load_emoji(device="cpu")
+    classifier = load_classifier(EMOJI / "classifier")
+    styles = classifier.config.num_styles
+    assert styles == len(bundle.style_names) > 0
+    lab = Lab(bundle.target, bundle.drafter, bundle.tokenizer, bundle.num_tokens, classifier, workers=2)
+    decoders = lab_decoders("cool-sd", 2.0)[:1]  # vanilla AR: one decoder keeps it short
+    conds = [2 * styles + 1, 5 * styles]
+    samples = list(lab.run(decoders, conds, [0, 1], bundle.default_sampling))
+    assert len(samples) == 2
+    for s in samples:
+        logits = classifier_outputs(classifier, s.image[None].float())[1][0]
+        read = predicted(classifier, logits, s.condition)
+        assert s.styles == styles and s.predicted == read["pred"]
+        assert s.correct is read["class_ok"]
+    assert summarise(samples, decoders)[0]["accuracy"] == sum(s.correct for s in samples) / 2
 
 
 @pytest.mark.skipif(not (EMBEDDED / "classifier").is_dir(), reason="the embedded model is not shipped here")
