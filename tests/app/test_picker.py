@@ -342,3 +342,19 @@ def test_a_text_model_beside_a_class_model_shares_one_condition_box(tmp_path_fac
     settings = last[STATS]["settings"]
     assert last[STATS]["finished"] and settings["model"] == "tiny" and settings["condition"] == "3"
     assert settings["resolution"] == "tiny" and last[STATS]["model"] == tiny.model.name
+
+
+@needs_emoji
+def test_the_lab_on_emoji_judges_each_class_and_the_tour_reveals_it():
+    from coolsd.app import tour
+
+    lab = APP.ctx.panels["lab"]
+    frames = list(lab.grid("cool-sd", 8.0, 2, 0, None, "emoji"))
+    _, text, _, stats = frames[-1]
+    assert stats["finished"] and stats["model"] == APP.ctx.for_model("emoji").model.name
+    assert [s["condition"] for s in stats["samples"][:1]] == [0]  # one sample per class, the styles in turn
+    assert {s["condition"] for s in stats["samples"]} == {0, 3}
+    assert all(r["accuracy"] is not None for r in stats["decoders"]) and "held-out" in text
+    step = next(s for s in tour.STEPS if s.lab == {"rule": "cool-sd", "relaxation": 8.0})
+    shown = tour.reveal_markdown(step, 50, stats)
+    assert "Measured just now" in shown and "does not measure" not in shown
