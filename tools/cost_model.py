@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                               ("e", "expected_tokens"), ("e_measured", "measured_tokens_per_round")):
                 d[name].append(row[key])
     summary = {"cpu": cpu_name(), "load_before": load_before, "load_after": os.getloadavg(),
-               "torch_threads": torch.get_num_threads(), "model": bundle.name, "execution": bundle.execution, "draft_len": config.draft_len,
+               "torch_threads": torch.get_num_threads(), "model": bundle.name, "execution": bundle.execution,
+               "draft_len": config.draft_len,
                "seeds": args.seeds, "condition": args.condition, "times": times.to_json(),
                "step_ms": costs.step_ms, "draft_cost": costs.draft_cost,
                "verify_cost": costs.verify_cost(config.draft_len + 1), "racers": per_key}

@@ -47,8 +47,8 @@ same seed), streamed as they finish. Vanilla AR is the reference (exact, slow); 
 relaxed rule and its twin trade exactness for speed. A frame around a sample is **green** when the model's small
 classifier reads the intended class (the digit; an emoji's class, its style aside), **red** (with what it read)
 when it does not. The emoji classifier is weak (its held-out accuracy is under the table), so compare the
-decoders with each other, not with 100 %. Raise the relaxation until the red frames and the NLL climb: that is where images
-start to break. Sampling and draft length (L = {DecodeConfig().draft_len}) are the benchmark's, so
+decoders with each other, not with 100 %. Raise the relaxation until the red frames and the NLL climb: that is
+where images start to break. Sampling and draft length (L = {DecodeConfig().draft_len}) are the benchmark's, so
 the run is marked on the benchmark's Pareto figure below.
 """
 
@@ -198,7 +198,8 @@ def held_out_note(path: Path) -> str:
         acc, n = float(m["val_class_acc"]), int(m["n_heldout"])
     except (OSError, ValueError, KeyError, TypeError):
         return ""
-    return f" The classifier reads {100 * acc:.0f} % of {n} held-out real images' classes right: compare columns, not levels."
+    return (f" The classifier reads {100 * acc:.0f} % of {n} held-out real images' classes right: compare columns, "
+            "not levels.")
 
 
 # ---------------------------------------------------------------- the handler

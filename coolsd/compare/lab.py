@@ -133,7 +133,8 @@ class Lab:
 
     target, drafter, tokenizer: as the engine and the app use them (shared weights, never decoded
     on directly: every worker decodes on its own handle, see `run`). classifier: a
-    `ResNetForImageClassification` (the MNIST digit classifier, or the emoji class + style one) or None. workers: threads decoding at once
+    `ResNetForImageClassification` (the MNIST digit classifier, or the emoji class + style one) or None.
+    workers: threads decoding at once
     (2 on a 2-core machine). The lab forks its own handles here (before anything decodes on the
     models: `fork_models` refuses models with allocated caches); `run` may be given others.
     """

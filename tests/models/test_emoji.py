@@ -129,7 +129,8 @@ def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
     lanes = {key: fork_models(b.target, b.drafter) for key in rules}
     solo = {key: fork_models(b.target, b.drafter) for key in rules}
     racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1], rule, cond=4, num_tokens=b.num_tokens,
-                                       sampling=b.default_sampling, config=config, seed=5), b.num_tokens) for key, rule in rules.items()]
+                                       sampling=b.default_sampling, config=config, seed=5), b.num_tokens)
+              for key, rule in rules.items()]
     keys = [racer.key for racer, _ in Race(racers)]
     assert len(set(keys[:8])) > 1
     for racer, (key, rule) in zip(racers, rules.items()):
