@@ -367,7 +367,7 @@ def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
 
 
 def test_condition_and_default_seed_reach_the_models(tabular):
-    """The condition goes to both models' start; no generator means seed 0, in decode and in generate."""
+    """The condition goes to both models' start; no generator means seed 0, in decode, generate and run."""
     from exact_engine import checked_models
 
     target, drafter = checked_models(*tabular(3, 5, seed=11))
@@ -377,7 +377,8 @@ def test_condition_and_default_seed_reach_the_models(tabular):
     by_decode = DecodeResult.from_events(decode(target, drafter, rule, cond=8, num_tokens=5, config=config))
     assert target.cond == drafter.cond == 8
     by_generate = DecodeResult.from_events(generate(target, drafter, rule, cond=7, num_tokens=5, config=config))
-    for result in (by_decode, by_generate):
+    by_run = run(target, drafter, rule, cond=7, num_tokens=5, config=config)
+    for result in (by_decode, by_generate, by_run):
         assert [e.tokens.tolist() for e in result.events] == [e.tokens.tolist() for e in reference.events]
     assert any(run(target, drafter, rule, cond=7, num_tokens=5, config=config,
                    seed=s).tokens.tolist() != reference.tokens.tolist()
