@@ -90,10 +90,19 @@ PATTERNS: list[tuple[str, str]] = [
     (r"^\+\s+if n_draft > 1:$",
      "E21 with one draft the drafter never read it (it is sampled from the ingest call's last row), so cropping "
      "the drafter back to t is a no-op exactly when n_draft == 1"),
-    (r"^\+\s+draft_forwards=n_draft\)",
-     "E16 make_event's default target_forwards is 1, the value the chain round passes"),
+    (r"^\+\s+(tested_depths=walk\.tested_d, tested_probs=walk\.tested_a, )?"
+     r"draft_forwards=(n_draft|tree\.calls|n_draft, detail=detail)\)",
+     "E16 make_event's default target_forwards is 1, the value a chain or tree round passes"),
     (r"generator=s\.gen, device=s\.device, (dtype=None)?\)\) <= a",
      "E8 a float32 uniform against a: the same Bernoulli(a) to float32 resolution (another random stream)"),
+    (r"if feed or d < depth_max:|if feed and d <= depth_max:",
+     "E26 tree levels: every level above the deepest has a node with children (a node's q always has mass), "
+     "and the deepest has none, so `feed` is non-empty exactly when d < depth_max"),
+    (r"keep = torch\.tensor\(\[old \+ row_of\[k\] for k in walk\.accepted\], (dtype=None, )?device=s\.device\)|"
+     r"s\.target\.crop\(old \+ 1, keep if \(walk\.accepted\) or True else None\)",
+     "E27 crop keeps: torch infers int64 from Python ints, and crop treats an empty `keep` (of any dtype) as None"),
+    (r"^\+\s+q = u = \"\"|^\+\s+rows = None$",
+     "E29 a round without drafts (vanilla AR, or no room left): round_detail reads p only, never q, u or rows"),
 ]
 
 # Reasons read by hand for single mutants (30 Nov 2026).
