@@ -103,6 +103,9 @@ PATTERNS: list[tuple[str, str]] = [
      "E27 crop keeps: torch infers int64 from Python ints, and crop treats an empty `keep` (of any dtype) as None"),
     (r"^\+\s+q = u = \"\"|^\+\s+rows = None$",
      "E29 a round without drafts (vanilla AR, or no room left): round_detail reads p only, never q, u or rows"),
+    (r"self\.detail = (None|True)  # True: every chain round",
+     "E25 Session's first values are overwritten before use: decode sets `detail` from its config before any "
+     "round"),
 ]
 
 # Reasons read by hand for single mutants (30 Nov 2026).

@@ -134,9 +134,15 @@ def test_every_number_of_every_round_equals_a_recomputation(bundle, trace, key):
     committed: list[int] = []
     kinds = set()
     for e in events:
-        if e.index == 0:  # the prefix step: one token from p_0
+        if e.index == 0:  # the prefix step: one token from p_0, its bars p_0 only
             p0 = process(bundle.target.fork().start(COND, True).logits)[-1]
             assert int(torch.multinomial(p0, 1, generator=gen)) == e.tokens[0]
+            view = round_view(e, trace.grid, label)
+            assert view["depths"] == [] and view["n_accepted"] == 0 and view["token"] == e.tokens[0]
+            assert view["last"] == "bonus" and set(view["top"]) == {"p"}
+            tops = {r["token"]: r["prob"] for r in view["top"]["p"]}
+            assert set(torch.topk(p0, 8).indices.tolist()) <= set(tops) and int(e.tokens[0]) in tops
+            assert all(close(prob, p0[tok]) for tok, prob in tops.items())
             committed += e.tokens.tolist()
             continue
         view = round_view(e, trace.grid, label)

@@ -253,7 +253,7 @@ def test_num_tokens_one(models):
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"draft_len": 0}, "draft_len"), ({"draft_len": -2}, "draft_len"), ({"draft_len": 1.5}, "draft_len"),
     ({"draft_len": math.nan}, "draft_len"), ({"draft_len": math.inf}, "draft_len"), ({"draft_len": True}, "draft_len"),
-    ({"tree": "nope"}, "tree"),
+    ({"tree": "nope"}, "tree"), ({"detail": "yes"}, "detail"), ({"detail": 1}, "detail"),
 ])
 def test_bad_decode_config(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -295,6 +295,8 @@ def test_error_messages_in_full(models):
         (lambda: DecodeConfig(tree="oak"), f"unknown tree 'oak'; choose one of {sorted(TREES)} or None for chain"),
         (lambda: make_generator(2**63), "seed must be an integer in [0, 2**63), got 9223372036854775808"),
         (lambda: run(target, None, CoolSDRule(), cond=None, num_tokens=T),
+         "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
+        (lambda: generate(target, None, CoolSDRule(), cond=None, num_tokens=T),  # at the call, not on first next()
          "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
         (lambda: run(target, None, None, cond=None, num_tokens=0), "num_tokens must be an integer >= 1, got 0"),
     ]
