@@ -108,6 +108,14 @@ def load_llamagen_models(path) -> list[AppModel]:
     return models
 
 
+def serving_threads() -> None:
+    """Small models on a CPU decode single-threaded (a core is left to the server and the other lanes).
+    Call it before loading a model: the emoji model times its fp32 and bf16 paths at load
+    (`coolsd.models.emoji.choose_dtype`), and the faster path at 2 threads is not the faster at 1."""
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)
+
+
 def load_models(choice: str) -> list[AppModel]:
     """Like `load_model`, with every resolution of a model offered at several (LlamaGen: 256 and 512 px)."""
     if (choice or "").strip().lower() == "llamagen":

@@ -13,7 +13,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
-from coolsd.app.context import KIND_KEYS, Catalogue, Context, available_models, load_models
+from coolsd.app.context import KIND_KEYS, Catalogue, Context, available_models, load_models, serving_threads
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
@@ -153,13 +153,10 @@ def make_demo(model: str, workers: int = 1, models: list[str] | None = None) -> 
     """Load `model` ("emoji", "embedded", "tiny" or "llamagen"; see `coolsd.app.context.load_models`) and build
     the demo around it. The model picker offers it first, then `models` (picker keys; default: the shipped
     models whose weights are here, `available_models`), each loaded on its first use. Small models on a CPU
-    decode single-threaded (a core is left to the server)."""
-    import torch
-
+    decode single-threaded (a core is left to the server; `serving_threads`)."""
+    serving_threads()  # before loading: the load-time timing then runs as the app will
     family = load_models(model)
     others = available_models() if models is None else list(models)
     catalogue = Catalogue([KIND_KEYS.get(family[0].kind, family[0].kind), *others], workers)
     ctx = Context.for_models(family, workers=workers, catalogue=catalogue)
-    if ctx.device.type == "cpu":
-        torch.set_num_threads(1)
     return Demo(ctx, build_demo(ctx), workers)

@@ -20,10 +20,9 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():
     os.environ.setdefault(_key, _value)
 
-import torch  # noqa: E402
 
 from coolsd.app import shipped  # noqa: E402
-from coolsd.app.context import Context, default_model_choice, load_models  # noqa: E402
+from coolsd.app.context import Context, default_model_choice, load_models, serving_threads  # noqa: E402
 from coolsd.app.race import RacePanel  # noqa: E402
 from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace  # noqa: E402
@@ -46,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="embedded | tiny | llamagen | ... (default: as the app)")
     parser.add_argument("--out", default=None, help="output file (default: assets/traces/<model slug>.json.gz)")
     args = parser.parse_args(argv)
+    serving_threads()  # as app.py runs it
     ctx = Context.for_models(load_models(args.model or default_model_choice()))
-    if ctx.device.type == "cpu":
-        torch.set_num_threads(1)  # as app.py runs it
     trace = record(ctx)
     path = shipped.save(ctx, trace, args.out)
     print(f"wrote {path}: {len(trace)} race steps of {ctx.model.name}, {shipped.machine()}")

@@ -42,3 +42,22 @@ def test_default_is_the_emoji_model_when_shipped(monkeypatch, tmp_path, shipped,
         (tmp_path / "target" / "config.json").write_text("{}")
     monkeypatch.setattr(context, "EMOJI_DIR", tmp_path)
     assert context.default_model_choice() == expected
+
+
+def test_the_demo_loads_its_model_at_the_threads_it_serves_with(monkeypatch):
+    """The emoji model's load-time fp32 / bf16 timing must run single-threaded on a CPU, as the app then decodes:
+    at 2 threads fp32 won the round timing, at 1 thread bf16 did (this Xeon, 1 Dec 2026)."""
+    import torch
+
+    from coolsd.app import demo
+
+    seen = []
+    real = demo.load_models
+    monkeypatch.setattr(demo, "load_models", lambda choice: seen.append(torch.get_num_threads()) or real(choice))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        demo.make_demo("tiny", workers=1, models=[])
+        assert seen == [1 if not torch.cuda.is_available() else 2]
+    finally:
+        torch.set_num_threads(before)
