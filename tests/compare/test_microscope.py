@@ -143,6 +143,10 @@ def test_every_number_of_every_round_equals_a_recomputation(bundle, trace, key):
             tops = {r["token"]: r["prob"] for r in view["top"]["p"]}
             assert set(torch.topk(p0, 8).indices.tolist()) <= set(tops) and int(e.tokens[0]) in tops
             assert all(close(prob, p0[tok]) for tok, prob in tops.items())
+            d = e.detail  # no drafts: every per-draft field is an empty float64 row, the bars' values float64
+            for empty in (d.q_draft, d.p_draft, d.accept, d.uniforms, d.omega):
+                assert empty.shape == (0,) and empty.dtype == torch.float64
+            assert d.dists["p"].dtype == torch.float64 and d.drafts.shape == (0,)
             committed += e.tokens.tolist()
             continue
         view = round_view(e, trace.grid, label)
