@@ -119,6 +119,11 @@ PATTERNS: list[tuple[str, str]] = [
      "of any column is the same empty tensor"),
     (r"return t\.detach\(\)\.to\((None, )?torch\.float64\)",
      "E1 device: the tests run on the CPU, where .to(None) or no device is the CPU too"),
+    (r'return t\.detach\(\)\.to\("cpu", (None)?\)',
+     "E2 dtype: Session.probs processes the logits in float64, so every row reaching round_detail is float64 "
+     "already"),
+    (r"p_draft=host\(pick\(p\[:length\], x\)\) if \(length\) or True else empty",
+     "E29 a round without drafts: pick(p[:0], x) is an empty float64 row, the same as `empty`"),
 ]
 
 # Reasons read by hand for single mutants (30 Nov 2026).
