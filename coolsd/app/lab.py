@@ -29,13 +29,13 @@ from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.bundle import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.jsonsafe import json_safe
-from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_DIR
+from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, EMOJI_DIR
 
 ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
 LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
 BENCH = BENCH_DIR / "results.jsonl"
-CLASSIFIERS = {"embedded": EMBEDDED_CLASSIFIER, "emoji": EMOJI_DIR / "classifier"}  # AppModel.kind -> its judge
+CLASSIFIERS = {"embedded": EMBEDDED_CLASSIFIER, "emoji": EMOJI_CLASSIFIER}  # AppModel.kind -> its judge
 HELD_OUT = {"emoji": EMOJI_DIR / "metrics.json"}  # the training run's held-out accuracy of a weak classifier
 CELL = 64  # pixels per sample in the grid image
 LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample header row, gap between cells

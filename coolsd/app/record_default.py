@@ -20,7 +20,6 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():
     os.environ.setdefault(_key, _value)
 
-
 from coolsd.app import shipped  # noqa: E402
 from coolsd.app.context import Context, default_model_choice, load_models, serving_threads  # noqa: E402
 from coolsd.app.race import RacePanel  # noqa: E402

@@ -35,7 +35,7 @@ from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import DTYPE_ENV, load_emoji
 from coolsd.models.tiny import tiny_bundle
 from coolsd.util.jsonsafe import dumps
-from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_DIR, ROOT
+from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, ROOT
 
 log = logging.getLogger("coolsd.bench")
 DEFAULT_OUT = BENCH_DIR
@@ -124,7 +124,7 @@ def load_bundle(args, device: torch.device):
         bundle = load_emoji(device=device)
     else:
         bundle = load_embedded(device=device)
-    folder = args.classifier or (EMOJI_DIR / "classifier" if args.model == "emoji" else EMBEDDED_CLASSIFIER)
+    folder = args.classifier or (EMOJI_CLASSIFIER if args.model == "emoji" else EMBEDDED_CLASSIFIER)
     if not (folder / "config.json").is_file():
         raise SystemExit(f"classifier not found: {folder} (a ResNetForImageClassification save_pretrained folder)")
     classifier = ResNetForImageClassification.from_pretrained(folder, dtype=torch.float32).to(device).eval()

@@ -9,6 +9,7 @@ ASSETS = ROOT / "assets"
 EMBEDDED_DIR = ASSETS / "embedded"  # the shipped digit model: vq/, target/, drafter/, classifier/
 EMBEDDED_CLASSIFIER = EMBEDDED_DIR / "classifier"
 EMOJI_DIR = ASSETS / "emoji"  # the shipped emoji model (same four folders; class + style conditional, RGB)
+EMOJI_CLASSIFIER = EMOJI_DIR / "classifier"
 BENCH_DIR = ASSETS / "bench"  # the benchmark's shipped results
 THEORY_REPORT = ASSETS / "theory_schedules.json"  # python -m coolsd.theory --report --report-out ...
 DOCS = ROOT / "docs"
