@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundEvent
-from coolsd.models.protocol import Drafter, TokenModel
+from coolsd.decoding.protocol import Drafter, TokenModel
 
 log = logging.getLogger("coolsd")
 

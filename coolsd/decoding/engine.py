@@ -19,7 +19,7 @@ from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES, tree_round
-from coolsd.models.protocol import Drafter, TokenModel
+from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.util import checks
 
 

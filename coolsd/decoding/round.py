@@ -16,7 +16,7 @@ from torch import Tensor
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
 from coolsd.decoding.rules import Rule, pick
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.models.protocol import Drafter, TokenModel
+from coolsd.decoding.protocol import Drafter, TokenModel
 
 
 def sample(probs: Tensor, gen: torch.Generator) -> Tensor:

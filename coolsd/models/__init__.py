@@ -1,6 +1,6 @@
-"""Models behind the engine's protocol (`protocol.py`: `TokenModel`, `Drafter`, `ImageTokenizer`).
+"""Models behind the engine's protocol (`coolsd.decoding.protocol`: `TokenModel`, `Drafter`, `ImageTokenizer`).
 
-Start reading at `protocol.py`, then `bundle.py` (`ModelBundle`, `load_embedded`: the shipped digit
+Start reading at `bundle.py` (`ModelBundle`, `load_embedded`: the shipped digit
 model). `llama.py` is the fused Llama layer stack with its KV cache, `embedded.py` the target on it,
 `eagle.py` the Eagle-1 drafter head, `graphs.py` / `static.py` the execution paths (eager, static
 shapes, CUDA graphs), `tiny.py` a random-weight bundle for tests, `llamagen/` the LlamaGen T2I model

@@ -15,7 +15,7 @@ from torch import Tensor
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.graphs import prepare
-from coolsd.models.protocol import Drafter, ImageTokenizer, TokenModel
+from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.util.paths import EMBEDDED_DIR
 
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).

@@ -15,7 +15,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.models.llama import LayerStack, set_path
-from coolsd.models.protocol import ModelStep
+from coolsd.decoding.protocol import ModelStep
 
 
 class EagleHead(PreTrainedModel):

@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.models.llama import LayerStack, set_path
-from coolsd.models.protocol import ModelStep
+from coolsd.decoding.protocol import ModelStep
 from coolsd.util import checks
 
 NUM_CLASSES = 10  # the digits 0..9

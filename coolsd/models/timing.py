@@ -91,7 +91,7 @@ def forward_times(target, drafter, cond: Any, guidance: bool = True, max_tokens:
                   repeats: int = 7, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> ForwardTimes:
     """Median time of a target forward of 1..max_tokens tokens and of one drafter step after `context` tokens.
 
-    target / drafter: engine models (`coolsd.models.protocol`; drafter may be None); cond: their
+    target / drafter: engine models (`coolsd.decoding.protocol`; drafter may be None); cond: their
     condition; guidance: True times both CFG rows, as a decode with CFG runs them. Token ids are 0
     (time does not depend on them). The caches hold the context afterwards.
     """

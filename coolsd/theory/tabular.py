@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from coolsd.models.protocol import ModelStep
+from coolsd.decoding.protocol import ModelStep
 
 
 @dataclass

