@@ -35,6 +35,7 @@ class Bug:
 
 FAST = ("tests/theory/test_oracle.py", "tests/decoding/test_engine.py", "tests/decoding/test_tree.py",
         "tests/decoding/test_rules.py")
+MICROSCOPE = "tests/compare/test_microscope_view.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -88,6 +89,22 @@ BUGS = [
         ("tests/theory/test_oracle.py",)),
     Bug("Frechet distance without the cross term's factor 2", "coolsd/compare/metrics.py",
         "- 2 * np.sqrt(w).sum())", "- np.sqrt(w).sum())", ("tests/compare/test_metrics.py",)),
+    # issue 27: the code that landed in the round before it (microscope, cost model, timing, variants, checks,
+    # app serving), each with the test file written to catch it
+    Bug("microscope: the last accepted depth shown as not tested", "coolsd/compare/microscope.py",
+        "ACCEPTED if i <= n_accepted else", "ACCEPTED if i < n_accepted else", (MICROSCOPE,)),
+    Bug("microscope: grid cells divided by the row count", "coolsd/compare/microscope.py",
+        "divmod(int(index), int(grid[1]))", "divmod(int(index), int(grid[0]))", (MICROSCOPE,)),
+    Bug("microscope: a position past the last round goes one round past it", "coolsd/compare/microscope.py",
+        "return len(events) - 1 if events", "return len(events) if events", (MICROSCOPE,)),
+    Bug("microscope: the bonus named p_n instead of p_{n+1}", "coolsd/compare/microscope.py",
+        'f"p_{n + 1} (bonus', 'f"p_{n} (bonus', (MICROSCOPE,)),
+    Bug("microscope: a re-run defaults to seed 1", "coolsd/compare/microscope.py",
+        'int(s.get("seed", 0))', 'int(s.get("seed", 1))', (MICROSCOPE,)),
+    Bug("round detail keeps the top 9 tokens of each distribution", "coolsd/decoding/round.py",
+        "TOP_TOKENS = 8", "TOP_TOKENS = 9", (MICROSCOPE,)),
+    Bug("round detail records q(x) as p(x)", "coolsd/decoding/round.py",
+        "p_draft=host(pick(p[:length], x))", "p_draft=host(pick(q, x))", (MICROSCOPE,)),
 ]
 
 
