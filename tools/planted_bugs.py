@@ -36,6 +36,7 @@ class Bug:
 FAST = ("tests/theory/test_oracle.py", "tests/decoding/test_engine.py", "tests/decoding/test_tree.py",
         "tests/decoding/test_rules.py")
 MICROSCOPE = "tests/compare/test_microscope_view.py"
+COST = "tests/compare/test_cost_acceptance.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -105,6 +106,15 @@ BUGS = [
         "TOP_TOKENS = 8", "TOP_TOKENS = 9", (MICROSCOPE,)),
     Bug("round detail records q(x) as p(x)", "coolsd/decoding/round.py",
         "p_draft=host(pick(p[:length], x))", "p_draft=host(pick(q, x))", (MICROSCOPE,)),
+    Bug("cost model: a depth the race never reached counts as always accepted", "coolsd/compare/cost.py",
+        "rate += [0.0] * (draft_len - len(rate))", "rate += [1.0] * (draft_len - len(rate))", (COST,)),
+    Bug("cost model: a depth never tested (nan) counts as always accepted", "coolsd/compare/cost.py",
+        "[0.0 if not math.isfinite(a) else a for a in rate]", "[1.0 if not math.isfinite(a) else a for a in rate]",
+        (COST,)),
+    Bug("cost model: the acceptance cut one depth short", "coolsd/compare/cost.py",
+        "racer.accept_rate.tolist()[:draft_len]", "racer.accept_rate.tolist()[: draft_len - 1]", (COST,)),
+    Bug("chain round reports only its accepted depths as tested", "coolsd/decoding/chain.py",
+        "tested = min(n + 1, n_draft)", "tested = min(n, n_draft)", (COST,)),
 ]
 
 
