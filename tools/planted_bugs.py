@@ -37,6 +37,7 @@ FAST = ("tests/theory/test_oracle.py", "tests/decoding/test_engine.py", "tests/d
         "tests/decoding/test_rules.py")
 MICROSCOPE = "tests/compare/test_microscope_view.py"
 COST = "tests/compare/test_cost_acceptance.py"
+TIMING = "tests/models/test_timing.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -115,6 +116,24 @@ BUGS = [
         "racer.accept_rate.tolist()[:draft_len]", "racer.accept_rate.tolist()[: draft_len - 1]", (COST,)),
     Bug("chain round reports only its accepted depths as tested", "coolsd/decoding/chain.py",
         "tested = min(n + 1, n_draft)", "tested = min(n, n_draft)", (COST,)),
+    Bug("timing: interleaved medians default to 5 timed turns", "coolsd/models/timing.py",
+        "Callable[[], Any]], repeats: int = 7,", "Callable[[], Any]], repeats: int = 5,", (TIMING,)),
+    Bug("timing: one untimed call by default", "coolsd/models/timing.py",
+        "def median_seconds(fn: Callable[[], Any], repeats: int = 7, warmup: int = 2,",
+        "def median_seconds(fn: Callable[[], Any], repeats: int = 7, warmup: int = 1,", (TIMING,)),
+    Bug("timing: the clock read before the device finished", "coolsd/models/timing.py",
+        "            sync()\n            times[name].append(clock() - t0)\n",
+        "            times[name].append(clock() - t0)\n            sync()\n", (TIMING,)),
+    Bug("timing: no synchronisation before a timed call", "coolsd/models/timing.py",
+        "            sync()\n            t0 = clock()\n", "            t0 = clock()\n", (TIMING,)),
+    Bug("timing: zero timed repeats allowed", "coolsd/models/timing.py",
+        'checks.integer("repeats", repeats, 1)', 'checks.integer("repeats", repeats, 0)', (TIMING,)),
+    Bug("timing: the drafter step timed one position late", "coolsd/models/timing.py",
+        "position = torch.tensor([context], device=dev)", "position = torch.tensor([context + 1], device=dev)",
+        (TIMING,)),
+    Bug("timing: verify_steps refuses the longest measured forward", "coolsd/models/timing.py",
+        'checks.integer("n", n, 1, len(self.target_s))', 'checks.integer("n", n, 1, len(self.target_s) - 1)',
+        (TIMING,)),
 ]
 
 
