@@ -38,6 +38,7 @@ FAST = ("tests/theory/test_oracle.py", "tests/decoding/test_engine.py", "tests/d
 MICROSCOPE = "tests/compare/test_microscope_view.py"
 COST = "tests/compare/test_cost_acceptance.py"
 TIMING = "tests/models/test_timing.py"
+STRENGTH = "tests/decoding/test_variant_strength.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -134,6 +135,18 @@ BUGS = [
     Bug("timing: verify_steps refuses the longest measured forward", "coolsd/models/timing.py",
         'checks.integer("n", n, 1, len(self.target_s))', 'checks.integer("n", n, 1, len(self.target_s) - 1)',
         (TIMING,)),
+    Bug("variants: COOL-SD's strength knob is nu", "coolsd/decoding/variants.py",
+        '"optimal"},\n            "delta"),\n    Variant("cool-sd-unclipped"',
+        '"optimal"},\n            "nu"),\n    Variant("cool-sd-unclipped"', (STRENGTH,)),
+    Bug("variants: linear decay's strength knob is its slope", "coolsd/decoding/variants.py",
+        '{}, "linear_delta"),', '{}, "linear_slope"),', (STRENGTH,)),
+    Bug("variants: LANTERN's strength knob is LANTERN++'s lambda", "coolsd/decoding/variants.py",
+        '{}, "lantern_delta", racer=False)', '{}, "lantern_lambda", racer=False)', (STRENGTH,)),
+    Bug("variants: at_strength resets the other knobs to their defaults", "coolsd/decoding/variants.py",
+        "dataclasses.replace(knobs or RuleKnobs(), **{v.strength: value})",
+        "dataclasses.replace(RuleKnobs(), **{v.strength: value})", (STRENGTH,)),
+    Bug("variants: at_strength drops the neighbour table", "coolsd/decoding/variants.py",
+        "**{v.strength: value}), neighbours)", "**{v.strength: value}))", (STRENGTH,)),
 ]
 
 

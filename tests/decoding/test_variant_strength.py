@@ -1,0 +1,70 @@
+"""The variant registry's strength knob (`variants.at_strength`, what the quality lab's slider and the sweeps move),
+for every variant, exactly (issue 27).
+
+For each variant: which rule field the value lands in (delta for the omega rules, lambda for LANTERN++, LANTERN's
+absolute delta), that it lands there and nowhere else (every other knob keeps the value it was given, the
+variant's fixed options stay), that a bad value is refused with the rule's message, and which variants have
+no strength at all.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coolsd.decoding import variants
+from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LanternRule, LinearDecayRule, UniformRSDRule
+from coolsd.decoding.variants import RuleKnobs
+
+TABLE = torch.arange(32).repeat(8, 1)
+# every knob away from its default, so a value read from the wrong knob (or from the defaults) shows
+KNOBS = RuleKnobs(delta=3.0, nu=0.2, mu=-0.5, mean_omega=False, lantern_k=3, lantern_lambda=7.0, uniform_delta=1.5,
+                  linear_delta=2.5, linear_slope=0.25, custom_omegas="4 2 1", lantern_delta=0.4)
+VALUE = 1.375
+
+
+def test_which_knob_each_variant_relaxes():
+    assert {key: v.strength for key, v in variants.VARIANTS.items()} == {
+        "vanilla": None, "eagle-1": None, "lantern++": "lantern_lambda", "lantern++-gstar": "lantern_lambda",
+        "lantern": "lantern_delta", "uniform-rsd": "uniform_delta", "linear-decay": "linear_delta", "cool-sd": "delta",
+        "cool-sd-unclipped": "delta", "custom": None}
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("cool-sd", CoolSDRule(delta=VALUE, nu=0.2, mu=-0.5, floor_at_one=True)),
+    ("cool-sd-unclipped", CoolSDRule(delta=VALUE, nu=0.2, mu=-0.5, floor_at_one=False)),
+    ("uniform-rsd", UniformRSDRule(delta=VALUE)),
+    ("linear-decay", LinearDecayRule(delta=VALUE, slope=0.25)),
+    ("lantern++", LanternPPRule(k=3, lam=VALUE, residual_kind="published")),
+    ("lantern++-gstar", LanternPPRule(k=3, lam=VALUE, residual_kind="optimal")),
+    ("lantern", LanternRule(k=3, delta=VALUE - 1)),  # LANTERN's absolute budget is at most 1
+])
+def test_the_value_lands_in_the_strength_field_and_nothing_else_moves(key, expected):
+    value = VALUE - 1 if key == "lantern" else VALUE
+    rule = variants.at_strength(key, value, KNOBS, TABLE)
+    if isinstance(expected, LanternPPRule):
+        assert rule.neighbours is TABLE
+        expected = expected.with_neighbours(TABLE)
+    assert type(rule) is type(expected) and rule.config() == expected.config()
+    assert variants.variant_of(rule.config()) == key  # still the same variant
+    # at the variant's defaults: the same, with every other field at its default
+    default = variants.at_strength(key, value)
+    assert default == variants.build(key, RuleKnobs(**{variants.get(key).strength: value}))
+    assert default != variants.build(key)
+
+
+def test_the_value_is_checked_by_the_rule():
+    for key, message in (("cool-sd", "delta must be > 0"), ("uniform-rsd", "delta must be > 0"),
+                         ("linear-decay", "delta"), ("lantern++", "lam")):
+        with pytest.raises(ValueError, match=message):
+            variants.at_strength(key, 0.0, KNOBS, TABLE)
+
+
+@pytest.mark.parametrize("key", ["eagle-1", "custom", "vanilla"])
+def test_variants_without_a_strength_say_so(key):
+    with pytest.raises(ValueError, match="has no strength to set"):
+        variants.at_strength(key, 2.0, KNOBS)
+
+
+def test_an_alias_relaxes_its_variant():
+    assert variants.at_strength("cool-sd-floor", VALUE, KNOBS) == variants.at_strength("cool-sd", VALUE, KNOBS)
