@@ -39,6 +39,7 @@ MICROSCOPE = "tests/compare/test_microscope_view.py"
 COST = "tests/compare/test_cost_acceptance.py"
 TIMING = "tests/models/test_timing.py"
 STRENGTH = "tests/decoding/test_variant_strength.py"
+CHECKS = "tests/util/test_checks.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -147,6 +148,19 @@ BUGS = [
         "dataclasses.replace(RuleKnobs(), **{v.strength: value})", (STRENGTH,)),
     Bug("variants: at_strength drops the neighbour table", "coolsd/decoding/variants.py",
         "**{v.strength: value}), neighbours)", "**{v.strength: value}))", (STRENGTH,)),
+    Bug("checks: the minimum itself refused", "coolsd/util/checks.py",
+        "(minimum is not None and value < minimum)", "(minimum is not None and value <= minimum)", (CHECKS,)),
+    Bug("checks: the maximum itself refused", "coolsd/util/checks.py",
+        "(maximum is not None and value > maximum)", "(maximum is not None and value >= maximum)", (CHECKS,)),
+    Bug("checks: check_int without its range", "coolsd/util/checks.py",
+        "    check_number(name, value, minimum, maximum)\n    return int(number)", "    return int(number)",
+        (CHECKS,)),
+    Bug("checks: open and closed lower bounds swapped", "coolsd/util/checks.py",
+        "(value <= low if low_open else value < low)", "(value < low if low_open else value <= low)", (CHECKS,)),
+    Bug("checks: an integer's upper bound refused", "coolsd/util/checks.py",
+        "(high is not None and value > high)", "(high is not None and value >= high)", (CHECKS,)),
+    Bug("checks: 1 and 0 taken as booleans", "coolsd/util/checks.py",
+        "    if not isinstance(value, bool):\n", "    if not isinstance(value, (bool, int)):\n", (CHECKS,)),
 ]
 
 

@@ -1,0 +1,130 @@
+"""The value checks' bounds (`coolsd.util.checks`), on both sides of every bound (issue 27).
+
+Every bound is inclusive unless the check says "open": the bound itself passes, the nearest value past it
+(one integer, or the next float) is refused with a message naming the parameter, the bounds and the value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from coolsd.util import checks
+
+
+def past(x: float, direction: float) -> float:
+    return math.nextafter(x, direction)
+
+
+# ---------------------------------------------------------------- values a client sends: both bounds inclusive
+@pytest.mark.parametrize("low, high", [(0.0, 1.0), (-2.5, 2.5), (1, 64)])
+def test_check_number_keeps_both_bounds_and_refuses_the_next_float(low, high):
+    assert checks.check_number("x", low, low, high) == low and checks.check_number("x", high, low, high) == high
+    for value in (past(low, -math.inf), past(high, math.inf)):
+        with pytest.raises(ValueError, match=r"^x must be in \[.*\], got "):
+            checks.check_number("x", value, low, high)
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "seed must be in [0, 2147483647], got -1"), (2**31, "seed must be in [0, 2147483647], got 2147483648"),
+])
+def test_check_int_messages_name_both_bounds(value, message):
+    with pytest.raises(ValueError) as err:
+        checks.check_int("seed", value, 0, 2**31 - 1)
+    assert str(err.value) == message
+
+
+def test_check_int_keeps_both_bounds():
+    assert checks.check_int("k", 1, 1, 5) == 1 and checks.check_int("k", 5, 1, 5) == 5
+    assert checks.check_int("k", 3.0, 1, 5) == 3 and type(checks.check_int("k", 3.0, 1, 5)) is int
+    for value in (0, 6):
+        with pytest.raises(ValueError, match=r"k must be in \[1, 5\]"):
+            checks.check_int("k", value, 1, 5)
+    with pytest.raises(ValueError, match="k must be a whole number, got 2.5"):
+        checks.check_int("k", 2.5, 1, 5)
+
+
+def test_unbounded_sides_and_bound_texts():
+    assert checks.check_number("x", -1e300) == -1e300 and checks.check_number("x", 1e300, None, None) == 1e300
+    assert checks.check_number("x", -1e300, None, 0) == -1e300 and checks.check_number("x", 1e300, 0, None) == 1e300
+    with pytest.raises(ValueError, match=r"x must be in \[-inf, 0\], got 0.5"):
+        checks.check_number("x", 0.5, None, 0)
+    with pytest.raises(ValueError, match=r"x must be in \[0, inf\], got -0.5"):
+        checks.check_number("x", -0.5, 0, None)
+    with pytest.raises(ValueError, match=r"x must be in \[0.05, 1.5\], got 2"):
+        checks.check_number("x", 2, 0.05, 1.5)
+
+
+@pytest.mark.parametrize("value, message", [
+    (True, "must be a number, got True"), ("1", "must be a number, got '1'"), (None, "must be a number, got None"),
+    (math.inf, "must be a finite number, got inf"), (-math.inf, "must be a finite number, got -inf"),
+    (math.nan, "must be a finite number, got nan"),
+])
+def test_check_number_types(value, message):
+    with pytest.raises(ValueError, match=message):
+        checks.check_number("x", value, 0, 1)
+
+
+def test_check_bool_is_exactly_true_or_false():
+    assert checks.check_bool("b", True) is True and checks.check_bool("b", False) is False
+    for value in (1, 0, 1.0, "true", "yes", None):
+        with pytest.raises(ValueError, match="b must be true or false, got "):
+            checks.check_bool("b", value)
+
+
+def test_check_choice():
+    assert checks.check_choice("class", 3, ["1", "3"]) == "3" and checks.check_choice("class", "1", ["1", "3"]) == "1"
+    for value in (True, 2, "4", None, ["1"]):
+        with pytest.raises(ValueError, match="unknown class "):
+            checks.check_choice("class", value, ["1", "3"])
+    with pytest.raises(ValueError, match=r"choose one of 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 \.\.\.$"):
+        checks.check_choice("class", "x", [str(i) for i in range(13)])
+    with pytest.raises(ValueError, match=r"choose one of 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11$"):
+        checks.check_choice("class", "x", [str(i) for i in range(12)])
+
+
+def test_show_cuts_at_forty_characters_and_strips_markup():
+    assert checks.show("a" * 38) == "'" + "a" * 38 + "'"  # 40 characters: kept whole
+    assert checks.show("a" * 39) == "'" + "a" * 36 + "..."  # 41: cut to 40
+    assert len(checks.show("a" * 39)) == 40
+    assert checks.show("<b>&") == "'‹b›＆'" and "<" not in checks.show("<" * 100)
+
+
+# ---------------------------------------------------------------- the library's own checks
+def test_number_low_closed_and_open():
+    assert checks.number("delta", 0, 0) == 0 and checks.number("delta", 1e-300, 0, low_open=True) == 1e-300
+    with pytest.raises(ValueError, match=r"^delta must be >= 0, got -1e-300$"):
+        checks.number("delta", -1e-300, 0)
+    with pytest.raises(ValueError, match=r"^delta must be > 0, got 0$"):
+        checks.number("delta", 0, 0, low_open=True)
+    assert checks.number("x", -5) == -5  # no bound
+    assert checks.number("k", 3.0, 1, integer=True) == 3.0
+    with pytest.raises(ValueError, match="k must be an integer, got 2.5"):
+        checks.number("k", 2.5, 1, integer=True)
+    for value in (True, math.nan, math.inf, "1"):
+        with pytest.raises(ValueError, match="must be a finite number"):
+            checks.number("x", value)
+
+
+def test_integer_bounds_both_sides():
+    assert checks.integer("n", 0) == 0 and checks.integer("n", 1, 1, 3) == 1 and checks.integer("n", 3, 1, 3) == 3
+    with pytest.raises(ValueError, match=r"^n must be an integer >= 0, got -1$"):
+        checks.integer("n", -1)
+    for value in (0, 4):
+        with pytest.raises(ValueError, match=rf"^n must be an integer in \[1, 3\], got {value}$"):
+            checks.integer("n", value, 1, 3)
+    for value in (True, 2.0, "2"):
+        with pytest.raises(ValueError, match="n must be an integer"):
+            checks.integer("n", value, 1, 3)
+    with pytest.raises(ValueError, match=r"^n must be an integer at least one, got 0$"):
+        checks.integer("n", 0, 1, bounds="at least one")
+
+
+def test_choice_and_finite():
+    assert checks.choice("tree", "a", ("a", "b")) == "a"
+    with pytest.raises(ValueError, match=r"^unknown tree 'c'; choose one of a, b \(or chain\)$"):
+        checks.choice("tree", "c", ("a", "b"), " (or chain)")
+    assert checks.finite("x", -0.0) == 0.0
+    assert checks.is_number(1) and checks.is_number(1.5) and not checks.is_number(True)
+    assert checks.is_integer(1) and not checks.is_integer(1.0) and not checks.is_integer(False)
