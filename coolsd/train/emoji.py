@@ -24,30 +24,36 @@ from coolsd.train.target import code_nll, sequences
 from coolsd.train.vq import encode_tokens, flip_where
 
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
-VQ_CODES = 512
+VQ_CODES = 1024
 TARGET_SIZE = dict(hidden=384, layers=8, heads=6, intermediate=1024)
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
 
 
-def emoji_target_config(codebook_size: int, class_names: list[str], style_names: list[str], **size):
-    return target_config(codebook_size, class_names=class_names, style_names=style_names, **(TARGET_SIZE | size))
+def emoji_target_config(codebook_size: int, data: dict, **size):
+    """The target's LlamaConfig: one class per emoji (names, Unicode groups and characters kept in the
+    config for the app's picker), one style per drawing set."""
+    config = target_config(codebook_size, class_names=data["class_names"], style_names=data["style_names"],
+                           **(TARGET_SIZE | size))
+    config.class_groups = list(data.get("class_groups", []))
+    config.class_chars = list(data.get("class_chars", []))
+    return config
 
 
-def emoji_token_dataset(vq, images: torch.Tensor, labels, styles, flippable):
-    """Codes of every image and of the mirror image of the flippable ones: (M, 256), labels, styles."""
-    flip = torch.nonzero(flippable).flatten()
+def emoji_token_dataset(vq, images: torch.Tensor, labels, styles, flippable, flips: bool = False):
+    """Codes of every image [and of the mirror image of the flippable ones]: (M, 256), labels, styles."""
+    flip = torch.nonzero(flippable & flips).flatten()
     codes = torch.cat([encode_tokens(vq, images), encode_tokens(vq, images[flip].flip(-1))]).flatten(1)
     return codes, torch.cat([labels, labels[flip]]), torch.cat([styles, styles[flip]])
 
 
-def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 16,
-                       lr: float = 8e-4, bf16: bool = True, **size) -> LlamaForCausalLM:
+def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
+                       lr: float = 8e-4, bf16: bool = False, flips: bool = False, **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`)."""
     torch.manual_seed(seed)
-    config = emoji_target_config(vq.config.num_vq_embeddings, data["class_names"], data["style_names"], **size)
+    config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
-    codes, ys, ss = emoji_token_dataset(vq, *data["train"])
+    codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
     vx, vy, vs, _ = data["val"]
     val_codes = encode_tokens(vq, vx).flatten(1)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)

@@ -82,3 +82,23 @@ def evaluate_emoji(assets: Path, seed: int = 0, seeds: int = 1) -> dict:
     old = json.loads(path.read_text()) if path.is_file() else {}
     path.write_text(json.dumps(old | report, indent=1) + "\n")
     return report
+
+
+@torch.no_grad()
+def nearest_real(images01: torch.Tensor, bank01: torch.Tensor, chunk: int = 128) -> torch.Tensor:
+    """Index of the nearest bank image for each image, by squared pixel distance.
+
+    images01 (N, 3, H, W) and bank01 (M, 3, H, W) in [0, 1] -> (N,) int64 indices into the bank."""
+    bank = bank01.flatten(1).float()
+    out = []
+    for i in range(0, len(images01), chunk):
+        x = images01[i : i + chunk].flatten(1).float()
+        out.append(torch.cdist(x, bank).argmin(dim=1))
+    return torch.cat(out)
+
+
+def recognised(images01: torch.Tensor, asked: torch.Tensor, bank01: torch.Tensor,
+               bank_labels: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: the nearest real image (pixel space, `nearest_real`) of each sample shows the emoji
+    that was asked for (`asked` (N,) class ids; `bank_labels` (M,) the bank's class ids)."""
+    return bank_labels[nearest_real(images01, bank01)] == asked

