@@ -1,7 +1,7 @@
 """coolsd demo: Eagle-1, LANTERN++ and COOL-SD (plus vanilla AR) racing side by side, streamed round by round.
 
     python app.py                      # http://127.0.0.1:7860 (a Space runs the same file)
-    COOLSD_MODEL=tiny python app.py    # embedded | tiny (random weights, fast) | llamagen (GPU)
+    COOLSD_MODEL=tiny python app.py    # emoji | mnist | tiny (random weights, fast) | llamagen (GPU)
 
 The entry point only: offline flags, the model chosen from the environment, the demo built by
 `coolsd.app.demo.make_demo` (panels documented in `coolsd.app`), launch. All maths lives in `coolsd`.
@@ -19,13 +19,12 @@ for _key, _value in {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
 
 import logging  # noqa: E402
 
-from coolsd.app.context import default_model_choice  # noqa: E402
 from coolsd.app.demo import LAUNCH_KWARGS, make_demo, workers_from_env  # noqa: E402
 from coolsd.models.llamagen.fetch import fetch_on_start  # noqa: E402
 
 WORKERS = workers_from_env()
 fetch_on_start()  # downloads LlamaGen only when $COOLSD_FETCH_LLAMAGEN asks (a Space sets it), in a child process
-APP = make_demo(default_model_choice(), workers=WORKERS)
+APP = make_demo(workers=WORKERS)  # the model: $COOLSD_MODEL, else as coolsd.models.registry.default_key says
 CTX, demo = APP.ctx, APP.blocks  # a Space launches `demo`
 
 if __name__ == "__main__":

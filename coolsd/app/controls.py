@@ -1,15 +1,19 @@
 """The race settings (the left column): condition, sampling, drafting and each rule's knobs, with presets.
 
-`build(ctx)` lays out one control per `coolsd.app.settings.RaceSettings` field (made by its Spec)
-and stores them in `ctx.controls` (name -> component, in the race's argument order), the Generate /
-Stop buttons in `ctx.buttons`. Defaults come from the Specs (read from the library's dataclasses).
+`build(ctx)` lays out one control per `coolsd.app.settings.RaceSettings` field (made by its Spec) and
+returns a frozen `Controls`: the components by name, in the race's argument order, the Generate / Stop
+buttons and, for a model with groups (emoji), the group filter of the condition's dropdown. Every panel
+that reads the settings receives this handle. Defaults come from the Specs (read from the library's
+dataclasses).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
-from coolsd.app.context import TEXT_MODELS, Context
+from coolsd.app.context import Context
 from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, specs
 from coolsd.decoding.rules import CoolSDRule
 
@@ -27,10 +31,46 @@ GROUPS = [
 MODEL_CONTROLS = ("condition", "style", "temperature", "top_k", "cfg_scale", "lantern_k", "resolution")
 
 
+ALL_GROUPS = "all groups"
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The settings column: `settings` name -> component in the race's argument order (`RaceSettings.names()`),
+    the Generate and Stop buttons, and `group` (the condition's group filter; hidden without groups)."""
+
+    settings: dict
+    generate: gr.Button
+    stop: gr.Button
+    group: gr.Dropdown
+
+    def __getitem__(self, name: str):
+        return self.settings[name]
+
+    @property
+    def inputs(self) -> list:
+        """Every race setting's component, in the race's argument order."""
+        return list(self.settings.values())
+
+
 def mixed_conditioning(ctx: Context) -> bool:
     """Whether the picker offers text and class models both (then the condition is a dropdown taking any text)."""
-    keys = ctx.catalogue.keys if ctx.catalogue else [ctx.model_key]
-    return any(k in TEXT_MODELS for k in keys) and any(k not in TEXT_MODELS for k in keys)
+    keys = ctx.catalogue.keys
+    return any(ctx.catalogue.is_text(k) for k in keys) and any(not ctx.catalogue.is_text(k) for k in keys)
+
+
+def group_choices(picked: Context) -> list[str]:
+    """The group filter's choices for model `picked`: "all groups", then its groups in first-seen order."""
+    groups = picked.model.class_groups if picked.model.conditioning == "class" else []
+    return [ALL_GROUPS, *dict.fromkeys(groups)] if groups else [ALL_GROUPS]
+
+
+def filter_names(picked: Context, group, current):
+    """The condition dropdown showing the names of `group` (keeps the current name when it is one of them)."""
+    if picked.model.conditioning != "class":
+        return gr.skip()
+    names = picked.model.conditions.in_group(None if group == ALL_GROUPS else group)
+    return gr.Dropdown(choices=names, value=current if current in names else names[0])
 
 
 def _condition_choices(picked: Context) -> list:
@@ -44,6 +84,8 @@ def model_updates(ctx: Context, picked: Context, values=None) -> dict:
     `values[name]` (checked values of that model) or else the model's default."""
     table, values = specs(picked), values or {}
     out = {name: table[name].update(values.get(name)) for name in MODEL_CONTROLS}
+    out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
+                                   value=values.get("condition", table["condition"].default))
     if mixed_conditioning(ctx):
         out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
                                        value=values.get("condition", table["condition"].default))
@@ -53,7 +95,7 @@ def model_updates(ctx: Context, picked: Context, values=None) -> dict:
 def presets(ctx: Context) -> tuple[list[list], list[str]]:
     """Example rows (every race input, in order) and their labels; nothing is computed at start-up."""
     d = RaceSettings.defaults(ctx)
-    names = ctx.model.class_names
+    names = list(ctx.model.conditions.classes) if ctx.model.conditioning == "class" else []
 
     def row(**changes):
         return list(d.replace(**changes).as_dict().values())
@@ -76,10 +118,13 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
     return [r for _, r in rows], [label for label, _ in rows]
 
 
-def build(ctx: Context) -> None:
-    """The settings column; call inside a `gr.Column`. Fills ctx.controls (argument order) and ctx.buttons."""
+def build(ctx: Context) -> Controls:
+    """The settings column; call inside a `gr.Column`. Returns the `Controls` every panel reads."""
     table = specs(ctx)
     c = {"model": table["model"].component()}
+    groups = group_choices(ctx)
+    group = gr.Dropdown(groups, value=ALL_GROUPS, label="Group", elem_id="group", visible=len(groups) > 1,
+                        filterable=True)
     with gr.Row(equal_height=True):
         if mixed_conditioning(ctx):
             spec = table["condition"]
@@ -93,21 +138,31 @@ def build(ctx: Context) -> None:
                     label="Example prompts", cache_examples=False, examples_per_page=8)
     c["racers"] = table["racers"].component()
     with gr.Row():
-        ctx.buttons["generate"] = gr.Button("Generate", variant="primary", elem_id="gen-btn")
-        ctx.buttons["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+        generate = gr.Button("Generate", variant="primary", elem_id="gen-btn")
+        stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
     c["overlay"] = table["overlay"].component()
     for title, names, is_open in GROUPS:
         with gr.Accordion(title, open=is_open):
             for name in names:
                 c[name] = table[name].component()
     c["resolution"] = table["resolution"].component()
-    ctx.controls = {name: c[name] for name in RaceSettings.names()}  # argument order
-    rows, labels = presets(ctx)
-    # with a model picker, a preset keeps the picked model, class and style (its classes are the default model's)
-    names = RaceSettings.names()
-    kept = [n for n in names if len(ctx.catalogue.keys) < 2 or n not in ("model", "style", "condition")]
-    gr.Examples([[row[names.index(n)] for n in kept] for row in rows], [ctx.controls[n] for n in kept],
-                label="Presets (click one, then Generate)", example_labels=labels, cache_examples=False,
-                examples_per_page=10)
+    controls = Controls({name: c[name] for name in RaceSettings.names()}, generate, stop, group)
+    presets_row(ctx, controls)
     c["mean_omega"].change(lambda on: gr.Slider(interactive=not on), c["mean_omega"], c["mu"], queue=False,
                            api_visibility="private", show_progress="hidden")
+    group.input(lambda model, g, current: filter_names(ctx.for_model(model), g, current),
+                [c["model"], group, c["condition"]], c["condition"], api_visibility="private",
+                show_progress="hidden")
+    return controls
+
+
+def presets_row(ctx: Context, controls: Controls) -> None:
+    """The preset examples. A preset sets the settings only; the race area keeps the last race until Generate
+    (labels follow the racers when the race runs). With a model picker, a preset keeps the picked model,
+    class and style (its classes are the default model's)."""
+    rows, labels = presets(ctx)
+    names = RaceSettings.names()
+    kept = [n for n in names if len(ctx.catalogue.keys) < 2 or n not in ("model", "style", "condition")]
+    gr.Examples([[row[names.index(n)] for n in kept] for row in rows], [controls[n] for n in kept],
+                label="Presets (click one, then Generate)", example_labels=labels, cache_examples=False,
+                examples_per_page=10)

@@ -7,6 +7,7 @@ path on a background thread); this module lays them out and draws them. API: cos
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import gradio as gr
@@ -72,11 +73,12 @@ class CostPanel:
         """Begin measuring `ctx`'s call times on its own model handles (no-op once begun)."""
         ctx = ctx or self.ctx
         m = ctx.model
-        cond = ctx.check_condition(RaceSettings.defaults(ctx).condition)
+        defaults = RaceSettings.defaults(ctx)
+        cond = ctx.check_condition(defaults.condition, defaults.style)
 
         def measure():
             target, drafter = fork_models(m.target, m.drafter)
-            return forward_times(target, drafter, cond, guidance=m.sampling.cfg_scale != 1.0,
+            return forward_times(target, drafter, cond, guidance=m.default_sampling.cfg_scale != 1.0,
                                  max_tokens=MAX_DEPTH + 1, context=max(1, m.num_tokens // 2), repeats=REPEATS)
 
         self.curves.start(self._key(ctx), measure)
@@ -103,7 +105,7 @@ class CostPanel:
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         ctx = self.ctx.for_trace(trace.settings) if isinstance(trace, RaceTrace) else self.ctx.for_model(model)
         costs = self.costs(ctx, memory_bound)
-        payload = {"model": ctx.model.name, "path": path_label(ctx), "step_ms": costs.step_ms,
+        payload = {"model": ctx.model.name, "execution": path_label(ctx), "step_ms": costs.step_ms,
                    "draft_cost": costs.draft_cost, "memory_bound": memory_bound, "curve": costs.curve(),
                    "rows": costs.times.rows, "racers": [], "paper_speedup": PAPER_BEST[3]}
         if isinstance(trace, RaceTrace) and len(trace):
@@ -116,14 +118,13 @@ class CostPanel:
                         "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain)}
         return curve_figure(payload), table_markdown(payload), json_safe(payload)
 
-    def what_if(self, draft_len, *rest):
-        """(L, a_1..a_8, c, V, memory_bound) -> (markdown, JSON): the formula at these inputs (first L of a_i)."""
-        *accept, draft_cost, verify_cost, memory_bound = rest
-        if len(accept) != MAX_DEPTH:
-            raise bad(f"give L, a_1..a_{MAX_DEPTH}, c, V and memory_bound ({MAX_DEPTH + 4} values)")
-        v = check_values(self.specs, {"L": draft_len, "c": draft_cost, "V": verify_cost, "memory_bound": memory_bound}
-                         | {f"a_{i}": a for i, a in enumerate(accept, 1)})
+    def what_if(self, **values):
+        """The formula at these inputs (L, a_1..a_8, c, V, memory_bound; the first L of a_i) -> (markdown, JSON)."""
+        v = check_values(self.specs, values, defaults=True)
         draft_len, draft_cost, memory_bound = v["L"], v["c"], v["memory_bound"]
+        unknown = set(values) - set(self.specs)
+        if unknown:
+            raise bad(f"unknown what-if input {sorted(unknown)[0]!r}; give {', '.join(WHAT_IF_NAMES)}")
         accept = [v[f"a_{i}"] for i in range(1, draft_len + 1)]
         verify = 1.0 if memory_bound else v["V"]
         try:
@@ -140,6 +141,21 @@ class CostPanel:
         return text, out
 
 
+WHAT_IF_NAMES = ["L", *(f"a_{i}" for i in range(1, MAX_DEPTH + 1)), "c", "V", "memory_bound"]  # /cost_whatif's order
+
+
+def named_what_if(panel: CostPanel):
+    """`panel.what_if` with one named parameter per input, in WHAT_IF_NAMES order (the API shows the names)."""
+    def cost_whatif(*args, **kwargs):
+        return panel.what_if(**signature.bind(*args, **kwargs).arguments)
+
+    p = inspect.Parameter
+    signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, default=panel.specs[n].default)
+                                   for n in WHAT_IF_NAMES])
+    cost_whatif.__signature__, cost_whatif.__doc__ = signature, panel.what_if.__doc__
+    return cost_whatif
+
+
 # ---------------------------------------------------------------- drawing (no maths)
 def curve_figure(payload: dict):
     """Measured ms of a target forward of n tokens (bars) with V(n) in target steps, and the drafter step."""
@@ -153,7 +169,7 @@ def curve_figure(payload: dict):
         fig.add_hline(y=payload["draft_cost"] * payload["step_ms"], line={"color": variants.COLOURS["cool-sd"]},
                       annotation_text=f"drafter step: c = {payload['draft_cost']:.3f}", annotation_position="top left")
     rows = "CFG: 2 rows" if payload["rows"] == 2 else f"{payload['rows']} row"
-    fig.update_layout(title=f"Measured call times ({payload['path']}; {rows}; bar label: V(n) in target steps)",
+    fig.update_layout(title=f"Measured call times ({payload['execution']}; {rows}; bar label: V(n) in target steps)",
                       xaxis={"title": "tokens per target forward n", "dtick": 1}, yaxis_title="ms per call",
                       template="plotly_white", height=340, margin={"t": 50})
     return fig
@@ -165,7 +181,7 @@ def _num(v, spec: str, suffix: str = "") -> str:
 
 def table_markdown(payload: dict) -> str:
     """Per racer: a_i, E predicted / tokens per round measured, speed-up predicted / measured."""
-    lines = [f"One target step = **{payload['step_ms']:.2f} ms** on {payload['path']}; draft cost "
+    lines = [f"One target step = **{payload['step_ms']:.2f} ms** on {payload['execution']}; draft cost "
              f"c = {_num(payload['draft_cost'], '.3f')}" + ("; memory-bound: V(n) = 1" if payload["memory_bound"]
                                                             else "") + "."]
     if not payload["racers"]:
@@ -189,10 +205,10 @@ def table_markdown(payload: dict) -> str:
 
 
 # ---------------------------------------------------------------- the tab
-def build(ctx: Context, tab: gr.Tab) -> CostPanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`, after the Race tab)."""
+def build(ctx: Context, model: gr.Dropdown, trace: gr.State, tab: gr.Tab) -> CostPanel:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the
+    race's trace state."""
     panel = CostPanel(ctx)
-    trace = ctx.panels["race"].trace_state
     gr.Markdown(INTRO)
     table_specs = panel.specs
     with gr.Row():
@@ -210,12 +226,11 @@ def build(ctx: Context, tab: gr.Tab) -> CostPanel:
         raw = gr.JSON(label="cost", elem_id="cost-json")
         raw_if = gr.JSON(label="what if", elem_id="cost-whatif-json")
 
-    model = ctx.controls["model"]
     tab.select(panel.start_for, model, None, api_visibility="private", queue=False)
     gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory, model], [curve, table, raw],
           api_name="cost", preprocess=False, concurrency_limit=1, concurrency_id="cost", show_progress="minimal")
     what_inputs = [what_len, *accept, c, v, memory]
-    gr.on([x.release for x in (what_len, c, v, *accept)] + [memory.input, tab.select], panel.what_if, what_inputs,
-          [what_if, raw_if], api_name="cost_whatif", preprocess=False, concurrency_limit=4,
+    gr.on([x.release for x in (what_len, c, v, *accept)] + [memory.input, tab.select], named_what_if(panel),
+          what_inputs, [what_if, raw_if], api_name="cost_whatif", preprocess=False, concurrency_limit=4,
           concurrency_id="cost_whatif", show_progress="hidden")
     return panel

@@ -13,11 +13,13 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
-from coolsd.app.context import KIND_KEYS, Catalogue, Context, available_models, load_models, serving_threads
+from coolsd.app.context import Context, open_context, serving_threads
+from coolsd.app.race_view import API_NAMES
+from coolsd.app.recordings import Recordings
 from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
-PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order; each has ID, TITLE and build(ctx, tab)
+PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order (each module has ID and TITLE)
 CSS = """
 .panel-title {text-align: center}
 #header {margin-bottom: 0}
@@ -75,10 +77,10 @@ def workers_from_env() -> int:
 def model_info(ctx: Context) -> dict:
     """`ctx`'s model (its picker key, name, execution path) and the valid range of every race argument for it."""
     m = ctx.model
-    models = ctx.catalogue.keys if ctx.catalogue else [ctx.model_key]
-    return {"model": m.name, "model_key": ctx.model_key, "models": list(models), "kind": m.kind,
+    return {"model": m.name, "model_key": ctx.model_key, "models": list(ctx.catalogue.keys), "kind": m.kind,
             "conditioning": m.conditioning, "grid": list(m.grid), "classes": m.base_class_names,
-            "styles": list(m.style_names), "conditions": m.class_names, "image_size": list(ctx.display_hw),
+            "styles": list(m.style_names), "groups": list(m.class_groups), "conditions": m.class_names,
+            "image_size": list(ctx.display_hw), "race_outputs": API_NAMES,
             "device": str(ctx.device),
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
@@ -91,57 +93,80 @@ def header_markdown(ctx: Context) -> str:
     m = ctx.model
     note = f"\n\n⚠️ {m.note}" if m.note else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
+    precision = m.execution.split(" ")[0] if m.execution else ""  # "bf16 (stored with the model)" -> "bf16"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-            f"Model: **{name}** on {ctx.device.type.upper()}"
-            f"{f' ({m.execution})' if m.execution else ''}, {m.grid[0]}×{m.grid[1]} tokens. "
+            f"Model: **{name}** on {ctx.device.type.upper()}{f' in {precision}' if precision else ''}, "
+            f"{m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
             f"runs next, so each frame compares equal compute.{note}")
 
 
-def wire_model_picker(ctx: Context, header: gr.Markdown, load_event) -> None:
-    """A model picked on the page: header, model-dependent controls (`controls.model_updates`) and the race area
-    (the model's recorded race, the session's trace cleared) follow. Also once after a share link named a model
-    (`load_event`: the restore, which set the controls already)."""
-    c, race_panel = ctx.controls, ctx.panels["race"]
+def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Controls, handle: race.RaceHandle,
+                      load_event) -> None:
+    """A model picked on the page: header, model-dependent controls (`controls.model_updates`, the group filter)
+    and the race area (the model's recorded race, the session's trace cleared) follow. Also once after a share
+    link named a model (`load_event`: the restore, which set the controls already)."""
+    c, after = controls_, handle.after
     names = controls.MODEL_CONTROLS
+    area = handle.outputs.components()
+    layout = [*handle.titles, *handle.columns]
+
+    def race_area(model, racers) -> tuple:
+        frame, slots = after.model_view(model, racers)
+        return (*handle.outputs.values(frame), *slots)
 
     def switch(model, racers):
         picked = ctx.for_model(model)
+        groups = controls.group_choices(picked)
         return (header_markdown(picked), *controls.model_updates(ctx, picked).values(),
-                *race_panel.model_view(model, racers))
+                gr.Dropdown(choices=groups, value=groups[0], visible=len(groups) > 1), *race_area(model, racers))
 
     def opened(model, racers):
         if model == ctx.model_key:  # the page opened on the default model: nothing to redraw
-            return tuple(gr.skip() for _ in range(1 + len(race_panel.outputs)))
-        return header_markdown(ctx.for_model(model)), *race_panel.model_view(model, racers)
+            return tuple(gr.skip() for _ in range(1 + len(area) + len(layout)))
+        return header_markdown(ctx.for_model(model)), *race_area(model, racers)
 
-    c["model"].input(switch, [c["model"], c["racers"]], [header, *(c[n] for n in names), *race_panel.outputs],
+    c["model"].input(switch, [c["model"], c["racers"]], [header, *(c[n] for n in names), c.group, *area, *layout],
                      api_visibility="private", show_progress="minimal", concurrency_id="model", concurrency_limit=4,
-                     cancels=race_panel.run_events)  # a race of the old model would draw over the new one
-    load_event.then(opened, [c["model"], c["racers"]], [header, *race_panel.outputs], api_visibility="private",
+                     cancels=list(handle.run_events))  # a race of the old model would draw over the new one
+    load_event.then(opened, [c["model"], c["racers"]], [header, *area, *layout], api_visibility="private",
                     show_progress="hidden", concurrency_limit=None)  # (page loads: no queue behind each other)
 
 
 def build_demo(ctx: Context) -> gr.Blocks:
-    """The Blocks for `ctx`: every panel built, events wired, the queue set."""
+    """The Blocks for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
+    recordings = Recordings(ctx)
     with gr.Blocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
         header = gr.Markdown(header_markdown(ctx), elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):
-                controls.build(ctx)
+                settings_column = controls.build(ctx)
             with gr.Column(scale=3):
                 guide = tour.build(ctx)
+                model = settings_column["model"]
                 with gr.Tabs() as tabs:
-                    for panel in PANELS:
-                        with gr.Tab(panel.TITLE, id=panel.ID) as tab:
-                            ctx.panels[panel.ID] = panel.build(ctx, tab)
-        tour.wire(guide, tabs)
-        restored = share.wire_restore(ctx, blocks, tabs, [panel.ID for panel in PANELS])  # ?seed=3&delta=2...
-        wire_model_picker(ctx, header, restored)
+                    with gr.Tab(race.TITLE, id=race.ID) as tab:
+                        racing = race.build(ctx, settings_column, recordings, tab)
+                    trace = racing.outputs.trace
+                    with gr.Tab(microscope.TITLE, id=microscope.ID) as tab:
+                        microscope.build(ctx, model, trace, recordings, tab)
+                    with gr.Tab(lab.TITLE, id=lab.ID) as tab:
+                        quality = lab.build(ctx, settings_column["condition"], model, tab)
+                    with gr.Tab(schedule.TITLE, id=schedule.ID) as tab:
+                        schedule.build(ctx, tab)
+                    with gr.Tab(theory.TITLE, id=theory.ID) as tab:
+                        theory.build(ctx, settings_column, tab)
+                    with gr.Tab(cost.TITLE, id=cost.ID) as tab:
+                        cost.build(ctx, model, trace, tab)
+                    with gr.Tab(how.TITLE, id=how.ID) as tab:
+                        how.build(ctx, tab)
+        tour.wire(guide, tabs, settings_column, racing, quality)
+        restored = share.wire_restore(ctx, settings_column, blocks, tabs, [panel.ID for panel in PANELS])
+        wire_model_picker(ctx, header, settings_column, racing, restored)
 
         def info(model: str = ctx.model_key) -> dict:
             """`model`'s name, picker key and execution path (default: the app's model) and the valid range of
-            every race argument for it; "models" lists the picker's keys."""
+            every race argument for it; "models" lists the picker's keys, "race_outputs" names /race's outputs."""
             return model_info(ctx.for_model(model))
 
         gr.api(info, api_name="model_info")
@@ -149,14 +174,11 @@ def build_demo(ctx: Context) -> gr.Blocks:
     return blocks
 
 
-def make_demo(model: str, workers: int = 1, models: list[str] | None = None) -> Demo:
-    """Load `model` ("emoji", "embedded", "tiny" or "llamagen"; see `coolsd.app.context.load_models`) and build
-    the demo around it. The model picker offers it first, then `models` (picker keys; default: the shipped
-    models whose weights are here, `available_models`), each loaded on its first use. Small models on a CPU
-    decode single-threaded (a core is left to the server; `serving_threads`)."""
-    serving_threads()  # before loading: the load-time timing then runs as the app will
-    family = load_models(model)
-    others = available_models() if models is None else list(models)
-    catalogue = Catalogue([KIND_KEYS.get(family[0].kind, family[0].kind), *others], workers)
-    ctx = Context.for_models(family, workers=workers, catalogue=catalogue)
+def make_demo(model: str | None = None, workers: int = 1, models: list[str] | None = None) -> Demo:
+    """Load `model` (a `coolsd.models.registry.MODELS` key or alias: "emoji", "mnist" / "embedded", "tiny",
+    "llamagen"; default as `registry.default_key`; a missing one falls back as the registry says) and build the
+    demo around it. The model picker offers it first, then `models` (registry keys; default: the shipped models
+    whose weights are here), each loaded on its first use. Small models on a CPU decode single-threaded."""
+    serving_threads()
+    ctx = open_context(model, workers, models)
     return Demo(ctx, build_demo(ctx), workers)

@@ -12,6 +12,7 @@ import json
 import math
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -26,7 +27,7 @@ from coolsd.bench.report import figure as bench_figure
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.models.bundle import STYLE_SEP
+from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, EMOJI_DIR
@@ -35,6 +36,7 @@ ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
 LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
 BENCH = BENCH_DIR / "results.jsonl"
+BENCHES = {"embedded": BENCH, "emoji": EMOJI_DIR / "bench" / "results.jsonl"}  # ModelBundle.kind -> its benchmark
 CLASSIFIERS = {"embedded": EMBEDDED_CLASSIFIER, "emoji": EMOJI_CLASSIFIER}  # AppModel.kind -> its judge
 HELD_OUT = {"emoji": EMOJI_DIR / "metrics.json"}  # the training run's held-out accuracy of a weak classifier
 CELL = 64  # pixels per sample in the grid image
@@ -42,14 +44,15 @@ LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample he
 COLOURS = {"right": (0, 170, 90), "wrong": (220, 40, 40), "pending": (200, 200, 200)}
 MARKS = {"eagle-1": ("#444444", "star"), "chosen": ("#d62728", "x"), "twin": ("#1f77b4", "cross")}
 INTRO = f"""
-Pick a rule and how much to relax it, then **Run**: every decoder draws the same samples (one per class,
-same seed), streamed as they finish. Vanilla AR is the reference (exact, slow); Eagle-1 is exact and faster; the
-relaxed rule and its twin trade exactness for speed. A frame around a sample is **green** when the model's small
-classifier reads the intended class (the digit; an emoji's class, its style aside), **red** (with what it read)
-when it does not. The emoji classifier is weak (its held-out accuracy is under the table), so compare the
-decoders with each other, not with 100 %. Raise the relaxation until the red frames and the NLL climb: that is
-where images start to break. Sampling and draft length (L = {DecodeConfig().draft_len}) are the benchmark's, so
-the run is marked on the benchmark's Pareto figure below.
+Pick a rule and how much to relax it, then **Run**: every decoder draws the same samples (each of another class,
+spread over the model's classes; same seed), streamed as they finish. Vanilla AR is the reference (exact, slow);
+Eagle-1 is exact and faster; the relaxed rule and its twin trade exactness for speed. A frame around a sample is
+**green** when the model's small classifier reads the intended class (the digit; an emoji's class, its style
+aside), **red** (with what it read) when it does not. The emoji classifier is weak (its held-out accuracy is under
+the table), so compare the decoders with each other, not with 100 %. Raise the relaxation until the red frames and
+the NLL climb: that is where images start to break. Sampling and draft length (L = {DecodeConfig().draft_len}) are
+the benchmark's, so on a model with a shipped benchmark (MNIST, emoji) the run is marked on its Pareto figure
+below.
 """
 
 
@@ -156,7 +159,8 @@ def pareto_figure(rows: list[dict], summary: list[dict]):
     """The benchmark's 2x2 Pareto figure with this run's decoders marked (NLL panels: points; FID panels: x lines)."""
     import plotly.graph_objects as go
 
-    fig = bench_figure(rows, "Benchmark (assets/bench, 40 images per setting) with this lab run marked")
+    images = max((r.get("n_images", 0) for r in rows), default=0)
+    fig = bench_figure(rows, f"The shipped benchmark ({images} images per setting) with this lab run marked")
     for r in summary:
         if r["decoder"] not in MARKS or r["nll"] is None:
             continue
@@ -220,7 +224,7 @@ class LabPanel:
             if ctx.model_key not in self.labs:
                 m = ctx.model
                 lab = Lab(m.target, m.drafter, m.tokenizer, m.num_tokens, classifier=None, workers=LAB_WORKERS)
-                self.labs[ctx.model_key] = lab, bench_rows() if m.kind == "embedded" else []
+                self.labs[ctx.model_key] = lab, bench_rows(BENCHES[m.kind]) if m.kind in BENCHES else []
             return self.labs[ctx.model_key]
 
     def _classifier(self, ctx: Context, lab: Lab):
@@ -249,11 +253,12 @@ class LabPanel:
         except ValueError as err:
             raise bad(str(err)) from None
         if m.conditioning == "class":
-            styles = len(m.style_names)  # a styled model: one sample per class, the styles in turn
-            n = min(samples, len(m.class_names) // max(styles, 1))
-            conditions = [j * styles + j % styles for j in range(n)] if styles else list(range(n))
+            names = m.conditions  # classes spread evenly over the model's; a styled model: the styles in turn
+            n = min(samples, len(names.classes))
+            styles = max(len(names.styles), 1)
+            conditions = [(j * len(names.classes) // n) * styles + j % styles for j in range(n)]
             seeds = [seed] * n
-            headers = [m.class_names[c] for c in conditions]
+            headers = [names.label(c) for c in conditions]
         else:
             cond = ctx.check_condition(condition)
             conditions, seeds = [cond] * samples, [seed + j for j in range(samples)]
@@ -273,14 +278,14 @@ class LabPanel:
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
                     "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
                                    for j in range(len(conditions))], "seeds": seeds,
-                    "draft_len": DecodeConfig().draft_len, "sampling": dataclasses.asdict(m.sampling),
+                    "draft_len": DecodeConfig().draft_len, "sampling": dataclasses.asdict(m.default_sampling),
                     "decoders": [{"key": d.key, "label": d.label,
                                   "rule": None if d.rule is None else d.rule.config()} for d in decoders]}
         done: list[LabSample] = []
         t0 = time.perf_counter()
         first_row = None
         with ctx.lane() as lane:
-            stream = lab.run(decoders, conditions, seeds, m.sampling, DecodeConfig(), handles=lane)
+            stream = lab.run(decoders, conditions, seeds, m.default_sampling, DecodeConfig(), handles=lane)
             try:
                 with unexpected_errors("lab", "the lab"):
                     for sample in stream:
@@ -318,13 +323,26 @@ class LabPanel:
         return image, text, figure, json_safe(payload)
 
 
-def build(ctx: Context, tab: gr.Tab) -> LabPanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
+@dataclass(frozen=True)
+class LabHandle:
+    """What the tour reads of the lab: its controls (name -> component), the run's inputs and outputs and
+    its handler (`panel.grid`); `outputs[-1]` is the run's stats JSON."""
+
+    panel: LabPanel
+    controls: dict
+    inputs: list
+    outputs: list
+
+
+def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab) -> LabHandle:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `condition` and `model` are the race's
+    condition and the picker (text models sample the prompt)."""
     panel = LabPanel(ctx)
     gr.Markdown(INTRO)
     table = lab_specs()
     with gr.Row():
-        rule, relaxation, samples, seed = (table[n].component() for n in ("rule", "relaxation", "samples", "seed"))
+        rule = table["rule"].component(scale=2, min_width=280)
+        relaxation, samples, seed = (table[n].component(min_width=160) for n in ("relaxation", "samples", "seed"))
     with gr.Row():
         run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
         stop_btn = gr.Button("Stop", variant="stop", elem_id="lab-stop")
@@ -337,12 +355,10 @@ def build(ctx: Context, tab: gr.Tab) -> LabPanel:
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="lab-json", label="lab")
 
-    inputs = [rule, relaxation, samples, seed, ctx.controls["condition"], ctx.controls["model"]]
+    inputs = [rule, relaxation, samples, seed, condition, model]
     event = run_btn.click(panel.grid, inputs,
                           [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
                           concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
-    # the tour sets these and runs the lab with them (`coolsd.app.tour`)
-    panel.controls = {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}
-    panel.inputs, panel.outputs = inputs, [grid, stats, plot, raw]
-    return panel
+    return LabHandle(panel, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}, inputs,
+                     [grid, stats, plot, raw])

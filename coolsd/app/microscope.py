@@ -18,6 +18,8 @@ from PIL import Image, ImageDraw
 
 from coolsd.app.context import Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
+from coolsd.app.recordings import Recordings
+from coolsd.app.serving import STATE_TTL_S
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.checks import check_choice, check_int
@@ -43,14 +45,16 @@ round that committed that cell.
 class MicroscopePanel:
     """Handlers of the tab; the re-run of a decoder is cached in a per-session gr.State."""
 
-    def __init__(self, ctx: Context, race_panel) -> None:
+    def __init__(self, ctx: Context, recordings: Recordings) -> None:
         self.ctx = ctx
-        self.race = race_panel
+        self.recordings = recordings
 
     def trace_of(self, trace, model=None) -> RaceTrace:
         """The session's last race, else the recording of `model`'s default race (default: the app's model),
         else a clear error."""
-        found = self.race.trace_or_shipped(trace, model)
+        with user_errors():
+            model = None if model in (None, "") else self.ctx.catalogue.check(model)
+        found = self.recordings.trace_or_recorded(trace, model)
         if found is None:
             raise bad("nothing to look at yet: run a race first")
         return found
@@ -62,7 +66,7 @@ class MicroscopePanel:
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
         ctx = self.ctx.for_trace(trace.settings)
-        cond = ctx.check_condition(trace.settings["condition"])
+        cond = ctx.check_condition(trace.settings["condition"], trace.settings.get("style"))
         with ctx.lane() as lane:
             target, drafter = lane[0]
             events = scope.rerun(trace, key, target, drafter, cond, ctx.model.neighbours)
@@ -99,12 +103,16 @@ class MicroscopePanel:
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
         # the range of the rounds the microscope re-decodes (they can differ from the recorded ones when
         # the trace was recorded on another execution path; the header says so)
+        fresh = (cache or {}).get("sig", (None, None))[:2] != (id(trace), len(trace))  # a race not looked at yet
         events, _, cache = self.events(trace, key, cache or {})
         rounds = len(events)
-        round_no = min(max(int(round_no or 1), 0), rounds - 1)
+        # a new race opens on a round in the middle (round 0 only samples the first token): the picture is half drawn
+        keep = not fresh and isinstance(round_no, (int, float)) and 0 <= round_no < rounds
+        round_no = int(round_no) if keep else rounds // 2
         out = self.view(key, round_no, trace, cache, model)
         return (gr.Dropdown(choices=[(label, k) for k, label in trace.racers], value=key),
-                gr.Slider(maximum=max(rounds - 1, 1), value=round_no), *out)
+                gr.Slider(minimum=0, maximum=max(rounds - 1, 1), value=round_no,
+                          label=f"round (0 to {rounds - 1}; round 0 samples the first token)"), *out)
 
     def clicked(self, key, trace, cache, evt: gr.SelectData, model=None):
         """A click on the image -> the round that committed the clicked cell."""
@@ -201,12 +209,14 @@ def _f(x: float) -> str:
 
 def table_markdown(v: dict) -> str:
     """Per depth: position, draft, q, p, omega, a, u, verdict (markdown)."""
-    lines = ["| i | cell (row, col) | draft | q(x) | p(x) | ω_i | a_i | u_i | verdict |",
+    lines = ["| i | cell (row, col) | draft | q(x) | p(x) | ωᵢ | aᵢ | uᵢ | verdict |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in v["depths"]:
         mark = {"accepted": "✓ u ≤ a", "rejected": "✗ u > a"}.get(r["verdict"], "not tested")
+        tested = r["verdict"] in ("accepted", "rejected")  # an untested draft has no a_i or u_i to show
         lines.append(f"| {r['depth']} | {tuple(r['position'])} | {r['token']} | {_f(r['q'])} | {_f(r['p'])} | "
-                     f"{_f(r['omega'])} | {_f(r['accept'])} | {_f(r['u'])} | {mark} |")
+                     f"{_f(r['omega'])} | {_f(r['accept']) if tested else '–'} | {_f(r['u']) if tested else '–'} | "
+                     f"{mark} |")
     if not v["depths"]:
         lines.append("| – | – | – | – | – | – | – | – | no drafts this round |")
     return "\n".join(lines)
@@ -215,21 +225,20 @@ def table_markdown(v: dict) -> str:
 def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTrace) -> str:
     warn = "" if same else (" ⚠️ The re-run did not commit the recorded tokens (a trace from another machine or "
                             "version): the numbers are the re-run's.")
-    return (f"**{label}**, round {v['round']} of {rounds - 1}: {v['n_drafted']} drafts from cell "
+    return (f"**{label}**, round {v['round']} (rounds 0 to {rounds - 1}): {v['n_drafted']} drafts from cell "
             f"{tuple(v['positions'][0])}, {v['n_accepted']} accepted, then token {v['token']} ({v['last']}) drawn "
             f"from {v['drawn_from']}. Residual: {v['residual']}.{warn}")
 
 
-def build(ctx, tab: gr.Tab) -> MicroscopePanel:
-    """The tab (call inside `gr.Tab(TITLE, id=ID)`, after the Race tab: it reads the race's trace)."""
-    race_panel = ctx.panels["race"]
-    panel = MicroscopePanel(ctx, race_panel)
+def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> MicroscopePanel:
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the race's trace state."""
+    panel = MicroscopePanel(ctx, recordings)
     gr.Markdown(INTRO, latex_delimiters=LATEX)
     with gr.Row():
         key = gr.Dropdown(choices=[], value=None, label="decoder", elem_id="micro-decoder", scale=2)
         prev = gr.Button("← Prev", elem_id="micro-prev", scale=1, min_width=80)
         nxt = gr.Button("Next →", elem_id="micro-next", scale=1, min_width=80)
-    round_no = gr.Slider(0, 1, value=1, step=1, label="round", elem_id="micro-round")
+    round_no = gr.Slider(0, 1, value=0, step=1, label="round", elem_id="micro-round")
     header = gr.Markdown(elem_id="micro-header")
     with gr.Row():
         image = gr.Image(type="pil", format="png", show_label=False, interactive=False, elem_id="micro-image",
@@ -240,15 +249,13 @@ def build(ctx, tab: gr.Tab) -> MicroscopePanel:
     bars = gr.Plot(show_label=False, elem_id="micro-bars")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="micro-json", label="microscope")
-    cache = gr.State({})
+    cache = gr.State({}, time_to_live=STATE_TTL_S)
     outputs = [image, strip, bars, table, header, raw, cache]
-    trace = race_panel.trace_state
-    model = ctx.controls["model"]
     tab.select(panel.opened, [key, round_no, trace, cache, model], [key, round_no, *outputs], api_visibility="private",
                show_progress="minimal")
     gr.on([round_no.change, key.input], panel.view, [key, round_no, trace, cache, model], outputs,
-          api_name="microscope", trigger_mode="always_last", concurrency_limit=2, concurrency_id="microscope",
-          show_progress="minimal")
+          api_name="microscope", preprocess=False, trigger_mode="always_last", concurrency_limit=2,
+          concurrency_id="microscope", show_progress="minimal")
     prev.click(None, round_no, round_no, js="(r) => Math.max(0, r - 1)", api_visibility="private")
     nxt.click(None, round_no, round_no, js=NEXT_JS, api_visibility="private")
     image.select(panel.clicked, [key, trace, cache, model], round_no, api_visibility="private")

@@ -10,6 +10,7 @@ is COOL-SD, floored at 1, as it always was).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from coolsd.app.context import Context, bad
 from coolsd.decoding import variants
@@ -23,8 +24,8 @@ VANILLA = (variants.VANILLA, variants.VARIANTS[variants.VANILLA].label)
 DEFAULT_RACERS = ["eagle-1", "lantern++", "cool-sd"]
 SLOTS = MAX_RACERS + 1  # the race's image panels: the chosen racers in order, vanilla AR always in the last one
 VANILLA_SLOT = SLOTS - 1
-RuleParams = RuleKnobs  # the rule knobs of the settings column (already range-checked by their components)
 DEFAULTS = {f: getattr(RuleKnobs(), f) for f in ("uniform_delta", "linear_delta", "linear_slope", "custom_omegas")}
+RULE_SETTINGS = [f.name for f in dataclasses.fields(RuleKnobs) if f.name != "lantern_delta"]  # the race's rule knobs
 
 
 def parse_omegas(text) -> tuple[float, ...]:
@@ -56,20 +57,22 @@ def check_racers(value) -> list[str]:
     return [k for k in RACERS if k in keys]  # the panels' order, whatever the order given
 
 
-def make_racer_rule(ctx: Context, key: str, p: RuleParams) -> Rule:
-    """The rule racer `key` runs at the settings `p`; a rule's own ValueError becomes its clear error."""
+def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
+    """The rule racer `key` runs at the race `settings` (name -> value; missing knobs at the rule's default);
+    a rule's own ValueError becomes its clear error."""
     if key not in RACERS:
         raise bad(f"unknown racer {show(key)}; choose from {', '.join(RACERS)}")
-    knobs = dataclasses.replace(p, custom_omegas=parse_omegas(p.custom_omegas)) if key == "custom" else p
+    knobs = RuleKnobs(**{name: settings[name] for name in RULE_SETTINGS if name in settings})
+    knobs = dataclasses.replace(knobs, custom_omegas=parse_omegas(knobs.custom_omegas)) if key == "custom" else knobs
     try:
         return variants.build(key, knobs, ctx.model.neighbours)
     except ValueError as err:
         raise bad(f"{RACERS[key]}: {err}") from None
 
 
-def make_rules(ctx: Context, keys: list[str], p: RuleParams) -> dict[str, Rule]:
-    """key -> rule for every chosen racer, in the given order."""
-    return {key: make_racer_rule(ctx, key, p) for key in keys}
+def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Rule]:
+    """key -> rule for every chosen racer, in the given order, at the race `settings` (name -> value)."""
+    return {key: make_racer_rule(ctx, key, settings) for key in keys}
 
 
 def slot_keys(keys: list[str]) -> list[str | None]:

@@ -33,7 +33,8 @@ from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, show
+from coolsd.models.conditions import STYLE_SEP
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, is_integer, show
 
 MAX_DRAFT_LEN = 8
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
@@ -122,10 +123,17 @@ def _condition(ctx: Context) -> Spec:
         prompts = m.example_prompts or EXAMPLE_PROMPTS
         return Spec("Prompt", "custom", prompts[0], widget="textbox", elem_id="condition", check_fn=check_prompt,
                     extra={"max_length": m.max_prompt_chars, "lines": 2})
-    names = m.base_class_names  # a styled model's "<class> · <style>" labels are split by RaceSettings.check
-    label, name = ("Class", "class") if m.style_names else ("Digit", "digit")
-    return Spec(label, "choice", default_condition(ctx)[0], choices=tuple((n, n) for n in names), widget="dropdown",
-                elem_id="condition", name=name)
+    names = m.conditions
+
+    def check_name(value):
+        """The class name `value` means (typos matched: `coolsd.models.conditions`); an engine id stays an id."""
+        cond = ctx.check_condition(value, None)
+        return value if is_integer(value) or names.label(cond) == value else names.split(cond)[0]
+
+    label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
+    return Spec(label, "custom", default_condition(ctx)[0], choices=tuple((n, n) for n in names.classes),
+                widget="dropdown", elem_id="condition", check_fn=check_name, name=names.noun,
+                extra={"allow_custom_value": True, "filterable": True})
 
 
 def default_condition(ctx: Context) -> tuple[str, str]:
@@ -133,13 +141,14 @@ def default_condition(ctx: Context) -> tuple[str, str]:
     m = ctx.model
     if m.conditioning == "text":
         return (m.example_prompts or EXAMPLE_PROMPTS)[0], ""
-    label = m.class_names[3 % len(m.class_names)]
-    return m.split_condition(label) or (label, "")
+    names = m.conditions
+    return names.split(3 % names.count)
 
 
 def _style(ctx: Context) -> Spec:
     """The emoji style ("" = the default style); models without styles take any text and ignore it."""
-    styles = ctx.model.style_names
+    names = ctx.model.conditions if ctx.model.conditioning == "class" else None
+    styles = list(names.styles) if names else []
     default = default_condition(ctx)[1]
 
     def check_style(value):
@@ -147,7 +156,7 @@ def _style(ctx: Context) -> Spec:
             raise ValueError(f"style must be a text such as {show(default or 'Noto')}, got {show(value)}")
         if not styles:
             return ""
-        return default if value == "" else check_choice("style", value, styles)
+        return default if value == "" else styles[names.style_index(value)]
 
     choices = tuple((n, n) for n in styles) or (("", ""),)  # (a hidden control without styles)
     return Spec("Style", "custom", default, choices=choices, widget="dropdown", elem_id="style",
@@ -216,11 +225,13 @@ class RaceSettings:
 
     condition: str = setting(_condition)
     seed: int = setting(lambda ctx: Spec("seed", "int", 0, 0, MAX_SEED, elem_id="seed"))
-    temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.sampling.temperature, 0.0, 2.0,
-                                 0.05, "temperature")
-    top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.sampling.top_k, top_k_max(ctx)), 0,
+    temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.default_sampling.temperature,
+                                 0.0, 2.0, 0.05, "temperature")
+    top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k,
+                                                                         top_k_max(ctx)), 0,
                                           top_k_max(ctx), 1, elem_id="top-k"))
-    cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.sampling.cfg_scale, 1.0, 10.0, 0.1, "cfg")
+    cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
+                               0.1, "cfg")
     draft_len: int = _number("draft length L", lambda ctx: DecodeConfig().draft_len, 1, MAX_DRAFT_LEN, 1, "draft-len",
                              kind="int")
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
@@ -284,19 +295,15 @@ class RaceSettings:
     def replace(self, **changes) -> RaceSettings:
         return dataclasses.replace(self, **changes)
 
-    def rule_params(self) -> choice.RuleParams:
-        return choice.RuleParams(self.delta, self.nu, self.mu, self.mean_omega, self.lantern_k, self.lantern_lambda,
-                                 self.uniform_delta, self.linear_delta, self.linear_slope, self.custom_omegas)
-
     def plan(self, ctx: Context) -> RacePlan:
         """Everything the race checks beyond single values (the rules, the configs): one gr.Error, or the plan.
         A share link is refused exactly when this refuses."""
         variant = ctx.for_model(self.model).variant(self.resolution)
-        cond = variant.check_condition(variant.model.condition_name(self.condition, self.style))
+        cond = variant.check_condition(self.condition, self.style)
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
             config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting)
-        rules = choice.make_rules(variant, self.racers, self.rule_params())
+        rules = choice.make_rules(variant, self.racers, self.as_dict())
         return RacePlan(variant, cond, self.racers, sampling, config, rules)
 
 
@@ -307,9 +314,12 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
     older API form). A value left at the app's default that the picked model refuses (the default model's
     class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay."""
     out = dict(values)
-    split = picked.model.split_condition(out.get("condition"))
-    if split is not None:
-        out["condition"], out["style"] = split
+    label = out.get("condition")
+    if picked.model.style_names and isinstance(label, str) and STYLE_SEP.strip() in label:
+        try:
+            out["condition"], out["style"] = picked.model.conditions.split(picked.model.condition(label))
+        except ValueError:
+            pass  # (the condition's own check names it)
     if picked is ctx:
         return out
     own, app = specs(picked), specs(ctx)

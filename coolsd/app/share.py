@@ -42,16 +42,10 @@ def _file(name: str, suffix: str) -> str:
     return os.path.join(folder, f"coolsd-{name}-{uuid.uuid4().hex[:8]}{suffix}")
 
 
-def shared_controls(ctx: Context) -> dict:
-    """name -> component of every control a share link carries: the race settings, then the panels' own."""
-    return {**ctx.controls, **ctx.share_controls}
-
-
 def shared_specs(ctx: Context, picked: Context | None = None) -> dict[str, Spec]:
-    """name -> Spec (how it is checked) of every control a share link carries, in `shared_controls` order;
-    the race settings' for model `picked` (default: the app's)."""
-    table = {**specs(picked or ctx), **ctx.share_specs}
-    return {name: table[name] for name in shared_controls(ctx)}
+    """name -> Spec (how it is checked) of every setting a share link carries (the race settings, in the race's
+    argument order) for model `picked` (default: the app's)."""
+    return specs(picked or ctx)
 
 
 # ---------------------------------------------------------------- settings <-> query string
@@ -156,8 +150,8 @@ def _params(query) -> dict:
 class TakeAway:
     """The take-away row under the race: trace, strip and share link buttons, and their handlers."""
 
-    def __init__(self, ctx: Context, panel, snapshot: gr.State, trace: gr.State) -> None:
-        self.ctx, self.panel, self.snapshot, self.trace = ctx, panel, snapshot, trace
+    def __init__(self, ctx: Context, controls, after, snapshot: gr.State, trace: gr.State) -> None:
+        self.ctx, self.controls, self.after, self.snapshot, self.trace = ctx, controls, after, snapshot, trace
         with gr.Row(equal_height=True):
             self.trace_btn = gr.Button("Download the trace (JSON)", size="sm", elem_id="trace-btn")
             self.strip_btn = gr.Button("Download the images (PNG strip)", size="sm", elem_id="strip-btn")
@@ -171,7 +165,7 @@ class TakeAway:
 
     def trace_file(self, trace) -> str:
         """The last race's trace as a .json file (settings, model, every event)."""
-        data = self.panel.trace_json(trace)
+        data = self.after.trace_json(trace)
         path = _file(f"trace-seed{trace.settings.get('seed', 0)}", ".json")
         with open(path, "w") as f:
             json.dump(data, f)
@@ -185,7 +179,7 @@ class TakeAway:
             overlay = specs(self.ctx)["overlay"].check(overlay)
         labels = dict(trace.racers)
         keys = slot_keys([k for k, _ in trace.racers[:-1]])
-        images, ctx = snapshot["images"], self.panel.view_context(snapshot)
+        images, ctx = snapshot["images"], self.after.view_context(snapshot)
         shown = [slot for slot in range(SLOTS) if slot in images and keys[slot] is not None]
         strip = image_strip([ctx.render(*images[slot], overlay) for slot in shown],
                             [labels[keys[slot]] for slot in shown])
@@ -195,11 +189,11 @@ class TakeAway:
 
     def share_link(self, *values) -> str:
         """The query string ("?seed=3&...") that restores these settings; the page prefixes its own URL."""
-        return share_query(self.ctx, dict(zip(shared_controls(self.ctx), values)))
+        return share_query(self.ctx, dict(zip(RaceSettings.names(), values)))
 
     def _named_share_link(self):
         """`share_link` with one named parameter per control (the API shows and takes the names)."""
-        names = list(shared_controls(self.ctx))
+        names = RaceSettings.names()
 
         def share_link(*values):
             return self.share_link(*values)
@@ -210,21 +204,22 @@ class TakeAway:
         return share_link
 
     def wire(self) -> None:
-        controls = list(shared_controls(self.ctx).values())
+        controls = self.controls.inputs
         self.trace_btn.click(self.trace_file, self.trace, self.file, api_name="trace_file")
-        self.strip_btn.click(self.strip_file, [self.snapshot, self.ctx.controls["overlay"], self.trace], self.file,
+        self.strip_btn.click(self.strip_file, [self.snapshot, self.controls["overlay"], self.trace], self.file,
                              api_name="strip_file", preprocess=False)
         self.link_btn.click(self._named_share_link(), controls, self.link, api_name="share_link",
                             preprocess=False).then(
             None, self.link, self.link, js="(q) => q && q.startsWith('?') ? "
             "window.location.origin + window.location.pathname + q : q", api_visibility="private")
-        self.trace_api.click(self.panel.trace_json, self.trace, self.trace_view, api_name="trace")
+        self.trace_api.click(self.after.trace_json, self.trace, self.trace_view, api_name="trace")
 
 
-def wire_restore(ctx: Context, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]):
-    """On page load, set every control named in the URL's query (call inside the Blocks, after every panel);
-    a link naming a model also sets the model-dependent controls' choices. Returns the load event."""
-    controls = shared_controls(ctx)
+def wire_restore(ctx: Context, controls, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]):
+    """On page load, set every race setting named in the URL's query (`controls`: the settings column; call
+    inside the Blocks, after every panel); a link naming a model also sets the model-dependent controls'
+    choices. Returns the load event."""
+    controls = controls.settings
 
     def restore(request: gr.Request):
         params = dict(request.query_params) if request is not None else {}

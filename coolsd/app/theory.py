@@ -11,7 +11,7 @@ import functools
 import gradio as gr
 
 from coolsd.app.context import Context, unexpected_errors
-from coolsd.app.racers import RuleParams, make_rules
+from coolsd.app.racers import make_rules
 from coolsd.app.settings import check_values, specs
 from coolsd.decoding import variants
 from coolsd.theory import sweeps
@@ -32,11 +32,21 @@ def _curves(nu: float, k: int) -> dict:
     return sweeps.tradeoff_curves(nu=nu, k=k)
 
 
+def display_names(fig) -> None:
+    """Trace names as the page shows decoders ("UniformRSD", "COOL-SD unclipped"), not registry keys."""
+    for trace in fig.data:
+        key, _, rest = (trace.name or "").partition(" ")
+        if key in variants.VARIANTS:
+            trace.name = f"{variants.VARIANTS[key].name} {rest}".strip()
+            trace.legendgroup = trace.name
+
+
 def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
     """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
     import plotly.graph_objects as go
 
-    rules = make_rules(ctx, ["cool-sd", "lantern++"], RuleParams(delta, nu, mu, mean_omega, lantern_k, lantern_lambda))
+    rules = make_rules(ctx, ["cool-sd", "lantern++"], {"delta": delta, "nu": nu, "mu": mu, "mean_omega": mean_omega,
+                                                        "lantern_k": lantern_k, "lantern_lambda": lantern_lambda})
     with unexpected_errors("theory plot", "the exact oracle"):
         curves = _curves(round(float(nu), 3), min(int(lantern_k), sweeps.K))
         fig = sweeps.tradeoff_figure(curves, mark=rules["cool-sd"])
@@ -45,18 +55,26 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
                              marker={"color": variants.COLOURS["lantern++"], "size": 14, "symbol": "x-thin",
                                      "line": {"width": 3, "color": variants.COLOURS["lantern++"]}},
                              hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
-    fig.update_layout(width=None, height=520, autosize=True, title={"font": {"size": 14}},
-                      legend={"x": 1.02, "y": 1, "xanchor": "left", "bgcolor": "rgba(255,255,255,0.6)"},
-                      margin={"r": 10})
+    display_names(fig)
+    s = curves["setup"]
+    # the legend sits under the plot (never over the title or the curves; it wraps instead of scrolling), and the
+    # width follows the page, so a phone gets the whole width
+    fig.update_layout(width=None, height=620, autosize=True,
+                      title={"text": f"Exact error vs speed (toy model: V={s['vocab_size']}, T={s['num_tokens']}, "
+                                     f"L={s['draft_len']})", "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
+                      legend={"orientation": "h", "x": 0, "y": -0.18, "xanchor": "left", "yanchor": "top",
+                              "font": {"size": 11}},
+                      margin={"l": 50, "r": 10, "t": 40, "b": 10}, xaxis={"title": {"text": "accepted length τ"}},
+                      yaxis={"title": {"text": "TV(output, P)"}})
     return fig
 
 
-def build(ctx: Context, tab: gr.Tab):
-    """The tab's content; `tab` is the enclosing gr.Tab (selecting it draws the plot)."""
+def build(ctx: Context, controls, tab: gr.Tab) -> None:
+    """The tab's content; `controls` is the settings column (its COOL-SD and LANTERN++ knobs are marked);
+    `tab` is the enclosing gr.Tab (selecting it draws the plot)."""
     gr.Markdown(INTRO)
     button = gr.Button("Update the theory plot", elem_id="theory-btn")
-    plot = gr.Plot(label="exact TV vs accepted length", show_label=False, elem_id="plot-theory")
-
+    plot = gr.Plot(label="exact TV vs accepted length", show_label=False, elem_id="plot-theory", min_width=300)
     table = {name: spec for name, spec in specs(ctx).items() if name in INPUTS}
 
     def update(delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
@@ -65,7 +83,7 @@ def build(ctx: Context, tab: gr.Tab):
                                  "lantern_lambda": lantern_lambda})
         return theory_plot(ctx, **v)
 
-    c = ctx.controls
+    c = controls
     gr.on([button.click, tab.select, c["delta"].release, c["nu"].release, c["mu"].release, c["mean_omega"].input,
            c["lantern_k"].release, c["lantern_lambda"].release], update, [c[k] for k in INPUTS], plot,
           api_name="theory", preprocess=False, concurrency_limit=1, concurrency_id="theory", trigger_mode="always_last",

@@ -117,11 +117,11 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
     """"your guess ... measured ..." (markdown); the guess is checked, the values come from the run."""
     scale = 100.0 if step.unit == "%" else 1.0
     values = measured(step, payload)
-    if guess is None or guess == "":
+    if guess is None or (isinstance(guess, str) and not guess.strip()):
         head = "No guess given."
     else:
         with user_errors():
-            head = f"Your guess: **{check_number('your guess', guess):g}{step.unit}**."
+            head = f"Your guess: **{check_number('your guess', as_number(guess)):g}{step.unit}**."
     shown = [f"{label}: **{v * scale:.2f}{step.unit}**" for label, v in values
              if isinstance(v, (int, float)) and math.isfinite(v)]
     if not shown and (payload or {}).get("finished"):
@@ -131,25 +131,34 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
     return head + " Measured just now: " + "; ".join(shown) + "."
 
 
+def as_number(text):
+    """A typed guess as a number where it reads as one ("2.5", "40 %"); else unchanged (the check names it)."""
+    if isinstance(text, str):
+        try:
+            return float(text.strip().rstrip("%×x").strip())
+        except ValueError:
+            return text
+    return text
+
+
 # ---------------------------------------------------------------- layout and wiring
 class Tour:
     """The tour's components (laid out by `build`), wired by `wire` once the panels exist."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.guesses: list[gr.Number] = []
+        self.guesses: list[gr.Textbox] = []
         self.runs: list[gr.Button] = []
         self.results: list[gr.Markdown] = []
 
-    def settings(self, step: Step, model=None) -> tuple:
+    def settings(self, step: Step, model=None, lab_controls=()) -> tuple:
         """New values of the race controls (the picked `model`'s defaults, changed by the step) and, for a lab
-        step, the lab's."""
+        step, of the lab's controls (their names, in order)."""
         values = RaceSettings.defaults(self.ctx.for_model(model)).as_dict() | (step.race or {})
-        race = tuple(values[name] for name in self.ctx.controls)
+        race = tuple(values[name] for name in RaceSettings.names())
         if step.lab is None:
             return race
-        lab = self.ctx.panels["lab"].controls
-        return (*race, *(step.lab.get(name, gr.skip()) for name in lab))
+        return (*race, *(step.lab.get(name, gr.skip()) for name in lab_controls))
 
 
 def build(ctx: Context) -> Tour:
@@ -164,8 +173,9 @@ def build(ctx: Context) -> Tour:
                     gr.Markdown(f"**Challenge:** {step.question} Type your guess, then press Run: it sets the "
                                 "controls, runs, and shows the measured value beside your guess.")
                     with gr.Row():
-                        tour.guesses.append(gr.Number(None, label="your guess" + (" (%)" if step.unit else ""),
-                                                      elem_id=f"tour-guess-{j}", min_width=120))
+                        tour.guesses.append(gr.Textbox(label="your guess" + (" (%)" if step.unit else ""),
+                                                       placeholder="a number", elem_id=f"tour-guess-{j}",
+                                                       min_width=120, max_lines=1))
                         tour.runs.append(gr.Button("Run", variant="primary", elem_id=f"tour-run-{j}",
                                                    min_width=80))
                     tour.results.append(gr.Markdown(elem_id=f"tour-result-{j}"))
@@ -176,29 +186,31 @@ def build(ctx: Context) -> Tour:
     return tour
 
 
-def wire(tour: Tour, tabs: gr.Tabs) -> None:
-    """Each step's Run: set the controls and open the tab to watch, run the race (or the lab), reveal."""
+def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
+    """Each step's Run: set the controls and open the tab to watch, run the race (or the lab), reveal.
+    `controls`: the settings column; `race`: the Race tab's handle; `lab`: the Quality lab's handle."""
     ctx = tour.ctx
-    race, lab = ctx.panels["race"], ctx.panels["lab"]
-    race_inputs = list(ctx.controls.values())
+    race_inputs = controls.inputs
+    race_outputs = race.outputs.components()
     for j, step in enumerate(STEPS):
         outputs = race_inputs + (list(lab.controls.values()) if step.lab is not None else [])
 
         def setup(model, step=step):
-            return (*tour.settings(step, model), gr.Tabs(selected="race" if step.lab is None else "lab"))
+            return (*tour.settings(step, model, list(lab.controls)), gr.Tabs(selected="race" if step.lab is None
+                                                                             else "lab"))
 
         def reveal(guess, payload, step=step):
             return reveal_markdown(step, guess, payload)
 
-        event = tour.runs[j].click(setup, ctx.controls["model"], [*outputs, tabs], api_visibility="private",
+        event = tour.runs[j].click(setup, controls["model"], [*outputs, tabs], api_visibility="private",
                                    queue=False)
         if step.lab is None:
-            event = event.then(race.race, race_inputs, race.outputs, api_visibility="private", preprocess=False,
-                               concurrency_limit=ctx.workers, concurrency_id="race", show_progress="minimal")
-            answer_from = race.stats_json
+            event = event.then(race.gradio_race(), race_inputs, race_outputs, api_visibility="private",
+                               preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
+                               show_progress="minimal")
+            answer_from = race.outputs.stats
         else:
-            event = event.then(lab.grid, lab.inputs, lab.outputs, api_visibility="private", preprocess=False,
-                               concurrency_limit=1,
-                               concurrency_id="lab", show_progress="minimal")
+            event = event.then(lab.panel.grid, lab.inputs, lab.outputs, api_visibility="private", preprocess=False,
+                               concurrency_limit=1, concurrency_id="lab", show_progress="minimal")
             answer_from = lab.outputs[-1]
         event.then(reveal, [tour.guesses[j], answer_from], tour.results[j], api_visibility="private")

@@ -6,7 +6,8 @@ acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py`
 round, `round.py` the pieces both rounds share (session, clock, sampling of one step), `events.py`
 what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
 temperature / top-k / CFG settings, `protocol.py` what a model must offer the engine (`TokenModel`,
-`Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the latent-neighbour table LANTERN++ uses.
+`Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the
+latent-neighbour table LANTERN++ uses.
 `variants.py` is the one registry of named decoder variants (key, label, colour, how each builds its
 rule from settings: "cool-sd" floored at 1, "cool-sd-unclipped", "lantern++-gstar", ...).
 docs/rules-and-theory.md states the maths each rule implements; `coolsd.theory` checks it exactly.

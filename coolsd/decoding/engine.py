@@ -15,11 +15,11 @@ import torch
 
 from coolsd.decoding.chain import chain_round
 from coolsd.decoding.events import DecodeResult, RoundEvent
+from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES, tree_round
-from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.util import checks
 
 

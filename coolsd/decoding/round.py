@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
+from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.rules import Rule, pick
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.decoding.protocol import Drafter, TokenModel
 
 
 def sample(probs: Tensor, gen: torch.Generator) -> Tensor:

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundEvent, TokenOutcome
-from coolsd.decoding.round import Clock, Session, make_event, nan_after, sample
 from coolsd.decoding.protocol import ModelStep
+from coolsd.decoding.round import Clock, Session, make_event, nan_after, sample
 
 # Eagle-1's default 25-node tree (`mc_sim_7b_63`; 4, 8, 8, 3, 2 nodes per depth).
 EAGLE_25 = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),

@@ -1,11 +1,14 @@
-"""Everything the engine and the app need for one model family, loaded by one call.
+"""Everything the engine and the app need for one model, loaded by one call: `ModelBundle`, the one bundle type.
 
 `load_embedded()` reads the shipped `assets/embedded/` folders (transformers / diffusers
-`save_pretrained` layout, fp16 safetensors) and returns a `ModelBundle`.
+`save_pretrained` layout, fp16 safetensors) and returns a `ModelBundle`; the emoji model, the tiny
+random one and LlamaGen (one bundle per resolution) return the same type. `bundle.condition(name, style)`
+turns what a visitor names into the engine's condition (`coolsd.models.conditions`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,15 +16,15 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.neighbours import neighbour_table
-from coolsd.decoding.sampling import SamplingConfig
-from coolsd.models.graphs import prepare
 from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.conditions import STYLE_SEP, Conditions
+from coolsd.models.graphs import prepare
 from coolsd.util.paths import EMBEDDED_DIR
 
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
 EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 PARTS = ("vq", "target", "drafter")
-STYLE_SEP = " · "  # class_names of a styled model: "<class> · <style>"
 
 
 class BundleError(RuntimeError):
@@ -31,7 +34,10 @@ class BundleError(RuntimeError):
 @dataclass
 class ModelBundle:
     """name; target/drafter: engine models; tokenizer: ids -> image; neighbours: (V, k+1) int64 table;
-    class_names: label of each class id (conditioning == "class") or [] for text prompts; grid: (H, W)."""
+    class_names: label of each engine condition id ("<class> · <style>" for a styled model; conditioning ==
+    "class") or [] for text prompts; grid: (H, W) tokens. The rest says how the app offers it: kind (the
+    loader: "embedded", "emoji", "tiny", "llamagen"), execution (the weights' dtype and why), note (a fallback
+    to show), resolution (pixels per side, models offered at several), example prompts and the prompt cap."""
 
     name: str
     target: TokenModel
@@ -44,7 +50,26 @@ class ModelBundle:
     conditioning: str = "class"
     classifier: object | None = None  # embedded only: the classifier used by the benchmark
     style_names: list[str] = field(default_factory=list)  # emoji: condition id = class * S + style
-    execution: str = ""  # how the model runs, e.g. "bf16 (measured: ...)"; shown by the app
+    execution: str = ""  # how the model runs, e.g. "bf16 (stored with the model)"; shown and recorded by the app
+    class_groups: list[str] = field(default_factory=list)  # emoji: one Unicode group per class (the picker's filter)
+    kind: str = "embedded"
+    note: str = ""
+    resolution: int | None = None
+    example_prompts: tuple[str, ...] = ()
+    check_prompt: Callable[[str], str] | None = None  # text models: the family's own prompt check (ValueError)
+    max_prompt_chars: int = 300
+
+    @property
+    def conditions(self) -> Conditions:
+        """The names a visitor may give (`coolsd.models.conditions.Conditions`)."""
+        if self.conditioning == "text":
+            return Conditions(kind="text", check_prompt=self.check_prompt, max_prompt_chars=self.max_prompt_chars)
+        return Conditions(tuple(self.base_class_names), tuple(self.style_names), tuple(self.class_groups))
+
+    def condition(self, value, style=None):
+        """The engine condition of a visitor's class / emoji name (and style), condition id or prompt;
+        a one-line ValueError otherwise (an unknown name suggests the closest)."""
+        return self.conditions.resolve(value, style)
 
     @property
     def base_class_names(self) -> list[str]:
@@ -143,7 +168,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     return ModelBundle(name=name, target=target, drafter=drafter, tokenizer=tokenizer,
                        neighbours=neighbour_table(tokenizer.codebook, k_max).to(device), class_names=names,
                        grid=grid, default_sampling=sampling, classifier=classifier, style_names=styles,
-                       execution=str(dtype).removeprefix("torch."))
+                       execution=str(dtype).removeprefix("torch."),
+                       class_groups=list(getattr(cfg, "class_groups", None) or []))
 
 
 def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,

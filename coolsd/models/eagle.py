@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from coolsd.models.llama import LayerStack, set_path
 from coolsd.decoding.protocol import ModelStep
+from coolsd.models.llama import LayerStack, set_path
 
 
 class EagleHead(PreTrainedModel):

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from coolsd.models.llama import LayerStack, set_path
 from coolsd.decoding.protocol import ModelStep
+from coolsd.models.llama import LayerStack, set_path
 from coolsd.util import checks
 
 NUM_CLASSES = 10  # the digits 0..9

@@ -30,4 +30,4 @@ def tiny_bundle(seed: int = 0, grid: tuple[int, int] = (4, 4), codebook_size: in
     tokenizer = VQTokenizer(vq, grid)
     return ModelBundle(name="tiny random", target=target, drafter=drafter, tokenizer=tokenizer,
                        neighbours=neighbour_table(tokenizer.codebook, 16), class_names=list(cfg.class_names),
-                       grid=grid, default_sampling=SamplingConfig(cfg_scale=2.0))
+                       grid=grid, default_sampling=SamplingConfig(cfg_scale=2.0), kind="tiny")

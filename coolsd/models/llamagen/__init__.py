@@ -7,23 +7,22 @@ downloaded at load time.
 
 For a prompt UI (the app):
     available_resolutions()            -> [256, 512]: the resolutions whose every part is present
-    load_llamagen(resolution=512)      -> LlamaGen: target, drafter, tokenizer, neighbours, grid, ...
+    load_llamagen(resolution=512)      -> ModelBundle: target, drafter, tokenizer, neighbours, grid, ...
     load_llamagen(resolution=256, caption_encoder=other.target.caption_encoder)  # share one T5 (2.4 GB bf16)
     EXAMPLE_PROMPTS, check_prompt(text) (ValueError with a user-facing message), clean_prompt(text)
-    LlamaGen.default_sampling          -> LlamaGen's published sampling (CFG 7.5, top-k 1000, T = 1)
+    bundle.default_sampling            -> LlamaGen's published sampling (CFG 7.5, top-k 1000, T = 1)
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.bundle import ModelBundle
 from coolsd.models.graphs import prepare
 from coolsd.models.llamagen.caption import CaptionEmbedding, T5CaptionEncoder
 from coolsd.models.llamagen.clean import clean_caption
@@ -44,7 +43,7 @@ from coolsd.models.llamagen.loaders import (
     load_target,
     load_vq,
 )
-from coolsd.models.llamagen.prompts import EXAMPLE_PROMPTS, check_prompt, clean_prompt
+from coolsd.models.llamagen.prompts import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, check_prompt, clean_prompt
 from coolsd.models.llamagen.target import LlamaGenT2I
 from coolsd.models.llamagen.vq16 import VQ16Config, VQ16Tokenizer
 
@@ -78,22 +77,7 @@ __all__ = [
 DEFAULT_SAMPLING = SamplingConfig(cfg_scale=7.5, temperature=1.0, top_k=1000)
 
 
-@dataclass
-class LlamaGen:
-    """Everything the engine and the app need for one model family.
-
-    neighbours: (V, k_max + 1) int64 LANTERN++ table on the model device; grid: (H, W) tokens.
-    """
-
-    target: LlamaGenT2I
-    drafter: LlamaGenDrafter
-    tokenizer: VQ16Tokenizer
-    neighbours: Tensor
-    grid: tuple[int, int]
-    name: str
-    conditioning: str = "text"  # `cond` is a prompt string
-    resolution: int = 256  # pixels per side of the decoded image
-    default_sampling: SamplingConfig = DEFAULT_SAMPLING
+LlamaGen = ModelBundle  # (the one bundle type; this name stays for older imports)
 
 
 def find_llamagen() -> Path | None:
@@ -119,7 +103,7 @@ def load_llamagen(
     normalise_neighbours: bool = False,
     vq_config: VQ16Config | None = None,
     caption_encoder: T5CaptionEncoder | None = None,
-) -> LlamaGen:
+) -> ModelBundle:
     """Load target (+ T5), drafter, VQ decoder and neighbour table of one resolution.
 
     Args:
@@ -153,4 +137,7 @@ def load_llamagen(
     H, W = target.config.grid
     pixels = H * tokenizer.factor
     name = f"LlamaGen T2I ({pixels} px)"
-    return LlamaGen(target, drafter, tokenizer, neighbours.to(device), (H, W), name, resolution=pixels)
+    return ModelBundle(name=name, target=target, drafter=drafter, tokenizer=tokenizer, neighbours=neighbours.to(device),
+                       class_names=[], grid=(H, W), default_sampling=DEFAULT_SAMPLING, conditioning="text",
+                       kind="llamagen", resolution=pixels, example_prompts=tuple(EXAMPLE_PROMPTS),
+                       check_prompt=check_prompt, max_prompt_chars=MAX_PROMPT_CHARS)

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from coolsd.decoding.protocol import ModelStep
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import CachedPath, DecoderLayer, KVCache, build_mask, check_crop, rope_2d
 from coolsd.models.llamagen.target import CACHE_MARGIN, LlamaGenT2I
-from coolsd.decoding.protocol import ModelStep
 from coolsd.models.static import pad_block, pick_block
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from coolsd.decoding.protocol import ModelStep
 from coolsd.models.llamagen.caption import CaptionEmbedding, CaptionMLP
 from coolsd.models.llamagen.config import LlamaGenConfig
 from coolsd.models.llamagen.layers import CachedPath, DecoderLayer, KVCache, RMSNorm, build_mask, check_crop, rope_2d
-from coolsd.decoding.protocol import ModelStep
 from coolsd.models.static import pad_block, pick_block
 
 CACHE_MARGIN = 128  # image slots allocated past the grid, for drafts verified at the end of an image

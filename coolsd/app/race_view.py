@@ -1,0 +1,157 @@
+"""What the Race tab shows of a race, by name: the outputs (`RaceOutputs`, components) and one frame of them
+(`RaceFrame`, values), drawn from a recorded `RaceTrace` by the functions here (no decoding, no maths).
+
+Streaming (`coolsd.app.race`), the after-race handlers (`coolsd.app.after_race`) and the recorded default
+races (`coolsd.app.recordings`) all draw through `draw`, so a frame reads the same however it was made.
+A handler returns a `RaceFrame`; `RaceOutputs.values(frame)` lays it out in the order Gradio wires (the
+API returns the same order; `/model_info`'s "race_outputs" names each position).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from coolsd.app.context import Context
+from coolsd.app.plots import acceptance_figure, length_figure, length_histogram, quantise, stats_markdown
+from coolsd.app.racers import RACERS, SLOTS, VANILLA, slot_keys
+from coolsd.compare.race import Racer
+from coolsd.compare.trace import RaceTrace
+from coolsd.util.jsonsafe import json_safe
+
+SKIP = gr.skip()
+
+
+@dataclass(frozen=True)
+class RaceFrame:
+    """One update of the race area (gr.skip() where nothing changes).
+
+    images: SLOTS images (the racers in order, vanilla AR last); stats_md: the stats table (markdown);
+    plot_acc / plot_len / plot_hist: acceptance per draft position, accepted length along the race, its
+    histogram; stats: the JSON payload (model, settings, per-decoder numbers); replay: the replay slider;
+    snapshot: the images on show (state: for the overlay and the PNG strip); trace: the race (state).
+    """
+
+    images: tuple = (SKIP,) * SLOTS
+    stats_md: object = field(default_factory=gr.skip)
+    plot_acc: object = field(default_factory=gr.skip)
+    plot_len: object = field(default_factory=gr.skip)
+    plot_hist: object = field(default_factory=gr.skip)
+    stats: object = field(default_factory=gr.skip)
+    replay: object = field(default_factory=gr.skip)
+    snapshot: object = field(default_factory=gr.skip)
+    trace: object = field(default_factory=gr.skip)
+
+    def replace(self, **changes) -> RaceFrame:
+        return dataclasses.replace(self, **changes)
+
+
+# positions the API returns (states are not returned): image_1..image_5, then the named fields
+API_NAMES = [*(f"image_{i + 1}" for i in range(SLOTS)), "stats_md", "plot_acc", "plot_len", "plot_hist", "stats",
+             "replay"]
+
+
+@dataclass(frozen=True)
+class RaceOutputs:
+    """The race area's components, named as `RaceFrame`'s fields."""
+
+    images: tuple
+    stats_md: gr.Markdown
+    plot_acc: gr.Plot
+    plot_len: gr.Plot
+    plot_hist: gr.Plot
+    stats: gr.JSON
+    replay: gr.Slider
+    snapshot: gr.State
+    trace: gr.State
+
+    def components(self, *names: str) -> list:
+        """The components in wiring order (all of them, or only the named fields, in that order)."""
+        names = names or tuple(f.name for f in dataclasses.fields(self))
+        out = []
+        for name in names:
+            value = getattr(self, name)
+            out += list(value) if name == "images" else [value]
+        return out
+
+    @staticmethod
+    def values(frame: RaceFrame, *names: str) -> tuple:
+        """`frame`'s values in the order of `components(*names)`."""
+        names = names or tuple(f.name for f in dataclasses.fields(frame))
+        out = []
+        for name in names:
+            value = getattr(frame, name)
+            out += list(value) if name == "images" else [value]
+        return tuple(out)
+
+
+VIEW = ("images", "stats_md", "plot_acc", "plot_len", "plot_hist", "stats", "snapshot")  # what a replay redraws
+
+
+def label_of(key: str | None) -> str:
+    """A slot's title: the racer's label (vanilla AR's for the last slot; "" for an unused slot)."""
+    return RACERS.get(key) or (VANILLA[1] if key == VANILLA[0] else "")
+
+
+def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
+           redraw: Callable[[str], str]) -> tuple:
+    """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": the same pixels with the
+    overlay changed), else gr.skip(); `snapshot` is updated: {"model": picker key, "variant": the model
+    variant's key, "images": slot -> (pixels uint8, filled, kinds)}."""
+    by_key = {r.key: r for r in racers}
+    snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
+    shown = snapshot.setdefault("images", {})
+    out = []
+    for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
+        how = redraw(key) if key is not None else "skip"
+        if how == "decode":
+            r = by_key[key]
+            pixels = ctx.decode_pixels(r.tokens)
+            shown[slot] = (quantise(pixels), r.filled.clone(), r.kinds.clone())  # compact: a session keeps it
+            out.append(ctx.render(pixels, r.filled, r.kinds, overlay))
+        elif how == "tint" and slot in shown:
+            out.append(ctx.render(*shown[slot], overlay))
+        else:
+            out.append(SKIP)
+    return tuple(out)
+
+
+def plots(trace: RaceTrace, racers: list[Racer], step: int | None = None) -> dict:
+    """plot_acc, plot_len, plot_hist of the speculative racers (vanilla AR has no drafts)."""
+    spec = [r for r in racers if r.key != VANILLA[0]]
+    settings = trace.settings
+    chain_depth = settings.get("draft_len", 1) if settings.get("drafting") == "chain" else 1
+    depth = max([chain_depth, *(len(r.depth_sum) for r in spec)])
+    return {"plot_acc": acceptance_figure(spec, depth, trace.omegas(step)), "plot_len": length_figure(spec),
+            "plot_hist": length_histogram(spec)}
+
+
+def numbers(trace: RaceTrace, racers: list[Racer], status: str, **extra) -> dict:
+    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder numbers)."""
+    stats = [r.stats(racers[-1]) for r in racers]
+    payload = json_safe({"model": trace.model, "settings": trace.settings, **extra,
+                         "decoders": {r.key: s for r, s in zip(racers, stats)}})
+    return {"stats_md": stats_markdown(stats, status), "stats": payload}
+
+
+def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) -> RaceFrame:
+    """The race as it was after `step` race steps, from its recorded events, on `ctx` (the model it ran on)."""
+    racers = trace.replay(step)
+    snapshot: dict = {}
+    shown = images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
+    return RaceFrame(images=shown, snapshot=snapshot, **plots(trace, racers, step),
+                     **numbers(trace, racers, status, replay_step=step, steps=len(trace), race_status=trace.status))
+
+
+def replay_slider(steps: int) -> gr.Slider:
+    """The replay slider over a race of `steps` steps, at its end (disabled without steps)."""
+    return gr.Slider(maximum=max(steps, 1), value=steps, interactive=steps > 0)
+
+
+def release_trace(trace) -> None:
+    """Gradio deletes a session's trace state: drop its recorded steps too."""
+    if isinstance(trace, RaceTrace):
+        trace.release()

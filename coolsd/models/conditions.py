@@ -1,0 +1,164 @@
+"""How a visitor names a condition and which engine condition it means: the one place that turns a class, a
+style, an emoji name or a prompt into what `decode(..., cond=...)` takes.
+
+A class-conditional model has one name per class (`classes`: MNIST "0".."9", emoji lower-case CLDR names
+such as "red apple"), optionally S drawing styles (engine condition = class * S + style) and a Unicode
+group per class (the picker's filter). `resolve` accepts, in this order: an engine condition id (an int,
+or digits for a model whose names are not digits), a "<class> · <style>" label, or a class name with a
+style (none or "": the first style). A name is matched without regard to case, spaces or hyphens, and a
+typo is forgiven when one known name is clearly the closest (stdlib `difflib`); anything else is one
+ValueError line that suggests the closest names. A text model takes a prompt (its own check, length cap).
+
+    names = Conditions(classes=("red apple", "cat face"), styles=("Twemoji", "Noto"))
+    names.resolve("cat face", "Noto") == 3 == names.resolve("Cat  Face · Noto") == names.resolve("cat fase", "Noto")
+    names.label(3) == "cat face · Noto"
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from coolsd.util.checks import is_integer, show
+
+STYLE_SEP = " · "  # a styled model's condition labels: "<class> · <style>"
+MATCH_CUTOFF = 0.75  # (choice) difflib ratio a typo must reach to be read as a known name
+SUGGESTIONS = 3  # closest names an unknown name's error suggests
+
+
+def _key(text: str) -> str:
+    """A name as compared: lower case, hyphens, underscores and runs of spaces made one space."""
+    return re.sub(r"[\s_\-]+", " ", text.strip().lower())
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The condition names of one model.
+
+    kind: "class" or "text"; classes: one name per class; styles: S style names (() without styles);
+    groups: one group name per class (() without groups); check_prompt: a text model's own prompt check
+    (returns the text to use, ValueError for the visitor); max_prompt_chars: the prompt's length cap.
+    """
+
+    classes: tuple[str, ...] = ()
+    styles: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    kind: str = "class"
+    check_prompt: Callable[[str], str] | None = None
+    max_prompt_chars: int = 300
+
+    def __post_init__(self) -> None:
+        if self.groups and len(self.groups) != len(self.classes):
+            raise ValueError(f"class_groups must name one group per class: {len(self.groups)} groups for "
+                             f"{len(self.classes)} classes")
+
+    @property
+    def noun(self) -> str:
+        """What a class is called in messages: "digit" (MNIST), "emoji" (styled models), else "class"."""
+        if self.styles:
+            return "emoji"
+        return "digit" if self.classes and all(c.isdigit() for c in self.classes) else "class"
+
+    @property
+    def count(self) -> int:
+        """Engine conditions: classes x styles (0 for a text model)."""
+        return len(self.classes) * max(1, len(self.styles))
+
+    def label(self, cond: int) -> str:
+        """The name of engine condition `cond`: "<class> · <style>" for a styled model, else the class name."""
+        if not self.styles:
+            return self.classes[cond]
+        c, s = divmod(cond, len(self.styles))
+        return f"{self.classes[c]}{STYLE_SEP}{self.styles[s]}"
+
+    def labels(self) -> list[str]:
+        """Every engine condition's label, by id."""
+        return [self.label(i) for i in range(self.count)]
+
+    def in_group(self, group: str | None) -> list[str]:
+        """The class names of `group` (None, "" or an unknown group: every class), in id order."""
+        if not group or not self.groups or group not in self.groups:
+            return list(self.classes)
+        return [c for c, g in zip(self.classes, self.groups) if g == group]
+
+    def closest(self, text: str, n: int = SUGGESTIONS) -> list[str]:
+        """Up to `n` known class names closest to `text` (best first; may be empty)."""
+        keys = {_key(c): c for c in self.classes}
+        found = difflib.get_close_matches(_key(text), list(keys), n=n, cutoff=0.4)
+        contains = [c for k, c in keys.items() if _key(text) and _key(text) in k]
+        return list(dict.fromkeys([keys[k] for k in found] + contains))[:n]
+
+    def match(self, text: str) -> str | None:
+        """The class `text` names: exact up to case, spaces and hyphens, or one clear best typo match."""
+        keys = {_key(c): c for c in self.classes}
+        if _key(text) in keys:
+            return keys[_key(text)]
+        best = difflib.get_close_matches(_key(text), list(keys), n=2, cutoff=MATCH_CUTOFF)
+        if len(best) == 1 or (len(best) == 2 and _ratio(text, best[0]) - _ratio(text, best[1]) >= 0.05):
+            return keys[best[0]]
+        return None
+
+    def style_index(self, style) -> int:
+        """The index of `style` (None or "": the first), matched like a class name; ValueError naming the styles."""
+        if style is None or style == "":
+            return 0
+        if not isinstance(style, str):
+            raise ValueError(f"style must be a text such as {show(self.styles[0])}, got {show(style)}")
+        keys = [_key(s) for s in self.styles]
+        if _key(style) in keys:
+            return keys.index(_key(style))
+        raise ValueError(f"unknown style {show(style)}; choose one of {', '.join(self.styles)}")
+
+    def resolve(self, condition, style=None):
+        """The engine condition a visitor's `condition` (and `style`) means: an int id for a class model, the
+        checked prompt for a text model; else a one-line ValueError (an unknown name gets the closest ones)."""
+        if self.kind == "text":
+            return self._prompt(condition)
+        if is_integer(condition) or (isinstance(condition, str) and condition.strip().isdigit()
+                                     and not self.match_exact(condition)):
+            cond = int(condition)
+            if not 0 <= cond < self.count:
+                raise ValueError(f"condition id must be in [0, {self.count - 1}], got {cond}")
+            return cond
+        if not isinstance(condition, str) or not condition.strip():
+            raise ValueError(f"the {self.noun} must be a name such as {show(self.classes[0])}, got {show(condition)}")
+        if self.styles and STYLE_SEP.strip() in condition:
+            condition, style = (part.strip() for part in condition.rsplit(STYLE_SEP.strip(), 1))
+        name = self.match(condition)
+        if name is None:
+            near = self.closest(condition)
+            hint = f"; did you mean {' or '.join(show(n) for n in near)}?" if near else \
+                f"; choose one of {', '.join(self.classes[:12])}{', ...' if len(self.classes) > 12 else ''}"
+            raise ValueError(f"unknown {self.noun} {show(condition)}{hint}")
+        cls = self.classes.index(name)
+        if not self.styles:
+            return cls
+        return cls * len(self.styles) + self.style_index(style)
+
+    def match_exact(self, text: str) -> bool:
+        return _key(text) in {_key(c) for c in self.classes}
+
+    def _prompt(self, text) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the prompt must be a non-empty text")
+        if len(text) > self.max_prompt_chars:
+            raise ValueError(f"the prompt is too long: {len(text)} characters (at most {self.max_prompt_chars})")
+        return self.check_prompt(text) if self.check_prompt is not None else text.strip()
+
+    def split(self, cond: int) -> tuple[str, str]:
+        """(class name, style name) of engine condition `cond` (style "" without styles)."""
+        if not self.styles:
+            return self.classes[cond], ""
+        c, s = divmod(cond, len(self.styles))
+        return self.classes[c], self.styles[s]
+
+
+def _ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, _key(a), b).ratio()
+
+
+def from_names(names: Sequence[str], styles: Sequence[str] = (), groups: Sequence[str] = ()) -> Conditions:
+    """Conditions of a class model from its config's lists (`class_names`, `style_names`, `class_groups`)."""
+    return Conditions(tuple(names), tuple(styles), tuple(groups))
