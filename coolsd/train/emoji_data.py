@@ -167,6 +167,21 @@ def package_folder(style: str, root: Path = NPM_DIR) -> Path:
     return root / f"{package.lstrip('@').replace('/', '-')}-{version}" / "package"
 
 
+def fetch_sets(root: Path = NPM_DIR) -> None:
+    """`npm pack` each style's package into root and unpack it (needs npm and the npm registry)."""
+    import subprocess
+    import tarfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    for style, (package, version) in STYLE_SETS.items():
+        if package_folder(style, root).is_dir():
+            continue
+        name = subprocess.run(["npm", "pack", f"{package}@{version}"], cwd=root, check=True, capture_output=True,
+                              text=True).stdout.strip().splitlines()[-1]
+        with tarfile.open(root / name) as tar:
+            tar.extractall(package_folder(style, root).parent, filter="data")
+
+
 def match_styles(emojis: list[Emoji], sets: dict[str, IconSet]) -> dict[Emoji, dict[str, str]]:
     """For each emoji, {style: icon name} over the styles that draw it."""
     out = {}
@@ -297,6 +312,7 @@ def main() -> int:
     import time
 
     t0 = time.perf_counter()
+    fetch_sets()
     d = build_dataset(DATA_FILE)
     print(f"[emoji-data] {len(d['images'])} images of {len(d['class_names'])} emoji ({len(d['train'])} train / "
           f"{len(d['val'])} held-out pairs) in {time.perf_counter() - t0:.0f} s -> {DATA_FILE}")
