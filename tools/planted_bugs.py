@@ -40,6 +40,7 @@ COST = "tests/compare/test_cost_acceptance.py"
 TIMING = "tests/models/test_timing.py"
 STRENGTH = "tests/decoding/test_variant_strength.py"
 CHECKS = "tests/util/test_checks.py"
+FLOOR = "tests/decoding/test_cool_floor.py"
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -161,6 +162,21 @@ BUGS = [
         "(high is not None and value > high)", "(high is not None and value >= high)", (CHECKS,)),
     Bug("checks: 1 and 0 taken as booleans", "coolsd/util/checks.py",
         "    if not isinstance(value, bool):\n", "    if not isinstance(value, (bool, int)):\n", (CHECKS,)),
+    Bug("floored COOL-SD floors at min(1, delta)", "coolsd/decoding/rules.py",
+        "self.mu_value(draft_len))\n        return w.clamp_min(1.0) if self.floor_at_one else w",
+        "self.mu_value(draft_len))\n        return w.clamp_min(min(1.0, self.delta)) if self.floor_at_one else w",
+        (FLOOR,)),
+    Bug("floored COOL-SD accepts with the unclipped omega", "coolsd/decoding/rules.py",
+        "        w = self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1)\n",
+        "        w = (self.delta * torch.exp(-self.nu * depth.double() - self.mu_value(draft_len))).unsqueeze(-1)\n",
+        (FLOOR,)),
+    Bug("chain events report the schedule of the drafts made, not of L", "coolsd/decoding/chain.py",
+        "omega = s.rule.omega(torch.arange(1, n_draft + 1), draft_len)",
+        "omega = s.rule.omega(torch.arange(1, n_draft + 1), n_draft)", (FLOOR,)),
+    Bug("schedule family: uniform floored at exactly 1", "coolsd/theory/annealing.py",
+        "UniformRSDRule(delta=max(delta, 1.0))", "UniformRSDRule(delta=1.0)", (FLOOR,)),
+    Bug("schedule family: the floor ignored for linear and custom", "coolsd/theory/annealing.py",
+        "    return dataclasses.replace(rule, floor_at_one=floor_at_one)\n", "    return rule\n", (FLOOR,)),
 ]
 
 
