@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from coolsd.util.checks import is_integer, show
 
 STYLE_SEP = " · "  # a styled model's condition labels: "<class> · <style>"
-MATCH_CUTOFF = 0.75  # (choice) difflib ratio a typo must reach to be read as a known name
+MATCH_CUTOFF = 0.75  # (choice) difflib ratio a typo must reach to be read as a known name ...
+MATCH_MARGIN = 0.1  # ... and by how much it must beat the next closest name (else: suggestions, no guess)
+SUGGEST_CUTOFF = 0.5  # (choice) how close a name must be to be suggested
 SUGGESTIONS = 3  # closest names an unknown name's error suggests
 
 
@@ -83,21 +85,33 @@ class Conditions:
             return list(self.classes)
         return [c for c, g in zip(self.classes, self.groups) if g == group]
 
+    def _scores(self, text: str) -> list[tuple[float, str]]:
+        """(similarity in [0, 1], class name) for every class, best first (difflib's ratio, both ways round)."""
+        key = _key(text)
+        scores = [(max(_ratio(key, _key(c)), _ratio(_key(c), key)), c) for c in self.classes]
+        return sorted(scores, key=lambda sc: -sc[0])
+
     def closest(self, text: str, n: int = SUGGESTIONS) -> list[str]:
         """Up to `n` known class names closest to `text` (best first; may be empty)."""
-        keys = {_key(c): c for c in self.classes}
-        found = difflib.get_close_matches(_key(text), list(keys), n=n, cutoff=0.4)
-        contains = [c for k, c in keys.items() if _key(text) and _key(text) in k]
-        return list(dict.fromkeys([keys[k] for k in found] + contains))[:n]
+        words = _key(text).split()
+        similar = [c for score, c in self._scores(text) if score >= SUGGEST_CUTOFF]
+        word_like = [c for c in self.classes  # a word of the text close to a word of the name ("rockettt")
+                     if any(_ratio(w, v) >= MATCH_CUTOFF for w in words for v in _key(c).split())]
+        return list(dict.fromkeys(similar[:n] + word_like))[:n]
 
     def match(self, text: str) -> str | None:
-        """The class `text` names: exact up to case, spaces and hyphens, or one clear best typo match."""
+        """The class `text` names: exact up to case, spaces and hyphens; else the one class holding it as whole
+        words ("apple" -> "red apple"); else a typo of one class clearly closer than any other."""
         keys = {_key(c): c for c in self.classes}
-        if _key(text) in keys:
-            return keys[_key(text)]
-        best = difflib.get_close_matches(_key(text), list(keys), n=2, cutoff=MATCH_CUTOFF)
-        if len(best) == 1 or (len(best) == 2 and _ratio(text, best[0]) - _ratio(text, best[1]) >= 0.05):
-            return keys[best[0]]
+        key = _key(text)
+        if key in keys:
+            return keys[key]
+        holding = [c for k, c in keys.items() if re.search(rf"(^| ){re.escape(key)}( |$)", k)] if key else []
+        if len(holding) == 1:
+            return holding[0]
+        (best, name), second = (self._scores(text) + [(0.0, ""), (0.0, "")])[:2]
+        if best >= MATCH_CUTOFF and best - second[0] >= MATCH_MARGIN:
+            return name
         return None
 
     def style_index(self, style) -> int:
@@ -156,7 +170,7 @@ class Conditions:
 
 
 def _ratio(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, _key(a), b).ratio()
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def from_names(names: Sequence[str], styles: Sequence[str] = (), groups: Sequence[str] = ()) -> Conditions:

@@ -1,0 +1,107 @@
+"""The one condition resolver (`coolsd.models.conditions`) on a model of the coming kind: every name read from
+the bundle (about 30 emoji, four styles, groups), typos matched, an unknown name answered with the closest
+ones; and the app's controls, race plan and lab on that model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from new_emoji import CLASS_GROUPS, NAMES, STYLES, save_new_emoji
+
+from coolsd.app import controls
+from coolsd.app.context import Catalogue
+from coolsd.app.demo import model_info
+from coolsd.app.lab import LabPanel
+from coolsd.app.settings import RaceSettings, specs
+from coolsd.models.conditions import Conditions
+from coolsd.models.emoji import load_emoji
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return load_emoji(save_new_emoji(tmp_path_factory.mktemp("new-emoji")), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ctx(bundle):
+    return Catalogue(["emoji"], loader=lambda key: [bundle]).add("emoji", [bundle])
+
+
+def typo(name: str) -> str:
+    """`name` with two neighbouring letters swapped in its longest word (a typical typing slip)."""
+    word = max(name.split(), key=len)
+    i = len(word) // 2
+    return name.replace(word, word[: i - 1] + word[i] + word[i - 1] + word[i + 1 :], 1)
+
+
+def test_the_bundle_names_every_emoji_its_group_and_the_styles(bundle):
+    names = bundle.conditions
+    assert list(names.classes) == NAMES and list(names.styles) == STYLES and list(names.groups) == CLASS_GROUPS
+    assert names.count == len(NAMES) * len(STYLES) == len(bundle.class_names)
+    pixels = bundle.tokenizer.decode(torch.zeros(bundle.num_tokens, dtype=torch.long))
+    assert pixels.shape == (3, 16, 16)  # 4 x 4 tokens of 4 x 4 pixels: the size comes from the bundle
+
+
+def test_every_name_and_style_resolves_to_class_times_styles_plus_style(bundle):
+    for c, name in enumerate(bundle.conditions.classes):
+        for s, style in enumerate(bundle.conditions.styles):
+            cond = bundle.condition(name, style)
+            assert cond == c * len(STYLES) + s
+            assert bundle.condition(bundle.conditions.label(cond)) == cond  # the "<name> · <style>" label
+            assert bundle.condition(name.upper().replace(" ", "  "), style.lower()) == cond
+        assert bundle.condition(name) == c * len(STYLES)  # no style: the first
+        assert bundle.condition(name, "") == c * len(STYLES)
+
+
+def test_typos_are_matched_and_unknown_names_get_the_closest(bundle):
+    for name in bundle.conditions.classes:
+        if len(max(name.split(), key=len)) >= 5:
+            assert bundle.condition(typo(name)) == bundle.condition(name), typo(name)
+    with pytest.raises(ValueError) as err:
+        bundle.condition("rockettt ship to the stars")
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 300 and "unknown emoji" in message and "rocket" in message
+    with pytest.raises(ValueError, match="unknown emoji 'zzzz'"):
+        bundle.condition("zzzz")
+    with pytest.raises(ValueError, match="unknown style"):
+        bundle.condition(NAMES[0], "Sketch")
+
+
+def test_an_integer_condition_is_the_engines_id(bundle):
+    assert bundle.condition(7) == 7 and bundle.condition("7") == 7
+    with pytest.raises(ValueError, match=r"condition id must be in \[0, 119\]"):
+        bundle.condition(len(NAMES) * len(STYLES))
+    with pytest.raises(ValueError):
+        bundle.condition(True)
+
+
+def test_groups_filter_the_names():
+    names = Conditions(tuple(NAMES), tuple(STYLES), tuple(CLASS_GROUPS))
+    assert names.in_group("Food & Drink") == [n for n, g in zip(NAMES, CLASS_GROUPS) if g == "Food & Drink"]
+    assert names.in_group(None) == NAMES and names.in_group("no such group") == NAMES
+    with pytest.raises(ValueError, match="one group per class"):
+        Conditions(("a", "b"), (), ("g",))
+
+
+def test_the_app_offers_every_name_filters_by_group_and_races_a_typo(ctx):
+    spec = specs(ctx)["condition"]
+    assert [v for _, v in spec.choices] == NAMES and spec.label == "Emoji"
+    assert spec.extra["allow_custom_value"] and spec.extra["filterable"]
+    assert controls.group_choices(ctx) == [controls.ALL_GROUPS, *dict.fromkeys(CLASS_GROUPS)]
+    food = controls.filter_names(ctx, "Food & Drink", NAMES[0])
+    assert food.choices == [(n, n) for n, g in zip(NAMES, CLASS_GROUPS) if g == "Food & Drink"]
+    name = "birthday cake"
+    settings = RaceSettings.check(ctx, {"condition": typo(name), "style": "Noto", "racers": ["eagle-1"]})
+    assert settings.condition == name
+    assert settings.plan(ctx).cond == NAMES.index(name) * len(STYLES) + STYLES.index("Noto")
+    info = model_info(ctx)
+    assert info["classes"] == NAMES and info["styles"] == STYLES and info["groups"] == CLASS_GROUPS
+
+
+def test_the_lab_spreads_its_samples_over_the_classes(ctx):
+    lab = LabPanel(ctx)
+    _, conditions, _, headers = lab.plan("cool-sd", 2.0, 10, 0, None, ctx)
+    classes = [c // len(STYLES) for c in conditions]
+    assert len(set(classes)) == 10 and max(classes) >= len(NAMES) - len(NAMES) // 10 - 1
+    assert [c % len(STYLES) for c in conditions] == [j % len(STYLES) for j in range(10)]
+    assert headers == [ctx.model.conditions.label(c) for c in conditions]
