@@ -22,6 +22,7 @@ from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.timing import forward_times
 from coolsd.util.checks import plain
+from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "cost", "Cost model"
@@ -175,14 +176,10 @@ def curve_figure(payload: dict):
     return fig
 
 
-def _num(v, spec: str, suffix: str = "") -> str:
-    return format(v, spec) + suffix if isinstance(v, (int, float)) and math.isfinite(v) else "–"
-
-
 def table_markdown(payload: dict) -> str:
     """Per racer: a_i, E predicted / tokens per round measured, speed-up predicted / measured."""
     lines = [f"One target step = **{payload['step_ms']:.2f} ms** on {payload['execution']}; draft cost "
-             f"c = {_num(payload['draft_cost'], '.3f')}" + ("; memory-bound: V(n) = 1" if payload["memory_bound"]
+             f"c = {number(payload['draft_cost'], '.3f')}" + ("; memory-bound: V(n) = 1" if payload["memory_bound"]
                                                             else "") + "."]
     if not payload["racers"]:
         return "\n\n".join(lines + ["No race yet: run one on the Race tab, then come back (or press Compute)."])
@@ -195,9 +192,9 @@ def table_markdown(payload: dict) -> str:
               "|---|---|---:|---:|---:|---:|"]
     for r in payload["racers"]:
         accept = ", ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"
-        lines.append(f"| {r['decoder']} | {accept} | {_num(r['expected_tokens'], '.3f')} | "
-                     f"{_num(r['measured_tokens_per_round'], '.3f')} | {_num(r['predicted_speedup'], '.2f', '×')} | "
-                     f"{_num(r['measured_speedup'], '.2f', '×')} |")
+        lines.append(f"| {r['decoder']} | {accept} | {number(r['expected_tokens'], '.3f')} | "
+                     f"{number(r['measured_tokens_per_round'], '.3f')} | "
+                     f"{number(r['predicted_speedup'], '.2f', '×')} | {number(r['measured_speedup'], '.2f', '×')} |")
     if payload.get("race_status") != "finished":
         lines.append(f"\nThe race is {payload.get('race_status')}: its numbers cover the part it ran.")
     lines.append(f"\nThe paper's best reported speed-up: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, GPU).")

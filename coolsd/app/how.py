@@ -9,11 +9,11 @@ from pathlib import Path
 import gradio as gr
 
 from coolsd.app.context import Context
-from coolsd.bench.report import SPEEDUP_NAME
 from coolsd.decoding import variants
-from coolsd.util.paths import BENCH_DIR
+from coolsd.util.format import number
+from coolsd.util.paths import BENCH_DIR, EMOJI_DIR, ROOT
 
-# The paper's main table (spec section 7; COOL-SD, arXiv 2601.09212), as reported: (model, method, accept len,
+# The paper's main table (COOL-SD, arXiv 2601.09212), as reported: (model, method, accept len,
 # speed-up, FID, CLIP). Hardware and sampling settings are not stated in the paper.
 PAPER = [
     ("Lumina-mGPT 7B", "Vanilla AR", 1.00, 1.00, 28.99, 0.3330),
@@ -30,6 +30,12 @@ PAPER_HARDWARE = "GPU (type not stated in the paper)"
 OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
         ("LANTERN++ (k = 5, λ = 10)", "lantern++", {"k": 5, "lam": 10.0}),
         ("COOL-SD δ = 1.1", "cool-sd", {"delta": 1.1}), ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0})]
+EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
+              ("LANTERN++ (k = 10, λ = 20)", "lantern++", {"k": 10, "lam": 20.0}),
+              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0})]
+# per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
+BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
+           "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
 # Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
 # became COOL-SD's default (issue 17).
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
@@ -66,7 +72,7 @@ $$G^*_i = \mathrm{Norm}\big([\,p - \min(q, \omega_i p)\,]_+\big)$$
 $\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$ is uniform relaxation.
 
 **Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than Eagle-1 (its
-table, spec section 7: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule cannot
+table: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule cannot
 give: its late $\omega_i$ fall below 1, stricter than Eagle-1 there (embedded model, 100 images, this project's
 benchmark, `assets/bench/results.jsonl`: τ 2.81 unclipped vs 2.85 Eagle-1 vs 3.06 floored). With $G^*$ a depth with
 $\omega_i \le 1$ already has zero step error, so pushing $\omega_i$ below 1 buys no accuracy and only loses drafts:
@@ -101,10 +107,6 @@ speed: compare the images and the Theory tab's exact error.
 """
 
 
-def _fmt(v, spec: str) -> str:
-    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "–"
-
-
 def find_row(rows: list[dict], key: str, options: dict) -> dict | None:
     """The chain-drafting benchmark row of variant `key` whose rule config has `options` (None if none)."""
     for r in rows:
@@ -121,31 +123,33 @@ def _group(title: str, quality: str) -> list[str]:
             "|---|---:|---:|---:|---:|"]
 
 
-def paper_beside_us(bench_dir: Path = BENCH_DIR) -> str:
-    """Markdown: the paper's reported numbers, then ours for the same decoders from the shipped benchmark files.
-
-    One small table per (source, model, hardware), named in its heading, so five columns fit a phone's width.
-    """
+def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> str:
+    """Markdown: the paper's reported numbers, then ours for the same decoders from the shipped benchmark of the
+    model of `kind` ("embedded" = MNIST, "emoji"; another kind: MNIST's). One small table per (source, model,
+    hardware), named in its heading, so five columns fit a phone's width."""
+    folder, ours, quality, accuracy = BENCHES.get(kind, BENCHES["embedded"])
+    folder = bench_dir or folder
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     lines = ["### The paper beside us",
-             "Reported in the COOL-SD paper (spec section 7) and measured by this project's benchmark "
-             "(`python -m coolsd.bench`, files in `assets/bench/`). Every table names its model and hardware. "
-             "The two FIDs are different measures: the paper's is on MS-COCO images (Inception features), ours is in "
-             "the shipped digit classifier's feature space against held-out real digits, so compare the trends, "
-             "not the values."]
+             "Reported in the COOL-SD paper (its main table) and measured by this project's benchmark "
+             f"(`python -m coolsd.bench`, files in `{shown}/`). Every table names its model and hardware. "
+             "The two FIDs are different measures: the paper's is on "
+             "MS-COCO images (Inception features), ours is in the shipped classifier's feature space against "
+             "held-out real images, so compare the trends, not the values."]
     for model in dict.fromkeys(m for m, *_ in PAPER):
         lines += _group(f"Paper: {model}, {PAPER_HARDWARE}", "CLIP")
         lines += [f"| {method} | {tau:.2f} | {speedup:.2f}× | {fid:.2f} | {clip:.4f} |"
                   for m, method, tau, speedup, fid, clip in PAPER if m == model]
     try:
-        config = json.loads((bench_dir / "config.json").read_text())
-        rows = [r for r in map(json.loads, (bench_dir / "results.jsonl").read_text().splitlines()) if r]
+        config = json.loads((folder / "config.json").read_text())
+        rows = [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
     except (OSError, ValueError, KeyError):
-        lines += _group("Ours: not measured (`assets/bench/` is missing)", "digit accuracy")
+        lines += _group(f"Ours: not measured (`{folder.name}/` is missing)", quality)
         return "\n".join(lines)
     model, machine = config.get("model", "embedded model"), config.get("machine", "not recorded")
     machine = machine.split(";")[0] + (", CPU only" if "+cpu" in machine else "")  # "AMD EPYC, 2 cores, CPU only"
-    lines += _group(f"Ours: {model}, {machine}", "digit accuracy")
-    for method, key, options in OURS:
+    lines += _group(f"Ours: {model}, {machine}", quality)
+    for method, key, options in ours:
         r = find_row(rows, key, options)
         if r is None and key in OLDER:
             key, label = OLDER[key]
@@ -153,19 +157,20 @@ def paper_beside_us(bench_dir: Path = BENCH_DIR) -> str:
         if r is None:
             lines.append(f"| {method} | not measured | | | |")
             continue
-        lines.append(f"| {method} | {_fmt(r.get('tau'), '.2f')} | {_fmt(r.get('speedup'), '.2f')}× | "
-                     f"{_fmt(r.get('fid'), '.2f')} | {_fmt(r.get('accuracy', math.nan) * 100, '.0f')} % |")
+        acc = r.get(accuracy, math.nan)
+        lines.append(f"| {method} | {number(r.get('tau'))} | {number(r.get('speedup'), '.2f', '×')} | "
+                     f"{number(r.get('fid'))} | {number(acc * 100 if acc is not None else None, '.0f', ' %')} |")
     if any("†" in line for line in lines):
         lines += ["", OLDER_NOTE]
-    lines += ["", f"Ours: `{config.get('command', 'python -m coolsd.bench')}`, {r.get('n_images', '?')} images per "
-              "setting, " + SPEEDUP_NAME + ". The paper's LANTERN++ "
-              "k and λ are not stated; ours are the benchmark's (k = 5, λ = 10). A run of the LlamaGen-XL "
-              "architecture on one H200 "
-              "with random weights (`tools/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights "
-              "say nothing about acceptance, so there is no LlamaGen row of ours until the real weights are fetched."]
+    speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")
+    lines += ["", f"Ours: `{config.get('command', 'python -m coolsd.bench')}`, {rows[0].get('n_images', '?')} images "
+              f"per setting, {speedup}. The paper's LANTERN++ k and λ are not stated; ours are the benchmark's. A run "
+              "of the LlamaGen-XL architecture on one H200 with random weights (`tools/gpu_llamagen_bench.py`) gave "
+              "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
+              "ours until the real weights are fetched."]
     return "\n".join(lines)
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:
     gr.Markdown(TEXT, latex_delimiters=LATEX, elem_id="how")
-    gr.Markdown(paper_beside_us(), elem_id="paper-beside-us")
+    gr.Markdown(paper_beside_us(ctx.model.kind), elem_id="paper-beside-us")

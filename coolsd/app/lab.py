@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
+from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, EMOJI_DIR
 
@@ -128,10 +128,6 @@ def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: li
     return canvas
 
 
-def _fmt(value, spec: str) -> str:
-    return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
-
-
 def stats_markdown(rows: list[dict], status: str) -> str:
     """Per-decoder table: samples, classifier accuracy, mean NLL, tau, speed-up."""
     lines = [status, "", "| decoder | samples | classifier accuracy | target NLL (nats/token) | tau | speed-up |",
@@ -139,8 +135,8 @@ def stats_markdown(rows: list[dict], status: str) -> str:
     for r in rows:
         acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.0%}"
         cached = f" ({r['cached']} reused)" if r["cached"] else ""
-        lines.append(f"| {plain(r['label'])} | {r['n']}{cached} | {acc} | {_fmt(r['nll'], '.3f')} | "
-                     f"{_fmt(r['tau'], '.2f')} | {_fmt(r['speedup'], '.2f')}{'×' if r['speedup'] else ''} |")
+        lines.append(f"| {plain(r['label'])} | {r['n']}{cached} | {acc} | {number(r['nll'], '.3f')} | "
+                     f"{number(r['tau'], '.2f')} | {number(r['speedup'], '.2f')}{'×' if r['speedup'] else ''} |")
     lines.append("\nNLL: the target's mean negative log-likelihood of the samples' tokens under its own sampling "
                  "distribution (lower = more typical of the target). Speed-up: vanilla AR's decode time over the "
                  "decoder's, summed over the samples both have finished, on this server as loaded now "
@@ -302,7 +298,7 @@ class LabPanel:
         wall = time.perf_counter() - t0
         summary = summarise(done, decoders)
         status = (f"**Finished** {len(done)} samples in {wall:.1f} s (first sample of every decoder after "
-                  f"{_fmt(first_row, '.1f')} s)." if final else f"Decoding… {len(done)} of "
+                  f"{number(first_row, '.1f')} s)." if final else f"Decoding… {len(done)} of "
                   f"{len(decoders) * len(headers)} samples, {wall:.1f} s.")
         if classifier is None:
             status += " No classifier for this model: accuracy is not measured."

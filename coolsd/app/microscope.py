@@ -10,8 +10,6 @@ the top tokens of p, q and the residual the last token was drawn from. API: micr
 
 from __future__ import annotations
 
-import math
-
 import gradio as gr
 import torch
 from PIL import Image, ImageDraw
@@ -23,6 +21,7 @@ from coolsd.app.serving import STATE_TTL_S
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.checks import check_choice, check_int
+from coolsd.util.format import small
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "microscope", "Microscope"
@@ -203,10 +202,6 @@ def bars_figure(v: dict):
     return fig
 
 
-def _f(x: float) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{x:.4f}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
-
-
 def table_markdown(v: dict) -> str:
     """Per depth: position, draft, q, p, omega, a, u, verdict (markdown)."""
     lines = ["| i | cell (row, col) | draft | q(x) | p(x) | ωᵢ | aᵢ | uᵢ | verdict |",
@@ -214,9 +209,9 @@ def table_markdown(v: dict) -> str:
     for r in v["depths"]:
         mark = {"accepted": "✓ u ≤ a", "rejected": "✗ u > a"}.get(r["verdict"], "not tested")
         tested = r["verdict"] in ("accepted", "rejected")  # an untested draft has no a_i or u_i to show
-        lines.append(f"| {r['depth']} | {tuple(r['position'])} | {r['token']} | {_f(r['q'])} | {_f(r['p'])} | "
-                     f"{_f(r['omega'])} | {_f(r['accept']) if tested else '–'} | {_f(r['u']) if tested else '–'} | "
-                     f"{mark} |")
+        a, u = (small(r["accept"]), small(r["u"])) if tested else ("–", "–")
+        lines.append(f"| {r['depth']} | {tuple(r['position'])} | {r['token']} | {small(r['q'])} | {small(r['p'])} | "
+                     f"{small(r['omega'])} | {a} | {u} | {mark} |")
     if not v["depths"]:
         lines.append("| – | – | – | – | – | – | – | – | no drafts this round |")
     return "\n".join(lines)

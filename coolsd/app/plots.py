@@ -15,6 +15,7 @@ from torch import Tensor
 
 from coolsd.decoding import variants
 from coolsd.decoding.events import TokenOutcome
+from coolsd.util.format import number
 
 DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure (coolsd.decoding.variants)
 # Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
@@ -119,10 +120,6 @@ def overlay_legend_html() -> str:
 
 
 # ---------------------------------------------------------------- numbers
-def _fmt(v: float, spec: str) -> str:
-    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "–"
-
-
 def stats_markdown(stats: list[dict], status: str = "") -> str:
     """Markdown table of `Racer.stats(...)` dicts, one row per decoder, plus a status line."""
     lines = ["| decoder | tokens | target forwards | τ (mean accepted length) | compute s | speed-up vs AR |",
@@ -130,8 +127,8 @@ def stats_markdown(stats: list[dict], status: str = "") -> str:
     for s in stats:
         mark = " ✓" if s["finished"] else ""
         lines.append(f"| {s['decoder']}{mark} | {s['tokens']} / {s['num_tokens']} | {s['target_forwards']} | "
-                     f"{_fmt(s['mean_accepted_length'], '.2f')} | {_fmt(s['compute_seconds'], '.3f')} | "
-                     f"{_fmt(s.get('speedup', math.nan), '.2f')}× |")
+                     f"{number(s['mean_accepted_length'], '.2f')} | {number(s['compute_seconds'], '.3f')} | "
+                     f"{number(s.get('speedup', math.nan), '.2f')}× |")
     return (f"{status}\n\n" if status else "") + "\n".join(lines)
 
 
@@ -178,18 +175,19 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
         fig.add_trace(go.Scatter(
             x=depths, y=[None if math.isnan(v) else v for v in rate], mode="lines+markers", name=r.label,
             line={"color": DECODER_COLOURS.get(r.key)}, customdata=counts,
-            hovertemplate="i = %{x}<br>mean a_i = %{y:.3f}<br>tests: %{customdata:.0f}<extra>" + r.label + "</extra>"))
+            hovertemplate="i = %{x}<br>mean aᵢ = %{y:.3f}<br>tests: %{customdata:.0f}<extra>" + r.label + "</extra>"))
     omegas = {k: w for k, w in (omegas or {}).items() if w is not None and len(w)}
     for key, omega in omegas.items():
         w = omega.tolist()
         name = labels.get(key, key)
         fig.add_trace(go.Scatter(
-            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name=f"{name} ω_i (right)", yaxis="y2",
+            x=list(range(1, len(w) + 1)), y=w, mode="lines+markers", name=f"{name} ωᵢ (right axis)", yaxis="y2",
             line={"color": DECODER_COLOURS.get(key), "dash": "dash"}, marker={"symbol": "diamond-open"},
-            hovertemplate="i = %{x}<br>ω_i = %{y:.3f}<extra>" + name + " ω</extra>"))
+            hovertemplate="i = %{x}<br>ωᵢ = %{y:.3f}<extra>" + name + " ω</extra>"))
     if omegas:
-        fig.update_layout(yaxis2={"title": {"text": "ω_i", "standoff": 2}, "overlaying": "y", "side": "right",
-                                  "rangemode": "tozero", "showgrid": False})
+        # (the right axis keeps its title clear of its tick labels: automargin and a standoff)
+        fig.update_layout(yaxis2={"title": {"text": "ωᵢ", "standoff": 10}, "overlaying": "y", "side": "right",
+                                  "rangemode": "tozero", "showgrid": False, "automargin": True, "ticks": ""})
         fig.add_hline(y=1.0, line={"color": "#999999", "dash": "dot", "width": 1}, yref="y2",
                       annotation_text="ω = 1 (lossless)", annotation_position="top left")
     fig.update_xaxes(range=[0.5, max(draft_len, 1) + 0.5], dtick=1)
@@ -198,24 +196,38 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
                    "mean tested acceptance prob.")
 
 
+SMOOTH_ROUNDS = 15  # rounds in the running mean of the accepted-length plot (one round is too noisy to read)
+
+
+def running_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last `window` values at each position (fewer at the start)."""
+    sums = np.cumsum(np.asarray(values, dtype=np.float64))
+    out = sums.copy()
+    out[window:] = sums[window:] - sums[:-window]
+    return (out / np.minimum(np.arange(1, len(values) + 1), window)).tolist()
+
+
 def length_figure(racers: list):
-    """Tokens committed per speculative round (accepted drafts + 1), one line per racer, vanilla AR = 1."""
+    """Tokens committed per round (accepted drafts + 1), as a running mean over SMOOTH_ROUNDS rounds along the
+    image (x: the share of the image's tokens committed), one line per racer; vanilla AR = 1."""
     import plotly.graph_objects as go
 
     fig = _figure()
-    longest = 1
     for r in racers:
         y = list(r.round_tokens)
-        longest = max(longest, len(y))
+        if not y:
+            continue
+        done = np.cumsum(np.asarray(y, dtype=np.float64))
         fig.add_trace(go.Scatter(
-            x=list(range(1, len(y) + 1)), y=y, mode="lines+markers", name=r.label,
-            line={"color": DECODER_COLOURS.get(r.key), "width": 1.5}, marker={"size": 4},
-            hovertemplate="round %{x}<br>%{y} tokens<extra>" + r.label + "</extra>"))
-    fig.add_trace(go.Scatter(x=[1, longest], y=[1, 1], mode="lines", name="vanilla AR",
+            x=(100 * done / max(r.num_tokens, 1)).tolist(), y=running_mean(y, SMOOTH_ROUNDS), mode="lines",
+            name=r.label, line={"color": DECODER_COLOURS.get(r.key), "width": 2}, customdata=y,
+            hovertemplate="%{x:.0f} % of the image<br>mean %{y:.2f} tokens per round<extra>" + r.label + "</extra>"))
+    fig.add_trace(go.Scatter(x=[0, 100], y=[1, 1], mode="lines", name="vanilla AR",
                              line={"color": DECODER_COLOURS["vanilla"], "dash": "dot"}, hoverinfo="skip"))
-    fig.update_yaxes(rangemode="tozero", dtick=1)
-    fig.update_xaxes(tickformat="d", rangemode="tozero")
-    return _layout(fig, "Accepted length per round", "round", "tokens committed (accepted + 1)")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(range=[0, 100], ticksuffix=" %")
+    return _layout(fig, f"Accepted length along the image (mean of {SMOOTH_ROUNDS} rounds)",
+                   "image committed", "tokens per round")
 
 
 def length_histogram(racers: list):

@@ -1,0 +1,22 @@
+"""The one number formatter of the pages and reports: a value in a format spec, or a dash when it is missing."""
+
+from __future__ import annotations
+
+import math
+
+MISSING = "–"  # what a missing or non-finite value reads as
+
+
+def number(value, spec: str = ".2f", suffix: str = "", missing: str = MISSING) -> str:
+    """`value` formatted by `spec` plus `suffix` ("2.35×"); `missing` for None, a non-number or a non-finite one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return missing
+    return format(value, spec) + suffix
+
+
+def small(value, digits: int = 4) -> str:
+    """A probability-like value with `digits` decimals, or in scientific notation when it is below 10^-3 (not 0)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and value != 0 and abs(value) < 1e-3:
+        return format(value, ".2e")
+    return number(value, f".{digits}f")
