@@ -41,6 +41,7 @@ TIMING = "tests/models/test_timing.py"
 STRENGTH = "tests/decoding/test_variant_strength.py"
 CHECKS = "tests/util/test_checks.py"
 FLOOR = "tests/decoding/test_cool_floor.py"
+APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link booleans, the picker's first load
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -177,6 +178,19 @@ BUGS = [
         "UniformRSDRule(delta=max(delta, 1.0))", "UniformRSDRule(delta=1.0)", (FLOOR,)),
     Bug("schedule family: the floor ignored for linear and custom", "coolsd/theory/annealing.py",
         "    return dataclasses.replace(rule, floor_at_one=floor_at_one)\n", "    return rule\n", (FLOOR,)),
+    Bug("app: a session capacity of 0 accepted", "coolsd/app/serving.py",
+        "int(text) < 1:", "int(text) < 0:", (APP_GAPS,)),
+    Bug("app: the default session capacity is Gradio's 10,000", "coolsd/app/serving.py",
+        "SESSION_CAPACITY = 1000\n", "SESSION_CAPACITY = 10000\n", (APP_GAPS,)),
+    Bug("app: the launch ignores $COOLSD_SESSION_CAPACITY", "coolsd/app/demo.py",
+        '"state_session_capacity": session_capacity_from_env(),', '"state_session_capacity": 1000,', (APP_GAPS,)),
+    Bug("app: a share link's 0 read as true", "coolsd/app/share.py",
+        '"false": False, "0": False}', '"false": False, "0": True}', (APP_GAPS,)),
+    Bug("app: a share link's booleans read case- and space-sensitively", "coolsd/app/share.py",
+        ".get(text.strip().lower(), text)", ".get(text, text)", (APP_GAPS,)),
+    Bug("app: concurrent first picks each load the model", "coolsd/app/context.py",
+        "            with self._lock:\n                if key not in self.families:\n",
+        "            with self._lock:\n                if True:\n", (APP_GAPS,)),
 ]
 
 
