@@ -85,7 +85,7 @@ def check_number(name: str, value, minimum: float | None = None, maximum: float 
     """A finite real number (not a bool) within [minimum, maximum] (None: unbounded), as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {show(value)}")
-    if not math.isfinite(value):
+    if (isinstance(value, int) and abs(value) > 2**1023) or not math.isfinite(value):  # float(10**400) overflows
         raise ValueError(f"{name} must be a finite number, got {show(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be in [{_bound(minimum, '-inf')}, {_bound(maximum, 'inf')}], got {show(value)}")

@@ -66,6 +66,17 @@ def test_check_number_types(value, message):
         checks.check_number("x", value, 0, 1)
 
 
+def test_an_integer_too_large_for_a_float_is_one_clear_error():
+    """A JSON integer of 400 digits reaches a check as a Python int; math.isfinite(10**400) raises OverflowError,
+    which would leave the handler as an unexpected error instead of a line naming the parameter."""
+    for value in (10**400, -(10**400)):
+        with pytest.raises(ValueError, match=r"^x must be a finite number, got -?10000"):
+            checks.check_number("x", value, 0, 1)
+        with pytest.raises(ValueError, match="seed must be a finite number"):
+            checks.check_int("seed", value, 0, 2**31 - 1)
+    assert checks.check_number("x", 2**1000) == float(2**1000)  # large, but a float holds it
+
+
 def test_check_bool_is_exactly_true_or_false():
     assert checks.check_bool("b", True) is True and checks.check_bool("b", False) is False
     for value in (1, 0, 1.0, "true", "yes", None):
