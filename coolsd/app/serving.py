@@ -26,7 +26,7 @@ _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 def session_capacity_from_env() -> int:
     """$COOLSD_SESSION_CAPACITY (sessions whose state the server keeps; default SESSION_CAPACITY)."""
     text = os.environ.get("COOLSD_SESSION_CAPACITY", "") or str(SESSION_CAPACITY)
-    if not text.isdigit() or int(text) < 1:
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:  # (str.isdigit also takes "²", which int() refuses)
         raise SystemExit(f"COOLSD_SESSION_CAPACITY must be an integer >= 1, got {text!r}")
     return int(text)
 

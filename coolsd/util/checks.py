@@ -27,10 +27,19 @@ def is_integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_finite(value) -> bool:
+    """Whether a real number (int or float) is finite; an int too large for a float is not (float(10**400)
+    overflows: math.isfinite would raise OverflowError)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def finite(name: str, value) -> float:
     """`value` when it is a finite number, else ValueError "<name> must be a finite number, got ..."."""
-    if not is_number(value) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if not is_number(value) or not is_finite(value):
+        raise ValueError(f"{name} must be a finite number, got {show(value)}")
     return value
 
 
@@ -38,9 +47,9 @@ def number(name: str, value, low: float | None = None, low_open: bool = False, i
     """A finite number, integral when `integer`, >= low (> low when `low_open`); returns it unchanged."""
     finite(name, value)
     if integer and int(value) != value:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, got {show(value)}")
     if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {show(value)}")
     return value
 
 
@@ -49,14 +58,14 @@ def integer(name: str, value, low: int = 0, high: int | None = None, bounds: str
     <bounds>, got ..." (bounds defaults to ">= low" or "in [low, high]")."""
     if not is_integer(value) or value < low or (high is not None and value > high):
         bounds = bounds or (f">= {low}" if high is None else f"in [{low}, {high}]")
-        raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+        raise ValueError(f"{name} must be an integer {bounds}, got {show(value)}")
     return value
 
 
 def choice(name: str, value, values, suffix: str = ""):
     """`value` when it is one of `values`, else ValueError "unknown <name> ...; choose one of a, b<suffix>"."""
     if value not in values:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(str, values))}{suffix}")
+        raise ValueError(f"unknown {name} {show(value)}; choose one of {', '.join(map(str, values))}{suffix}")
     return value
 
 # The three characters that make markup, swapped for look-alikes that read the same as text and as HTML.
@@ -85,7 +94,7 @@ def check_number(name: str, value, minimum: float | None = None, maximum: float 
     """A finite real number (not a bool) within [minimum, maximum] (None: unbounded), as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {show(value)}")
-    if (isinstance(value, int) and abs(value) > 2**1023) or not math.isfinite(value):  # float(10**400) overflows
+    if not is_finite(value):  # also an int too large for a float (a 400-digit JSON integer)
         raise ValueError(f"{name} must be a finite number, got {show(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be in [{_bound(minimum, '-inf')}, {_bound(maximum, 'inf')}], got {show(value)}")

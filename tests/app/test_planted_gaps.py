@@ -36,7 +36,7 @@ def test_session_capacity_from_the_environment(monkeypatch, text, capacity):
     assert session_capacity_from_env() == capacity
 
 
-@pytest.mark.parametrize("text", ["0", "-3", "abc", "2.5", "1e3"])
+@pytest.mark.parametrize("text", ["0", "-3", "abc", "2.5", "1e3", "²", "١٢", " 5"])
 def test_a_bad_session_capacity_stops_the_app_with_one_line(monkeypatch, text):
     monkeypatch.setenv("COOLSD_SESSION_CAPACITY", text)
     with pytest.raises(SystemExit, match=f"COOLSD_SESSION_CAPACITY must be an integer >= 1, got '{text}'"):

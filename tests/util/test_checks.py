@@ -77,6 +77,21 @@ def test_an_integer_too_large_for_a_float_is_one_clear_error():
     assert checks.check_number("x", 2**1000) == float(2**1000)  # large, but a float holds it
 
 
+def test_the_library_checks_refuse_an_integer_too_large_for_a_float():
+    """`finite` and `number` (the rule and config dataclasses' checks) give the usual ValueError for 10**400, not
+    math.isfinite's OverflowError; the value is quoted short."""
+    from coolsd.decoding.rules import CoolSDRule
+
+    for value in (10**400, -(10**400)):
+        for check in (checks.finite, checks.number):
+            with pytest.raises(ValueError, match=r"^delta must be a finite number, got -?1000") as err:
+                check("delta", value)
+            assert len(str(err.value)) < 80
+        with pytest.raises(ValueError, match="delta must be a finite number"):
+            CoolSDRule(delta=value)
+    assert checks.finite("x", 2**1000) == 2**1000 and checks.number("x", 2**1000, 0) == 2**1000
+
+
 def test_check_bool_is_exactly_true_or_false():
     assert checks.check_bool("b", True) is True and checks.check_bool("b", False) is False
     for value in (1, 0, 1.0, "true", "yes", None):
