@@ -42,12 +42,15 @@ def emoji_target_config(codebook_size: int, data: dict, **size):
 def emoji_token_dataset(vq, images: torch.Tensor, labels, styles, flippable, flips: bool = False):
     """Codes of every image [and of the mirror image of the flippable ones]: (M, 256), labels, styles."""
     flip = torch.nonzero(flippable & flips).flatten()
-    codes = torch.cat([encode_tokens(vq, images), encode_tokens(vq, images[flip].flip(-1))]).flatten(1)
+    codes = encode_tokens(vq, images)
+    if len(flip):
+        codes = torch.cat([codes, encode_tokens(vq, images[flip].flip(-1))])
+    codes = codes.flatten(1)
     return codes, torch.cat([labels, labels[flip]]), torch.cat([styles, styles[flip]])
 
 
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
-                       lr: float = 8e-4, bf16: bool = False, flips: bool = False, **size) -> LlamaForCausalLM:
+                       lr: float = 8e-4, bf16: bool = True, flips: bool = False, **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
