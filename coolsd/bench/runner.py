@@ -63,7 +63,7 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     process's CPU time over the same span, which time stolen by other processes on a shared
     machine does not inflate; draft / verify = inside model forwards; other = the engine's own
     bookkeeping of rules and sampling),
-    token digest, NLL under the target, the classifier's prediction and its 128-d features.
+    the tokens and their digest, NLL under the target, the classifier's prediction and its 128-d features.
     """
     cuda = getattr(bundle.target, "device", torch.device("cpu")).type == "cuda"
     gc.collect()
@@ -83,6 +83,7 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     features, logits = classifier_outputs(classifier, image[None])
     return predicted(classifier, logits[0], cls) | {
         "cls": cls, "seed": seed, "tokens_sha": tokens_digest(result.tokens), "num_tokens": len(result.tokens),
+        "tokens": result.tokens.tolist(),
         "tau": result.tau, "rounds": result.rounds, "target_forwards": result.target_forwards,
         "draft_forwards": result.draft_forwards, "wall_s": wall, "cpu_s": cpu,
         "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],

@@ -46,7 +46,7 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         return 0
     data = splits(seed=args.seed)
     if args.stage == "vq":
-        train_vq(data, args.out, budget, codebook_size=emoji.VQ_CODES, restart_every=200, restart_until=2000,
+        train_vq(data, args.out, budget, codebook_size=emoji.VQ_CODES, restart_every=200, restart_until=2000, bf16=True,
                  **(emoji.VQ_ARCH | kw))
         return 0
     if args.stage == "classifier":
