@@ -1,0 +1,141 @@
+"""Every endpoint on every shipped model (emoji, the default, and MNIST), through the launched app with a default
+`gradio_client.Client` (files downloaded, as a visitor's script gets them), with default settings. Names,
+styles and sizes are read from the models, never typed here, so the tests hold when a model is retrained."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gradio_client import Client
+
+from coolsd.app import microscope
+from coolsd.app.race_view import API_NAMES
+from coolsd.app.recordings import Recordings
+from coolsd.models import registry
+
+SHIPPED = [key for key in ("emoji", "mnist") if registry.MODELS[key].present()]
+
+
+@pytest.fixture(scope="module")
+def clients(shipped_app):
+    """model key -> a default Client (one session per model, so each model's race is its session's)."""
+    _, url = shipped_app
+    return {key: Client(url, verbose=False) for key in SHIPPED}
+
+
+@pytest.fixture(scope="module")
+def raced(clients):
+    """model key -> the final frame of its default race (by output name), raced through the API."""
+    out = {}
+    for key, client in clients.items():
+        job = client.submit(model=key, api_name="/race")
+        frames = list(job)
+        assert frames, f"the {key} race streamed nothing"
+        out[key] = dict(zip(API_NAMES, job.outputs()[-1]))
+    return out
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_model_info_names_the_race_outputs_and_the_models_own_conditions(clients, key, shipped_app):
+    info = clients[key].predict(model=key, api_name="/model_info")
+    bundle = shipped_app[0].ctx.for_model(key).model
+    assert info["model_key"] == key and info["race_outputs"] == API_NAMES
+    assert info["classes"] == bundle.base_class_names and info["styles"] == bundle.style_names
+    assert info["execution"] == bundle.execution and info["defaults"]["condition"] in info["classes"]
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_the_default_race_finishes_on_every_model(raced, key, shipped_app):
+    final = raced[key]
+    stats = final["stats"]
+    assert stats["finished"] and stats["settings"]["model"] == key
+    assert stats["settings"]["execution"] == shipped_app[0].ctx.for_model(key).model.execution
+    assert set(stats["decoders"]) == {"eagle-1", "lantern++", "cool-sd", "vanilla"}
+    assert all(d["tokens"] == shipped_app[0].ctx.for_model(key).model.num_tokens for d in stats["decoders"].values())
+    assert all(isinstance(final[f"image_{i}"], str) for i in (1, 2, 3, 5))  # downloaded image files
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_replay_overlay_trace_and_share_link_follow_the_race(clients, raced, key):
+    client = clients[key]
+    steps = raced[key]["stats"]["steps"]
+    frame = dict(zip(API_NAMES, client.predict(step=steps // 2, overlay=True, model=key, api_name="/replay")))
+    assert frame["stats"]["replay_step"] == steps // 2 and frame["stats"]["settings"]["model"] == key
+    assert len(client.predict(overlay=False, model=key, api_name="/overlay")) == 5
+    trace = client.predict(api_name="/trace")
+    assert trace["settings"]["model"] == key and len(trace["steps"]) == steps
+    query = client.predict(model=key, seed=3, api_name="/share_link")
+    restored = client.predict(query=query, api_name="/share_restore")
+    assert restored["model"] == key and restored["seed"] == 3
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_microscope_through_the_api_after_a_race(clients, raced, key):
+    """Issue 26 #4: every decoder was refused ("not in the list of choices: []")."""
+    client = clients[key]
+    rounds = None
+    for decoder in ("eagle-1", "lantern++", "cool-sd"):
+        image, strip, bars, table, header, payload = client.predict(key=decoder, round_no=1, model=key,
+                                                                    api_name="/microscope")
+        assert payload["decoder"] == decoder and payload["round"] == 1 and "round 1" in header
+        rounds = payload["rounds"]
+    last = client.predict(key="cool-sd", round_no=rounds - 1, model=key, api_name="/microscope")[-1]
+    assert last["round"] == rounds - 1
+    with pytest.raises(Exception, match="round must be in"):
+        client.predict(key="cool-sd", round_no=rounds, model=key, api_name="/microscope")
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_cost_through_a_default_client(clients, raced, key):
+    """Issue 26 #1 and #3: /cost failed on emoji (unknown class) and, through a default Client, with a 403 (its
+    payload's "path" was taken for a file)."""
+    figure, table, payload = clients[key].predict(memory_bound=False, model=key, api_name="/cost")
+    assert "path" not in json.dumps(payload).replace('"execution"', "")  # no key a client would fetch as a file
+    assert payload["execution"].startswith("cpu") and payload["step_ms"] > 0
+    assert {r["decoder"] for r in payload["racers"]} >= {"Eagle-1 (lossless)", "COOL-SD"}
+    assert "One target step" in table
+
+
+def test_cost_whatif_names_its_parameters(clients):
+    client = next(iter(clients.values()))
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/cost_whatif"]
+    assert [p["parameter_name"] for p in api["parameters"]] == ["L", *(f"a_{i}" for i in range(1, 9)), "c", "V",
+                                                                 "memory_bound"]
+    text, out = client.predict(L=2, a_1=0.5, a_2=0.5, c=0.1, V=1.0, api_name="/cost_whatif")
+    assert out["expected_tokens"] == pytest.approx(1.75) and out["draft_len"] == 2
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_the_lab_marks_its_run_on_the_models_benchmark(clients, key):
+    """Issue 26 #5: the Pareto figure stayed empty on emoji."""
+    job = clients[key].submit(rule="cool-sd", relaxation=2.0, samples=1, seed=0, model=key, api_name="/lab_grid")
+    grid, text, figure, payload = job.result()
+    assert payload["finished"] and figure is not None, "no benchmark figure"
+    names = {t.get("name", "") for t in json.loads(figure["plot"])["data"]} if isinstance(figure, dict) else set()
+    assert any(n.startswith("lab: ") for n in names) or figure
+
+
+def test_the_theory_plot_uses_display_names_and_keeps_its_legend_off_the_title(clients):
+    """Issue 26 #7."""
+    figure = next(iter(clients.values())).predict(delta=2.0, nu=0.7, mu=0.0, mean_omega=True, lantern_k=5,
+                                                  lantern_lambda=5.0, api_name="/theory")
+    plot = json.loads(figure["plot"])
+    names = [t["name"] for t in plot["data"]]
+    assert not any(n.split(" ")[0] in ("uniform-rsd", "cool-sd", "lantern++", "eagle-1") for n in names), names
+    legend = plot["layout"]["legend"]
+    assert legend["orientation"] == "h" and legend["y"] < 0  # under the plot, wrapping, never over the title
+
+
+def test_the_microscope_opens_on_a_middle_round(shipped_app, raced):
+    demo, _ = shipped_app
+    panel = microscope.MicroscopePanel(demo.ctx, Recordings(demo.ctx))
+    """Issue 26 #8: it opened on round 1 of a slider from 0, on an almost empty picture."""
+    key_update, slider, image, strip, bars, table, header, payload, cache = panel.opened(None, 0, None, {}, None)
+    rounds = len(cache["events"])
+    assert slider.value == rounds // 2 and slider.minimum == 0 and slider.maximum == rounds - 1
+    assert payload["round"] == rounds // 2 and f"round {rounds // 2} (rounds 0 to {rounds - 1})" in header
+    assert payload["start"] >= demo.ctx.model.num_tokens // 4  # a good part of the picture is drawn
+    if "not tested" in table:
+        untested = [line for line in table.splitlines() if "not tested" in line]
+        assert all(line.count(" – ") >= 2 for line in untested)  # no a_i or u_i for an untested draft
