@@ -1,12 +1,13 @@
 """Training stages of the emoji model (class + style conditional, RGB), built on the MNIST stages.
 
-Recipe (issue 16; sizes chosen by `python -m coolsd.bench.cost_curve`):
-- VQ: `train_vq` with 3 channels, widths (32, 64), 8-dim codes, 512 codes, unused codes
+Recipe (issue 25; one class per emoji, `coolsd.train.emoji_data`; the target size chosen by the pilot,
+`tools/emoji_pilot.py`, assets/emoji/README.md):
+- VQ: `train_vq` with 3 channels, widths (32, 64), 8-dim codes, 1024 codes, unused codes
   re-seeded every 200 steps during the first 2,000, left-right flips where safe;
-- target: `LlamaForCausalLM` d384 x 8 layers, prefix [class, style], CFG dropout 0.1 on both
-  (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image
-  and of its mirror image where a flip is safe;
-- classifier: ResNet with C + S outputs (class logits, then style logits), on the real images.
+- target: `LlamaForCausalLM` d256 x 6 layers (5.6 M), prefix [emoji, style], CFG dropout 0.1 on both
+  (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image (no
+  mirror copies: each (emoji, style) pair is one picture to learn);
+- classifier: ResNet with C + S outputs (emoji logits, then style logits), on the real images.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from coolsd.train.vq import encode_tokens, flip_where
 
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
 VQ_CODES = 1024
-TARGET_SIZE = dict(hidden=384, layers=8, heads=6, intermediate=1024)
+TARGET_SIZE = dict(hidden=256, layers=6, heads=4, intermediate=704)  # the pilot's "5M"
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
 
 
