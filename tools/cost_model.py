@@ -1,7 +1,7 @@
 """The cost model's closing numbers: predicted vs measured speed-up of the default racers on this machine.
 
     python tools/cost_model.py --seeds 4                        # MNIST model, digit 3, seeds 0..3; about a minute idle
-    python tools/cost_model.py --model emoji --condition 6      # emoji model, condition id class * 2 + style
+    python tools/cost_model.py --model emoji --condition 6      # emoji model, condition id emoji * 4 + style
 
 Measures the call times once (`coolsd.models.timing.forward_times` on forked handles, both CFG rows,
 half-full cache), then races the app's default racers and vanilla AR (`coolsd.compare.race.Race`, one
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which embedded model")
-    ap.add_argument("--condition", type=int, default=3, help="condition id (digit; emoji: class * 2 + style)")
+    ap.add_argument("--condition", type=int, default=3, help="condition id (digit; emoji: emoji * 4 + style)")
     ap.add_argument("--repeats", type=int, default=15, help="calls per median of the call times")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--real-stats", type=Path, default=None,
                    help=f"real-image feature statistics (default: <classifier>/{REAL_STATS_NAME})")
     g.add_argument("--classes", type=int_list, default=None,
-                   help="condition ids, e.g. 0-9 or 1,7 (default: all; emoji: class * 2 + style)")
+                   help="condition ids, e.g. 0-9 or 1,7 (default: all; emoji: emoji * 4 + style)")
     g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")

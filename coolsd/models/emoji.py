@@ -45,6 +45,15 @@ def stored_precision(root: Path, device: torch.device) -> tuple[torch.dtype, str
     return (torch.float16, "fp16 (CUDA)") if device.type == "cuda" else (torch.float32, "fp32")
 
 
+def target_millions(root: Path) -> float:
+    """The target's parameter count in millions, read from its config (no weights loaded)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig.from_pretrained(root / "target"))
+    return sum(p.numel() for p in model.parameters()) / 1e6
+
+
 def load_emoji(path: str | Path | None = None, device: str | torch.device | None = None,
                with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
     """Load the shipped emoji model (RGB images in [0, 1], size read from its config); target and drafter run
@@ -54,7 +63,7 @@ def load_emoji(path: str | Path | None = None, device: str | torch.device | None
         raise BundleError(f"emoji model folder not found or incomplete: {root}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype, how = stored_precision(root, device)
-    bundle = load_vq_llama(root, "emoji (Llama 14.6M + Eagle-1 head)", EMOJI_SAMPLING, device, dtype,
+    bundle = load_vq_llama(root, f"emoji (Llama {target_millions(root):.1f}M + Eagle-1 head)", EMOJI_SAMPLING, device, dtype,
                            with_classifier, k_max)
     bundle.execution, bundle.kind = how, "emoji"
     log.info("coolsd: emoji model runs %s", how)

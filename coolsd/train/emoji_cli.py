@@ -42,7 +42,7 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         export(args)
         return 0
     if args.stage == "evaluate":
-        evaluate_emoji(args.assets, args.seed, seeds=args.per_class)
+        evaluate_emoji(args.assets, args.seed)
         return 0
     data = splits(seed=args.seed)
     if args.stage == "vq":

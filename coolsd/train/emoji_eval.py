@@ -2,8 +2,8 @@
 
 - VQ reconstruction PSNR (dB) and codes used on the held-out real emoji (the shipped fp16 VQ, run in fp32);
 - classifier class / style accuracy on the held-out real emoji;
-- one sample sheet per decoder (rows = classes, columns = styles x seeds, same seeds for every
-  decoder), saved as assets/emoji/samples_<decoder>.png at 3x (96 px a sample).
+- one sample sheet, assets/emoji/samples_decoders.png: a row per well-known emoji (styles in turn), a
+  column per decoder, every cell the same (emoji, style, seed), at 3x (96 px a sample).
 Speed and sample quality of the decoders are measured by `python -m coolsd.bench --model emoji`.
 """
 
@@ -51,33 +51,56 @@ def heldout_metrics(bundle, data: dict) -> dict:
             "n_heldout": len(x), **class_style_accuracy(bundle.classifier, x, y, s)}
 
 
-def sample_sheets(bundle, out: Path, seeds: int = 1, draft_len: int | None = None) -> dict[str, str]:
-    """One PNG per decoder in SHEET_DECODERS: every (class, style) condition x `seeds` seeds."""
+# the emoji of the README's sample sheet: ones every visitor knows, one style per row in turn
+SHEET_EMOJI = ("cat face", "red apple", "rocket", "rainbow", "grinning face", "dog face", "pizza", "soccer ball",
+               "sun", "unicorn", "airplane", "birthday cake")
+
+
+def labelled_sheet(images: list[list[torch.Tensor]], rows: list[str], cols: list[str], scale: int = 3) -> Image.Image:
+    """images[r][c] (3, h, w) in [0, 1] -> one PIL sheet with row labels on the left and column labels on top."""
+    from PIL import ImageDraw
+
+    grid = rgb_grid([img for row in images for img in row], cols=len(cols), scale=scale)
+    cell_w = grid.width // len(cols)
+    cell_h = grid.height // len(rows)
+    left, top = 170, 22
+    sheet = Image.new("RGB", (grid.width + left, grid.height + top), "white")
+    sheet.paste(grid, (left, top))
+    draw = ImageDraw.Draw(sheet)
+    for c, name in enumerate(cols):
+        draw.text((left + c * cell_w + 4, 5), name[: cell_w // 6], fill="black")
+    for r, name in enumerate(rows):
+        draw.text((4, top + r * cell_h + cell_h // 2 - 6), name[:27], fill="black")
+    return sheet
+
+
+def sample_sheet(bundle, out: Path, emoji=SHEET_EMOJI, seed: int = 0, draft_len: int | None = None) -> str:
+    """One PNG, samples_decoders.png: a row per emoji of `emoji` (styles in turn), a column per decoder
+    of SHEET_DECODERS, every cell the same (emoji, style, seed)."""
+    from coolsd.models.conditions import STYLE_SEP
+
     config = DecodeConfig(draft_len) if draft_len else DecodeConfig()
-    styles = len(bundle.style_names)
-    jobs = [(c * styles + st, seed) for c in range(len(bundle.base_class_names)) for st in range(styles)
-            for seed in range(seeds)]
-    paths = {}
-    for name, spec in tqdm(SHEET_DECODERS.items(), desc="sample sheets"):
+    names, styles = list(bundle.base_class_names), list(bundle.style_names)
+    conds = [names.index(e) * len(styles) + i % len(styles) for i, e in enumerate(emoji)]
+    rules = {}
+    for name, spec in SHEET_DECODERS.items():
         rule = None if spec is None else make_rule(spec[0], **spec[1])
-        if spec is not None and spec[0] == "lantern++":
-            rule = rule.with_neighbours(bundle.neighbours)
-        images = [bundle.tokenizer.decode(run(bundle.target, bundle.drafter, rule, cond=cond,
-                                                  num_tokens=bundle.num_tokens, sampling=bundle.default_sampling,
-                                                  config=config, seed=seed).tokens)
-                  for cond, seed in jobs]
-        path = out / f"samples_{name}.png"
-        rgb_grid(images, cols=styles * seeds).save(path)
-        paths[name] = str(path)
-    return paths
+        rules[name] = rule.with_neighbours(bundle.neighbours) if spec and spec[0] == "lantern++" else rule
+    images = [[bundle.tokenizer.decode(run(bundle.target, bundle.drafter, rule, cond=cond, num_tokens=bundle.num_tokens,
+                                           sampling=bundle.default_sampling, config=config, seed=seed).tokens)
+               for rule in rules.values()] for cond in tqdm(conds, desc="sample sheet")]
+    rows = [f"{e}{STYLE_SEP}{styles[i % len(styles)]}" for i, e in enumerate(emoji)]
+    path = out / "samples_decoders.png"
+    labelled_sheet(images, rows, list(rules)).save(path)
+    return str(path)
 
 
-def evaluate_emoji(assets: Path, seed: int = 0, seeds: int = 1) -> dict:
+def evaluate_emoji(assets: Path, seed: int = 0) -> dict:
     """Held-out metrics + sample sheets -> assets/metrics.json (merged into what is there)."""
     bundle = load_emoji(assets, device="cpu", with_classifier=True)
     report = {"execution": bundle.execution, **heldout_metrics(bundle, splits(seed=seed))}
     print(json.dumps(report, indent=1), flush=True)
-    report["sample_sheets"] = sample_sheets(bundle, assets, seeds)
+    report["sample_sheet"] = sample_sheet(bundle, assets)
     path = assets / "metrics.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     path.write_text(json.dumps(old | report, indent=1) + "\n")
