@@ -10,7 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from coolsd.app import racers as choice
-from coolsd.app.context import Context, bad, user_errors
+from coolsd.app.context import APP_MODEL, Context, bad, user_errors
 from coolsd.app.plots import stats_markdown
 from coolsd.app.race_view import VIEW, RaceFrame, RaceOutputs, draw, label_of, replay_slider
 from coolsd.app.racers import SLOTS, slot_keys
@@ -43,7 +43,7 @@ class AfterRace:
                      f"**Stopped** after {len(trace)} race steps.")
         return frame.replace(replay=replay_slider(len(trace)))
 
-    def show_overlay(self, overlay, snapshot, model=None, request: gr.Request = None) -> tuple:
+    def show_overlay(self, overlay, snapshot, model=APP_MODEL, request: gr.Request = None) -> tuple:
         """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
 
         During a race the new setting also applies to the frames still to come. Before any race of this
@@ -51,7 +51,7 @@ class AfterRace:
         """
         with user_errors():
             overlay = self.overlay_spec.check(overlay)
-            model = None if model in (None, "") else self.ctx.catalogue.check(model)
+            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
         session = getattr(request, "session_hash", None)
         if session in self.live.overlay:
             self.live.overlay[session] = overlay
@@ -67,11 +67,11 @@ class AfterRace:
         snapshot = snapshot or {}
         return self.ctx.for_model(snapshot.get("model")).variant(snapshot.get("variant"))
 
-    def replay(self, step, overlay, trace, model=None) -> RaceFrame:
+    def replay(self, step, overlay, trace, model=APP_MODEL) -> RaceFrame:
         """The race as it was after `step` race steps, from its recorded events (no decoding).
         Before any race of this session: the recorded race of `model` (default: the app's)."""
         with user_errors():
-            model = None if model in (None, "") else self.ctx.catalogue.check(model)
+            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
         trace = self.recordings.trace_or_recorded(trace, model)
         if trace is None:
             raise bad("nothing to replay yet: run a race first")
@@ -120,7 +120,7 @@ class AfterRace:
         def stop(stats, overlay, request: gr.Request):
             return RaceOutputs.values(self.stopped(stats, overlay, request), *VIEW, "replay")
 
-        def replay(step, overlay, trace, model=None):
+        def replay(step, overlay, trace, model=APP_MODEL):
             """The race as it was after `step` race steps (outputs: 5 images, stats table, 3 plots, stats JSON)."""
             return RaceOutputs.values(self.replay(step, overlay, trace, model), *VIEW)
 

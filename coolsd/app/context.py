@@ -23,7 +23,7 @@ from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.models import registry
 from coolsd.models.bundle import BundleError, ModelBundle
-from coolsd.util.checks import check_choice, plain, show
+from coolsd.util.checks import check_choice, one_line, plain, show
 
 try:  # ZeroGPU: holds a GPU for the whole call; a no-op elsewhere (and absent locally)
     import spaces
@@ -43,6 +43,16 @@ def serving_threads() -> None:
     """Small models on a CPU decode single-threaded (a core is left to the server and the other lanes)."""
     if not torch.cuda.is_available():
         torch.set_num_threads(1)
+
+
+class _AppModel:
+    def __repr__(self) -> str:
+        return "APP_MODEL"
+
+
+# The default of a handler's `model` parameter: the app's model when Python code (a test, a tool) leaves it out. Over
+# the API every input arrives as a JSON value, so a visitor's null or "" is never this (`Context.picked` refuses it).
+APP_MODEL = _AppModel()
 
 
 # ---------------------------------------------------------------- the models on offer: each loaded once, on 1st use
@@ -152,6 +162,16 @@ class Context:
         with user_errors():
             return self.catalogue.get(key)
 
+    def picked(self, model) -> Context:
+        """The context of the `model` argument a visitor sent (a picker key or an older name), loaded on first use.
+        One rule for every endpoint: anything else, empty or null included, is one line naming the models on offer
+        (`Catalogue.check`). APP_MODEL (a handler's default when Python code leaves `model` out) is this model;
+        `for_model` is for the app's own calls (None there means this model)."""
+        if model is APP_MODEL:
+            return self
+        with user_errors():
+            return self.for_model(self.catalogue.check(model))
+
     def for_trace(self, settings: dict) -> Context:
         """The context (model, then resolution) a recorded race's `settings` ran on (no "model": this model)."""
         return self.for_model(settings.get("model")).variant(settings.get("resolution"))
@@ -203,8 +223,9 @@ class Context:
 
 # ---------------------------------------------------------------- errors (the checks themselves: coolsd.util.checks)
 def bad(message: str) -> gr.Error:
-    """A one-line error for the page and the API (plain text: Gradio shows it as text, never as markup)."""
-    return gr.Error(message, print_exception=False)
+    """A one-line error for the page and the API (`coolsd.util.checks.one_line`: plain text, one line, at most
+    300 characters; Gradio shows it as HTML on the page and verbatim to API clients), logged without a trace."""
+    return gr.Error(one_line(message), print_exception=False)
 
 
 @contextlib.contextmanager

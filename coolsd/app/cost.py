@@ -12,7 +12,7 @@ import math
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, log
+from coolsd.app.context import APP_MODEL, Context, bad, log
 from coolsd.app.how import PAPER
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
 from coolsd.compare import cost
@@ -100,11 +100,12 @@ class CostPanel:
         """`start` for picker model `model` (default: the app's; the tab's select event)."""
         self.start(self.ctx.for_model(model))
 
-    def compare(self, trace, memory_bound=False, model=None):
+    def compare(self, trace, memory_bound=False, model=APP_MODEL):
         """-> (curve figure, predicted vs measured table (markdown), JSON) for the last race (`trace`), on its
         model; without a race, the call times of `model` (default: the app's model)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
-        ctx = self.ctx.for_trace(trace.settings) if isinstance(trace, RaceTrace) else self.ctx.for_model(model)
+        picked = self.ctx.picked(model)  # checked also when the race on show names the model
+        ctx = self.ctx.for_trace(trace.settings) if isinstance(trace, RaceTrace) else picked
         costs = self.costs(ctx, memory_bound)
         payload = {"model": ctx.model.name, "execution": path_label(ctx), "step_ms": costs.step_ms,
                    "draft_cost": costs.draft_cost, "memory_bound": memory_bound, "curve": costs.curve(),

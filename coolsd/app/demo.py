@@ -16,7 +16,7 @@ from coolsd.app import controls, cost, how, lab, microscope, race, schedule, set
 from coolsd.app.context import Context, open_context, serving_threads
 from coolsd.app.race_view import API_NAMES
 from coolsd.app.recordings import Recordings
-from coolsd.app.serving import UnknownEndpoint, session_capacity_from_env
+from coolsd.app.serving import ServedBlocks, UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
 PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order (each module has ID and TITLE)
@@ -136,7 +136,8 @@ def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Con
 def build_demo(ctx: Context) -> gr.Blocks:
     """The Blocks for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
     recordings = Recordings(ctx)
-    with gr.Blocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
+    # ServedBlocks: Gradio's own input checks (too few values, file values, preprocess) answer in one line, no trace
+    with ServedBlocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
         header = gr.Markdown(header_markdown(ctx), elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):
@@ -167,7 +168,7 @@ def build_demo(ctx: Context) -> gr.Blocks:
         def info(model: str = ctx.model_key) -> dict:
             """`model`'s name, picker key and execution path (default: the app's model) and the valid range of
             every race argument for it; "models" lists the picker's keys, "race_outputs" names /race's outputs."""
-            return model_info(ctx.for_model(model))
+            return model_info(ctx.picked(model))
 
         gr.api(info, api_name="model_info")
     blocks.queue(max_size=64, default_concurrency_limit=1)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from coolsd.app.context import MAX_SEED, Context, bad, gpu, unexpected_errors
+from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import Spec, check_values
 from coolsd.bench.report import figure as bench_figure
@@ -249,6 +249,8 @@ class LabPanel:
         except ValueError as err:
             raise bad(str(err)) from None
         if m.conditioning == "class":
+            if condition is not None:  # (unused here, yet checked: a class of this model; None = not given)
+                ctx.check_condition(condition)
             names = m.conditions  # classes spread evenly over the model's; a styled model: the styles in turn
             n = min(samples, len(names.classes))
             styles = max(len(names.styles), 1)
@@ -262,10 +264,10 @@ class LabPanel:
         return decoders, conditions, seeds, headers
 
     @gpu
-    def grid(self, rule: str, relaxation, samples, seed, condition=None, model=None):
+    def grid(self, rule: str, relaxation, samples, seed, condition=None, model=APP_MODEL):
         """Run the lab on `model` (default: the app's): yields (grid image, stats markdown, Pareto figure or skip,
         stats JSON) per finished sample. Class models sample their first classes, text models `condition`."""
-        ctx = self.ctx.for_model(model)
+        ctx = self.ctx.picked(model)
         m = ctx.model
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition, ctx)

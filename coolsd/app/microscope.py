@@ -14,7 +14,7 @@ import gradio as gr
 import torch
 from PIL import Image, ImageDraw
 
-from coolsd.app.context import Context, bad, gpu, user_errors
+from coolsd.app.context import APP_MODEL, Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
 from coolsd.app.recordings import Recordings
 from coolsd.app.serving import STATE_TTL_S
@@ -48,11 +48,11 @@ class MicroscopePanel:
         self.ctx = ctx
         self.recordings = recordings
 
-    def trace_of(self, trace, model=None) -> RaceTrace:
+    def trace_of(self, trace, model=APP_MODEL) -> RaceTrace:
         """The session's last race, else the recording of `model`'s default race (default: the app's model),
         else a clear error."""
         with user_errors():
-            model = None if model in (None, "") else self.ctx.catalogue.check(model)
+            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
         found = self.recordings.trace_or_recorded(trace, model)
         if found is None:
             raise bad("nothing to look at yet: run a race first")
@@ -73,13 +73,14 @@ class MicroscopePanel:
         return events, same, {"sig": sig, "events": events, "matches": same}
 
     # ---------------------------------------------------------------- handlers
-    def view(self, key, round_no, trace, cache, model=None):
+    def view(self, key, round_no, trace, cache, model=APP_MODEL):
         """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
         Before any race of this session: of `model`'s recorded race (default: the app's model)."""
         trace = self.trace_of(trace, model)
         keys = [k for k, _ in trace.racers]
         with user_errors():
             key = check_choice("decoder", key, keys)
+            check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         if trace.settings.get("drafting", "chain") != "chain":
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
@@ -95,7 +96,7 @@ class MicroscopePanel:
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)
 
-    def opened(self, key, round_no, trace, cache, model=None):
+    def opened(self, key, round_no, trace, cache, model=APP_MODEL):
         """Tab opened / race finished: the decoder choices and the round range of the trace on show, then the view."""
         trace = self.trace_of(trace, model)
         keys = [k for k, _ in trace.racers]
@@ -113,7 +114,7 @@ class MicroscopePanel:
                 gr.Slider(minimum=0, maximum=max(rounds - 1, 1), value=round_no,
                           label=f"round (0 to {rounds - 1}; round 0 samples the first token)"), *out)
 
-    def clicked(self, key, trace, cache, evt: gr.SelectData, model=None):
+    def clicked(self, key, trace, cache, evt: gr.SelectData, model=APP_MODEL):
         """A click on the image -> the round that committed the clicked cell."""
         trace = self.trace_of(trace, model)
         with user_errors():

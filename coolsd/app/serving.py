@@ -10,13 +10,25 @@ Memory (measured with `tools/memory_run.py`, numbers in docs/app-and-api.md):
 
 Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an
 HTTP 500; `UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are.
+
+Gradio's own input checks: before a handler runs, Gradio counts the input values (too few: a long error and a
+trace in the server log), moves file values into its cache (a path never uploaded: another trace) and runs the
+preprocess of events wired with it (a value not among a dropdown's choices: a trace). `ServedBlocks` (the app's
+Blocks) refuses those calls first, with one line naming the endpoint and the parameter and no trace.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
 import os
 import re
+
+import gradio as gr
+
+from coolsd.app.context import bad
+from coolsd.util.checks import one_line
 
 SESSION_CAPACITY = 1000
 STATE_TTL_S = 3600
@@ -29,6 +41,75 @@ def session_capacity_from_env() -> int:
     if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:  # (str.isdigit also takes "²", which int() refuses)
         raise SystemExit(f"COOLSD_SESSION_CAPACITY must be an integer >= 1, got {text!r}")
     return int(text)
+
+
+log = logging.getLogger("coolsd.app")
+# components that take a file value (the app has none as an event input today; a panel that adds one keeps uploads)
+FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButton, gr.Model3D, gr.ImageEditor)
+
+
+class ServedBlocks(gr.Blocks):
+    """The app's Blocks: a call that Gradio's own input processing would refuse with a trace in the server log is
+    refused here with one line (`bad`) naming the endpoint and the parameter. Too few input values; a file value
+    (`{"path": ..., "meta": ...}`) for a parameter that takes none; anything else Gradio's preprocessing raises."""
+
+    def validate_inputs(self, block_fn, inputs) -> None:
+        if len(inputs) < len(block_fn.inputs):
+            names = [name for name, block in zip(parameter_names(block_fn), block_fn.inputs) if not block.skip_api]
+            sent = len(inputs)  # (an API call leaves the session's states out: Gradio adds them when none is missing)
+            missing = f": the first one missing is {names[sent]}" if sent < len(names) else ""
+            raise bad(f"/{block_fn.api_name} takes {len(names)} values ({_listed(names)}), got {sent}{missing}")
+
+    async def preprocess_data(self, block_fn, inputs, state, explicit_call: bool = False):
+        self.validate_inputs(block_fn, inputs)
+        names = parameter_names(block_fn)
+        for name, block, value in zip(names, block_fn.inputs, inputs):
+            if not isinstance(block, FILE_INPUTS) and holds_file(value):
+                raise bad(f"/{block_fn.api_name}: {name} takes no file, got a file value")
+        try:
+            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error as err:  # a component's own check (e.g. a dropdown value not among its choices)
+            if not err.print_exception:
+                raise
+            message = err.message
+        except Exception as err:  # Gradio's processing of a value (a path, a data model)
+            message = f"{type(err).__name__}: {err}"
+        log.info("/%s: input refused: %s", block_fn.api_name, one_line(message))
+        raise bad(f"/{block_fn.api_name}: bad input: {message}")
+
+
+def parameter_names(block_fn) -> list[str]:
+    """The name of each input of an event, in order: its handler's parameters (the request and event data aside),
+    else the components' labels."""
+    labels = [str(getattr(block, "label", None) or f"input {i}") for i, block in enumerate(block_fn.inputs)]
+    try:
+        params = [p for p in inspect.signature(block_fn.fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and not (isinstance(p.annotation, type) and issubclass(p.annotation, (gr.Request, gr.EventData)))
+                  and p.annotation not in ("gr.Request", "gr.SelectData", "gr.EventData")]
+    except (TypeError, ValueError):  # no Python handler, or one without a signature
+        return labels
+    return [p.name for p in params] if len(params) >= len(labels) else labels
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:3])}, ..., {', '.join(names[-2:])}"
+
+
+def holds_file(value, limit: int = 100_000) -> bool:
+    """Whether a JSON value holds a file object (a dict with "path" and "meta", as Gradio's FileData), at any depth
+    (walked without recursion; at most `limit` items looked at)."""
+    todo, seen = [value], 0
+    while todo and seen < limit:
+        item = todo.pop()
+        seen += 1
+        if isinstance(item, dict):
+            if "path" in item and "meta" in item:
+                return True
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return False
 
 
 class UnknownEndpoint:

@@ -34,7 +34,7 @@ from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, is_integer, show
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, is_integer, same_value, show
 
 MAX_DRAFT_LEN = 8
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
@@ -185,7 +185,9 @@ def _resolution(ctx: Context) -> Spec:
 
 def _omegas(text) -> str:
     """The custom schedule's text, kept as typed once it parses (the rule checks the values when it races)."""
-    if isinstance(text, str) and len(text) > MAX_OMEGAS_CHARS:
+    if not isinstance(text, str):  # (the library also takes a list; the API's argument is text, as a link carries it)
+        raise ValueError(f"custom omegas must be text such as '2, 1, 0.5', got {show(text)}")
+    if len(text) > MAX_OMEGAS_CHARS:
         raise ValueError(f"the custom omega list is too long: {len(text)} characters (at most {MAX_OMEGAS_CHARS})")
     choice.parse_omegas(text)
     return text
@@ -274,12 +276,12 @@ class RaceSettings:
     def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
         """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one.
 
-        The model is checked first (`ctx.for_model`, loaded on first use): the other values are checked
+        The model is checked first (`ctx.picked`, loaded on first use): the other values are checked
         against the picked model's Specs (`follow_model` first)."""
         unknown = set(values) - set(cls.names())
         if unknown:
             raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
-        picked = ctx.for_model(values.get("model"))
+        picked = ctx.picked(values["model"]) if "model" in values else ctx  # (missing: the default, the app's)
         return cls(**check_values(specs(picked), follow_model(ctx, picked, values), defaults=True))
 
     @classmethod
@@ -324,7 +326,7 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
         return out
     own, app = specs(picked), specs(ctx)
     for name, value in out.items():
-        if name in own and name != "model" and value == app[name].default:
+        if name in own and name != "model" and same_value(value, app[name].default):  # (True is not 1.0 here)
             try:
                 own[name].check(value)
             except ValueError:  # (gr.Error is one too)

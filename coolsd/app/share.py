@@ -173,10 +173,10 @@ class TakeAway:
 
     def strip_file(self, snapshot, overlay, trace) -> str:
         """The images on show (last race or replayed step) side by side in one .png, labelled."""
+        with user_errors():  # (every argument is checked, also before a race)
+            overlay = specs(self.ctx)["overlay"].check(overlay)
         if not isinstance(trace, RaceTrace) or not (snapshot or {}).get("images"):
             raise bad("no images yet: run a race first")
-        with user_errors():
-            overlay = specs(self.ctx)["overlay"].check(overlay)
         labels = dict(trace.racers)
         keys = slot_keys([k for k, _ in trace.racers[:-1]])
         images, ctx = snapshot["images"], self.after.view_context(snapshot)

@@ -134,7 +134,7 @@ class Conditions:
                                      and not self.match_exact(condition)):
             cond = int(condition)
             if not 0 <= cond < self.count:
-                raise ValueError(f"condition id must be in [0, {self.count - 1}], got {cond}")
+                raise ValueError(f"condition id must be in [0, {self.count - 1}], got {show(condition)}")
             return cond
         if not isinstance(condition, str) or not condition.strip():
             raise ValueError(f"the {self.noun} must be a name such as {show(self.classes[0])}, got {show(condition)}")

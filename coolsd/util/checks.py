@@ -8,7 +8,9 @@ here knows about Gradio. Two families:
 - `check_number`, `check_int`, `check_bool`, `check_choice`: values a user or a client sends (app
   controls, API arguments, share links), bounded on both sides: "seed must be in [0, 2147483647], got -1".
   User input quoted in their messages goes through `show`: a short repr without markup characters, so
-  a message reads the same as plain text (API clients) and as HTML (the page).
+  a message reads the same as plain text (API clients) and as HTML (the page); `one_line` makes any
+  message a visitor's error (one plain line, at most MAX_MESSAGE_CHARS); `same_value` compares a
+  visitor's value with a default without Python's True == 1.
 """
 
 from __future__ import annotations
@@ -82,6 +84,24 @@ def show(value) -> str:
     """A short repr of user input for a message: plain text, cut at SHOWN_CHARS characters."""
     text = repr(value)
     return plain(text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "...")
+
+
+MAX_MESSAGE_CHARS = 300  # an error a visitor sees: one line, at most this many characters
+
+
+def one_line(message) -> str:
+    """`message` as a visitor's error: plain text (see PLAIN), control characters and line breaks as spaces,
+    cut at MAX_MESSAGE_CHARS characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in plain(message)).split())
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def same_value(a, b) -> bool:
+    """Whether a visitor's value `a` is the value `b`: numbers by value (3 == 3.0), anything else only when of one
+    type, so a bool never passes for a number (True == 1.0 in Python) nor a number for a bool."""
+    if is_number(a) and is_number(b):
+        return a == b
+    return type(a) is type(b) and a == b
 
 
 def _bound(value: float | None, unbounded: str) -> str:
