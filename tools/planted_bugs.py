@@ -43,6 +43,7 @@ STRENGTH = "tests/decoding/test_variant_strength.py"
 CHECKS = "tests/util/test_checks.py"
 FLOOR = "tests/decoding/test_cool_floor.py"
 APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link booleans, the picker's first load
+EMOJI_DATA = "tests/train/test_emoji_data.py"  # the emoji data pipeline: class mapping, held-out split
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -192,6 +193,23 @@ BUGS = [
     Bug("app: concurrent first picks each load the model", "coolsd/app/context.py",
         "            with self._lock:\n                if key not in self.families:\n",
         "            with self._lock:\n                if True:\n", (APP_GAPS,)),
+    Bug("emoji data: an emoji drawn in exactly min_styles styles dropped", "coolsd/train/emoji_data.py",
+        "len(styles) < min_styles", "len(styles) <= min_styles", (EMOJI_DATA,)),
+    Bug("emoji data: two entries of one name make two classes", "coolsd/train/emoji_data.py",
+        " or e.name in seen:\n", ":\n", (EMOJI_DATA,)),
+    Bug("emoji data: styles that do not draw an emoji counted as drawing it", "coolsd/train/emoji_data.py",
+        "{style: name for style, name in found.items() if name is not None}",
+        "{style: name for style, name in found.items()}", (EMOJI_DATA,)),
+    Bug("emoji data: a single-style emoji may lose its only style", "coolsd/train/emoji_data.py",
+        "if len(styles_of[i]) >= 2]", "if len(styles_of[i]) >= 1]", (EMOJI_DATA,)),
+    Bug("emoji data: the held-out style is an index into the emoji's styles", "coolsd/train/emoji_data.py",
+        "int(rng.choice(styles_of[candidates[j]]))", "int(rng.choice(len(styles_of[candidates[j]])))",
+        (EMOJI_DATA,)),
+    Bug("emoji data: held-out emoji drawn with replacement", "coolsd/train/emoji_data.py",
+        "rng.choice(len(candidates), n, replace=False)", "rng.choice(len(candidates), n, replace=True)",
+        (EMOJI_DATA,)),
+    Bug("emoji data: the held-out share counted over every emoji", "coolsd/train/emoji_data.py",
+        "n = round(frac * len(candidates))", "n = round(frac * num_emoji)", (EMOJI_DATA,)),
 ]
 
 

@@ -168,3 +168,32 @@ def test_missing_labels_fail_with_one_clear_line(tmp_path):
 def test_package_folder_names_the_npm_layout(tmp_path):
     assert ed.package_folder("Fluent Flat", tmp_path) == tmp_path / "iconify-json-fluent-emoji-flat-1.2.6" / "package"
     assert np.array_equal(sorted(ed.STYLE_SETS), sorted(ed.STYLES))
+
+
+# ---------------------------------------------------------------- class mapping and held-out split (issue 27)
+def test_select_keeps_one_class_per_name_the_first_in_file_order():
+    """Two entries of one name (other code points) make one class: the first; each name appears once."""
+    first = ed.Emoji(("1F600",), "Smileys & Emotion", "face-smiling", "grinning face")
+    again = ed.Emoji(("1F601",), "Smileys & Emotion", "face-smiling", "grinning face")
+    other = ed.Emoji(("1F34E",), "Food & Drink", "food-fruit", "red apple")
+    four = {style: "x" for style in ed.STYLES}
+    chosen = ed.select({first: four, again: four, other: four})
+    assert chosen == [first, other]
+    assert ed.select({again: four, first: four}) == [again]
+
+
+def test_select_takes_exactly_min_styles_and_match_styles_lists_only_found_ones():
+    matched = ed.match_styles(emojis(), sets())
+    assert all(None not in m.values() and set(m) <= set(ed.STYLES) for m in matched.values())
+    apple = next(e for e in matched if e.name == "red apple")  # drawn in exactly 3 styles
+    assert apple in ed.select(matched, min_styles=3) and apple not in ed.select(matched, min_styles=4)
+
+
+def test_held_out_pairs_name_a_style_the_emoji_has_once_per_emoji():
+    """The held-out style is one of the emoji's own styles (not an index into its list), each emoji at most once,
+    and frac counts the emoji drawn in >= 2 styles only."""
+    styles_of = [[1, 3]] * 20 + [[2]] * 20
+    held = ed.hold_out_pairs(40, styles_of, frac=1.0, seed=1)
+    assert len(held) == 20 and {c for c, _ in held} == set(range(20))  # every candidate once, no single-style one
+    assert all(s in (1, 3) for _, s in held) and {s for _, s in held} == {1, 3}
+    assert len(ed.hold_out_pairs(40, styles_of, frac=0.5, seed=1)) == 10
