@@ -9,6 +9,8 @@ import pytest
 
 from coolsd.app import race as race_ui
 from coolsd.app.demo import LAUNCH_KWARGS, Demo, make_demo
+from coolsd.app.race_view import API_NAMES, RaceFrame
+from coolsd.app.racers import SLOTS
 
 
 @functools.cache
@@ -38,3 +40,30 @@ def served(blocks, throttles: dict | None = None, **launch):
     finally:
         blocks.close()
         mp.undo()
+
+
+def api_frame(values) -> RaceFrame:
+    """A /race or /replay result from the API (its outputs in `race_view.API_NAMES` order) as a RaceFrame."""
+    values = list(values)
+    return RaceFrame(images=tuple(values[:SLOTS]), **dict(zip(API_NAMES[SLOTS:], values[SLOTS:])))
+
+
+class RaceAPI:
+    """The Race tab's handlers of a demo, as the tests call them (each returns RaceFrames, by name)."""
+
+    def __init__(self, demo: Demo) -> None:
+        handle = demo.page.race
+        self.stream, self.after, self.live = handle.stream, handle.after, handle.stream.live
+        self.race = self.stream.race
+        self.stopped, self.replay, self.show_overlay = self.after.stopped, self.after.replay, self.after.show_overlay
+        self.trace_json, self.slot_layout, self.model_view = self.after.trace_json, self.after.slot_layout, \
+            self.after.model_view
+        self.recordings = self.after.recordings
+
+    @property
+    def live_overlay(self) -> dict:
+        return self.live.overlay
+
+    @property
+    def active(self) -> dict:
+        return self.live.active

@@ -6,6 +6,9 @@
   lazy import cannot hide a cycle;
 - a lazy import of a coolsd module only where it defers a heavy optional dependency (HEAVY) that the
   importing module does not load anyway (so `import coolsd` and a CLI's `--help` stay light);
+- one bundle type: a single class of coolsd/ holds a model's target, drafter and tokenizer (`ModelBundle`);
+- the app's panels are wired explicitly (issue 26): no `panels` registry, no attribute set on another object
+  (`panel.outputs = ...`: what a builder shares, it returns in a frozen handle), a frozen `Context`;
 - no block of DUP_LINES lines repeated within coolsd/ (lines compared after stripping; docstrings, imports,
   blank, comment and one-word lines such as `)` or `else:` skipped). The `duplicates` tool of the dev
   machine also finds same-shape blocks; this test keeps the exact repeats out.
@@ -235,6 +238,69 @@ def repeated_blocks(n: int = DUP_LINES) -> list[str]:
     return found
 
 
+BUNDLE_FIELDS = {"target", "drafter", "tokenizer"}
+
+
+def bundle_types() -> list[str]:
+    """'module:Class' for each class whose annotated fields include a model's target, drafter and tokenizer."""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.ClassDef):
+                annotated = {b.target.id for b in node.body if isinstance(b, ast.AnnAssign)
+                             and isinstance(b.target, ast.Name)}
+                if BUNDLE_FIELDS <= annotated:
+                    found.append(f"{name}:{node.name}")
+    return found
+
+
+# attribute writes that are not wiring: a race closes its own trace's status; the lab loads its classifier on first use
+OWN_STATE = {"trace.status", "lab.classifier"}
+
+
+def foreign_attribute_writes(package: str = "coolsd.app") -> list[str]:
+    """'module:line name.attr' for each assignment to an attribute of an object other than `self` / `cls` in
+    `package` (a panel setting what others then read off it; dunders such as a handler's `__signature__` and
+    OWN_STATE aside), and each use of a `panels` attribute."""
+    found = []
+    for name, path in modules().items():
+        if not (name == package or name.startswith(package + ".")):
+            continue
+        for node in ast.walk(parse(path)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in (e for target in targets for e in (target.elts if isinstance(target, ast.Tuple) else [target])):
+                if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id not in ("self", "cls")
+                        and not t.attr.startswith("__") and f"{t.value.id}.{t.attr}" not in OWN_STATE):
+                    found.append(f"{name}:{node.lineno} {t.value.id}.{t.attr}")
+            if isinstance(node, ast.Attribute) and node.attr == "panels":
+                found.append(f"{name}:{node.lineno} .panels")
+    return found
+
+
+def frozen_dataclasses(module: str, classes: tuple[str, ...]) -> dict[str, bool]:
+    """class name -> whether it is declared `@dataclass(frozen=True)` in `module`."""
+    out = {}
+    for node in ast.walk(parse(modules()[module])):
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            out[node.name] = any(isinstance(d, ast.Call) and any(k.arg == "frozen" and getattr(k.value, "value", 0)
+                                                                 for k in d.keywords) for d in node.decorator_list)
+    return out
+
+
+def test_one_bundle_type():
+    assert bundle_types() == ["coolsd.models.bundle:ModelBundle"]
+
+
+def test_panels_are_wired_explicitly():
+    """No panel reads another panel's attributes: a builder returns a frozen handle of what others may read,
+    and nothing is set on a shared object after it is made."""
+    assert foreign_attribute_writes() == []
+    assert frozen_dataclasses("coolsd.app.context", ("Context",)) == {"Context": True}
+    assert frozen_dataclasses("coolsd.app.race", ("RaceHandle",)) == {"RaceHandle": True}
+    assert frozen_dataclasses("coolsd.app.controls", ("Controls",)) == {"Controls": True}
+
+
 def test_no_long_functions():
     assert long_functions() == []
 
@@ -276,6 +342,10 @@ def test_scans_see_what_they_look_for(tmp_path, monkeypatch):
     assert repeated_blocks() == []  # one function: every run of lines differs from the next by its numbers
     (pkg / "sub" / "c.py").write_text(f"def again(value_0):\n{body}\n")
     assert repeated_blocks() == ["coolsd.sub.a:5 ~ coolsd.sub.c:2"]
+    (pkg / "sub" / "d.py").write_text("class Two:\n    target: int\n    drafter: int\n    tokenizer: int\n\n\n"
+                                      "def build(panel, ctx):\n    panel.outputs = 1\n    return ctx.panels\n")
+    assert bundle_types() == ["coolsd.sub.d:Two"]
+    assert foreign_attribute_writes("coolsd.sub") == ["coolsd.sub.d:8 panel.outputs", "coolsd.sub.d:9 .panels"]
 
 
 if __name__ == "__main__":

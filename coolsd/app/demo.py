@@ -57,13 +57,28 @@ LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "head": HEAD, "show_erro
                  "app_kwargs": {"middleware": [Middleware(UnknownEndpoint)]}}
 
 
-@dataclass
+@dataclass(frozen=True)
+class Page:
+    """The built page: the Blocks, the settings column, and the handles of the panels others read (tools and
+    tests reach the handlers through them: `race.stream.race`, `race.after.replay`, `lab.panel.grid`)."""
+
+    blocks: gr.Blocks
+    controls: controls.Controls
+    race: race.RaceHandle
+    lab: lab.LabHandle
+
+
+@dataclass(frozen=True)
 class Demo:
-    """The loaded models (`ctx`), the Blocks to launch, and how many races may run at once."""
+    """The loaded models (`ctx`), the page (`page`; `blocks` to launch), and how many races may run at once."""
 
     ctx: Context
-    blocks: gr.Blocks
+    page: Page
     workers: int
+
+    @property
+    def blocks(self) -> gr.Blocks:
+        return self.page.blocks
 
 
 def workers_from_env() -> int:
@@ -133,8 +148,8 @@ def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Con
                     show_progress="hidden", concurrency_limit=None)  # (page loads: no queue behind each other)
 
 
-def build_demo(ctx: Context) -> gr.Blocks:
-    """The Blocks for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
+def build_demo(ctx: Context) -> Page:
+    """The page for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
     recordings = Recordings(ctx)
     # ServedBlocks: Gradio's own input checks (too few values, file values, preprocess) answer in one line, no trace
     with ServedBlocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
@@ -172,7 +187,7 @@ def build_demo(ctx: Context) -> gr.Blocks:
 
         gr.api(info, api_name="model_info")
     blocks.queue(max_size=64, default_concurrency_limit=1)
-    return blocks
+    return Page(blocks, settings_column, racing, quality)
 
 
 def make_demo(model: str | None = None, workers: int = 1, models: list[str] | None = None) -> Demo:

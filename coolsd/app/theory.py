@@ -34,11 +34,11 @@ def _curves(nu: float, k: int) -> dict:
 
 def display_names(fig) -> None:
     """Trace names as the page shows decoders ("UniformRSD", "COOL-SD unclipped"), not registry keys."""
-    for trace in fig.data:
-        key, _, rest = (trace.name or "").partition(" ")
+    for line in fig.data:
+        key, _, rest = (line.name or "").partition(" ")
         if key in variants.VARIANTS:
-            trace.name = f"{variants.VARIANTS[key].name} {rest}".strip()
-            trace.legendgroup = trace.name
+            name = f"{variants.VARIANTS[key].name} {rest}".strip()
+            line.update(name=name, legendgroup=name)
 
 
 def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):

@@ -28,6 +28,7 @@ MATCH_CUTOFF = 0.75  # (choice) difflib ratio a typo must reach to be read as a 
 MATCH_MARGIN = 0.1  # ... and by how much it must beat the next closest name (else: suggestions, no guess)
 SUGGEST_CUTOFF = 0.5  # (choice) how close a name must be to be suggested
 SUGGESTIONS = 3  # closest names an unknown name's error suggests
+MAX_NAME_CHARS = 100  # longer text names no class: no fuzzy matching (its cost grows with the text)
 
 
 def _key(text: str) -> str:
@@ -131,7 +132,7 @@ class Conditions:
         if self.kind == "text":
             return self._prompt(condition)
         if is_integer(condition) or (isinstance(condition, str) and condition.strip().isdigit()
-                                     and not self.match_exact(condition)):
+                                     and self.noun != "digit"):  # (a digit model's "11" is an unknown digit)
             cond = int(condition)
             if not 0 <= cond < self.count:
                 raise ValueError(f"condition id must be in [0, {self.count - 1}], got {show(condition)}")
@@ -140,9 +141,9 @@ class Conditions:
             raise ValueError(f"the {self.noun} must be a name such as {show(self.classes[0])}, got {show(condition)}")
         if self.styles and STYLE_SEP.strip() in condition:
             condition, style = (part.strip() for part in condition.rsplit(STYLE_SEP.strip(), 1))
-        name = self.match(condition)
+        name = self.match(condition) if len(condition) <= MAX_NAME_CHARS else None
         if name is None:
-            near = self.closest(condition)
+            near = self.closest(condition) if len(condition) <= MAX_NAME_CHARS else []
             hint = f"; did you mean {' or '.join(show(n) for n in near)}?" if near else \
                 f"; choose one of {', '.join(self.classes[:12])}{', ...' if len(self.classes) > 12 else ''}"
             raise ValueError(f"unknown {self.noun} {show(condition)}{hint}")
@@ -150,9 +151,6 @@ class Conditions:
         if not self.styles:
             return cls
         return cls * len(self.styles) + self.style_index(style)
-
-    def match_exact(self, text: str) -> bool:
-        return _key(text) in {_key(c) for c in self.classes}
 
     def _prompt(self, text) -> str:
         if not isinstance(text, str) or not text.strip():

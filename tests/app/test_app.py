@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from demo_app import served, tiny_demo
+from demo_app import RaceAPI, api_frame, served, tiny_demo
 from PIL import Image
 
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
-from coolsd.app.demo import build_demo
+from coolsd.app.demo import Demo, build_demo
 from coolsd.app.settings import RaceSettings
 
 APP = tiny_demo()
-RACE = APP.ctx.panels["race"]
-STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2  # positions in a race frame
+RACE = RaceAPI(APP)
 USED = [0, 1, 2, racers.VANILLA_SLOT]  # image slots of the default racers (Eagle-1, LANTERN++, COOL-SD) + vanilla
 
 # gradio's queue uses pandas options that pandas 3 deprecates: harmless, and not ours
@@ -73,7 +72,7 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     frames = list(RACE.race(**kwargs(overlay=True)))
     assert len(frames) > 5
     last = frames[-1]
-    stats = last[STATS]
+    stats = last.stats
     assert stats["finished"] and set(stats["decoders"]) == set(race_ui.DECODERS)
     for key, s in stats["decoders"].items():
         assert s["tokens"] == APP.ctx.model.num_tokens, key
@@ -83,22 +82,22 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     # needs fewer target forwards than tokens, so a tau stuck at 1 (or a miscount) fails here
     for key in set(race_ui.DECODERS) - {"vanilla"}:
         assert stats["decoders"][key]["target_forwards"] < APP.ctx.model.num_tokens, key
-    assert all(last[i].size == APP.ctx.display_hw[::-1] for i in USED)
+    assert all(last.images[i].size == APP.ctx.display_hw[::-1] for i in USED)
     # a frame only re-draws the decoder that moved: the others are skipped
     import gradio as gr
 
-    assert any(sum(not isinstance(v, type(gr.skip())) for v in f[:racers.SLOTS]) == 1 for f in frames[1:-1])
+    assert any(sum(not isinstance(v, type(gr.skip())) for v in f.images) == 1 for f in frames[1:-1])
 
 
 def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
     monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 10.0)  # first and last frame only
     a = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
     b = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]
-    assert sorted(a[SNAPSHOT]["images"]) == USED
-    same = [torch.equal(a[SNAPSHOT]["images"][k][0], b[SNAPSHOT]["images"][k][0]) for k in USED]
+    assert sorted(a.snapshot["images"]) == USED
+    same = [torch.equal(a.snapshot["images"][k][0], b.snapshot["images"][k][0]) for k in USED]
     assert all(same)  # same seed, same pixels
     # delta = 1, nu = 0 makes omega = 1: COOL-SD (slot 2) is Eagle-1 (slot 0) draw for draw
-    assert torch.equal(a[SNAPSHOT]["images"][2][0], a[SNAPSHOT]["images"][0][0])
+    assert torch.equal(a.snapshot["images"][2][0], a.snapshot["images"][0][0])
 
 
 def test_import_writes_no_files_next_to_the_app():
@@ -144,40 +143,48 @@ def test_overlay_toggled_mid_race_applies_to_the_coming_frames(monkeypatch):
     frames = list(gen)
     final = frames[-1]
     for i in USED:
-        expected = APP.ctx.render(*final[SNAPSHOT]["images"][i], True)
-        assert np.array_equal(np.asarray(final[i]), np.asarray(expected)), i
+        expected = APP.ctx.render(*final.snapshot["images"][i], True)
+        assert np.array_equal(np.asarray(final.images[i]), np.asarray(expected)), i
     assert "session-1" not in RACE.live_overlay  # no state left behind
 
 
 def test_model_choice_falls_back_and_says_so(monkeypatch):
     import types
 
-    import coolsd.models.tiny
+    from coolsd.models import registry
     from coolsd.models.bundle import BundleError
 
-    stub = types.SimpleNamespace(name="stub", target=None, drafter=None, tokenizer=None, neighbours=None, grid=(2, 2),
-                                 conditioning="class", class_names=["0"], default_sampling=None)
-    monkeypatch.setattr(coolsd.models.tiny, "tiny_bundle", lambda: stub)
+    def stub(kind):
+        return types.SimpleNamespace(name="stub", kind=kind, note="")
 
-    def missing(*args, **kw):
-        raise BundleError("embedded model folder not found: assets/embedded")
+    def missing(what):
+        def load():
+            raise BundleError(f"{what} model folder not found")
+        return load
 
-    monkeypatch.setattr(context, "load_embedded", missing)
+    specs = dict(registry.MODELS)
+    for key in ("emoji", "mnist"):
+        monkeypatch.setitem(registry.MODELS, key, registry.ModelSpec(key, key, missing(key), lambda: False,
+                                                                      specs[key].fallback))
+    monkeypatch.setitem(registry.MODELS, "tiny", registry.ModelSpec("tiny", "tiny", lambda: [stub("tiny")],
+                                                                     lambda: True))
     monkeypatch.delenv("COOLSD_LLAMAGEN_DIR", raising=False)
-    model = context.load_model("embedded")
-    assert model.kind == "tiny" and "embedded model is missing" in model.note
-    model = context.load_model("llamagen")
-    assert model.kind == "tiny" and "LlamaGen weights not found" in model.note
-    assert context.load_model("tiny").note == ""  # asked for: no warning
+    (model,), note = registry.load_or_fallback("embedded")
+    assert model.kind == "tiny" and "mnist model is missing" in note and note == model.note
+    (model,), note = registry.load_or_fallback("emoji")
+    assert model.kind == "tiny" and "emoji model is missing" in note and "mnist model is missing" in note
+    (model,), note = registry.load_or_fallback("llamagen")
+    assert model.kind == "tiny" and "LlamaGen weights not found" in note
+    assert registry.load_or_fallback("tiny")[1] == ""  # asked for: no warning
 
 
 def test_stop_keeps_the_last_numbers_marked_stopped():
     stats = {"decoders": {"eagle-1": {"decoder": "Eagle-1", "tokens": 5, "num_tokens": 16, "target_forwards": 2,
                                       "mean_accepted_length": 2.5, "compute_seconds": 0.1, "speedup": None,
                                       "finished": False}}}
-    text = RACE.stopped(stats)[race_ui.STATS_MD]  # no race of this session in progress: the numbers shown
+    text = RACE.stopped(stats).stats_md  # no race of this session in progress: the numbers shown
     assert text.startswith("**Stopped.**") and "5 / 16" in text and "–" in text
-    assert RACE.stopped(None)[race_ui.STATS_MD].startswith("**Stopped.**")
+    assert RACE.stopped(None).stats_md.startswith("**Stopped.**")
 
 
 def test_stop_waits_for_the_race_to_close_and_shows_what_it_reached(monkeypatch):
@@ -190,17 +197,17 @@ def test_stop_waits_for_the_race_to_close_and_shows_what_it_reached(monkeypatch)
     request = type("FakeRequest", (), {"session_hash": "session-stop"})()
     gen = RACE.race(**kwargs(seed=3), request=request)
     frames = [next(gen) for _ in range(6)]
-    trace = frames[-1][TRACE]
+    trace = frames[-1].trace
     box = {}
-    stopper = threading.Thread(target=lambda: box.setdefault("out", RACE.stopped(frames[-1][STATS], True, request)))
+    stopper = threading.Thread(target=lambda: box.setdefault("out", RACE.stopped(frames[-1].stats, True, request)))
     stopper.start()  # Stop's handler waits for the race to close ...
     gen.close()  # ... which Gradio's cancel does
     stopper.join(DEADLINE_S)
     assert not stopper.is_alive() and "session-stop" not in RACE.active
     out = box["out"]
-    assert out[race_ui.STATS_MD].startswith(f"**Stopped** after {len(trace)} race steps.")
-    assert out[STATS]["decoders"] == RACE.replay(len(trace), True, trace)[STATS]["decoders"]
-    assert out[-1].maximum == len(trace) == 6 and trace.status == "stopped"
+    assert out.stats_md.startswith(f"**Stopped** after {len(trace)} race steps.")
+    assert out.stats["decoders"] == RACE.replay(len(trace), True, trace).stats["decoders"]
+    assert out.replay.maximum == len(trace) == 6 and trace.status == "stopped"
 
 
 def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
@@ -209,7 +216,7 @@ def test_text_conditioning_rejects_an_oversized_or_empty_prompt(monkeypatch):
     monkeypatch.setattr(APP.ctx.model, "conditioning", "text")
     assert APP.ctx.check_condition("  a cat  ") == "a cat"
     with pytest.raises(gr.Error, match="too long"):
-        APP.ctx.check_condition("x" * (context.MAX_PROMPT_CHARS + 1))
+        APP.ctx.check_condition("x" * (APP.ctx.model.max_prompt_chars + 1))
     with pytest.raises(gr.Error, match="non-empty"):
         APP.ctx.check_condition("   ")
 
@@ -219,11 +226,11 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     values = kwargs(seed=3)
     job = client.submit(**values, api_name="/race")
     job.result(timeout=DEADLINE_S)  # waits for the last streamed update, with a deadline
-    updates = job.outputs()
+    updates = [api_frame(u) for u in job.outputs()]
     assert len(updates) >= 5
     final = updates[-1]
-    stats = final[STATS]
-    assert all(_image_size(final[i]) == APP.ctx.display_hw[::-1] for i in USED)  # three decoders + vanilla
+    stats = final.stats
+    assert all(_image_size(final.images[i]) == APP.ctx.display_hw[::-1] for i in USED)  # three decoders + vanilla
     assert stats["finished"]
     for key, s in stats["decoders"].items():
         assert s["tokens"] == APP.ctx.model.num_tokens, key
@@ -240,9 +247,10 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
-    assert all(final[i]["type"] == "plotly" for i in (race_ui.PLOT_ACC, race_ui.PLOT_LEN, race_ui.PLOT_HIST))
+    assert all(p["type"] == "plotly" for p in (final.plot_acc, final.plot_len, final.plot_hist))
     # the images really changed along the stream
-    seen = {i: {u[i]["path"] for u in updates if isinstance(u[i], dict) and "path" in u[i]} for i in range(3)}
+    seen = {i: {u.images[i]["path"] for u in updates if isinstance(u.images[i], dict) and "path" in u.images[i]}
+            for i in range(3)}
     assert all(len(paths) >= 2 for paths in seen.values()), seen
 
 
@@ -284,7 +292,7 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
     wait_until(lambda: job.status().code.name in ("CANCELLED", "FINISHED"), "the job to end")
     assert len(drawn) == n  # nothing decoded after the cancel
     outputs = job.outputs()
-    assert not outputs or not outputs[-1][STATS]["finished"]
+    assert not outputs or not outputs[-1].stats["finished"]
 
 
 def test_api_overlay_redraws_the_last_race(client):
@@ -399,7 +407,7 @@ def test_old_racer_key_is_the_floored_cool_sd():
 
 def test_racer_choice_races_exactly_the_chosen_rules():
     """Four non-default racers: each decodes what the library decodes alone with that rule, vanilla AR races too."""
-    from coolsd.app.racers import RuleParams, make_racer_rule
+    from coolsd.app.racers import make_racer_rule
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.sampling import SamplingConfig
 
@@ -407,26 +415,24 @@ def test_racer_choice_races_exactly_the_chosen_rules():
     values = kwargs(racers=list(reversed(chosen)), uniform_delta=3.0, linear_delta=1.5, linear_slope=0.8,
                     custom_omegas="3, 0.5", seed=2)
     last = _race(**{k: v for k, v in values.items()})[-1]
-    stats, trace = last[STATS], last[TRACE]
+    stats, trace = last.stats, last.trace
     assert list(stats["decoders"]) == [*chosen, "vanilla"]  # the panels' order, whatever order was given
     rules = stats["settings"]["rules"]
     assert rules["uniform-rsd"]["delta"] == 3.0 and rules["linear-decay"]["slope"] == 0.8
     assert rules["cool-sd-unclipped"]["floor_at_one"] is False and list(rules["custom"]["omegas"]) == [3.0, 0.5]
-    assert all(isinstance(last[i], type(last[0])) for i in range(racers.SLOTS))  # 4 racers + vanilla: all shown
+    assert all(isinstance(last.images[i], type(last.images[0])) for i in range(racers.SLOTS))  # 4 racers + vanilla
     m = APP.ctx.model
-    params = RuleParams(*(values[k] for k in ("delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda",
-                                              "uniform_delta", "linear_delta", "linear_slope", "custom_omegas")))
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     final = {r.key: r for r in trace.replay(len(trace))}
     for key in chosen:
-        rule = make_racer_rule(APP.ctx, key, params)
+        rule = make_racer_rule(APP.ctx, key, values)
         ref = run(m.target, m.drafter, rule, cond=APP.ctx.check_condition(values["condition"]),
                   num_tokens=m.num_tokens, sampling=sampling,
                   config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
         assert torch.equal(final[key].tokens, ref.tokens), key
         assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
     # the G* variant of LANTERN++ runs another residual than the published one
-    lantern = _race(racers=["lantern++", "lantern++-gstar"])[-1][STATS]["settings"]["rules"]
+    lantern = _race(racers=["lantern++", "lantern++-gstar"])[-1].stats["settings"]["rules"]
     assert (lantern["lantern++"]["residual_kind"], lantern["lantern++-gstar"]["residual_kind"]) == ("published",
                                                                                                    "optimal")
 
@@ -444,23 +450,23 @@ def test_replay_frame_equals_the_race_stopped_at_that_step():
     finally:
         gen.close()  # Stop
         mp.undo()
-    stopped, trace = frames[-1], frames[-1][TRACE]
+    stopped, trace = frames[-1], frames[-1].trace
     assert len(trace) == stop_at and trace.status == "stopped"
     replayed = RACE.replay(stop_at, True, trace)
-    shown = stopped[SNAPSHOT]["images"]
-    assert sorted(shown) == sorted(replayed[-1]["images"]) and len(shown) >= 3
-    for slot, item in stopped[SNAPSHOT]["images"].items():  # every image on show then, pixel for pixel
-        assert np.array_equal(np.asarray(APP.ctx.render(*item, True)), np.asarray(replayed[slot])), slot
-    live, again = stopped[STATS]["decoders"], replayed[STATS]["decoders"]
+    shown = stopped.snapshot["images"]
+    assert sorted(shown) == sorted(replayed.snapshot["images"]) and len(shown) >= 3
+    for slot, item in stopped.snapshot["images"].items():  # every image on show then, pixel for pixel
+        assert np.array_equal(np.asarray(APP.ctx.render(*item, True)), np.asarray(replayed.images[slot])), slot
+    live, again = stopped.stats["decoders"], replayed.stats["decoders"]
     assert live == again  # tokens, forwards, tau, compute seconds, speed-up: the same numbers
     # an earlier step shows less, and the whole race replays to its final frame
-    early = RACE.replay(3, False, trace)[STATS]["decoders"]
+    early = RACE.replay(3, False, trace).stats["decoders"]
     assert sum(s["tokens"] for s in early.values()) < sum(s["tokens"] for s in live.values())
     last = _race(seed=6)[-1]
-    full = RACE.replay(len(last[TRACE]), False, last[TRACE])
-    assert full[STATS]["decoders"] == last[STATS]["decoders"]
+    full = RACE.replay(len(last.trace), False, last.trace)
+    assert full.stats["decoders"] == last.stats["decoders"]
     for slot in USED:
-        assert np.array_equal(np.asarray(last[slot]), np.asarray(full[slot])), slot
+        assert np.array_equal(np.asarray(last.images[slot]), np.asarray(full.images[slot])), slot
 
 
 def test_trace_json_round_trip_replays_the_same_race():
@@ -469,11 +475,11 @@ def test_trace_json_round_trip_replays_the_same_race():
     from coolsd.compare.trace import RaceTrace
 
     last = _race(seed=8, racers=["eagle-1", "custom"])[-1]
-    trace = last[TRACE]
+    trace = last.trace
     data = json.loads(json.dumps(RACE.trace_json(trace)))  # what a download or the API gives
     assert data["model"] == APP.ctx.model.name and data["settings"]["seed"] == 8 and data["status"] == "finished"
     assert [r["key"] for r in data["racers"]] == ["eagle-1", "custom", "vanilla"]
-    assert len(data["steps"]) == sum(s["rounds"] for s in last[STATS]["decoders"].values())
+    assert len(data["steps"]) == sum(s["rounds"] for s in last.stats["decoders"].values())
     back = RaceTrace.from_json(data)
     for a, b in zip(trace.replay(len(trace)), back.replay(len(back))):
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.kinds, b.kinds) and a.seconds == b.seconds
@@ -502,13 +508,13 @@ def test_api_replay_trace_strip_and_share_link(client):
     import json
 
     values = kwargs(seed=4, racers=["eagle-1", "uniform-rsd"])
-    final = client.predict(**values, api_name="/race")
-    stats = final[STATS]
-    steps = final[race_ui.REPLAY]["maximum"]
+    final = api_frame(client.predict(**values, api_name="/race"))
+    stats = final.stats
+    steps = final.replay["maximum"]
     assert steps == sum(s["rounds"] for s in stats["decoders"].values())
-    frame = client.predict(step=4, overlay=False, api_name="/replay")
-    assert frame[STATS]["replay_step"] == 4 and "Replay" in frame[race_ui.STATS_MD]
-    assert sum(s["tokens"] for s in frame[STATS]["decoders"].values()) < 2 * APP.ctx.model.num_tokens
+    frame = api_frame(client.predict(step=4, overlay=False, api_name="/replay"))
+    assert frame.stats["replay_step"] == 4 and "Replay" in frame.stats_md
+    assert sum(s["tokens"] for s in frame.stats["decoders"].values()) < 2 * APP.ctx.model.num_tokens
     trace = client.predict(api_name="/trace")
     assert len(trace["steps"]) == steps and trace["settings"]["racers"] == ["eagle-1", "uniform-rsd"]
     with open(client.predict(api_name="/trace_file")["path"]) as f:
@@ -628,37 +634,36 @@ def tiny_llamagen_app(tmp_path_factory, picker=()):
     mp.setattr(llamagen, "load_llamagen", lambda *a, **kw: real(*a, **kw, device="cpu", k_max=4, vq_config=lg.TINY_VQ))
     mp.setenv("COOLSD_LLAMAGEN_DIR", str(root))
     try:
-        ctx = context.Context.for_models(context.load_models("llamagen"),
-                                         catalogue=context.Catalogue(["llamagen", *picker]))
-        blocks = build_demo(ctx)
+        ctx = context.open_context("llamagen", others=list(picker))
+        page = build_demo(ctx)
     finally:
         mp.undo()
-    return ctx, blocks
+    return Demo(ctx, page, 1)
 
 
 def test_llamagen_prompt_ui_offers_both_resolutions_and_races_a_prompt(llamagen_app):
     from coolsd.models.llamagen import EXAMPLE_PROMPTS
 
-    ctx, blocks = llamagen_app
+    ctx, page = llamagen_app.ctx, llamagen_app.page
     assert list(ctx.variants) == ["256", "512"] and ctx.model.conditioning == "text"
     assert ctx.variants["512"].model.target is not ctx.model.target  # one model per resolution ...
     assert ctx.variants["512"].model.target.caption_encoder is ctx.model.target.caption_encoder  # ... one T5
-    resolution = ctx.controls["resolution"]
+    resolution = page.controls["resolution"]
     assert resolution.visible and [v for _, v in resolution.choices] == ["256", "512"]
-    assert isinstance(ctx.controls["condition"], __import__("gradio").Textbox)
+    assert isinstance(page.controls["condition"], __import__("gradio").Textbox)
     rows, _ = controls.presets(ctx)
     assert {row[0] for row in rows} <= set(EXAMPLE_PROMPTS)  # the presets start from the example prompts
-    panel = ctx.panels["race"]
+    panel = RaceAPI(llamagen_app)
     values = RaceSettings.defaults(ctx).as_dict() | {"condition": EXAMPLE_PROMPTS[1], "resolution": "512", "seed": 3}
     assert values["condition"] != RaceSettings.defaults(ctx).as_dict()["condition"]
     last = list(panel.race(**values))[-1]
-    stats, snapshot = last[STATS], last[SNAPSHOT]
+    stats, snapshot = last.stats, last.snapshot
     assert stats["finished"] and stats["settings"]["resolution"] == "512" and snapshot["variant"] == "512"
     for key, s in stats["decoders"].items():
         assert s["tokens"] == ctx.variants["512"].model.num_tokens, key
-    assert all(last[i].size == ctx.variants["512"].display_hw[::-1] for i in USED)
-    replayed = panel.replay(len(last[TRACE]), False, last[TRACE])  # replays on the 512 model's decoder
-    assert replayed[STATS]["decoders"] == stats["decoders"]
+    assert all(last.images[i].size == ctx.variants["512"].display_hw[::-1] for i in USED)
+    replayed = panel.replay(len(last.trace), False, last.trace)  # replays on the 512 model's decoder
+    assert replayed.stats["decoders"] == stats["decoders"]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -670,6 +675,6 @@ def test_llamagen_prompt_ui_offers_both_resolutions_and_races_a_prompt(llamagen_
 def test_llamagen_prompt_ui_rejects_bad_prompts_and_resolutions(llamagen_app, changes, message):
     import gradio as gr
 
-    ctx, _ = llamagen_app
+    ctx = llamagen_app.ctx
     with pytest.raises(gr.Error, match=re.escape(message)):
-        next(ctx.panels["race"].race(**(RaceSettings.defaults(ctx).as_dict() | changes)))
+        next(RaceAPI(llamagen_app).race(**(RaceSettings.defaults(ctx).as_dict() | changes)))

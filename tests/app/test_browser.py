@@ -229,7 +229,8 @@ def test_llamagen_prompt_ui(tmp_path_factory):
 
     from coolsd.models.llamagen import EXAMPLE_PROMPTS
 
-    ctx, blocks = tiny_llamagen_app(tmp_path_factory)
+    demo = tiny_llamagen_app(tmp_path_factory)
+    ctx, blocks = demo.ctx, demo.blocks
     _, url, _ = blocks.launch(prevent_thread_lock=True, quiet=True)
     try:
         with sync_playwright() as p:

@@ -1,7 +1,7 @@
 """The page at a phone's width and the teaching views, in headless Chromium (Debian's, driven by Playwright).
 
-On the page a visitor opens (the model `default_model_choice` picks: the emoji model where shipped, else the
-embedded MNIST one), with its shipped recording: at 390 px the Race tab comes first and shows the recorded race at
+On the page a visitor opens (the model `coolsd.models.registry.default_key` picks: the emoji model where shipped,
+else the embedded MNIST one), with its shipped recording: at 390 px the Race tab comes first and shows the recorded race at
 once (images, numbers, a Generate under the images); no element sticks out of the page or out of the box it scrolls
 in, the race's table and the How tab's paper-beside-us tables fit their boxes with every cell wide enough for its
 words; a 390 px screenshot of the first screens is saved (to $COOLSD_PHONE_SCREENSHOT if set). On a wide page: the
@@ -15,7 +15,6 @@ import os
 import re
 
 import pytest
-from demo_app import served
 from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from coolsd.util.paths import EMBEDDED_DIR
@@ -30,15 +29,12 @@ WAIT_MS = 120_000  # a deadline for slow shared machines, not a timing
 
 
 @pytest.fixture(scope="module")
-def page_url():
+def page_url(shipped_app):
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    from coolsd.app.context import default_model_choice
-    from coolsd.app.demo import make_demo
-
-    demo = make_demo(default_model_choice())
-    assert demo.ctx.panels["race"].shipped is not None, "no current recording: python -m coolsd.app.record_default"
-    with served(demo.blocks) as url:
-        yield url
+    demo, url = shipped_app  # the default page, launched once for every module (tests/app/conftest.py)
+    recordings = demo.page.race.after.recordings
+    assert recordings.of(demo.ctx) is not None, "no current recording: python -m coolsd.app.record_default"
+    return url
 
 
 @pytest.fixture(scope="module")

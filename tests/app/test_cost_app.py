@@ -6,23 +6,23 @@ import math
 
 import gradio as gr
 import pytest
-from demo_app import tiny_demo
+from demo_app import RaceAPI, tiny_demo
 
-from coolsd.app import race as race_ui
+from coolsd.app.cost import CostPanel, named_what_if
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings
 from coolsd.compare import cost
 from coolsd.compare.trace import RaceTrace
 
 APP = tiny_demo()
-PANEL = APP.ctx.panels["cost"]
-TRACE = race_ui.REPLAY + 2  # the trace state's position in a race frame
+PANEL = CostPanel(APP.ctx)
+WHAT_IF = named_what_if(PANEL)  # what /cost_whatif calls: L, a_1..a_8, c, V, memory_bound
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
 
 @pytest.fixture(scope="module")
 def trace() -> RaceTrace:
-    frames = list(APP.ctx.panels["race"].race(**RaceSettings.defaults(APP.ctx).as_dict()))
-    return frames[-1][TRACE]
+    frames = list(RaceAPI(APP).race(**RaceSettings.defaults(APP.ctx).as_dict()))
+    return frames[-1].trace
 
 
 def test_compare_is_the_library_on_the_race_trace(trace):
@@ -54,10 +54,10 @@ def test_compare_without_a_race_shows_the_curve_only():
 
 def test_what_if_is_the_formula():
     accept = [0.9, 0.5, 0.25, 1.0, 1.0, 1.0, 1.0, 1.0]
-    text, out = PANEL.what_if(3, *accept, 0.1, 1.3, False)
+    text, out = WHAT_IF(3, *accept, 0.1, 1.3, False)
     assert out["expected_tokens"] == pytest.approx(1 + 0.9 + 0.45 + 0.1125)
     assert out["predicted_speedup"] == pytest.approx((1 + 0.9 + 0.45 + 0.1125) / (3 * 0.1 + 1.3))
-    _, free = PANEL.what_if(3, *accept, 0.1, 1.3, True)
+    _, free = WHAT_IF(3, *accept, 0.1, 1.3, True)
     assert free["verify_cost"] == 1.0 and free["predicted_speedup"] > out["predicted_speedup"]
     assert f"{out['predicted_speedup']:.2f}×" in text and "2.72×" in text
 
@@ -66,13 +66,18 @@ def test_what_if_is_the_formula():
     ((0, *[0.5] * 8, 0.1, 1.2, False), "what-if L must be in"),
     ((3, 1.5, *[0.5] * 7, 0.1, 1.2, False), "a_1 must be in"),
     ((3, *[0.5] * 8, -1, 1.2, False), r"draft cost c \(target steps\) must be in"),
-    ((3, *[0.5] * 7, 0.1, 1.2, False), "give L, a_1..a_8, c, V"),
     ((3, *[0.5] * 8, 0.1, "x", False), "verify cost V"),
     ((3, *[0.5] * 8, 0.1, 1.2, "yes"), r"memory-bound \(V = 1.*must be true or false"),
 ])
 def test_what_if_bad_input_is_one_line(args, message):
     with pytest.raises(gr.Error, match=message):
-        PANEL.what_if(*args)
+        WHAT_IF(*args)
+
+
+def test_what_if_refuses_an_unknown_input_and_takes_names():
+    with pytest.raises(gr.Error, match="unknown what-if input 'b_1'"):
+        PANEL.what_if(L=3, b_1=0.5)
+    assert WHAT_IF(L=2, a_1=0.5, a_2=0.5)[1]["expected_tokens"] == pytest.approx(1.75)
 
 
 def test_api(trace):

@@ -1,63 +1,102 @@
-"""The app's model choice with the emoji model: picked, defaulted to when shipped, fallback said on the page."""
+"""The one model registry (`coolsd.models.registry`) the app loads from: emoji is the default when shipped, a missing
+model falls back along the registry and says so, and the emoji model's precision is configuration (stored beside
+the model, overridable by $COOLSD_DTYPE), never a timing at load."""
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
+import torch
+from new_emoji import save_new_emoji
 
 import coolsd.models.llamagen
 from coolsd.app import context
+from coolsd.models import emoji, registry
 from coolsd.models.bundle import BundleError
 
 
-def stub(name: str, execution: str = "") -> types.SimpleNamespace:
-    return types.SimpleNamespace(name=name, target=None, drafter=None, tokenizer=None, neighbours=None, grid=(2, 2),
-                                 conditioning="class", class_names=["0"], default_sampling=None, execution=execution)
+def stub(kind: str, execution: str = "") -> types.SimpleNamespace:
+    return types.SimpleNamespace(name=kind, kind=kind, execution=execution, note="")
 
 
-def test_emoji_choice_loads_it_and_keeps_its_execution_path(monkeypatch):
-    monkeypatch.setattr(context, "load_emoji", lambda: stub("emoji", "bf16 (measured at load)"))
-    model = context.load_model("emoji")
-    assert model.kind == "emoji" and model.execution == "bf16 (measured at load)" and model.note == ""
+def test_emoji_loads_through_the_registry_with_its_execution_path(monkeypatch):
+    monkeypatch.setitem(registry.MODELS, "emoji", registry.ModelSpec("emoji", "Emoji", lambda: [stub("emoji", "bf16")],
+                                                                      lambda: True, "mnist"))
+    (model,), note = registry.load_or_fallback("emoji")
+    assert model.kind == "emoji" and model.execution == "bf16" and note == ""
 
 
-def test_emoji_choice_falls_back_to_mnist_and_says_so(monkeypatch):
-    def missing(*args, **kw):
+def test_emoji_falls_back_to_mnist_and_says_so(monkeypatch):
+    def missing():
         raise BundleError("emoji model folder not found or incomplete: assets/emoji")
 
-    monkeypatch.setattr(context, "load_emoji", missing)
-    monkeypatch.setattr(context, "load_embedded", lambda: stub("mnist"))
-    model = context.load_model("emoji")
-    assert model.kind == "embedded" and "emoji model is missing" in model.note
-    assert context.load_model("mnist").kind == "embedded"
+    monkeypatch.setitem(registry.MODELS, "emoji", registry.ModelSpec("emoji", "Emoji", missing, lambda: False, "mnist"))
+    monkeypatch.setitem(registry.MODELS, "mnist", registry.ModelSpec("mnist", "MNIST", lambda: [stub("embedded")],
+                                                                      lambda: True, "tiny"))
+    (model,), note = registry.load_or_fallback("emoji")
+    assert model.kind == "embedded" and "emoji model is missing" in note and "running MNIST" in note
+    assert registry.key_of(model) == "mnist" and registry.resolve("embedded") == "mnist"
+    with pytest.raises(ValueError, match="unknown model 'warp'; choose one of emoji, mnist, llamagen, tiny"):
+        registry.resolve("warp")
 
 
-@pytest.mark.parametrize("shipped,expected", [(True, "emoji"), (False, "embedded")])
-def test_default_is_the_emoji_model_when_shipped(monkeypatch, tmp_path, shipped, expected):
+@pytest.mark.parametrize("shipped,expected", [(True, "emoji"), (False, "mnist")])
+def test_default_is_the_emoji_model_when_shipped(monkeypatch, shipped, expected):
     monkeypatch.delenv("COOLSD_MODEL", raising=False)
     monkeypatch.setattr(coolsd.models.llamagen, "find_llamagen", lambda: None)
-    if shipped:
-        (tmp_path / "target").mkdir()
-        (tmp_path / "target" / "config.json").write_text("{}")
-    monkeypatch.setattr(context, "EMOJI_DIR", tmp_path)
-    assert context.default_model_choice() == expected
+    spec = registry.MODELS["emoji"]
+    monkeypatch.setitem(registry.MODELS, "emoji", registry.ModelSpec("emoji", spec.label, spec.load,
+                                                                      lambda: shipped, "mnist"))
+    assert registry.default_key() == expected
 
 
-def test_the_demo_loads_its_model_at_the_threads_it_serves_with(monkeypatch):
-    """The emoji model's load-time fp32 / bf16 timing must run single-threaded on a CPU, as the app then decodes:
-    at 2 threads fp32 won the round timing, at 1 thread bf16 did (this Xeon, 1 Dec 2026)."""
-    import torch
-
-    from coolsd.app import demo
-
-    seen = []
-    real = demo.load_models
-    monkeypatch.setattr(demo, "load_models", lambda choice: seen.append(torch.get_num_threads()) or real(choice))
+def test_the_demo_serves_single_threaded_and_opens_on_the_picked_model(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        demo.make_demo("tiny", workers=1, models=[])
-        assert seen == [1 if not torch.cuda.is_available() else 2]
+        demo = context.open_context("tiny", others=[])
+        context.serving_threads()
+        assert torch.get_num_threads() == (1 if not torch.cuda.is_available() else 2)
+        assert demo.key == "tiny" and demo.catalogue.keys == ["tiny"]
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_new_emoji(tmp_path_factory.mktemp("precision"))
+
+
+@pytest.mark.parametrize("stored,env,expected", [
+    (None, None, torch.float32),  # nothing stored: fp32 on a CPU
+    ("bf16", None, torch.bfloat16),  # the stored choice
+    ("bf16", "fp32", torch.float32),  # the variable wins
+    ("fp32", "bf16", torch.bfloat16),
+])
+def test_precision_is_stored_with_the_model_and_overridable(folder, monkeypatch, stored, env, expected):
+    path = folder / emoji.PRECISION_FILE
+    path.unlink(missing_ok=True)
+    if stored:
+        path.write_text(json.dumps({"cpu": stored}))
+    if env:
+        monkeypatch.setenv(emoji.DTYPE_ENV, env)
+    else:
+        monkeypatch.delenv(emoji.DTYPE_ENV, raising=False)
+    bundle = emoji.load_emoji(folder, device="cpu")
+    assert bundle.target.embed.dtype == expected and bundle.drafter.embed.dtype == expected
+    word = {torch.float32: "fp32", torch.bfloat16: "bf16"}[expected]
+    assert bundle.execution.startswith(word)
+    assert ("set by COOLSD_DTYPE" in bundle.execution) == bool(env)
+    assert ("stored with the model" in bundle.execution) == bool(stored and not env)
+    path.unlink(missing_ok=True)
+
+
+def test_loading_times_nothing(folder, monkeypatch):
+    """The path no longer depends on the load of the moment: no call is timed while loading."""
+    import coolsd.models.timing as timing
+
+    monkeypatch.delenv(emoji.DTYPE_ENV, raising=False)
+    monkeypatch.setattr(timing, "interleaved_medians", lambda *a, **k: pytest.fail("timed at load"))
+    emoji.load_emoji(folder, device="cpu")

@@ -31,7 +31,8 @@ def client():
 
 
 def test_panels_are_mounted():
-    assert {"lab", "schedule"} <= set(APP.ctx.panels)
+    tabs = {getattr(b, "id", None) for b in APP.blocks.blocks.values() if type(b).__name__ == "Tab"}
+    assert {"lab", "schedule"} <= tabs
 
 
 def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
@@ -110,7 +111,7 @@ def test_api_bad_values_get_one_clear_error(client, api, changes, message):
 
 def test_lab_stop_returns_the_lane():
     """Closing the lab's stream mid-grid (what a Stop does) gives the model lane back."""
-    panel = APP.ctx.panels["lab"]
+    panel = APP.page.lab.panel
     stream = panel.grid("uniform-rsd", 3.0, 3, 1, "3")
     next(stream)
     stream.close()

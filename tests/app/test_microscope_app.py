@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 import pytest
-from demo_app import tiny_demo
+from demo_app import RaceAPI, tiny_demo
 
-from coolsd.app import race as race_ui
+from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.microscope import rerun, residual_label, round_view, rule_of
 from coolsd.compare.race import fork_models
@@ -15,14 +15,13 @@ from coolsd.util.jsonsafe import json_safe
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 APP = tiny_demo()
-PANEL = APP.ctx.panels["microscope"]
-TRACE = race_ui.REPLAY + 2  # position of the trace state in a race frame
+PANEL = MicroscopePanel(APP.ctx, RaceAPI(APP).recordings)
 
 
 @pytest.fixture(scope="module")
 def trace():
-    frames = list(APP.ctx.panels["race"].race(**RaceSettings.defaults(APP.ctx).as_dict() | {"seed": 4, "delta": 3.0}))
-    return frames[-1][TRACE]
+    frames = list(RaceAPI(APP).race(**RaceSettings.defaults(APP.ctx).as_dict() | {"seed": 4, "delta": 3.0}))
+    return frames[-1].trace
 
 
 @pytest.mark.parametrize("key", ["eagle-1", "lantern++", "cool-sd", "vanilla"])
@@ -39,15 +38,16 @@ def test_the_view_is_the_librarys_at_interior_rounds(trace, key):
         assert image.size == (ctx.display_hw[1], ctx.display_hw[0]) and strip.width > 0
         for row in want["depths"]:  # the table prints every depth's numbers
             assert f"| {row['depth']} | {tuple(row['position'])} | {row['token']} |" in table
-        assert f"round {j} of {len(events) - 1}" in header
+        assert f"round {j} (rounds 0 to {len(events) - 1})" in header
         drawn = {t.name: list(t.y) for t in bars.data}
         assert len(drawn) == len(want["top"])
     assert cache["events"][-1].tokens.tolist() == events[-1].tokens.tolist()
 
 
 def test_opening_picks_a_decoder_and_a_click_finds_its_round(trace):
-    key, rounds, *_ = PANEL.opened(None, 2, trace, {})
-    assert key.value == "eagle-1" and rounds.value == 2
+    key, rounds, *_, cache = PANEL.opened(None, 2, trace, {})  # a race not looked at yet: its middle round
+    assert key.value == "eagle-1" and rounds.value == len(cache["events"]) // 2
+    assert PANEL.opened("eagle-1", 2, trace, cache)[1].value == 2  # back on the tab: the round the visitor chose
     _, _, _, _, _, payload, cache = PANEL.view("eagle-1", 2, trace, {})
     r, c = payload["committed"][-1]
     h, w = APP.ctx.display_hw

@@ -13,17 +13,16 @@ from urllib.parse import parse_qsl
 import gradio as gr
 import pytest
 import torch
-from demo_app import picker_demo
+from demo_app import RaceAPI, api_frame, picker_demo
 
 from coolsd.app import controls, share
-from coolsd.app import race as race_ui
 from coolsd.app.demo import model_info
 from coolsd.app.settings import RaceSettings
 from coolsd.util.paths import EMOJI_DIR
 
 APP = picker_demo()
-RACE = APP.ctx.panels["race"]
-STATS, SNAPSHOT, TRACE = race_ui.STATS_JSON, race_ui.REPLAY + 1, race_ui.REPLAY + 2
+RACE = RaceAPI(APP)
+CONTROLS = APP.page.controls
 needs_emoji = pytest.mark.skipif(not (EMOJI_DIR / "target" / "config.json").is_file(),
                                  reason="assets/emoji is not shipped here")
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -34,27 +33,33 @@ def defaults(model: str | None = None, /, **changes) -> dict:
     return RaceSettings.defaults(APP.ctx.for_model(model)).as_dict() | changes
 
 
-def last_frame(**values) -> tuple:
+def emoji_names() -> tuple[list[str], list[str]]:
+    """(class names, style names) of the shipped emoji model, read from it."""
+    names = APP.ctx.for_model("emoji").model.conditions
+    return list(names.classes), list(names.styles)
+
+
+def last_frame(**values):
     return list(RACE.race(**values))[-1]
 
 
 def library_tokens(model: str, values: dict) -> dict[str, torch.Tensor]:
     """racer key -> tokens of a separate library run (`coolsd.decoding.engine.run`) per racer, on a freshly
     loaded copy of `model` run in the picked copy's dtype (emoji: its load-time choice)."""
-    from coolsd.app.context import load_family
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.sampling import SamplingConfig
+    from coolsd.models import registry
 
     picked = APP.ctx.for_model(model)
     mp = pytest.MonkeyPatch()
     mp.setenv("COOLSD_DTYPE", picked.model.execution.split()[0])  # "fp32 (measured ...)" -> fp32
     try:
-        fresh = load_family(model)[0]
+        fresh = registry.load(model)[0]
     finally:
         mp.undo()
     assert fresh.target is not picked.model.target  # a separate copy of the weights
     plan = RaceSettings.check(APP.ctx, values).plan(APP.ctx)
-    cond = fresh.class_names.index(fresh.condition_name(values["condition"], values["style"]))
+    cond = fresh.condition(values["condition"], values["style"])
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     out = {}
     for key in [*plan.keys, "vanilla"]:
@@ -67,7 +72,7 @@ def library_tokens(model: str, values: dict) -> dict[str, torch.Tensor]:
 
 
 def final_tokens(frame) -> dict[str, torch.Tensor]:
-    trace = frame[TRACE]
+    trace = frame.trace
     return {r.key: r.tokens for r in trace.replay(len(trace))}
 
 
@@ -75,25 +80,26 @@ def final_tokens(frame) -> dict[str, torch.Tensor]:
 def test_the_picker_offers_the_app_model_first_and_the_shipped_ones():
     keys = APP.ctx.catalogue.keys
     assert keys[0] == "tiny" and keys == list(dict.fromkeys(keys))
-    picker = APP.ctx.controls["model"]
+    picker = CONTROLS["model"]
     assert [v for _, v in picker.choices] == keys and picker.value == "tiny"
     assert (EMOJI_DIR / "target" / "config.json").is_file() == ("emoji" in keys)
     # a preset keeps the picked model, class and style (its values are the app model's)
-    picks = {APP.ctx.controls[n]._id for n in ("model", "style", "condition")}
+    picks = {CONTROLS[n]._id for n in ("model", "style", "condition")}
     presets = [f for f in APP.blocks.fns.values() if f.name == "load_example" and len(f.outputs) > 3]
     assert len(presets) == 1 and not picks & {c._id for c in presets[0].outputs}
-    assert APP.ctx.controls["seed"]._id in {c._id for c in presets[0].outputs}
+    assert CONTROLS["seed"]._id in {c._id for c in presets[0].outputs}
 
 
 @needs_emoji
 def test_picking_emoji_races_exactly_what_the_library_decodes_on_it():
-    values = defaults("emoji", seed=5, condition="hearts", style="Twemoji", racers=["eagle-1", "lantern++", "cool-sd"])
+    names, styles = emoji_names()
+    values = defaults("emoji", seed=5, condition=names[2], style=styles[0], racers=["eagle-1", "lantern++", "cool-sd"])
     frame = last_frame(**values)
-    stats = frame[STATS]
+    stats = frame.stats
     emoji = APP.ctx.for_model("emoji")
     assert stats["finished"] and stats["model"] == emoji.model.name and stats["settings"]["model"] == "emoji"
-    assert stats["settings"]["condition"] == "hearts · Twemoji" and stats["settings"]["style"] == "Twemoji"
-    assert frame[SNAPSHOT]["model"] == "emoji" and frame[0].size == emoji.display_hw[::-1]
+    assert stats["settings"]["condition"] == f"{names[2]} · {styles[0]}" and stats["settings"]["style"] == styles[0]
+    assert frame.snapshot["model"] == "emoji" and frame.images[0].size == emoji.display_hw[::-1]
     raced, ref = final_tokens(frame), library_tokens("emoji", values)
     assert list(raced) == list(ref)
     for key in ref:
@@ -101,7 +107,7 @@ def test_picking_emoji_races_exactly_what_the_library_decodes_on_it():
     # the app's own model still races its own tokens, after the switch as before
     tiny_values = defaults(seed=5)
     tiny_frame = last_frame(**tiny_values)
-    assert tiny_frame[STATS]["model"] == APP.ctx.model.name and tiny_frame[STATS]["settings"]["model"] == "tiny"
+    assert tiny_frame.stats["model"] == APP.ctx.model.name and tiny_frame.stats["settings"]["model"] == "tiny"
     m = APP.ctx.model
     from coolsd.decoding.engine import DecodeConfig, run
 
@@ -122,7 +128,7 @@ def test_each_model_is_loaded_once_and_shared():
 @needs_emoji
 def test_two_sessions_on_different_models_do_not_affect_each_other():
     """Interleaved races of two sessions, one per model: each ends with what it would alone."""
-    a_values, b_values = defaults("emoji", seed=2, condition="birds, bugs & sea life"), defaults(seed=2)
+    a_values, b_values = defaults("emoji", seed=2, condition=emoji_names()[0][-1]), defaults(seed=2)
     alone = {"a": final_tokens(last_frame(**a_values)), "b": final_tokens(last_frame(**b_values))}
 
     class Request:
@@ -140,39 +146,43 @@ def test_two_sessions_on_different_models_do_not_affect_each_other():
     for name in ("a", "b"):
         got = final_tokens(last[name])
         assert list(got) == list(alone[name]) and all(torch.equal(got[k], alone[name][k]) for k in got), name
-    assert last["a"][STATS]["settings"]["model"] == "emoji" and last["b"][STATS]["settings"]["model"] == "tiny"
+    assert last["a"].stats["settings"]["model"] == "emoji" and last["b"].stats["settings"]["model"] == "tiny"
     # after both, the page's default model and its settings are unchanged
-    assert APP.ctx.controls["model"].value == "tiny" and RaceSettings.defaults(APP.ctx).model == "tiny"
+    assert CONTROLS["model"].value == "tiny" and RaceSettings.defaults(APP.ctx).model == "tiny"
 
 
 @needs_emoji
 def test_switching_updates_the_model_controls_and_the_race_area():
     emoji = APP.ctx.for_model("emoji")
+    names, styles = emoji_names()
     updates = controls.model_updates(APP.ctx, emoji)
-    assert [c for _, c in updates["condition"].choices] == emoji.model.base_class_names
-    assert len(updates["condition"].choices) == 15 and updates["condition"].label == "Class"
-    assert [c for _, c in updates["style"].choices] == ["Twemoji", "Noto"] and updates["style"].visible
+    assert [c for _, c in updates["condition"].choices] == emoji.model.base_class_names == names
+    assert updates["condition"].label == "Emoji"
+    assert [c for _, c in updates["style"].choices] == styles and updates["style"].visible
     assert updates["top_k"].maximum == int(emoji.model.target.vocab_size)
     back = controls.model_updates(APP.ctx, APP.ctx)
     assert back["style"].visible is False and back["condition"].label == "Digit"
-    on_pick = [f for f in APP.blocks.fns.values() if (APP.ctx.controls["model"]._id, "input") in f.targets]
+    on_pick = [f for f in APP.blocks.fns.values() if (CONTROLS["model"]._id, "input") in f.targets]
     assert "switch" in {f.name for f in on_pick}  # the picker's event, and a race of the old model is cancelled:
-    assert {e["id"] for e in RACE.run_events} <= {i for f in on_pick for i in f.cancels}
-    view = RACE.model_view("emoji", ["eagle-1", "uniform-rsd"])  # not the recorded racers: a blank race area
-    assert len(view) == len(RACE.outputs) and view[-1] is None and view[-2] == {}
-    assert view[0].size == emoji.display_hw[::-1]
+    assert {e["id"] for e in APP.page.race.run_events} <= {i for f in on_pick for i in f.cancels}
+    view, _ = RACE.model_view("emoji", ["eagle-1", "uniform-rsd"])  # not the recorded racers: a blank race area
+    assert view.trace is None and view.snapshot == {}
+    assert view.images[0].size == emoji.display_hw[::-1]
 
 
 @needs_emoji
 def test_replay_and_microscope_read_the_trace_of_the_model_that_raced():
-    frame = last_frame(**defaults("emoji", seed=3, condition="flags", style="Noto", racers=["eagle-1"]))
-    trace = frame[TRACE]
+    from coolsd.app.microscope import MicroscopePanel
+
+    names, styles = emoji_names()
+    frame = last_frame(**defaults("emoji", seed=3, condition=names[-1], style=styles[-1], racers=["eagle-1"]))
+    trace = frame.trace
     replayed = RACE.replay(len(trace), False, trace)
-    assert replayed[STATS]["decoders"] == frame[STATS]["decoders"] and replayed[-1]["model"] == "emoji"
-    scope = APP.ctx.panels["microscope"]
+    assert replayed.stats["decoders"] == frame.stats["decoders"] and replayed.snapshot["model"] == "emoji"
+    scope = MicroscopePanel(APP.ctx, RACE.recordings)
     view = scope.view("eagle-1", 1, trace, {})
     assert view[-2]["matches_race"] is True  # re-run on the emoji model: the recorded tokens again
-    strip = APP.ctx.panels["race"].view_context(frame[SNAPSHOT])
+    strip = RACE.after.view_context(frame.snapshot)
     assert strip is APP.ctx.for_model("emoji")
 
 
@@ -181,8 +191,8 @@ def test_model_info_names_each_model_and_its_execution_path():
     info = model_info(APP.ctx.for_model("emoji"))
     emoji = APP.ctx.for_model("emoji").model
     assert info["model_key"] == "emoji" and info["model"] == emoji.name and info["execution"] == emoji.execution
-    assert info["execution"].split()[0] in ("fp32", "bf16") and info["styles"] == ["Twemoji", "Noto"]
-    assert len(info["classes"]) == 15 and info["defaults"]["model"] == "emoji"
+    assert info["execution"].split()[0] in ("fp32", "bf16") and info["styles"] == emoji_names()[1]
+    assert info["classes"] == emoji_names()[0] and info["defaults"]["model"] == "emoji"
     tiny = model_info(APP.ctx)
     assert tiny["model_key"] == "tiny" and tiny["models"] == APP.ctx.catalogue.keys and tiny["styles"] == []
 
@@ -190,16 +200,17 @@ def test_model_info_names_each_model_and_its_execution_path():
 # ---------------------------------------------------------------- share links
 @needs_emoji
 def test_a_share_link_names_its_model_and_restores_it():
-    values = defaults("emoji", seed=11, condition="hearts", style="Twemoji", delta=3.0)
+    names, styles = emoji_names()
+    values = defaults("emoji", seed=11, condition=names[2], style=styles[0], delta=3.0)
     query = share.share_query(APP.ctx, values)
     assert "model=emoji" in query and "style=Twemoji" in query
     restored, errors = share.parse_query(APP.ctx, dict(parse_qsl(query[1:])))
     assert errors == [] and restored == values
     # an older link's combined label names the style; the style dropdown follows it
-    old, errors = share.parse_query(APP.ctx, {"model": "emoji", "condition": "hearts · Noto"})
-    assert errors == [] and (old["condition"], old["style"]) == ("hearts", "Noto")
-    assert share.share_query(APP.ctx, {"model": "emoji", "condition": "hearts · Noto"}).endswith(
-        "condition=hearts&style=Noto")
+    old, errors = share.parse_query(APP.ctx, {"model": "emoji", "condition": f"{names[2]} · {styles[-1]}"})
+    assert errors == [] and (old["condition"], old["style"]) == (names[2], styles[-1])
+    query = share.share_query(APP.ctx, {"model": "emoji", "condition": f"{names[2]} · {styles[-1]}"})
+    assert dict(parse_qsl(query[1:]))["condition"] == names[2] and dict(parse_qsl(query[1:]))["style"] == styles[-1]
 
 
 @needs_emoji
@@ -207,13 +218,13 @@ def test_opening_a_link_of_another_model_switches_the_page_to_it():
     restore = next(f.fn for f in APP.blocks.fns.values() if getattr(f.fn, "__name__", "") == "restore")
 
     class Request:
-        query_params = {"model": "emoji", "condition": "flags", "seed": "4"}
+        query_params = {"model": "emoji", "condition": emoji_names()[0][-1], "seed": "4"}
 
-    names = list(share.shared_controls(APP.ctx))
-    out = dict(zip(names, restore(Request())))
+    out = dict(zip(RaceSettings.names(), restore(Request())))
     assert out["model"] == "emoji" and out["seed"] == 4
-    assert isinstance(out["condition"], gr.Dropdown) and out["condition"].value == "flags"
-    assert len(out["condition"].choices) == 15 and out["style"].visible and out["style"].value == "Noto"
+    assert isinstance(out["condition"], gr.Dropdown) and out["condition"].value == emoji_names()[0][-1]
+    assert len(out["condition"].choices) == len(emoji_names()[0]) and out["style"].visible
+    assert out["style"].value == RaceSettings.defaults(APP.ctx.for_model("emoji")).style
 
 
 @pytest.mark.parametrize("call", ["race", "share_link", "share_restore", "model_info", "lab"])
@@ -231,7 +242,7 @@ def test_an_unknown_model_is_one_clear_line(call):
         elif call == "model_info":
             APP.ctx.for_model("warp")
         else:
-            next(APP.ctx.panels["lab"].grid("cool-sd", 2.0, 1, 0, "3", "warp"))
+            next(APP.page.lab.panel.grid("cool-sd", 2.0, 1, 0, "3", "warp"))
     text = str(err.value.message)
     assert text == message, text
     assert "Traceback" not in text and "\n" not in text
@@ -279,48 +290,52 @@ def test_api_an_unknown_model_is_one_clean_line_and_old_calls_keep_working(clien
         text = str(err.value)
         assert message in text and "Traceback" not in text and "\n" not in text.strip(), (endpoint, text)
     old = {k: v for k, v in defaults(seed=1).items() if k not in ("model", "style")}  # a call from before the picker
-    stats = client.predict(**old, api_name="/race")[STATS]
+    stats = api_frame(client.predict(**old, api_name="/race")).stats
     assert stats["finished"] and stats["settings"]["model"] == "tiny"
     assert client.predict(api_name="/model_info")["model_key"] == "tiny"
 
 
 @needs_emoji
 def test_api_races_the_model_it_names(client):
-    values = defaults("emoji", seed=7, condition="weather & sky", style="Twemoji", racers=["eagle-1"])
-    stats = client.predict(**values, api_name="/race")[STATS]
+    names, styles = emoji_names()
+    values = defaults("emoji", seed=7, condition=names[-2], style=styles[0], racers=["eagle-1"])
+    stats = api_frame(client.predict(**values, api_name="/race")).stats
     assert stats["finished"] and stats["model"] == APP.ctx.for_model("emoji").model.name
-    assert stats["settings"]["condition"] == "weather & sky · Twemoji"
+    assert stats["settings"]["condition"] == f"{names[-2]} · {styles[0]}"
     info = client.predict(model="emoji", api_name="/model_info")
     assert info["model_key"] == "emoji" and info["execution"] == APP.ctx.for_model("emoji").model.execution
-    replay = client.predict(step=2, overlay=False, api_name="/replay")  # this session's emoji race
-    assert replay[STATS]["model"] == stats["model"] and replay[STATS]["replay_step"] == 2
+    replay = api_frame(client.predict(step=2, overlay=False, api_name="/replay"))  # this session's emoji race
+    assert replay.stats["model"] == stats["model"] and replay.stats["replay_step"] == 2
 
 
 @needs_emoji
 def test_an_older_combined_label_still_names_class_and_style():
-    settings = RaceSettings.check(APP.ctx, defaults("emoji", condition="flags · Twemoji"))
-    assert (settings.condition, settings.style) == ("flags", "Twemoji")  # the label's style, not the default Noto
+    names, styles = emoji_names()
+    label = f"{names[-1]} · {styles[0]}"
+    settings = RaceSettings.check(APP.ctx, defaults("emoji", condition=label))
+    assert (settings.condition, settings.style) == (names[-1], styles[0])  # the label's style, not the default
     emoji = APP.ctx.for_model("emoji")
-    assert settings.plan(APP.ctx).cond == emoji.model.class_names.index("flags · Twemoji")
-    with pytest.raises(gr.Error, match=re.escape("unknown style 'Fluent'; choose one of Twemoji, Noto")):
-        RaceSettings.check(APP.ctx, defaults("emoji", style="Fluent"))
-    with pytest.raises(gr.Error, match=re.escape("unknown class 'flags · Fluent'")):
-        RaceSettings.check(APP.ctx, defaults("emoji", condition="flags · Fluent"))
+    assert settings.plan(APP.ctx).cond == emoji.model.class_names.index(label)
+    with pytest.raises(gr.Error, match=re.escape(f"unknown style 'Sketchy'; choose one of {', '.join(styles)}")):
+        RaceSettings.check(APP.ctx, defaults("emoji", style="Sketchy"))
+    with pytest.raises(gr.Error, match=re.escape("unknown style 'Sketchy'")):
+        RaceSettings.check(APP.ctx, defaults("emoji", condition=f"{names[-1]} · Sketchy"))
 
 
 @needs_emoji
 def test_each_recorded_race_shows_only_for_its_own_model():
     emoji = APP.ctx.for_model("emoji")
-    found = RACE.recording(emoji)
+    found = RACE.recordings.of(emoji)
     if found is None:
         pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.record_default")
     trace, label, _ = found
     assert trace.model == emoji.model.name and trace.settings["model"] == "emoji" and "Recorded race" in label
-    assert RACE.recording(APP.ctx) is None  # the tiny model has none: its page opens empty
-    view = RACE.model_view("emoji")  # picked with the default racers: the emoji recording, the trace cleared
-    assert "Recorded race" in view[race_ui.STATS_MD] and view[race_ui.STATS_JSON]["model"] == emoji.model.name
-    assert view[-1] is None and view[-2]["model"] == "emoji"
-    assert RACE.trace_or_shipped(None, "emoji") is trace and RACE.trace_or_shipped(None) is None
+    assert RACE.recordings.of(APP.ctx) is None  # the tiny model has none: its page opens empty
+    view, _ = RACE.model_view("emoji")  # picked with the default racers: the emoji recording, the trace cleared
+    assert "Recorded race" in view.stats_md and view.stats["model"] == emoji.model.name
+    assert view.trace is None and view.snapshot["model"] == "emoji"
+    assert RACE.recordings.trace_or_recorded(None, "emoji") is trace
+    assert RACE.recordings.trace_or_recorded(None) is None
 
 
 def test_a_text_model_beside_a_class_model_shares_one_condition_box(tmp_path_factory):
@@ -330,30 +345,31 @@ def test_a_text_model_beside_a_class_model_shares_one_condition_box(tmp_path_fac
 
     from coolsd.models.llamagen import EXAMPLE_PROMPTS
 
-    ctx, _ = tiny_llamagen_app(tmp_path_factory, picker=["tiny"])
-    condition = ctx.controls["condition"]
+    demo = tiny_llamagen_app(tmp_path_factory, picker=["tiny"])
+    ctx = demo.ctx
+    condition = demo.page.controls["condition"]
     assert isinstance(condition, gr.Dropdown) and condition.allow_custom_value and condition.value == EXAMPLE_PROMPTS[0]
     tiny = ctx.for_model("tiny")
     updates = controls.model_updates(ctx, tiny)
     assert isinstance(updates["condition"], gr.Dropdown) and updates["condition"].label == "Digit"
     assert [v for _, v in updates["condition"].choices] == tiny.model.class_names
     assert updates["resolution"].visible is False and controls.model_updates(ctx, ctx)["resolution"].visible
-    last = list(ctx.panels["race"].race(**(RaceSettings.defaults(ctx).as_dict() | {"model": "tiny", "seed": 1})))[-1]
-    settings = last[STATS]["settings"]
-    assert last[STATS]["finished"] and settings["model"] == "tiny" and settings["condition"] == "3"
-    assert settings["resolution"] == "tiny" and last[STATS]["model"] == tiny.model.name
+    last = list(RaceAPI(demo).race(**(RaceSettings.defaults(ctx).as_dict() | {"model": "tiny", "seed": 1})))[-1]
+    settings = last.stats["settings"]
+    assert last.stats["finished"] and settings["model"] == "tiny" and settings["condition"] == "3"
+    assert settings["resolution"] == "tiny" and last.stats["model"] == tiny.model.name
 
 
 @needs_emoji
 def test_the_lab_on_emoji_judges_each_class_and_the_tour_reveals_it():
     from coolsd.app import tour
 
-    lab = APP.ctx.panels["lab"]
+    lab = APP.page.lab.panel
     frames = list(lab.grid("cool-sd", 8.0, 2, 0, None, "emoji"))
     _, text, _, stats = frames[-1]
     assert stats["finished"] and stats["model"] == APP.ctx.for_model("emoji").model.name
-    assert [s["condition"] for s in stats["samples"][:1]] == [0]  # one sample per class, the styles in turn
-    assert {s["condition"] for s in stats["samples"]} == {0, 3}
+    names, styles = emoji_names()  # two samples: classes spread over the model's, the styles in turn
+    assert {s["condition"] for s in stats["samples"]} == {0, (len(names) // 2) * len(styles) + 1 % len(styles)}
     assert all(r["accuracy"] is not None for r in stats["decoders"]) and "held-out" in text
     step = next(s for s in tour.STEPS if s.lab == {"rule": "cool-sd", "relaxation": 8.0})
     shown = tour.reveal_markdown(step, 50, stats)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coolsd.app import context, controls
-from coolsd.app import race as race_ui
+from coolsd.app.race import LiveRaces, RaceStream
 from coolsd.app.settings import RaceSettings
 from coolsd.util.paths import EMBEDDED_DIR
 
@@ -18,11 +18,11 @@ def test_paper_setting_preset_accepts_more_than_eagle():
     Measured by tau (tokens per target forward, exact counts), never by time; the unclipped schedule at the same
     setting is not faster than Eagle-1 here (tau 2.51 both), which is why the floor is COOL-SD's default.
     """
-    ctx = context.Context(context.load_model("embedded"))
+    ctx = context.open_context("mnist", others=[])
     rows, labels = controls.presets(ctx)
     row = dict(zip(RaceSettings.names(), rows[next(i for i, t in enumerate(labels) if t.startswith("Paper"))]))
     assert row["delta"] == 1.1 and "cool-sd" in row["racers"] and "eagle-1" in row["racers"]
-    stats = list(race_ui.RacePanel(ctx).race(**row))[-1][race_ui.STATS_JSON]
+    stats = list(RaceStream(ctx, LiveRaces()).race(**row))[-1].stats
     tau = {key: s["mean_accepted_length"] for key, s in stats["decoders"].items()}
     assert stats["settings"]["rules"]["cool-sd"]["floor_at_one"] is True
     assert tau["cool-sd"] > tau["eagle-1"], tau

@@ -13,7 +13,6 @@ import pytest
 import torch
 from demo_app import served, tiny_demo
 
-from coolsd.app import race as race_ui
 from coolsd.app.serving import STATE_TTL_S
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import EventStore, RaceTrace
@@ -68,12 +67,12 @@ def test_checks_hold_after_a_preset_click_and_the_mean_omega_box(server):
     """A preset click returns an update for every race control, the mean-omega box one for mu: Gradio then keeps a
     fresh copy of those components in the session. Every check must still answer, in one line naming the setting."""
     client = new_client(server)
-    controls = list(APP.ctx.controls.values())
+    controls = list(APP.page.controls.settings.values())
     ui_event(server, client.session_hash, "load_example", controls, [0])  # the first preset
-    ui_event(server, client.session_hash, "<lambda>", [APP.ctx.controls["mu"]], [False])  # mean omega off
+    ui_event(server, client.session_hash, "<lambda>", [APP.page.controls["mu"]], [False])  # mean omega off
     session = APP.blocks.state_holder[client.session_hash]
     for name in ("delta", "mu", "seed", "mean_omega"):  # the scenario: the session has its own copies now
-        assert session.blocks_config.blocks[APP.ctx.controls[name]._id] is not APP.ctx.controls[name], name
+        assert session.blocks_config.blocks[APP.page.controls[name]._id] is not APP.page.controls[name], name
     theory = {"delta": 2.0, "nu": 0.7, "mu": 0.0, "mean_omega": True, "lantern_k": 2, "lantern_lambda": 5.0}
     assert "delta (overall relaxation) must be a number, got 'abc'" in refusal(
         client, "/theory", **(theory | {"delta": "abc"}))
@@ -176,8 +175,8 @@ def test_race_state_expires_and_the_trace_is_released(server):
 
 def test_a_trace_keeps_its_events_compactly_and_gives_them_back_equal():
     """The EventStore holds a race's events in a few flat arrays, and returns RoundEvents equal to those recorded."""
-    frames = list(APP.ctx.panels["race"].race(**values(seed=7, racers=["eagle-1", "cool-sd", "custom"])))
-    trace = frames[-1][race_ui.REPLAY + 2]
+    frames = list(APP.page.race.stream.race(**values(seed=7, racers=["eagle-1", "cool-sd", "custom"])))
+    trace = frames[-1].trace
     store = EventStore()
     events = []
     for i, e in trace.events():

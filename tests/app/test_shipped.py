@@ -9,9 +9,11 @@ import json
 import pytest
 
 from coolsd.app import shipped
-from coolsd.app.context import Context, load_models
-from coolsd.app.race import STATS_JSON, RacePanel
+from coolsd.app.after_race import AfterRace
+from coolsd.app.context import open_context
+from coolsd.app.race import LiveRaces
 from coolsd.app.record_default import record
+from coolsd.app.recordings import Recordings
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.paths import EMBEDDED_DIR
 
@@ -26,7 +28,7 @@ def as_read_back(trace: RaceTrace) -> dict:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """(a fresh tiny context, its default race recorded into a temporary traces folder, that folder)."""
-    ctx = Context.for_models(load_models("tiny"))
+    ctx = open_context("tiny", others=[])
     folder = tmp_path_factory.mktemp("traces")
     trace = record(ctx)
     shipped.save(ctx, trace, shipped.path_for(ctx, folder))
@@ -66,26 +68,27 @@ def test_loaded_only_for_the_same_model_and_defaults(recorded, monkeypatch):
 def test_the_race_tab_opens_on_it_and_replays_it_exactly(recorded, monkeypatch):
     ctx, trace, folder = recorded
     monkeypatch.setattr(shipped, "TRACES_DIR", folder)
-    panel = RacePanel(ctx)
-    first = panel.load_shipped()
-    assert panel.shipped.to_json() == as_read_back(trace)
-    final = first[STATS_JSON]["decoders"]
-    assert final == panel.replay(len(trace), False, panel.shipped)[STATS_JSON]["decoders"]
+    recordings = Recordings(ctx)
+    panel = AfterRace(ctx, LiveRaces(), recordings)
+    shown_trace, _, first = recordings.of(ctx)
+    assert shown_trace.to_json() == as_read_back(trace)
+    final = first.stats["decoders"]
+    assert final == panel.replay(len(trace), False, shown_trace).stats["decoders"]
     assert all(d["finished"] for d in final.values())
     for step in range(len(trace) + 1):  # every interior step of the shipped race, with no race in this session
-        shown = panel.replay(step, False, None)[STATS_JSON]
+        shown = panel.replay(step, False, None).stats
         racers = trace.replay(step)
         want = {r.key: r.stats(racers[-1]) for r in racers}
         assert {k: (d["tokens"], d["target_forwards"], d["rounds"]) for k, d in shown["decoders"].items()} == \
                {k: (s["tokens"], s["target_forwards"], s["rounds"]) for k, s in want.items()}
         assert shown["replay_step"] == step
-    assert "Recorded race" in panel.replay(3, False, None)[5]
+    assert "Recorded race" in panel.replay(3, False, None).stats_md
 
 
 @pytest.mark.skipif(not (EMBEDDED_DIR / "target").is_dir(), reason="the embedded model is not shipped here")
 def test_the_shipped_embedded_recording_is_what_generate_gives_now():
     """Fails when the defaults or the model changed without re-recording (`python -m coolsd.app.record_default`)."""
-    ctx = Context.for_models(load_models("embedded"))
+    ctx = open_context("mnist", others=[])
     found = shipped.load(ctx)
     assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND}`"
     old, _ = found

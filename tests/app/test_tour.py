@@ -53,10 +53,10 @@ def _call(fn, values: dict) -> dict:
 def _run_step(j: int, guess, lab_samples: int = 1) -> tuple[dict, str, dict]:
     """Press step j's Run: (the values the controls were set to (name -> value, "tab": the tab opened), the
     reveal, the run's stats JSON)."""
-    names = {c._id: n for n, c in APP.ctx.controls.items()}
-    lab = APP.ctx.panels["lab"]
+    names = {c._id: n for n, c in APP.page.controls.settings.items()}
+    lab = APP.page.lab
     names |= {c._id: f"lab.{n}" for n, c in lab.controls.items()}
-    values = {c._id: c.value for c in (*APP.ctx.controls.values(), *lab.controls.values())}
+    values = {c._id: c.value for c in (*APP.page.controls.inputs, *lab.controls.values())}
     values[lab.controls["samples"]._id] = lab_samples  # the visitor's lab size (the tour does not set it)
     values[_by_id(f"tour-guess-{j}")._id] = guess
     setup, runner, reveal = _chain(_by_id(f"tour-run-{j}"))
