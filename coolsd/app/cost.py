@@ -22,7 +22,7 @@ from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.timing import forward_times
 from coolsd.util.checks import plain
-from coolsd.util.format import number
+from coolsd.util.format import number, subscript
 from coolsd.util.jsonsafe import json_safe
 
 ID, TITLE = "cost", "Cost model"
@@ -31,18 +31,19 @@ REPEATS, WAIT_S = 9, 60.0  # calls per median; how long a request waits for the 
 PAPER_BEST = max(PAPER, key=lambda row: row[3])  # the paper's fastest reported point (LlamaGen-XL, COOL-SD delta 2)
 INTRO = """
 A chain round of L drafts costs **L c + V(L + 1)** target steps, where one *target step* is a target forward of one
-token (with its CFG rows), **c** is a drafter step in target steps and **V(n)** a target forward of n tokens in target
-steps. It commits **E = 1 + a₁ + a₁a₂ + … + a₁⋯a_L** tokens on average (a_i: the acceptance rate at draft depth i), and
-vanilla AR commits one token per step, so the predicted speed-up over vanilla AR is **E / (L c + V(L + 1))**.
-The call times below are measured on this machine (once per model, in the background); the acceptance comes from
-the last race (run one on the Race tab). The prediction leaves out the image's first and last rounds and the time
-spent outside model calls (sampling, the rules), so the gap to the measured speed-up shows what those cost.
+token (with its CFG rows), **c** is a drafter step in target steps and **V(n)** a target forward of n tokens in
+target steps. It commits **E = 1 + a₁ + a₁a₂ + … + a₁⋯a<sub>L</sub>** tokens on average (aᵢ: the acceptance rate at
+draft depth i), and vanilla AR commits one token per step, so the predicted speed-up over vanilla AR is **E / (L c +
+V(L + 1))**. The call times below are measured on this machine (once per model, in the background); the acceptance
+comes from the last race (run one on the Race tab). The prediction leaves out the image's first and last rounds and
+the time spent outside model calls (sampling, the rules), so the gap to the measured speed-up shows what those cost.
 """
 
 
 def cost_specs() -> dict[str, Spec]:
     """The tab's controls: name -> Spec (label, bounds, default); the handlers check every value by it."""
-    accept = {f"a_{i}": Spec(f"a_{i}", "number", 0.8, 0.0, 1.0, 0.01, elem_id=f"cost-a{i}", extra={"min_width": 80})
+    accept = {f"a_{i}": Spec(f"a{subscript(i)}", "number", 0.8, 0.0, 1.0, 0.01,
+                             elem_id=f"cost-a{i}", extra={"min_width": 80}, name=f"a_{i}")  # (the API's name)
               for i in range(1, MAX_DEPTH + 1)}
     return {"memory_bound": Spec("memory-bound (V = 1: verifying L + 1 tokens costs one step)", "bool", False,
                                  elem_id="cost-memory"),
@@ -189,7 +190,8 @@ def table_markdown(payload: dict) -> str:
     cfg = payload.get("race_cfg_scale")
     if cfg is not None and (cfg != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
-    lines += ["| decoder | a_1..a_L (race) | E predicted | tokens / round measured | speed-up predicted | measured |",
+    lines += ["| decoder | a₁ … a<sub>L</sub> (race) | E predicted | tokens / round measured | speed-up predicted "
+              "| measured |",
               "|---|---|---:|---:|---:|---:|"]
     for r in payload["racers"]:
         accept = ", ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"

@@ -19,6 +19,7 @@ from coolsd.decoding import variants
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
 from coolsd.theory import annealing, sweeps
 from coolsd.util.checks import plain, show
+from coolsd.util.format import subscript
 from coolsd.util.paths import THEORY_REPORT
 
 ID, TITLE = "schedule", "Schedule explorer"
@@ -29,19 +30,19 @@ KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay",
                "custom": "custom list"}
 COLOURS = {"schedule": "#d62728", "below": "#ff9896", "twin": "#1f77b4", "eagle": "#444444"}
 INTRO = f"""
-COOL-SD relaxes each draft depth i of a round by its own weight ω_i: a draft is kept with probability
-min(1, ω_i p/q) and a rejection resamples from G*_i. Shape the schedule, then compare it with its **uniform twin**:
+COOL-SD relaxes each draft depth i of a round by its own weight ωᵢ: a draft is kept with probability
+min(1, ωᵢ p/q) and a rejection resamples from G*ᵢ. Shape the schedule, then compare it with its **uniform twin**:
 the UniformRSD whose single δ gives the **same** mean accepted length τ, so the only difference is where along the
 round the relaxation is spent. Exact numbers (no sampling) on the toy tabular model (V = {sweeps.VOCAB_SIZE},
 T = {sweeps.NUM_TOKENS}, L = {DRAFT_LEN}); drafts are the Theory tab's or a mix Q = (1 − ε) P + ε R.
-The family: exponential ω_i = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = {CoolSDRule.nu:g});
-linear decay ω_i = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ω_i = δ; or your own list ω_1..ω_L.
-"Floor at 1" (on by default, as COOL-SD runs everywhere in this app) clips every ω_i below at 1.
+The family: exponential ωᵢ = δ e^(−ν i − μ) with μ making the mean δ (the paper's, with ν = {CoolSDRule.nu:g});
+linear decay ωᵢ = δ (1 + s (L + 1 − 2i) / (L − 1)), also of mean δ; uniform ωᵢ = δ; or your own list ω₁ … ω<sub>L</sub>.
+"Floor at 1" (on by default, as COOL-SD runs everywhere in this app) clips every ωᵢ below at 1.
 """
 WHY = """
-**Why the floor matters.** With G*, a depth whose ω_i ≤ 1 has step error exactly 0, so pushing ω_i below 1 buys no
-accuracy: it only rejects more. For ω_i ≥ 1 a step's error is exactly the acceptance it gains over Eagle-1
-(Σ_x [min(q, ω_i p) − p]_+). Relaxing early pays more: a draft accepted at depth 1 also opens depths 2..L, so each
+**Why the floor matters.** With G*, a depth whose ωᵢ ≤ 1 has step error exactly 0, so pushing ωᵢ below 1 buys no
+accuracy: it only rejects more. For ωᵢ ≥ 1 a step's error is exactly the acceptance it gains over Eagle-1
+(Σₓ [min(q, ωᵢ p) − p]_+). Relaxing early pays more: a draft accepted at depth 1 also opens depths 2..L, so each
 unit of error spent early buys more tokens than the same unit spent late. Hence the floored annealed schedule tends
 to beat its twin in the bound (the sum of the "error spent" bars), while the unclipped one throws acceptance
 away at the late depths and must relax the early ones harder to reach the same τ.
@@ -57,7 +58,7 @@ def schedule_specs() -> dict[str, Spec]:
             "delta": Spec("delta (mean omega)", "number", cool.delta, 0.1, 8.0, 0.05, elem_id="sched-delta"),
             "nu": Spec("nu (exponential decay rate)", "number", cool.nu, 0.0, 3.0, 0.05, elem_id="sched-nu"),
             "slope": Spec("slope s (linear decay)", "number", linear.slope, 0.0, 1.0, 0.05, elem_id="sched-slope"),
-            "floor": Spec("floor at 1 (omega_i = max(omega_i, 1))", "bool", CoolSDRule.floor_at_one,
+            "floor": Spec("floor at 1 (ωᵢ = max(ωᵢ, 1))", "bool", CoolSDRule.floor_at_one,
                           elem_id="sched-floor"),
             "drafts": Spec("Drafts", "choice", "toy", choices=tuple((v, k) for k, v in DRAFT_LABELS.items()),
                            widget="radio", elem_id="sched-drafts")}
@@ -110,9 +111,9 @@ def omega_figure(result: dict):
                              hovertemplate="depth %{x}: ω = %{y:.3f}<extra>twin</extra>"))
     fig.add_hline(y=1, line={"color": "black", "dash": "dash"}, annotation_text="ω = 1 (Eagle-1)",
                   annotation_position="top right")
-    fig.update_layout(title="ω_i over the draft depth i (lighter bars: ω_i < 1, stricter than Eagle-1)",
+    fig.update_layout(title="ωᵢ over the draft depth i (lighter bars: ωᵢ < 1, stricter than Eagle-1)",
                       xaxis={"title": "draft depth i", "tickmode": "array", "tickvals": depth},
-                      yaxis_title="ω_i", barmode="group", template="plotly_white", height=380,
+                      yaxis_title="ωᵢ", barmode="group", template="plotly_white", height=380,
                       legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
     return fig
 
@@ -159,9 +160,9 @@ def numbers_markdown(result: dict) -> str:
         lines.append(f"\nThis schedule is *slower* than Eagle-1 (τ {s['tau']:.3f} < {e['tau']:.3f}) and not exact.")
     if result["below_one"]:
         depths = ", ".join(str(i) for i in result["below_one"])
-        lines.append(f"\n**ω_i < 1 at depth {depths}**: there the rule is *stricter than Eagle-1* (it keeps a draft "
-                     "with probability min(1, ω_i p/q) ≤ min(1, p/q)), and G* keeps that step *exact*: its step "
-                     "error is 0, as at ω_i = 1. Such a depth costs acceptance and buys no accuracy; "
+        lines.append(f"\n**ωᵢ < 1 at depth {depths}**: there the rule is *stricter than Eagle-1* (it keeps a draft "
+                     "with probability min(1, ωᵢ p/q) ≤ min(1, p/q)), and G* keeps that step *exact*: its step "
+                     "error is 0, as at ωᵢ = 1. Such a depth costs acceptance and buys no accuracy; "
                      "**floor at 1** removes exactly that loss.")
     return "\n".join(lines)
 
@@ -202,8 +203,8 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
         with gr.Column(scale=1, min_width=240):
             kind, delta, nu, slope = (panel.specs[n].component() for n in ("kind", "delta", "nu", "slope"))
             omegas = gr.Textbox(value=variants.format_omegas(CustomScheduleRule.omegas),
-                                label=f"custom omegas (omega_1..omega_{DRAFT_LEN})", elem_id="sched-omegas",
-                                max_length=200)
+                                label="custom " + ", ".join(f"ω{subscript(i)}" for i in range(1, DRAFT_LEN + 1)),
+                                elem_id="sched-omegas", max_length=200)
             floor, drafts = panel.specs["floor"].component(), panel.specs["drafts"].component()
             button = gr.Button("Compute", variant="primary", elem_id="sched-btn")
         with gr.Column(scale=3):

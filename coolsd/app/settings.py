@@ -68,16 +68,16 @@ class Spec:
     elem_id: str | None = None
     check_fn: Callable | None = None
     extra: Mapping = field(default_factory=dict)
-    name: str | None = None  # the setting's name in "unknown <name> ..." (default: the label, lower-cased)
+    name: str | None = None  # the setting's name in messages (default: the label; lower-cased in "unknown <name>")
 
     def check(self, value):
         """The clean value, or a ValueError (gr.Error from a custom check) whose message names the label."""
         if self.kind == "number":
-            return check_number(self.label, value, self.minimum, self.maximum)
+            return check_number(self.name or self.label, value, self.minimum, self.maximum)
         if self.kind == "int":
-            return check_int(self.label, value, self.minimum, self.maximum)
+            return check_int(self.name or self.label, value, self.minimum, self.maximum)
         if self.kind == "bool":
-            return check_bool(self.label, value)
+            return check_bool(self.name or self.label, value)
         if self.kind == "choice":
             return check_choice(self.name or self.label.lower(), value, [v for _, v in self.choices])
         return self.check_fn(value)
@@ -257,7 +257,7 @@ class RaceSettings:
                                   8.0, 0.05, "linear-delta")
     linear_slope: float = _number("linear decay slope (0 = uniform, 1 = falls to 0)",
                                   lambda ctx: choice.DEFAULTS["linear_slope"], 0.0, 1.0, 0.05, "linear-slope")
-    custom_omegas: str = setting(lambda ctx: Spec("custom schedule omega_1, omega_2, ...", "custom",
+    custom_omegas: str = setting(lambda ctx: Spec("custom schedule ω₁, ω₂, …", "custom",
                                                   choice.DEFAULTS["custom_omegas"], widget="textbox",
                                                   elem_id="custom-omegas", check_fn=_omegas, extra={"max_lines": 1}))
     resolution: str = setting(_resolution)

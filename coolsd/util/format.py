@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 MISSING = "–"  # what a missing or non-finite value reads as
+SUBSCRIPT_DIGITS = dict(zip("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
 def number(value, spec: str = ".2f", suffix: str = "", missing: str = MISSING) -> str:
@@ -20,3 +21,8 @@ def small(value, digits: int = 4) -> str:
             and value != 0 and abs(value) < 1e-3:
         return format(value, ".2e")
     return number(value, f".{digits}f")
+
+
+def subscript(n: int) -> str:
+    """`n` in subscript digits: 12 -> "₁₂" (a label can write ω₁ where markup cannot)."""
+    return "".join(SUBSCRIPT_DIGITS[d] for d in str(n))
