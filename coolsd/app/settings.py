@@ -30,7 +30,7 @@ import gradio as gr
 from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule
+from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LinearDecayRule, Rule, UniformRSDRule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
@@ -207,6 +207,22 @@ def _number(label: str, default: Callable, low: float, high: float, step: float,
     return setting(lambda ctx: Spec(label, kind, default(ctx), low, high, step, elem_id=elem_id))
 
 
+def rule_knob(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
+              high: Callable | None = None, extra: Mapping | None = None):
+    """A RaceSettings field for field `name` of `rule`: its default (unless given) and its control's range and
+    step come from the rule dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `high(ctx)`: a
+    model-dependent top, never above the rule's."""
+    f = {f.name: f for f in fields(rule)}[name]
+    low, top, step = f.metadata["ui"]
+    value = f.default if default is None else default
+
+    def spec(ctx):
+        top_here = top if high is None else min(top, high(ctx))
+        return Spec(label, kind, min(value, top_here), low, top_here, step, elem_id=elem_id, extra=extra or {})
+
+    return setting(spec)
+
+
 @dataclass(frozen=True)
 class RacePlan:
     """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
@@ -239,24 +255,21 @@ class RaceSettings:
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
                                                                                          DRAFTING.items()),
                                              widget="radio", elem_id="drafting"))
-    delta: float = _number("delta (overall relaxation)", lambda ctx: CoolSDRule().delta, 0.1, 8.0, 0.05, "delta")
-    nu: float = _number("nu (annealing rate)", lambda ctx: CoolSDRule().nu, 0.0, 3.0, 0.05, "nu")
-    mu: float = setting(lambda ctx: Spec("mu (schedule shift)", "number", 0.0, -5.0, 5.0, 0.05, elem_id="mu",
-                                         extra={"interactive": CoolSDRule().mu is not None}))
+    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta")
+    nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
+    mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0,
+                          extra={"interactive": CoolSDRule().mu is not None})
     mean_omega: bool = setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", CoolSDRule().mu is None,
                                                 elem_id="mean-omega"))
-    lantern_k: int = setting(lambda ctx: Spec("k (neighbours)", "int", min(LanternPPRule().k, ctx.k_max), 1, ctx.k_max,
-                                              1, elem_id="lantern-k"))
-    lantern_lambda: float = _number("lambda (budget)", lambda ctx: LanternPPRule().lam, 1.0, 50.0, 0.5,
-                                    "lantern-lambda")
+    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int",
+                               high=lambda ctx: ctx.k_max)  # (the model's neighbour table bounds k)
+    lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda")
     overlay: bool = setting(lambda ctx: Spec("overlay: colour tokens by outcome", "bool", False, elem_id="overlay"))
     racers: list[str] = setting(_racers)
-    uniform_delta: float = _number("UniformRSD delta", lambda ctx: choice.DEFAULTS["uniform_delta"], 0.1, 8.0, 0.05,
-                                   "uniform-delta")
-    linear_delta: float = _number("linear decay delta (mean omega)", lambda ctx: choice.DEFAULTS["linear_delta"], 0.1,
-                                  8.0, 0.05, "linear-delta")
-    linear_slope: float = _number("linear decay slope (0 = uniform, 1 = falls to 0)",
-                                  lambda ctx: choice.DEFAULTS["linear_slope"], 0.0, 1.0, 0.05, "linear-slope")
+    uniform_delta: float = rule_knob(UniformRSDRule, "delta", "UniformRSD delta", "uniform-delta")
+    linear_delta: float = rule_knob(LinearDecayRule, "delta", "linear decay delta (mean omega)", "linear-delta")
+    linear_slope: float = rule_knob(LinearDecayRule, "slope", "linear decay slope (0 = uniform, 1 = falls to 0)",
+                                    "linear-slope")
     custom_omegas: str = setting(lambda ctx: Spec("custom schedule ω₁, ω₂, …", "custom",
                                                   choice.DEFAULTS["custom_omegas"], widget="textbox",
                                                   elem_id="custom-omegas", check_fn=_omegas, extra={"max_lines": 1}))

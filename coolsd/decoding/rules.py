@@ -97,12 +97,18 @@ class EagleRule(Rule):
         return lossless_residual(p, q)
 
 
+def knob(default, low: float, high: float, step: float):
+    """A rule field whose default is `default` and whose control offers [low, high] in steps of `step` (field
+    metadata "ui": what a front end shows; the rule's own checks in __post_init__ say what is valid)."""
+    return field(default=default, metadata={"ui": (low, high, step)})
+
+
 @dataclass(frozen=True)
 class UniformRSDRule(Rule):
     """Uniformly relaxed SD (ablation): a = min(1, delta p/q), residual G* with omega = delta."""
 
     name: ClassVar[str] = "uniform-rsd"
-    delta: float = 2.0  # omega at every depth
+    delta: float = knob(2.0, 0.1, 8.0, 0.05)  # omega at every depth
 
     def __post_init__(self):
         checks.number("delta", self.delta, 0, low_open=True)
@@ -127,9 +133,9 @@ class CoolSDRule(Rule):
     """
 
     name: ClassVar[str] = "cool-sd"
-    delta: float = 2.0  # overall relaxation (paper: 1.1, 2)
-    nu: float = 0.7  # annealing rate per depth (paper value)
-    mu: float | None = None  # None = mean-normalised (choice), else the shift used as given
+    delta: float = knob(2.0, 0.1, 8.0, 0.05)  # overall relaxation (paper: 1.1, 2)
+    nu: float = knob(0.7, 0.0, 3.0, 0.05)  # annealing rate per depth (paper value)
+    mu: float | None = knob(None, -5.0, 5.0, 0.05)  # None = mean-normalised (choice), else the shift used as given
     floor_at_one: bool = True  # (choice) clip omega_i below at 1: with G*, omega_i < 1 buys no accuracy
     residual_kind: str = "optimal"  # "optimal" (G*) or "lossless"
 
@@ -196,8 +202,8 @@ class LinearDecayRule(ScheduleRule):
     """
 
     name: ClassVar[str] = "linear-decay"
-    delta: float = 2.0  # mean omega over the round
-    slope: float = 0.5  # s in [0, 1] (choice: omega falls from 1.5 delta to 0.5 delta)
+    delta: float = knob(2.0, 0.1, 8.0, 0.05)  # mean omega over the round
+    slope: float = knob(0.5, 0.0, 1.0, 0.05)  # s in [0, 1] (choice: omega falls from 1.5 delta to 0.5 delta)
 
     def __post_init__(self):
         super().__post_init__()
@@ -253,8 +259,8 @@ class LanternPPRule(Rule):
     """
 
     name: ClassVar[str] = "lantern++"
-    k: int = 10  # neighbourhood search size
-    lam: float = 5.0  # lambda, multiplicative budget (LANTERN++)
+    k: int = knob(10, 1, 64, 1)  # neighbourhood search size (a control's top: the model's neighbour table)
+    lam: float = knob(5.0, 1.0, 50.0, 0.5)  # lambda, multiplicative budget (LANTERN++)
     residual_kind: str = "published"
     neighbours: Tensor | None = field(default=None, repr=False, compare=False)
 
