@@ -2,7 +2,7 @@
 
 Decoding and judging live in `coolsd.compare.lab`; this module lays out the controls, draws the grid (one
 row per decoder, one column per sample) and marks the run on the shipped benchmark's Pareto
-figure (`assets/bench/results.jsonl`, drawn by `coolsd.bench.report.figure`). API: lab_grid.
+figure (`assets/bench/results.jsonl`, drawn by `coolsd.util.figures.pareto_figure`). API: lab_grid.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from PIL import Image, ImageDraw, ImageFont
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import Spec, check_values
-from coolsd.bench.report import figure as bench_figure
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
+from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, EMOJI_DIR
