@@ -19,7 +19,7 @@ import numpy as np
 from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.decoding import variants
-from coolsd.util.figures import pareto_figure
+from coolsd.util.figures import QUALITY, pareto_figure
 
 NAN = float("nan")
 SPEEDUP_NAME = "speed-up = ratio of total CPU time (vanilla AR / setting, same images, warm-up excluded)"
@@ -116,7 +116,6 @@ def _variant(r: dict) -> str | None:
     return variants.variant_of(r["rule_config"])
 
 
-QUALITY = {"fid": "fid_std", "nll": "nll_se"}  # quality measure (lower is better) -> its noise estimate
 
 
 def _verdict(wins: int, total: int, ties: int = 0) -> str:
