@@ -146,7 +146,9 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     vq_dtype = torch.float16 if device.type == "cuda" else torch.float32
     dtype = dtype or vq_dtype
-    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=vq_dtype))
+    # (low_cpu_mem_usage=False: what diffusers falls back to without `accelerate`, said here so it need not warn)
+    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=vq_dtype,
+                                                                              low_cpu_mem_usage=False))
     model = _load("target", root / "target", lambda p: LlamaForCausalLM.from_pretrained(p, dtype=dtype))
     head = _load("drafter", root / "drafter", lambda p: EagleHead.from_pretrained(p, dtype=dtype))
     vq, model, head = vq.to(device).eval(), model.to(device).eval(), head.to(device).eval()
