@@ -139,3 +139,44 @@ def test_the_microscope_opens_on_a_middle_round(shipped_app, raced):
     if "not tested" in table:
         untested = [line for line in table.splitlines() if "not tested" in line]
         assert all(line.count(" – ") >= 2 for line in untested)  # no a_i or u_i for an untested draft
+
+
+def test_a_preset_leaves_the_race_area_alone_until_generate(shipped_app):
+    """Issue 26 #6: a preset click relabelled the image slots (and hid one) while they still showed the last race.
+    Only Generate (which starts a race) retitles them; no event of a setting does."""
+    demo, _ = shipped_app
+    titles = {c._id for c in (*demo.page.race.titles, *demo.page.race.columns)}
+    settings = {c._id for c in demo.page.controls.inputs}
+    for fn in demo.blocks.fns.values():
+        if titles & {c._id for c in fn.outputs}:
+            triggers = {block for block, _ in fn.targets}
+            assert not triggers & settings, fn.name  # (the model picker shows the picked model's recorded race)
+    generate = demo.page.controls.generate._id
+    assert any((generate, "click") in fn.targets and titles & {c._id for c in fn.outputs}
+               for fn in demo.blocks.fns.values())
+
+
+def test_the_page_speaks_to_a_visitor(shipped_app):
+    """Issue 26 #8: the header names the precision plainly, the How tab has no spec sections and shows the paper
+    beside the shown model's own benchmark, and the tour's guess box starts empty."""
+    from coolsd.app import demo as demo_ui
+    from coolsd.app import how, tour
+
+    demo, _ = shipped_app
+    header = demo_ui.header_markdown(demo.ctx)
+    assert "measured at load" not in header and "median" not in header
+    assert "spec section" not in how.TEXT and "spec section" not in how.paper_beside_us(demo.ctx.model.kind)
+    if demo.ctx.model.kind == "emoji":
+        assert "assets/emoji/bench/" in how.paper_beside_us("emoji")
+    guesses = [b for b in demo.blocks.blocks.values() if (getattr(b, "elem_id", "") or "").startswith("tour-guess")]
+    assert guesses and all(b.value in ("", None) for b in guesses)
+    assert tour.reveal_markdown(tour.STEPS[0], "", {}).startswith("No guess given.")
+
+
+def test_loading_a_shipped_model_prints_no_accelerate_warning(caplog):
+    """Issue 26 #8: diffusers warned about `accelerate` at every start."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        registry.load(SHIPPED[-1])
+    assert not [r for r in caplog.records if "accelerate" in r.getMessage()]
