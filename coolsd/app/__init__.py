@@ -1,44 +1,31 @@
 """The Gradio app's panels (UI only: every number comes from `coolsd`; nothing here computes maths).
 
-`app.py` (the entry point) loads the model once into a `Context` (`coolsd.app.context`), builds the
-settings column (`coolsd.app.controls`), then one `gr.Tab` per panel module listed in `coolsd.app.demo.PANELS`, then
-the share-link restore (`coolsd.app.share.wire_restore`). Modules: context (model, lanes, checks),
-controls (settings column), racers (racer choice -> rules, from `coolsd.decoding.variants`), race (Race tab:
-stream, replay, overlay), share (trace / PNG strip downloads, share links), theory, how, lab, schedule, cost (the
-cost model), plots (figures and token images; drawing only).
+`app.py` (the entry point) calls `coolsd.app.demo.make_demo`: the model comes from the one registry
+(`coolsd.models.registry.MODELS`) into a frozen `Context` (`context.py`), then `demo.build_demo` builds
+every panel in one visible order, handing each builder what it reads, and returns a frozen `Page`:
 
-The panel interface (each tab is one small module):
+    controls = controls.build(ctx)                                  # the settings column -> Controls
+    race = race.build(ctx, controls, recordings, tab)               # -> RaceHandle (outputs by name, trace state)
+    microscope.build(ctx, controls["model"], race.outputs.trace, recordings, tab)
+    lab = lab.build(ctx, controls["condition"], controls["model"], tab)   # -> LabHandle (the tour runs it)
+    schedule.build(ctx, tab); theory.build(ctx, controls, tab); cost.build(ctx, model, trace, tab); how.build(ctx, tab)
+    tour.wire(guide, tabs, controls, race, lab); share.wire_restore(ctx, controls, blocks, tabs, ids)
 
-    ID, TITLE = "lab", "Quality lab"      # tab id (also the share link's ?tab=) and its label
+No panel reads another panel's attributes: what others may read, a builder returns in a small frozen handle
+(`tests/test_layout.py` keeps it so). Modules: context (the Context, the Catalogue of models on offer, the
+one-line errors), controls (settings column), settings (every race argument's Spec: label, bounds from the
+rule dataclasses, check), racers (racer choice -> rules, from `coolsd.decoding.variants`), race (streams the
+race), race_view (a race's outputs and frames, by name), after_race (stop, overlay, replay), recordings (the
+recorded default races), share (downloads, share links), microscope, lab, schedule, theory, cost, how, tour,
+plots (figures and token images; drawing only), serving (sessions, unknown endpoints).
 
-    def build(ctx: Context, tab: gr.Tab) -> object | None:
-        '''Called inside `with gr.Tab(TITLE, id=ID) as tab:`. Lay out the components, then wire the
-        events at the bottom. Every event that is part of the API gets an explicit, stable
-        `api_name=` (prefixed by the panel, e.g. "lab_grid"); UI-only events get
-        `api_visibility="private"`. Returns an object the tests can reach as ctx.panels[ID]
-        (e.g. the class whose methods are the handlers), or None.'''
+Every event that is part of the API gets an explicit, stable `api_name=`; UI-only events get
+`api_visibility="private"`. A handler reads the visitor's model from its inputs (the picker) or from the trace
+on show, never from state one visitor's pick could change for others; `ctx.for_model(key)` gives the Context of
+a picked model (loaded on first use, shared by every session), `ctx.for_trace(trace.settings)` the one a race
+ran on. What a visitor names as a condition becomes the engine's in one place, `ctx.check_condition(value,
+style)` (`ModelBundle.condition`, `coolsd.models.conditions`).
 
-What a panel may use from `ctx` (a `coolsd.app.context.Context`):
-    ctx.model      AppModel: kind, name, target, drafter, tokenizer, neighbours, grid (H, W), conditioning
-                   ("class" | "text"), class_names, sampling (the model's SamplingConfig), num_tokens
-    ctx.device, ctx.pixels_hw, ctx.display_hw (H, W pixels), ctx.image_format, ctx.k_max (LANTERN++ k)
-    ctx.lane()     context manager: borrow a list of MAX_LANE_HANDLES (target, drafter) model handles with
-                   their own KV caches for one decode (a server-busy error after 60 s); give it back by
-                   leaving the `with` (also when a streaming generator is closed)
-    ctx.decode_pixels(tokens (T,), -1 = missing) -> (C, h, w); ctx.render(pixels, filled, kinds, overlay)
-                   -> PIL image of display_hw; ctx.blank_image(); ctx.check_condition(value) -> engine cond
-    ctx.controls   the race settings, name -> component (condition, seed, temperature, ..., racers, resolution,
-                   model, style): use them as inputs to read the current settings; ctx.buttons ("generate", "stop")
-    ctx.for_model(key)  the Context of picker model `key` (ctx.controls["model"]'s value; None: the app's), loaded
-                   on first use and shared by every session (`ctx.catalogue`); ctx.for_trace(trace.settings) the
-                   one a recorded race ran on. `ctx` itself is the app's default model: a handler reads the
-                   visitor's model from its inputs (add ctx.controls["model"] last) or from the trace, never
-                   from state one visitor's pick could change for others
-    ctx.share_controls  add your own controls here (name -> component, names unique, e.g. "lab_delta"), and
-                   ctx.share_specs[name] its `settings.Spec`: share links carry, check and restore them too
-    ctx.variants   variant key -> Context, one per model resolution (LlamaGen "256" / "512"; else one entry);
-                   ctx.variant(key) picks one (a clear error for an unknown key)
-    ctx.panels     id -> what each earlier panel's build returned
 Input checks: the HTTP API skips the page's limits, and Gradio replaces a component by a fresh copy in a
 session once an event updates it, so checks live in the handlers, never in a component's preprocess:
 wire every API event with `preprocess=False` and check each value with its `settings.Spec`
