@@ -84,8 +84,9 @@ def model_updates(ctx: Context, picked: Context, values=None) -> dict:
     `values[name]` (checked values of that model) or else the model's default."""
     table, values = specs(picked), values or {}
     out = {name: table[name].update(values.get(name)) for name in MODEL_CONTROLS}
-    out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
-                                   value=values.get("condition", table["condition"].default))
+    if picked.model.conditioning == "class":  # every name of the picked model (searchable; typed text is matched)
+        out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
+                                       value=values.get("condition", table["condition"].default))
     if mixed_conditioning(ctx):
         out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
                                        value=values.get("condition", table["condition"].default))
