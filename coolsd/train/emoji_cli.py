@@ -22,9 +22,21 @@ def emoji_tokens(vq, data: dict, styles: int, n_val: int = 64) -> dict[str, tupl
             "val": (encode_tokens(vq, vx[:n_val]).flatten(1), (vy * styles + vs)[:n_val])}
 
 
+DEFAULT_EMOJI = "cat face"  # the emoji the app's race starts from: one every visitor knows
+
+
 def export(args) -> None:
-    """fp16 folders into args.assets + FID statistics of every real image (training and held out)."""
+    """fp16 folders into args.assets + FID statistics of every real image (training and held out); the
+    target's config gains the artwork credits and the default emoji."""
+    import json
+
+    from coolsd.train.emoji_data import CREDITS
+
     export_bundle(args.out, args.assets)
+    config_path = args.assets / "target" / "config.json"
+    config = json.loads(config_path.read_text())
+    config.update(credits=CREDITS, default_class=DEFAULT_EMOJI)
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     images = load_dataset(seed=args.seed)["images"].float() / 255
     export_real_stats(args.assets, images01=images, what="real emoji (all styles)")
 
