@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from coolsd.app.context import Context
-from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, specs
+from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, name_choices, specs
 from coolsd.decoding.rules import CoolSDRule
 
 # the accordions of the settings column: (title, settings in it, open)
@@ -69,14 +69,14 @@ def filter_names(picked: Context, group, current):
     """The condition dropdown showing the names of `group` (keeps the current name when it is one of them)."""
     if picked.model.conditioning != "class":
         return gr.skip()
-    names = picked.model.conditions.in_group(None if group == ALL_GROUPS else group)
-    return gr.Dropdown(choices=names, value=current if current in names else names[0])
+    names = set(picked.model.conditions.in_group(None if group == ALL_GROUPS else group))
+    choices = [(label, n) for label, n in name_choices(picked.model) if n in names]
+    return gr.Dropdown(choices=choices, value=current if current in names else choices[0][1])
 
 
 def _condition_choices(picked: Context) -> list:
     m = picked.model
-    return [(n, n) for n in m.base_class_names] if m.conditioning == "class" else list(m.example_prompts or
-                                                                                         EXAMPLE_PROMPTS)
+    return name_choices(m) if m.conditioning == "class" else list(m.example_prompts or EXAMPLE_PROMPTS)
 
 
 def model_updates(ctx: Context, picked: Context, values=None) -> dict:

@@ -131,9 +131,16 @@ def _condition(ctx: Context) -> Spec:
         return value if is_integer(value) or names.label(cond) == value else names.split(cond)[0]
 
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
-    return Spec(label, "custom", default_condition(ctx)[0], choices=tuple((n, n) for n in names.classes),
+    return Spec(label, "custom", default_condition(ctx)[0], choices=tuple(name_choices(m)),
                 widget="dropdown", elem_id="condition", check_fn=check_name, name=names.noun,
                 extra={"allow_custom_value": True, "filterable": True})
+
+
+def name_choices(model) -> list[tuple[str, str]]:
+    """(label, name) of every class of a class model: an emoji model shows each name after its character."""
+    names = model.conditions.classes
+    chars = model.class_chars if len(model.class_chars) == len(names) else [""] * len(names)
+    return [(f"{c} {n}".strip(), n) for n, c in zip(names, chars)]
 
 
 def default_condition(ctx: Context) -> tuple[str, str]:
@@ -142,6 +149,8 @@ def default_condition(ctx: Context) -> tuple[str, str]:
     if m.conditioning == "text":
         return (m.example_prompts or EXAMPLE_PROMPTS)[0], ""
     names = m.conditions
+    if m.default_class in names.classes:  # the model names its own (a new emoji model: "cat face")
+        return m.default_class, (names.styles or ("",))[0]
     return names.split(3 % names.count)
 
 

@@ -52,6 +52,8 @@ class ModelBundle:
     style_names: list[str] = field(default_factory=list)  # emoji: condition id = class * S + style
     execution: str = ""  # how the model runs, e.g. "bf16 (stored with the model)"; shown and recorded by the app
     class_groups: list[str] = field(default_factory=list)  # emoji: one Unicode group per class (the picker's filter)
+    class_chars: list[str] = field(default_factory=list)  # emoji: the character each class draws (shown by its name)
+    default_class: str | None = None  # the class a page starts on (config `default_class`; None: the loader's pick)
     kind: str = "embedded"
     note: str = ""
     resolution: int | None = None
@@ -171,7 +173,9 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
                        neighbours=neighbour_table(tokenizer.codebook, k_max).to(device), class_names=names,
                        grid=grid, default_sampling=sampling, classifier=classifier, style_names=styles,
                        execution=str(dtype).removeprefix("torch."),
-                       class_groups=list(getattr(cfg, "class_groups", None) or []))
+                       class_groups=list(getattr(cfg, "class_groups", None) or []),
+                       class_chars=list(getattr(cfg, "class_chars", None) or []),
+                       default_class=getattr(cfg, "default_class", None))
 
 
 def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,

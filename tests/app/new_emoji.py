@@ -24,6 +24,8 @@ GROUPS = {
 }
 NAMES = [name for names in GROUPS.values() for name in names]  # 30 emoji
 CLASS_GROUPS = [group for group, names in GROUPS.items() for _ in names]
+CHARS = [chr(0x1F300 + i) for i in range(len(NAMES))]  # stand-ins for the emoji characters (config class_chars)
+DEFAULT = "rocket"  # config default_class: where the page starts
 STYLES = ["Twemoji", "Noto", "Fluent Flat", "EmojiOne"]
 K, GRID = 32, (4, 4)
 
@@ -35,7 +37,7 @@ def save_new_emoji(root: Path, seed: int = 0) -> Path:
                                                                                         "sample_size": 16}))
     cfg = target_config(K, hidden=32, layers=2, heads=2, intermediate=64, grid=GRID, class_names=NAMES,
                         style_names=STYLES)
-    cfg.class_groups = CLASS_GROUPS
+    cfg.class_groups, cfg.class_chars, cfg.default_class = CLASS_GROUPS, CHARS, DEFAULT
     model = LlamaForCausalLM(cfg)
     for name, part in (("vq", vq), ("target", model), ("drafter", EagleHead(eagle_config(cfg))),
                        ("classifier", emoji_classifier(NAMES, STYLES))):

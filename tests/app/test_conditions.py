@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from new_emoji import CLASS_GROUPS, NAMES, STYLES, save_new_emoji
+from new_emoji import CHARS, CLASS_GROUPS, DEFAULT, NAMES, STYLES, save_new_emoji
 
 from coolsd.app import controls
 from coolsd.app.context import Catalogue
@@ -86,10 +86,12 @@ def test_groups_filter_the_names():
 def test_the_app_offers_every_name_filters_by_group_and_races_a_typo(ctx):
     spec = specs(ctx)["condition"]
     assert [v for _, v in spec.choices] == NAMES and spec.label == "Emoji"
+    assert [label for label, _ in spec.choices] == [f"{c} {n}" for c, n in zip(CHARS, NAMES)]  # the emoji shown
+    assert spec.default == DEFAULT and specs(ctx)["style"].default == STYLES[0]  # the model's own start
     assert spec.extra["allow_custom_value"] and spec.extra["filterable"]
     assert controls.group_choices(ctx) == [controls.ALL_GROUPS, *dict.fromkeys(CLASS_GROUPS)]
     food = controls.filter_names(ctx, "Food & Drink", NAMES[0])
-    assert food.choices == [(n, n) for n, g in zip(NAMES, CLASS_GROUPS) if g == "Food & Drink"]
+    assert food.choices == [(f"{c} {n}", n) for c, n, g in zip(CHARS, NAMES, CLASS_GROUPS) if g == "Food & Drink"]
     name = "birthday cake"
     settings = RaceSettings.check(ctx, {"condition": typo(name), "style": "Noto", "racers": ["eagle-1"]})
     assert settings.condition == name
