@@ -2,11 +2,11 @@
 
 On the page a visitor opens (the model `coolsd.models.registry.default_key` picks: the emoji model where shipped,
 else the embedded MNIST one), with its shipped recording: at 390 px the Race tab comes first and shows the recorded
-race at once (images, numbers, a Generate under the images); no element sticks out of the page or out of the box it scrolls
-in, the race's table and the How tab's paper-beside-us tables fit their boxes with every cell wide enough for its
-words; a 390 px screenshot of the first screens is saved (to $COOLSD_PHONE_SCREENSHOT if set). On a wide page: the
-Microscope steps with the arrow keys and jumps on a click, and a tour step, run from its own Run button, shows the
-measured value beside the typed guess, equal to the race table's number from the same run.
+race at once (images, numbers, a Generate under the images); no element sticks out of the page or out of the box it
+scrolls in, the race's table and the How tab's paper-beside-us tables fit their boxes with every cell wide enough
+for its words; a 390 px screenshot of the first screens is saved (to $COOLSD_PHONE_SCREENSHOT if set). On a wide
+page: the Microscope steps with the arrow keys and jumps on a click, and a tour step, run from its own Run button,
+shows the measured value beside the typed guess, equal to the race table's number from the same run.
 """
 
 from __future__ import annotations
