@@ -260,13 +260,18 @@ OWN_STATE = {"trace.status", "lab.classifier"}
 
 def foreign_attribute_writes(package: str = "coolsd.app") -> list[str]:
     """'module:line name.attr' for each assignment to an attribute of an object other than `self` / `cls` in
-    `package` (a panel setting what others then read off it; dunders such as a handler's `__signature__` and
-    OWN_STATE aside), and each use of a `panels` attribute."""
+    the panel modules of `package` (those with a top-level build / build_demo / wire: a panel setting what
+    others then read off it; dunders such as a handler's `__signature__` and OWN_STATE aside), and each use
+    of a `panels` attribute there."""
     found = []
     for name, path in modules().items():
         if not (name == package or name.startswith(package + ".")):
             continue
-        for node in ast.walk(parse(path)):
+        tree = parse(path)
+        builds = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} & {"build", "build_demo", "wire"}
+        for node in ast.walk(tree):
+            if not builds:  # (only panel modules, which build and wire components; serving code keeps its own state)
+                break
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
                 node, (ast.AugAssign, ast.AnnAssign)) else []
             for t in (e for target in targets for e in (target.elts if isinstance(target, ast.Tuple) else [target])):
@@ -344,6 +349,7 @@ def test_scans_see_what_they_look_for(tmp_path, monkeypatch):
     assert repeated_blocks() == ["coolsd.sub.a:5 ~ coolsd.sub.c:2"]
     (pkg / "sub" / "d.py").write_text("class Two:\n    target: int\n    drafter: int\n    tokenizer: int\n\n\n"
                                       "def build(panel, ctx):\n    panel.outputs = 1\n    return ctx.panels\n")
+    (pkg / "sub" / "e.py").write_text("def serve(session):\n    session.holder = 1\n")  # not a panel module
     assert bundle_types() == ["coolsd.sub.d:Two"]
     assert foreign_attribute_writes("coolsd.sub") == ["coolsd.sub.d:8 panel.outputs", "coolsd.sub.d:9 .panels"]
 
