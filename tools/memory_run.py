@@ -60,6 +60,7 @@ def race_args(base: str) -> tuple[list, int]:
 def run(args) -> dict:
     port = free_port()
     env_extra = {"COOLSD_SESSION_CAPACITY": str(args.capacity)} if args.capacity else {}
+    env_extra |= {"COOLSD_STATE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
     os.environ.update(env_extra | {"OMP_NUM_THREADS": "1"})
     proc, start_s = start_server(args.model, port, timeout_s=1200)  # a loaded machine starts slowly
     base = f"http://127.0.0.1:{port}"
@@ -92,6 +93,9 @@ def run(args) -> dict:
             "capacity": args.capacity or "app default", "bound_mb": args.bound_mb, "server_start_s": start_s,
             "errors": errors,
             "warm_rss_mb": warm, "samples": samples, "peak_rss_mb": max(s["rss_mb"] for s in samples),
+            "growth_mb": samples[-1]["rss_mb"] - warm,
+            # growth per session while the capacity fills (every session is still kept): the cost of a kept session
+            "kb_per_session": 1024 * (samples[-1]["rss_mb"] - warm) / max(1, min(args.sessions, args.capacity or 1000)),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "command": " ".join([sys.executable.split("/")[-1], *sys.argv])}
 
@@ -102,6 +106,7 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=2000)
     p.add_argument("--capacity", type=int, default=0, help="COOLSD_SESSION_CAPACITY (0: the app's default)")
     p.add_argument("--every", type=int, default=100, help="sample RSS every this many sessions")
+    p.add_argument("--budget-mb", type=int, default=0, help="COOLSD_STATE_BUDGET_MB (0: the app's default)")
     p.add_argument("--bound-mb", type=float, default=None, help="fail (exit 1) when RSS goes above this")
     p.add_argument("--out", type=Path, default=None, help="write the samples here (JSON)")
     args = p.parse_args()

@@ -17,7 +17,7 @@ from PIL import Image, ImageDraw
 from coolsd.app.context import APP_MODEL, Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
 from coolsd.app.recordings import Recordings
-from coolsd.app.serving import STATE_TTL_S
+from coolsd.app.serving import MICROSCOPE_TTL_S
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.checks import check_choice, check_int
@@ -245,7 +245,8 @@ def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordi
     bars = gr.Plot(show_label=False, elem_id="micro-bars")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="micro-json", label="microscope")
-    cache = gr.State({}, time_to_live=STATE_TTL_S)
+    # the re-decoded rounds (cheap to decode again): kept a shorter time than the race, and within the budget
+    cache = gr.State({}, time_to_live=MICROSCOPE_TTL_S)
     outputs = [image, strip, bars, table, header, raw, cache]
     tab.select(panel.opened, [key, round_no, trace, cache, model], [key, round_no, *outputs], api_visibility="private",
                show_progress="minimal")

@@ -7,6 +7,8 @@ Memory (measured with `tools/memory_run.py`, numbers in docs/app-and-api.md):
 - A session's race state (its trace and the images on show) lives at most STATE_TTL_S seconds after
   its last update (`gr.State(time_to_live=...)`); the trace's `release` runs when Gradio deletes it.
 - A trace keeps its events compactly (`coolsd.compare.trace.EventStore`), the images on show as uint8.
+- Sessions are lean (no per-session copy of every component's configuration) and pushed out by count, idle age
+  and a memory budget for their states (`coolsd.app.sessions`).
 
 Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an
 HTTP 500; `UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are.
@@ -28,10 +30,12 @@ import re
 import gradio as gr
 
 from coolsd.app.context import bad
+from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
 
 SESSION_CAPACITY = 1000
 STATE_TTL_S = 3600
+MICROSCOPE_TTL_S = 600  # the microscope's per-session cache of re-decoded rounds
 _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 
 
@@ -51,7 +55,16 @@ FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButto
 class ServedBlocks(gr.Blocks):
     """The app's Blocks: a call that Gradio's own input processing would refuse with a trace in the server log is
     refused here with one line (`bad`) naming the endpoint and the parameter. Too few input values; a file value
-    (`{"path": ..., "meta": ...}`) for a parameter that takes none; anything else Gradio's preprocessing raises."""
+    (`{"path": ..., "meta": ...}`) for a parameter that takes none; anything else Gradio's preprocessing raises.
+    Its sessions are lean and evicted by count, age and a memory budget (`coolsd.app.sessions.LeanStateHolder`)."""
+
+    @property
+    def state_holder(self):
+        return self.__dict__.get("state_holder")
+
+    @state_holder.setter
+    def state_holder(self, holder) -> None:  # Gradio's server hands its holder to the Blocks when it starts
+        self.__dict__["state_holder"] = LeanStateHolder.adopt(holder)
 
     def validate_inputs(self, block_fn, inputs) -> None:
         if len(inputs) < len(block_fn.inputs):

@@ -1,0 +1,249 @@
+"""What the server keeps per visitor (issue 27, "memory per visitor"): lean sessions, evicted by count, age and budget.
+
+Gradio's own session (`gradio.state_holder.SessionState`) builds, when a session is first seen, the configuration
+of every component of the page (props, API info: about 0.3-0.4 MB on the emoji model, whose condition picker lists
+every emoji name) and then stores in it the last value of every output (a race's plot JSON, stats, image paths).
+It serves only Gradio's deep links, which this app does not offer. `LeanSession` keeps what the handlers read:
+the session's `gr.State` values and its own copies of the components a handler updated (e.g. the replay slider);
+its `config_values` are built on demand (the page's components with the session's copies, not the last values).
+
+`LeanStateHolder` replaces Gradio's `StateHolder` (installed by `coolsd.app.serving.ServedBlocks`) and pushes the
+least recently used session out when any of these holds:
+- more than `capacity` sessions (Gradio's `state_session_capacity`, as before);
+- the session was last used more than `max_idle_s` seconds ago (`SESSION_IDLE_S`);
+- the estimated bytes of every kept session's states (`state_bytes`, refreshed whenever a state is set) plus a fixed
+  `SESSION_BASE_BYTES` per session exceed `budget_bytes` (`STATE_BUDGET_MB`, $COOLSD_STATE_BUDGET_MB overrides).
+An evicted session's states go through their `delete_callback` (the trace releases its events). After a batch of
+evictions the C allocator is asked to give freed pages back (`trim_heap`, glibc only).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import datetime
+import os
+import re
+import sys
+import threading
+import time
+from copy import copy
+
+import numpy as np
+import torch
+from PIL import Image
+from gradio.blocks import Block
+from gradio.components import State
+from gradio.state_holder import SessionState, StateHolder
+
+STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
+SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
+SESSION_BASE_BYTES = 24_000  # what a session costs before any state: its copies of the page's block and event maps
+TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
+
+
+def budget_from_env() -> int:
+    """$COOLSD_STATE_BUDGET_MB (default STATE_BUDGET_MB) in bytes."""
+    text = os.environ.get("COOLSD_STATE_BUDGET_MB", "") or str(STATE_BUDGET_MB)
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+        raise SystemExit(f"COOLSD_STATE_BUDGET_MB must be an integer >= 1, got {text!r}")
+    return int(text) * 2**20
+
+
+def state_bytes(value, limit: int = 200_000) -> int:
+    """Estimated bytes held by a state value: tensors and arrays by their storage, containers and plain objects
+    walked (each object once, at most `limit` objects); components, classes, functions and modules not counted
+    (they are the page's, shared by every session)."""
+    seen: set[int] = set()
+    todo, total = [value], 0
+    while todo and len(seen) < limit:
+        obj = todo.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, (Block, type, type(sys), type(state_bytes))):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            total += sys.getsizeof(obj) + obj.untyped_storage().nbytes()
+        elif isinstance(obj, np.ndarray):  # (getsizeof counts the data of an array that owns it)
+            total += sys.getsizeof(obj) + (obj.nbytes if obj.base is not None else 0)
+        elif isinstance(obj, Image.Image):
+            total += sys.getsizeof(obj) + obj.width * obj.height * len(obj.getbands())
+        elif isinstance(obj, (str, bytes, bytearray, int, float, bool, memoryview)) or hasattr(obj, "buffer_info"):
+            total += sys.getsizeof(obj)  # (array.array: its buffer included)
+        elif isinstance(obj, dict):
+            total += sys.getsizeof(obj)
+            todo.extend(obj.keys())
+            todo.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            total += sys.getsizeof(obj)
+            todo.extend(obj)
+        else:
+            total += sys.getsizeof(obj)
+            if hasattr(obj, "__dict__"):
+                todo.append(vars(obj))
+            for name in getattr(type(obj), "__slots__", ()):
+                todo.append(getattr(obj, name, None))
+    return total
+
+
+class LeanSession(SessionState):
+    """A Gradio session without the per-session configuration of every component (see the module's doc)."""
+
+    def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # noqa: D107 (no super().__init__:
+        # it builds the configuration this class leaves out)
+        self.blocks_config = copy(blocks.default_config)
+        self.state_data: dict[int, object] = {}
+        self._state_ttl: dict[int, tuple[float, datetime.datetime]] = {}
+        self.is_closed = False
+        self.STATE_TTL_WHEN_CLOSED = 1 if os.getenv("GRADIO_IS_E2E_TEST", None) else 3600
+        self.holder = holder
+        self.nbytes = 0  # estimated bytes of this session's states (LeanStateHolder's budget reads it)
+
+    def __setitem__(self, key: int, value) -> None:
+        block = self.blocks_config.blocks.get(key)
+        if isinstance(block, State):
+            self._state_ttl[key] = (block.time_to_live, datetime.datetime.now())
+            self.state_data[key] = value
+            self.measure()
+        else:
+            self.blocks_config.blocks[key] = value
+
+    def measure(self) -> None:
+        """Estimate this session's state bytes again (and tell the holder)."""
+        before, self.nbytes = self.nbytes, sum(state_bytes(v) for v in self.state_data.values())
+        if self.holder is not None:
+            self.holder.resized(self.nbytes - before)
+
+    def _update_config(self, key: int) -> None:  # the configuration is built on demand only
+        pass
+
+    def _update_value_in_config(self, key: int, value) -> None:  # the last output values are not kept
+        pass
+
+    @property
+    def config_values(self) -> dict:
+        """The page's component configurations, with this session's own copies (built when asked: deep links)."""
+        config = self.blocks_config
+        return {k: config.config_for_block(k, [], block) for k, block in config.blocks.items()
+                if not isinstance(block, State)}
+
+
+class LeanStateHolder(StateHolder):
+    """Gradio's session store with LeanSessions, evicting the least recently used session by count, idle age and a
+    memory budget (see the module's doc). `evicted` counts the sessions pushed out, by reason."""
+
+    def __init__(self, budget_bytes: int | None = None, max_idle_s: float = SESSION_IDLE_S) -> None:
+        super().__init__()
+        self._lean(budget_bytes, max_idle_s)
+
+    def _lean(self, budget_bytes: int | None, max_idle_s: float) -> None:
+        self.budget_bytes = budget_from_env() if budget_bytes is None else int(budget_bytes)
+        self.max_idle_s = max_idle_s
+        self.state_total = 0  # sum of the kept sessions' `nbytes`
+        self.evicted = {"count": 0, "age": 0, "budget": 0}
+        self._size_lock = threading.Lock()
+        self._last_trim = 0.0
+
+    @classmethod
+    def adopt(cls, holder: StateHolder, budget_bytes: int | None = None,
+              max_idle_s: float = SESSION_IDLE_S) -> LeanStateHolder:
+        """Turn Gradio's holder into a LeanStateHolder in place (the server and the Blocks share that one object),
+        keeping its capacity; sessions it already holds stay as they are (counted without their states)."""
+        if not isinstance(holder, cls):
+            holder.__class__ = cls
+            holder._lean(budget_bytes, max_idle_s)
+        return holder
+
+    def __getitem__(self, session_id: str) -> SessionState:
+        if session_id not in self.session_data:
+            self.session_data[session_id] = LeanSession(self.blocks, self)
+        self.update(session_id)
+        self.time_last_used[session_id] = datetime.datetime.now()
+        return self.session_data[session_id]
+
+    def resized(self, delta: int) -> None:
+        with self._size_lock:
+            self.state_total += delta
+
+    def kept_bytes(self) -> int:
+        """Estimated bytes of the kept sessions: their states and SESSION_BASE_BYTES each."""
+        return self.state_total + SESSION_BASE_BYTES * len(self.session_data)
+
+    def update(self, session_id: str) -> None:
+        with self.lock:
+            if session_id in self.session_data:
+                self.session_data.move_to_end(session_id)
+            now = datetime.datetime.now()
+            pushed = 0
+            while len(self.session_data) > 1:
+                oldest = next(iter(self.session_data))
+                if oldest == session_id:
+                    break
+                if len(self.session_data) > self.capacity:
+                    reason = "count"
+                elif (now - self.time_last_used.get(oldest, now)).total_seconds() > self.max_idle_s:
+                    reason = "age"
+                elif self.kept_bytes() > self.budget_bytes:
+                    reason = "budget"
+                else:
+                    break
+                self._evict(oldest)
+                self.evicted[reason] += 1
+                pushed += 1
+        if pushed:
+            self.trim()
+
+    def _evict(self, session_id: str) -> None:
+        session = self.session_data.pop(session_id)
+        self.time_last_used.pop(session_id, None)
+        for component, value, _ in list(session.state_components):
+            try:
+                component.delete_callback(value)
+            except Exception:  # noqa: BLE001 (a callback's failure must not stop the eviction)
+                pass
+        session.state_data.clear()
+        self.resized(-getattr(session, "nbytes", 0))
+        if isinstance(session, LeanSession):
+            session.holder, session.nbytes = None, 0
+
+    def delete_state(self, session_id: str, expired_only: bool = False) -> None:
+        """Gradio's expiry (every second) and close: the states go, and the session's size is estimated again."""
+        before = len(self.session_data[session_id].state_data) if session_id in self.session_data else 0
+        super().delete_state(session_id, expired_only)
+        session = self.session_data.get(session_id)
+        if isinstance(session, LeanSession) and len(session.state_data) != before:
+            session.measure()
+
+    def trim(self, force: bool = False) -> bool:
+        """Ask glibc to return freed heap pages to the system (at most once per TRIM_EVERY_S unless `force`)."""
+        now = time.monotonic()
+        if not force and now - self._last_trim < TRIM_EVERY_S:
+            return False
+        self._last_trim = now
+        return trim_heap()
+
+
+_LIBC = None
+
+
+def trim_heap() -> bool:
+    """glibc's malloc_trim(0): freed memory of every arena back to the system. False where there is no glibc."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 (musl, macOS: no such symbol)
+        except (OSError, AttributeError):
+            _LIBC = False
+    return bool(_LIBC and _LIBC.malloc_trim(0))
+
+
+def limit_arenas(arenas: int = 2) -> bool:
+    """glibc: at most `arenas` malloc arenas (each worker thread otherwise gets its own, up to 8 per core, and an
+    arena's freed memory stays with it). Call before the server's threads start; $MALLOC_ARENA_MAX wins when set."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(-8, int(arenas)))  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        return False
