@@ -47,10 +47,11 @@ def call(base: str, name: str, data: list, session: str, timeout: float = 600) -
     return event or "none"
 
 
-def race_args(base: str) -> tuple[list, int]:
+def race_args(base: str, model: str) -> tuple[list, int]:
     """The /race arguments in the API's order (the defaults, Eagle-1 only) and the seed's position."""
     session = uuid.uuid4().hex
-    reply = httpx.post(f"{base}/gradio_api/call/model_info", json={"data": [], "session_hash": session}, timeout=60)
+    reply = httpx.post(f"{base}/gradio_api/call/model_info", json={"data": [model], "session_hash": session},
+                       timeout=60)
     with httpx.stream("GET", f"{base}/gradio_api/call/model_info/{reply.json()['event_id']}", timeout=60) as s:
         data = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")][-1][0]
     defaults = data["defaults"] | {"racers": ["eagle-1"]}
@@ -66,7 +67,7 @@ def run(args) -> dict:
     base = f"http://127.0.0.1:{port}"
     samples, errors = [], 0
     try:
-        template, seed_at = race_args(base)
+        template, seed_at = race_args(base, args.model)
         for _ in range(3):  # warm-up: the first races allocate the model's caches
             call(base, "race", template, uuid.uuid4().hex)
         warm = rss_mb(proc.pid)
@@ -79,7 +80,7 @@ def run(args) -> dict:
                 data[seed_at] = i
                 errors += call(base, "race", data, session) != "complete"
             else:
-                errors += call(base, "model_info", [], session) != "complete"
+                errors += call(base, "model_info", [args.model], session) != "complete"
             if i % args.every == 0 or i == args.sessions:
                 samples.append({"sessions": i, "rss_mb": rss_mb(proc.pid), "seconds": time.perf_counter() - t0})
                 print(f"{i:5d} sessions  RSS {samples[-1]['rss_mb']:7.1f} MB  {samples[-1]['seconds']:6.0f} s",
