@@ -153,3 +153,27 @@ def test_shipped_emoji_folders_load_strictly_and_decode_rgb_32px(fp32_env):
     size = sum(f.stat().st_size for f in EMOJI_DIR.rglob("*") if f.is_file())
     assert size <= 50e6  # the budget for this model
     assert (EMOJI_DIR / "classifier" / "real_stats.safetensors").is_file()
+
+
+NAMED = EMOJI_DIR.parent / "emoji_names"  # the named-emoji model in training (assets/emoji_names/README.md)
+
+
+@pytest.mark.skipif(not (NAMED / "target" / "config.json").is_file(), reason="assets/emoji_names not in this checkout")
+def test_the_named_emoji_checkpoint_loads_strictly_and_decodes_rgb_32px():
+    vq, info = VQModel.from_pretrained(NAMED / "vq", torch_dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    model, info = LlamaForCausalLM.from_pretrained(NAMED / "target", dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    cfg = model.config
+    names = cfg.class_names
+    assert len(names) == len(set(names)) == 573 and cfg.style_names == ["Twemoji", "Noto", "Fluent Flat", "EmojiOne"]
+    assert {"cat face", "red apple", "rocket", "rainbow"} <= set(names) and cfg.default_class == "cat face"
+    assert len(cfg.class_groups) == len(cfg.class_chars) == 573
+    assert cfg.class_chars[names.index("red apple")] == "\U0001F34E"
+    assert cfg.class_groups[names.index("rocket")] == "Travel & Places"
+    assert "CC-BY 4.0" in cfg.credits and "Microsoft" in cfg.credits and cfg.codebook_size == 1024
+    with torch.no_grad():
+        z = vq.quantize.embedding(torch.zeros(1, 16, 16, dtype=torch.long)).permute(0, 3, 1, 2)
+        image = vq.decode(z, force_not_quantize=True).sample
+        logits = model(input_ids=condition_prefix(cfg, torch.tensor([names.index("cat face") * 4 + 2]))).logits
+    assert image.shape == (1, 3, 32, 32) and logits.shape[-1] == cfg.vocab_size
