@@ -20,7 +20,7 @@ MIN_PLOT_PX = 300
 WIDTHS = {"wide": 1400, "phone": 390}
 # tab title -> what shows once the tab has drawn on opening (a selector whose element is non-empty)
 TABS = {race.TITLE: "#stats table", microscope.TITLE: "#micro-table table", lab.TITLE: "#lab-stats",
-        schedule.TITLE: "#schedule-numbers", theory.TITLE: "#plot-theory .js-plotly-plot",
+        schedule.TITLE: "#sched-bars .js-plotly-plot", theory.TITLE: "#plot-theory .js-plotly-plot",
         cost.TITLE: "#cost-curve .js-plotly-plot", how.TITLE: "#paper-beside-us table"}
 
 # Problems on the page as it is now, each a short string: error badges and toasts, text cut in its box, narrow plots.
