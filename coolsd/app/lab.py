@@ -56,9 +56,14 @@ below.
 """
 
 
+def page_text(label: str) -> str:
+    """A library label as the page writes it: "nu 0.7, mean omega = delta" -> "ν 0.7, mean ω = δ" (it fits a phone)."""
+    return label.replace("mean omega = delta", "mean ω = δ").replace("nu ", "ν ")
+
+
 def lab_specs() -> dict[str, Spec]:
     """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
-    rules = tuple((label, key) for key, label in LAB_RULES.items())
+    rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
             "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, 50.0, 0.05,
                                elem_id="lab-relaxation"),
@@ -338,8 +343,8 @@ def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, 
     panel = LabPanel(ctx)
     gr.Markdown(INTRO)
     table = lab_specs()
+    rule = table["rule"].component()  # (a row of its own: its longest choice needs the width)
     with gr.Row():
-        rule = table["rule"].component(scale=2, min_width=280)
         relaxation, samples, seed = (table[n].component(min_width=160) for n in ("relaxation", "samples", "seed"))
     with gr.Row():
         run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")

@@ -231,7 +231,7 @@ def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordi
     panel = MicroscopePanel(ctx, recordings)
     gr.Markdown(INTRO, latex_delimiters=LATEX)
     with gr.Row():
-        key = gr.Dropdown(choices=[], value=None, label="decoder", elem_id="micro-decoder", scale=2)
+        key = gr.Dropdown(choices=[], value=None, label="decoder", elem_id="micro-decoder", scale=2, min_width=200)
         prev = gr.Button("← Prev", elem_id="micro-prev", scale=1, min_width=80)
         nxt = gr.Button("Next →", elem_id="micro-next", scale=1, min_width=80)
     round_no = gr.Slider(0, 1, value=0, step=1, label="round", elem_id="micro-round")
