@@ -31,6 +31,7 @@ def _llamagen() -> list[ModelBundle]:
     bundles, encoder = [], None
     for resolution in llamagen.available_resolutions(path):  # (lowest first; one T5 encoder shared)
         bundle = llamagen.load_llamagen(path, resolution=resolution, caption_encoder=encoder)
+        bundle.resolution = resolution  # the folder's resolution names the variant (the picker's "256" / "512")
         encoder = bundle.target.caption_encoder
         bundles.append(bundle)
     return bundles

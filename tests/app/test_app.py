@@ -292,7 +292,7 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
     wait_until(lambda: job.status().code.name in ("CANCELLED", "FINISHED"), "the job to end")
     assert len(drawn) == n  # nothing decoded after the cancel
     outputs = job.outputs()
-    assert not outputs or not outputs[-1].stats["finished"]
+    assert not outputs or not api_frame(outputs[-1]).stats["finished"]
 
 
 def test_api_overlay_redraws_the_last_race(client):
@@ -399,7 +399,7 @@ def test_old_racer_key_is_the_floored_cool_sd():
     assert racers.check_racers(["cool-sd-floor", "eagle-1"]) == ["eagle-1", "cool-sd"]
     values, errors = share.parse_query(APP.ctx, {"racers": "eagle-1,cool-sd-floor"})
     assert errors == [] and values["racers"] == ["eagle-1", "cool-sd"]
-    rule = racers.make_racer_rule(APP.ctx, "cool-sd", racers.RuleParams(delta=1.1))
+    rule = racers.make_racer_rule(APP.ctx, "cool-sd", {"delta": 1.1})
     assert rule.floor_at_one and rule.delta == 1.1
     with pytest.raises(gr.Error, match="each racer may race once"):
         racers.check_racers(["cool-sd", "cool-sd-floor"])
@@ -501,7 +501,7 @@ def test_share_link_round_trip_restores_every_setting():
     restored, errors = share.parse_query(APP.ctx, params,
                                          ["race", "theory"])
     assert not errors and restored == values
-    assert set(restored) == set(share.shared_controls(APP.ctx))  # every control travels
+    assert set(restored) == set(RaceSettings.names())  # every control travels
 
 
 def test_api_replay_trace_strip_and_share_link(client):
@@ -599,7 +599,7 @@ def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardwar
     assert all(r.count("|") == 6 for r in ours + sum(paper.values(), []))  # five columns everywhere
     if any("†" in r for r in ours):  # a stand-in row is named and explained
         assert how.OLDER_NOTE in text
-    missing = _groups(how.paper_beside_us(tmp_path))  # no benchmark files: said, not invented
+    missing = _groups(how.paper_beside_us(bench_dir=tmp_path))  # no benchmark files: said, not invented
     assert any("not measured" in h for h in missing) and sum(map(len, missing.values())) == len(how.PAPER)
 
 
