@@ -55,11 +55,13 @@ def test_api_lab_grid_streams_and_its_numbers_are_the_library_s(client):
     m = APP.ctx.model
     target, drafter = REFERENCE
     taus = []
+    classes = len(m.conditions.classes)  # the samples' classes spread over the model's: 0, C/3, 2C/3
     for row in range(3):
-        ref = run(target, drafter, CoolSDRule(delta=2.0), cond=row, num_tokens=m.num_tokens, sampling=m.sampling,
-                  config=DecodeConfig(), seed=0)
+        cond = row * classes // 3
+        ref = run(target, drafter, CoolSDRule(delta=2.0), cond=cond, num_tokens=m.num_tokens,
+                  sampling=m.default_sampling, config=DecodeConfig(), seed=0)
         sample = next(s for s in stats["samples"] if s["row"] == row and s["decoder"] == "chosen")
-        assert sample["tau"] == pytest.approx(ref.tau) and sample["condition"] == row
+        assert sample["tau"] == pytest.approx(ref.tau) and sample["condition"] == cond
         taus.append(ref.tau)
     assert stats["decoders"][2]["tau"] == pytest.approx(3 * m.num_tokens / sum(m.num_tokens / t for t in taus))
 
