@@ -114,6 +114,7 @@ class _FakeRacer:
         self.accept_rate = torch.tensor(rates, dtype=torch.float64)
         self.depth_count = torch.tensor(counts, dtype=torch.float64)
         self.round_tokens = round_tokens
+        self.num_tokens = max(sum(round_tokens), 1)
         self.tau = sum(round_tokens) / max(len(round_tokens), 1)
 
 
@@ -123,16 +124,24 @@ def test_acceptance_figure_has_a_line_per_decoder_and_the_omega_curve():
     omega = torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64)
     fig = acceptance_figure(racers, 3, {"cool-sd": omega})
     names = [t.name for t in fig.data]
-    assert names[:2] == ["EAGLE-1", "COOL-SD"] and names[2] == "COOL-SD ω_i (right)"
+    assert names[:2] == ["EAGLE-1", "COOL-SD"] and names[2] == "COOL-SD ωᵢ (right axis)"  # no literal "_i"
     assert list(fig.data[0].y) == [0.9, 0.8, None]  # an untested depth is a gap
     assert list(fig.data[2].y) == [2.0, 1.0, 0.5] and fig.data[2].yaxis == "y2"
     assert len(acceptance_figure(racers, 3, None).data) == 2
 
 
-def test_length_figure_plots_tokens_per_round():
+def test_length_figure_plots_a_running_mean_along_the_image():
+    """Issue 26 #8: three zig-zags of every round were unreadable: the running mean of SMOOTH_ROUNDS rounds, against
+    the share of the image committed."""
+    from coolsd.app.plots import SMOOTH_ROUNDS, running_mean
+
     fig = length_figure([_FakeRacer("eagle-1", [], [], [3, 1, 4])])
-    assert list(fig.data[0].y) == [3, 1, 4] and list(fig.data[0].x) == [1, 2, 3]
-    assert "vanilla" in fig.data[-1].name.lower()
+    assert list(fig.data[0].y) == pytest.approx([3, 2, 8 / 3]) and list(fig.data[0].x) == pytest.approx(
+        [37.5, 50.0, 100.0])
+    assert "vanilla" in fig.data[-1].name.lower() and fig.data[0].mode == "lines"
+    values = list(range(40))
+    smooth = running_mean(values, SMOOTH_ROUNDS)
+    assert smooth[-1] == pytest.approx(sum(values[-SMOOTH_ROUNDS:]) / SMOOTH_ROUNDS) and smooth[0] == 0
 
 
 def test_length_histogram_gives_each_racer_its_share_of_rounds():
