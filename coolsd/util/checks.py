@@ -90,9 +90,10 @@ MAX_MESSAGE_CHARS = 300  # an error a visitor sees: one line, at most this many 
 
 
 def one_line(message) -> str:
-    """`message` as a visitor's error: plain text (see PLAIN), control characters and line breaks as spaces,
-    cut at MAX_MESSAGE_CHARS characters."""
-    text = " ".join("".join(c if c.isprintable() else " " for c in plain(message)).split())
+    """`message` as a visitor's error: plain text (">=", "<=", " > ", " < " written as "≥", "≤", " above ", " below ";
+    other markup characters as PLAIN), control characters and line breaks as spaces, cut at MAX_MESSAGE_CHARS characters."""
+    words = str(message).replace(">=", "≥").replace("<=", "≤").replace(" > ", " above ").replace(" < ", " below ")
+    text = " ".join("".join(c if c.isprintable() else " " for c in plain(words)).split())
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 

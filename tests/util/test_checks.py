@@ -154,3 +154,11 @@ def test_choice_and_finite():
     assert checks.finite("x", -0.0) == 0.0
     assert checks.is_number(1) and checks.is_number(1.5) and not checks.is_number(True)
     assert checks.is_integer(1) and not checks.is_integer(1.0) and not checks.is_integer(False)
+
+
+def test_one_line_writes_comparisons_in_words_and_no_markup_survives():
+    assert checks.one_line("lam must be >= 1") == "lam must be ≥ 1"
+    assert checks.one_line("x must be <= 2 and omega_2 must be > 0 or < 9") == (
+        "x must be ≤ 2 and omega_2 must be above 0 or below 9")
+    text = checks.one_line("got <b>x</b> &amp;\nmore")
+    assert not any(c in text for c in "<>&\n") and text.startswith("got ‹b›x‹/b›")
