@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from coolsd.models.emoji import EMOJI_SAMPLING
-from coolsd.train.emoji_data import load_dataset, splits
+from coolsd.train.emoji_data import CREDITS, load_dataset, splits
 from coolsd.train.emoji_eval import evaluate_emoji
 from coolsd.train.export import export_bundle, export_real_stats
 from coolsd.train.loop import part_path
@@ -29,8 +29,6 @@ def export(args) -> None:
     """fp16 folders into args.assets + FID statistics of every real image (training and held out); the
     target's config gains the artwork credits and the default emoji."""
     import json
-
-    from coolsd.train.emoji_data import CREDITS
 
     export_bundle(args.out, args.assets)
     config_path = args.assets / "target" / "config.json"

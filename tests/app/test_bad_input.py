@@ -107,7 +107,7 @@ def one_line(message) -> str:
 def names_of(param: str, label: str) -> list[str]:
     """What a message may call a parameter: its API name (also with spaces) or its control's label (the part
     before any parenthesis)."""
-    aliases = {"custom_omegas": ["custom schedule", "custom omegas"], "omegas": ["custom omegas"], "key": ["decoder"],
+    aliases = {"custom_omegas": ["custom schedule", "custom omega"], "omegas": ["custom omegas"], "key": ["decoder"],
                "round_no": ["round"], "lantern_k": ["k (neighbours)"], "lantern_lambda": ["lambda"],
                "top_k": ["top-k"], "condition": ["emoji", "digit", "class", "prompt"], "query": ["query", "share link"],
                "mean_omega": ["mean omega"], "cfg_scale": ["cfg"], "draft_len": ["draft length"],

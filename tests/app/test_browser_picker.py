@@ -9,6 +9,7 @@ import pytest
 from demo_app import picker_demo, served
 from test_browser import CHROMIUM, CHROMIUM_ARGS, wait_text
 
+from coolsd.models.registry import MODELS
 from coolsd.util.paths import EMOJI_DIR
 
 pytestmark = [
@@ -52,7 +53,7 @@ def test_picking_a_model_switches_the_page_and_generate_races_it(page_url):
             page.goto(page_url)
             page.locator("#gen-btn").wait_for(timeout=60_000)
             assert not page.locator("#style").is_visible()  # the tiny model has no styles
-            pick(page, "model", "Emoji (15 classes, Twemoji / Noto)")
+            pick(page, "model", MODELS["emoji"].label)
             page.wait_for_function(HEADER, timeout=120_000)
             assert page.locator("#style").is_visible() and page.locator("#style input").input_value() == "Noto"
             assert page.locator("#condition input").input_value() == "worried faces"

@@ -110,12 +110,19 @@ def test_the_dtype_variable_is_honoured_and_logged(emoji_dir, monkeypatch, caplo
     assert step.logits.dtype == torch.float32  # rules and sampling always see fp32 logits
 
 
-def test_auto_times_both_paths_and_runs_the_faster(emoji_dir, monkeypatch):
+def test_the_precision_stored_with_the_model_is_used_and_nothing_is_timed(emoji_dir, monkeypatch, tmp_path):
+    """Issue 26: precision is configuration (precision.json beside the model; COOLSD_DTYPE overrides it)."""
+    import shutil
+
     monkeypatch.delenv(DTYPE_ENV, raising=False)
-    b = load_emoji(emoji_dir, device="cpu")
-    assert "fp32" in b.execution and "bf16" in b.execution and "measured" in b.execution
-    chosen = b.execution.split()[0]
-    assert b.target.embed.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[chosen]
+    assert load_emoji(emoji_dir, device="cpu").execution == "fp32"  # nothing stored: fp32 on a CPU
+    stored = tmp_path / "stored"
+    shutil.copytree(emoji_dir, stored)
+    (stored / "precision.json").write_text('{"cpu": "bf16"}')
+    b = load_emoji(stored, device="cpu")
+    assert b.execution == "bf16 (stored with the model)" and b.target.embed.dtype == torch.bfloat16
+    monkeypatch.setenv(DTYPE_ENV, "fp32")
+    assert load_emoji(stored, device="cpu").target.embed.dtype == torch.float32
     monkeypatch.setenv(DTYPE_ENV, "fp64")
     with pytest.raises(BundleError, match=DTYPE_ENV):
         load_emoji(emoji_dir, device="cpu")
