@@ -178,13 +178,15 @@ def test_share_link_racers_replay_and_downloads(page_url):
             page.goto(base + "?seed=7&racers=eagle-1,uniform-rsd,custom&custom_omegas=3,1&uniform_delta=4")
             page.locator("#gen-btn").wait_for(timeout=60_000)
             page.wait_for_function("() => document.querySelector('#seed input').value === '7'", timeout=30_000)
-            wait_text(page, "#title-1", "UniformRSD")
-            assert page.locator("#racers label", has_text="UniformRSD").locator("input").is_checked()
+            page.wait_for_function("() => [...document.querySelectorAll('#racers label')].some("
+                                   "l => l.innerText.includes('UniformRSD') && l.querySelector('input').checked)",
+                                   timeout=30_000)
             assert not page.locator("#racers label", has_text="LANTERN++").first.locator("input").is_checked()
+            page.locator("#gen-btn").click()  # the slots take the racers' names when the race starts (issue 26 #6)
+            wait_text(page, "#title-1", "UniformRSD")
             assert page.locator("#title-2").inner_text().strip() == "Custom schedule"
-            assert not page.locator("#img-3").is_visible() and page.locator("#img-4").is_visible()
-            page.locator("#gen-btn").click()
             wait_text(page, "#stats", "Finished", timeout=90_000)
+            assert not page.locator("#img-3").is_visible() and page.locator("#img-4").is_visible()
             page.wait_for_selector("#plot-hist .main-svg", timeout=30_000)
             assert page.locator("#plot-hist .barlayer .trace").count() == 3  # one bar series per racer
             # replay: step back with the keyboard; the stats say which step is shown
