@@ -39,7 +39,9 @@ def parser() -> argparse.ArgumentParser:
                     help="export destination (default assets/embedded or assets/emoji)")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
     dr = ap.add_argument_group("drafter stage")
-    dr.add_argument("--init", type=Path, default=None, help="warm-start the head from this save_pretrained folder")
+    dr.add_argument("--init", type=Path, default=None,
+                    help="warm-start the head (drafter stage) or the emoji target (target stage) from this "
+                         "save_pretrained folder")
     dr.add_argument("--n-self", type=int, default=None, help="self-distilled target samples to train on")
     dr.add_argument("--self-frac", type=float, default=None, help="fraction of each batch from self-samples")
     dr.add_argument("--w-cls", type=float, default=0.1, help="weight of the per-row cross-entropy")

@@ -50,12 +50,41 @@ def emoji_token_dataset(vq, images: torch.Tensor, labels, styles, flippable, fli
     return codes, torch.cat([labels, labels[flip]]), torch.cat([styles, styles[flip]])
 
 
+def token_rows(old_config, new_config) -> torch.Tensor:
+    """For each id of `new_config`'s vocabulary, the id of `old_config` that means the same token: codes by
+    index, emoji by name, styles by name, the nulls by role. (V_new,) long; KeyError names a missing emoji."""
+    k = new_config.codebook_size
+    if old_config.codebook_size != k:
+        raise ValueError(f"codebooks differ: {old_config.codebook_size} vs {k} codes")
+    old_class = {n: old_config.class_token_offset + i for i, n in enumerate(old_config.class_names)}
+    old_style = {n: old_config.style_token_offset + i for i, n in enumerate(old_config.style_names)}
+    rows = list(range(k)) + [old_class[n] for n in new_config.class_names] + [old_config.null_class_token]
+    rows += [old_style[n] for n in new_config.style_names] + [old_config.null_style_token]
+    return torch.tensor(rows)
+
+
+def warm_start(model: LlamaForCausalLM, init) -> None:
+    """Copy a trained target (save_pretrained folder `init`) into `model`, whose emoji may be a subset of
+    the old one's: every layer as is, the embedding and output rows picked by `token_rows`."""
+    old = LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
+    rows = token_rows(old.config, model.config)
+    state = old.state_dict()
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        state[name] = state[name][rows]
+    model.load_state_dict(state, strict=True)
+    print(f"[target] warm start from {init}: {len(rows)} of {old.config.vocab_size} token rows", flush=True)
+
+
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
-                       lr: float = 8e-4, bf16: bool = True, flips: bool = False, **size) -> LlamaForCausalLM:
-    """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`)."""
+                       lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
+                       **size) -> LlamaForCausalLM:
+    """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
+    `init`: warm-start from a trained target's folder (see `warm_start`)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
+    if init is not None:
+        warm_start(model, init)
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
     codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
     vx, vy, vs, _ = data["val"]

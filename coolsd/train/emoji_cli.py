@@ -64,7 +64,7 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         return 0
     vq = VQModel.from_pretrained(part_path(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
-        emoji.train_emoji_target(vq, data, args.out, budget, **kw)
+        emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, **kw)
         return 0
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)

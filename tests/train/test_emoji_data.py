@@ -122,7 +122,7 @@ def test_build_dataset_renders_each_style_and_splits_by_pairs(tmp_path):
     path = tmp_path / "emoji-test.txt"
     path.write_text(EMOJI_TEST, encoding="utf-8")
     d = ed.build_dataset(tmp_path / "d.pt", sets=sets(), emoji_test=path, min_styles=3, heldout_frac=0.5,
-                         render=fake_render, drop_groups=ed.DROP_GROUPS)
+                         render=fake_render, drop_groups=ed.DROP_GROUPS, keep=None)
     assert d["class_names"] == ["grinning face", "smiling face", "waving hand", "right arrow", "keycap: 1",
                                 "red apple"]
     assert d["class_groups"][5] == "Food & Drink" and d["class_chars"][5] == "\U0001F34E"
@@ -155,9 +155,19 @@ def test_to_square_rgb_pads_on_white_and_centres():
 def test_the_shipped_selection_keeps_five_groups(tmp_path):
     path = tmp_path / "emoji-test.txt"
     path.write_text(EMOJI_TEST, encoding="utf-8")
-    d = ed.build_dataset(None, sets=sets(), emoji_test=path, min_styles=3, render=fake_render)
+    d = ed.build_dataset(None, sets=sets(), emoji_test=path, min_styles=3, render=fake_render, keep=None)
     assert d["class_names"] == ["grinning face", "smiling face", "red apple"]  # no hands, arrows, keycaps
     assert ed.SHIPPED_DROP_GROUPS >= ed.DROP_GROUPS | {"People & Body", "Objects", "Symbols"}
+
+
+def test_the_shipped_list_names_the_emoji_kept_in_file_order(tmp_path):
+    path = tmp_path / "emoji-test.txt"
+    path.write_text(EMOJI_TEST, encoding="utf-8")
+    d = ed.build_dataset(None, sets=sets(), emoji_test=path, min_styles=3, render=fake_render,
+                         keep=("red apple", "grinning face", "waving hand"))
+    assert d["class_names"] == ["grinning face", "red apple"]  # file order; hands dropped by their group
+    assert len(set(ed.SHIPPED_EMOJI)) == len(ed.SHIPPED_EMOJI) and "cat face" in ed.SHIPPED_EMOJI
+    assert not {"twelve o’clock", "grinning face with big eyes"} & set(ed.SHIPPED_EMOJI)
 
 
 def test_missing_labels_fail_with_one_clear_line(tmp_path):

@@ -176,3 +176,30 @@ def test_target_stage_runs_and_saves(tmp_path, model):
     state = torch.load(tmp_path / "target_state.pt", weights_only=False)
     assert state["step"] >= 1 and np.isfinite(state["final"]["val_nll"])
     assert (tmp_path / "target" / "config.json").exists()
+
+
+def test_warm_start_keeps_what_each_emoji_and_style_predicts(tmp_path):
+    """A target warm-started on a subset of the emoji (in another order) gives, for every kept (emoji,
+    style) pair and for the unconditional row, exactly the old model's logits over the codes."""
+    from coolsd.models.embedded import condition_prefix, target_config
+    from coolsd.train.emoji import token_rows, warm_start
+
+    size = dict(hidden=32, layers=2, heads=2, intermediate=64)
+    torch.manual_seed(0)
+    old = LlamaForCausalLM(target_config(K, class_names=["a", "b", "c", "d"], style_names=["x", "y"], **size)).eval()
+    old.save_pretrained(tmp_path / "old")
+    new = LlamaForCausalLM(target_config(K, class_names=["c", "a"], style_names=["x", "y"], **size)).eval()
+    warm_start(new, tmp_path / "old")
+    codes = torch.randint(K, (1, 7))
+    for new_c, old_c in ((0, 2), (1, 0)):
+        for s in (0, 1):
+            for null in (False, True):
+                ids_new = torch.cat([condition_prefix(new.config, torch.tensor([new_c * 2 + s]), null), codes], 1)
+                ids_old = torch.cat([condition_prefix(old.config, torch.tensor([old_c * 2 + s]), null), codes], 1)
+                with torch.no_grad():
+                    a, b = new(input_ids=ids_new).logits[..., :K], old(input_ids=ids_old).logits[..., :K]
+                assert torch.equal(a, b)
+    assert token_rows(old.config, new.config).tolist()[K:] == [K + 2, K, K + 4, K + 5, K + 6, K + 7]
+    missing = LlamaForCausalLM(target_config(K, class_names=["e"], style_names=["x", "y"], **size))
+    with pytest.raises(KeyError, match="'e'"):
+        warm_start(missing, tmp_path / "old")
