@@ -19,8 +19,10 @@ import torch
 
 from coolsd.decoding.sampling import SamplingConfig
 
-SETTINGS = {"CFG 3, T 1 (the app's)": SamplingConfig(3.0, 1.0, 0, 1.0), "CFG 1, T 1": SamplingConfig(1.0, 1.0, 0, 1.0),
-            "CFG 1, greedy": SamplingConfig(1.0, 1.0, 1, 1.0), "CFG 3, greedy": SamplingConfig(3.0, 1.0, 1, 1.0)}
+SETTINGS = {"CFG 3, T 1": SamplingConfig(3.0, 1.0, 0, 1.0), "CFG 1, T 1": SamplingConfig(1.0, 1.0, 0, 1.0),
+            "CFG 1, greedy": SamplingConfig(1.0, 1.0, 1, 1.0), "CFG 3, greedy": SamplingConfig(3.0, 1.0, 1, 1.0),
+            "CFG 1, T 0.7": SamplingConfig(1.0, 0.7, 0, 1.0), "CFG 1.5, T 1": SamplingConfig(1.5, 1.0, 0, 1.0),
+            "CFG 1, top-k 20": SamplingConfig(1.0, 1.0, 20, 1.0)}
 
 
 def main() -> int:
@@ -28,7 +30,7 @@ def main() -> int:
     from transformers import LlamaForCausalLM
 
     from coolsd.train.emoji_data import load_dataset, to_float
-    from coolsd.train.emoji_eval import recognised
+    from coolsd.train.emoji_eval import decode_codes, recognised, rgb_grid
     from coolsd.train.selfdistill import sample_batch
     from coolsd.train.vq import psnr
 
@@ -36,6 +38,8 @@ def main() -> int:
     ap.add_argument("folder", type=Path, help="holds vq/ and target/ (save_pretrained)")
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--settings", default=";".join(SETTINGS), help=f"names separated by ; of {list(SETTINGS)}")
+    ap.add_argument("--sheets", type=Path, default=None, help="write 32 samples per setting as PNGs here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     vq = VQModel.from_pretrained(args.folder / "vq", torch_dtype=torch.float32).eval()
@@ -48,15 +52,15 @@ def main() -> int:
     val = to_float(d["images"][d["val"]])
     with torch.no_grad():
         report = {"vq_psnr_heldout_db": psnr(vq(val).sample.clamp(-1, 1), val), "settings": {}}
-    for name, sampling in SETTINGS.items():
-        row = {}
+    for name in args.settings.split(";"):
+        sampling, row = SETTINGS[name], {}
         for part, idx in (("seen", seen), ("held_out", d["val"])):
             conds = d["labels"][idx] * styles + d["styles"][idx]
             t0 = time.perf_counter()
-            codes = sample_batch(model, conds, sampling, gen)
-            with torch.no_grad():
-                z = vq.quantize.embedding(codes).view(len(codes), 16, 16, -1).permute(0, 3, 1, 2)
-                images = (vq.decode(z, force_not_quantize=True).sample.clamp(-1, 1) + 1) / 2
+            images = decode_codes(vq, sample_batch(model, conds, sampling, gen))
+            if args.sheets and part == "seen":
+                args.sheets.mkdir(parents=True, exist_ok=True)
+                rgb_grid(list(images[:32]), cols=8).save(args.sheets / f"{name.replace(' ', '').replace(',', '_')}.png")
             hits = recognised(images, d["labels"][idx], bank, d["labels"])
             row[part] = {"recognised": hits.float().mean().item(), "n": len(idx), "s": time.perf_counter() - t0}
         report["settings"][name] = row

@@ -25,7 +25,7 @@ def samples_recognised(model, vq, data, conds, styles_n, batch=64, seed=0):
     """Vanilla AR (CFG 3) samples of (class, style) conds -> share recognised (nearest real image)."""
     from coolsd.models.emoji import EMOJI_SAMPLING
     from coolsd.train.emoji_data import load_dataset
-    from coolsd.train.emoji_eval import recognised
+    from coolsd.train.emoji_eval import decode_codes, recognised
     from coolsd.train.selfdistill import sample_batch
 
     d = load_dataset()
@@ -35,10 +35,7 @@ def samples_recognised(model, vq, data, conds, styles_n, batch=64, seed=0):
     for i in range(0, len(conds), batch):
         c = conds[i : i + batch]
         codes = sample_batch(model, c[:, 0] * styles_n + c[:, 1], EMOJI_SAMPLING, gen)
-        with torch.no_grad():
-            z = vq.quantize.embedding(codes).view(len(c), 16, 16, -1).permute(0, 3, 1, 2)
-            img = (vq.decode(z, force_not_quantize=True).sample.clamp(-1, 1) + 1) / 2
-        hits.append(recognised(img, c[:, 0], bank, bank_labels))
+        hits.append(recognised(decode_codes(vq, codes), c[:, 0], bank, bank_labels))
     return torch.cat(hits).float().mean().item()
 
 

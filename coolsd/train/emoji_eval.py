@@ -107,6 +107,14 @@ def evaluate_emoji(assets: Path, seed: int = 0) -> dict:
 
 
 @torch.no_grad()
+def decode_codes(vq, codes: torch.Tensor) -> torch.Tensor:
+    """(B, H*W) codes of a square grid -> (B, 3, 32, 32) RGB images in [0, 1] (the VQ's decoder, fp32)."""
+    side = int(round(codes.shape[1] ** 0.5))
+    z = vq.quantize.embedding(codes).view(len(codes), side, side, -1).permute(0, 3, 1, 2)
+    return (vq.decode(z, force_not_quantize=True).sample.clamp(-1, 1) + 1) / 2
+
+
+@torch.no_grad()
 def nearest_real(images01: torch.Tensor, bank01: torch.Tensor, chunk: int = 128) -> torch.Tensor:
     """Index of the nearest bank image for each image, by squared pixel distance.
 
