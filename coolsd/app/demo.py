@@ -100,20 +100,23 @@ def model_info(ctx: Context) -> dict:
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
-            "execution": m.execution}
+            "execution": m.execution, "credits": m.credits}
 
 
 def header_markdown(ctx: Context) -> str:
-    """The page header for `ctx`'s model: its name, device and execution path, grid, and any fallback note."""
+    """The page header for `ctx`'s model: its name, device and execution path, grid, any fallback note, and the
+    credits of the artwork it learned from (the model's own, `ModelBundle.credits`; a licence such as CC-BY asks
+    for them wherever its images are shown)."""
     m = ctx.model
     note = f"\n\n⚠️ {m.note}" if m.note else ""
+    credits = f"\n\nCredits: {m.credits.rstrip('.')}." if m.credits else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
     precision = m.execution.split(" ")[0] if m.execution else ""  # "bf16 (stored with the model)" -> "bf16"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
             f"Model: **{name}** on {ctx.device.type.upper()}{f' in {precision}' if precision else ''}, "
             f"{m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
-            f"runs next, so each frame compares equal compute.{note}")
+            f"runs next, so each frame compares equal compute.{note}{credits}")
 
 
 def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Controls, handle: race.RaceHandle,

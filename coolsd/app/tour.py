@@ -87,10 +87,10 @@ STEPS = [
          "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your answer to the previous step)?",
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
     Step("Quality",
-         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes one sample per class with vanilla AR, "
-         "Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether each still shows its "
-         "class (a digit, or an emoji's class). Watch the lab's grid and its accuracy column: few samples, so "
-         "compare the columns rather than trust one number.",
+         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes the same samples, each of another "
+         "class, with vanilla AR, Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether "
+         "each still shows what was asked for (the digit, or the emoji). Watch the lab's grid and its accuracy "
+         "column: few samples, so compare the columns rather than trust one number.",
          "COOL-SD's class accuracy at δ = 8, in %?",
          _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
     Step("Why G*",

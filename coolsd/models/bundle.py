@@ -37,7 +37,8 @@ class ModelBundle:
     class_names: label of each engine condition id ("<class> · <style>" for a styled model; conditioning ==
     "class") or [] for text prompts; grid: (H, W) tokens. The rest says how the app offers it: kind (the
     loader: "embedded", "emoji", "tiny", "llamagen"), execution (the weights' dtype and why), note (a fallback
-    to show), resolution (pixels per side, models offered at several), example prompts and the prompt cap."""
+    to show), resolution (pixels per side, models offered at several), example prompts and the prompt cap, and
+    credits (the training data's authors and licences, which the page shows)."""
 
     name: str
     target: TokenModel
@@ -54,6 +55,7 @@ class ModelBundle:
     class_groups: list[str] = field(default_factory=list)  # emoji: one Unicode group per class (the picker's filter)
     class_chars: list[str] = field(default_factory=list)  # emoji: the character each class draws (shown by its name)
     default_class: str | None = None  # the class a page starts on (config `default_class`; None: the loader's pick)
+    credits: str = ""  # whose artwork and names the model learned, and their licences (config `credits`; shown)
     kind: str = "embedded"
     note: str = ""
     resolution: int | None = None
@@ -175,7 +177,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
                        execution=str(dtype).removeprefix("torch."),
                        class_groups=list(getattr(cfg, "class_groups", None) or []),
                        class_chars=list(getattr(cfg, "class_chars", None) or []),
-                       default_class=getattr(cfg, "default_class", None))
+                       default_class=getattr(cfg, "default_class", None),
+                       credits=str(getattr(cfg, "credits", None) or ""))
 
 
 def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,

@@ -1,14 +1,19 @@
 """The model picker in headless Chromium: a pick switches the header, the class and style pickers and the race
 area; Generate then races the picked model; a share link names it and opens the page on it; an unknown model
-in a link is one warning line. Runs on the picker demo (`tests/demo_app.py: picker_demo`) with the emoji model.
+in a link is one warning line. Runs on the picker demo (`tests/demo_app.py: picker_demo`) with the emoji model;
+its names, styles and the labels the page shows are read from the model (it is retrained with other names).
 """
 
 from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from demo_app import picker_demo, served
 from test_browser import CHROMIUM, CHROMIUM_ARGS, wait_text
 
+from coolsd.app.settings import default_condition, name_choices
 from coolsd.models.registry import MODELS
 from coolsd.util.paths import EMOJI_DIR
 
@@ -44,6 +49,11 @@ def test_picking_a_model_switches_the_page_and_generate_races_it(page_url):
 
     app = picker_demo()
     emoji = app.ctx.for_model("emoji")
+    shown = {name: label for label, name in name_choices(emoji.model)}  # the picker's text per name ("🐱 cat face")
+    start, start_style = default_condition(emoji)  # where the page starts on this model
+    names, styles = emoji.model.base_class_names, emoji.model.style_names
+    name = next(n for n in names[2:] if n != start)  # another emoji ...
+    style = next(s for s in styles if s != start_style)  # ... in another style
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -55,31 +65,33 @@ def test_picking_a_model_switches_the_page_and_generate_races_it(page_url):
             assert not page.locator("#style").is_visible()  # the tiny model has no styles
             pick(page, "model", MODELS["emoji"].label)
             page.wait_for_function(HEADER, timeout=120_000)
-            assert page.locator("#style").is_visible() and page.locator("#style input").input_value() == "Noto"
-            assert page.locator("#condition input").input_value() == "worried faces"
+            assert page.locator("#style").is_visible() and page.locator("#style input").input_value() == start_style
+            assert page.locator("#condition input").input_value() == shown[start]
             page.locator("#condition input").click()
-            assert page.get_by_role("option").count() == 15  # the emoji classes, not the digits
+            assert page.get_by_role("option").count() == len(names)  # the emoji, not the digits
             page.locator("#header").click()
-            pick(page, "condition", "hearts")
-            pick(page, "style", "Twemoji")
+            pick(page, "condition", shown[name])
+            pick(page, "style", style)
             page.locator("#gen-btn").click()
             wait_text(page, "#stats", "Finished", timeout=300_000)
             page.get_by_text("Raw numbers (what the API returns)").first.click()  # the race's stats JSON
-            wait_text(page, "#stats-json", "hearts · Twemoji", timeout=60_000)
+            wait_text(page, "#stats-json", emoji.model.conditions.label(emoji.model.condition(name, style)),
+                      timeout=60_000)
             assert emoji.model.name in page.locator("#stats-json").inner_text()
             page.locator("#link-btn").click()
             page.wait_for_function("() => document.querySelector('#share-link textarea').value.includes('model=')",
                                    timeout=60_000)
             link = page.locator("#share-link textarea").input_value()
-            assert "model=emoji" in link and "condition=hearts" in link and "style=Twemoji" in link, link
+            query = parse_qs(urlsplit(link).query)
+            assert query["model"] == ["emoji"] and query["condition"] == [name] and query["style"] == [style], link
             # the link opens a fresh page on the emoji model with its class and style
             fresh = browser.new_page(viewport={"width": 1500, "height": 1250})
             fresh.goto(link)
             fresh.locator("#header").wait_for(timeout=60_000)
             fresh.wait_for_function(HEADER, timeout=120_000)
-            fresh.wait_for_function("() => document.querySelector('#condition input').value === 'hearts'",
-                                    timeout=60_000)
-            assert fresh.locator("#style input").input_value() == "Twemoji"
+            picked = f"() => document.querySelector('#condition input').value === {json.dumps(shown[name])}"
+            fresh.wait_for_function(picked, timeout=60_000)
+            assert fresh.locator("#style input").input_value() == style
             assert fresh.locator("#model input").input_value().startswith("Emoji")
             # an unknown model: one warning line, the page stays on the app's model
             bad = browser.new_page()

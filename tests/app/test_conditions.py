@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from new_emoji import CHARS, CLASS_GROUPS, DEFAULT, NAMES, STYLES, save_new_emoji
+from new_emoji import CHARS, CLASS_GROUPS, CREDITS, DEFAULT, NAMES, STYLES, save_new_emoji
 
 from coolsd.app import controls
 from coolsd.app.context import Catalogue
-from coolsd.app.demo import model_info
+from coolsd.app.demo import header_markdown, model_info
 from coolsd.app.lab import LabPanel
 from coolsd.app.settings import RaceSettings, specs
 from coolsd.models.conditions import Conditions
 from coolsd.models.emoji import load_emoji
+from coolsd.models.tiny import tiny_bundle
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,13 @@ def test_the_lab_spreads_its_samples_over_the_classes(ctx):
     assert len(set(classes)) == 10 and max(classes) >= len(NAMES) - len(NAMES) // 10 - 1
     assert [c % len(STYLES) for c in conditions] == [j % len(STYLES) for j in range(10)]
     assert headers == [ctx.model.conditions.label(c) for c in conditions]
+
+
+def test_the_page_credits_the_artwork_the_model_names(ctx):
+    """Issue 25: the artwork's authors and licences come from the model's config (`credits`), shown in the header
+    (which follows the model picker) and in /model_info; a model without credits shows none."""
+    assert ctx.model.credits == CREDITS
+    assert f"Credits: {CREDITS}." in header_markdown(ctx) and model_info(ctx)["credits"] == CREDITS
+    tiny = tiny_bundle()
+    plain = Catalogue(["tiny"], loader=lambda key: [tiny]).add("tiny", [tiny])
+    assert plain.model.credits == "" and "Credits" not in header_markdown(plain)

@@ -1,5 +1,6 @@
 """The recorded default race (issue 17 part 5): recorded by the Race tab's own handler, shown at page open only while
-it matches the loaded model and defaults, replayed exactly at every step, and current for the embedded model."""
+it matches the loaded model and defaults, replayed exactly at every step, current for the embedded model, and one
+current recording per shipped model with no stale one left beside it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from coolsd.app.race import LiveRaces
 from coolsd.app.record_default import record
 from coolsd.app.recordings import Recordings
 from coolsd.compare.trace import RaceTrace
+from coolsd.models import registry
 from coolsd.util.paths import EMBEDDED_DIR
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -98,3 +100,18 @@ def test_the_shipped_embedded_recording_is_what_generate_gives_now():
         a = [e.tokens.tolist() for j, e in new.steps if j == i]
         b = [e.tokens.tolist() for j, e in old.steps if j == i]
         assert a == b, f"{new.racers[i][0]} decodes differently now: run `{shipped.COMMAND}`"
+
+
+@pytest.mark.parametrize("key", [key for key in ("emoji", "mnist") if registry.MODELS[key].present()])
+def test_each_shipped_model_has_one_current_recording_and_no_stale_one(key):
+    """A retrained model (issue 25's emoji model) gets its recording made again and the old model's file removed:
+    the page opens on the race of the model as shipped, and no recording of a model no longer shipped stays."""
+    ctx = open_context(key, others=[])
+    found = shipped.load(ctx)
+    assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND} --model {key}`"
+    mine = []
+    for path in sorted(shipped.TRACES_DIR.glob("*.json.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            if json.load(f).get("settings", {}).get("model") == key:
+                mine.append(path.name)
+    assert mine == [shipped.path_for(ctx).name], f"recordings of {key}: {mine}; remove the stale ones"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -18,6 +19,7 @@ from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import LlamaClassTarget, condition_prefix, num_conditions, target_config, vq_config
 from coolsd.models.emoji import DTYPE_ENV, load_emoji
 from coolsd.train.emoji import emoji_classifier
+from coolsd.train.emoji_eval import SHEET_EMOJI
 from coolsd.util.paths import EMOJI_DIR
 
 K, CLASSES, STYLES, GRID = 32, ["cats", "cars", "hearts"], ["Twemoji", "Noto"], (4, 4)
@@ -150,16 +152,47 @@ def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
 SHIPPED = EMOJI_DIR / "target" / "config.json"
 
 
+def shipped_config() -> dict:
+    """The shipped emoji target's config.json ({} where it is not shipped)."""
+    return json.loads(SHIPPED.read_text(encoding="utf-8")) if SHIPPED.is_file() else {}
+
+
 @pytest.mark.skipif(not SHIPPED.is_file(), reason="the emoji weights are not shipped in this checkout")
-def test_shipped_emoji_folders_load_strictly_and_decode_rgb_32px(fp32_env):
+def test_shipped_emoji_folders_load_strictly_and_decode_rgb(fp32_env):
+    """Names, styles and sizes are read from the model (it is retrained with other names), never typed here."""
     b = load_emoji(device="cpu", with_classifier=True)
-    assert len(b.base_class_names) >= 12 and b.style_names == ["Twemoji", "Noto"]
-    assert len(b.class_names) == len(b.base_class_names) * 2 and b.grid == (16, 16)
-    image = b.tokenizer.decode(torch.zeros(256, dtype=torch.long))
-    assert image.shape == (3, 32, 32) and 0 <= image.min() and image.max() <= 1
+    names, styles = b.base_class_names, b.style_names
+    assert len(names) == len(set(names)) >= 12 and len(styles) >= 2 and b.grid == (16, 16)
+    assert len(b.class_names) == len(names) * len(styles) == b.conditions.count
+    labels = b.classifier.config.id2label  # the judge of the same emoji and styles, in the same order
+    assert [labels[i] for i in range(len(labels))] == [f"class:{n}" for n in names] + [f"style:{s}" for s in styles]
+    scale = 2 ** (len(b.tokenizer.vq.config.block_out_channels) - 1)  # pixels per token side
+    image = b.tokenizer.decode(torch.zeros(b.num_tokens, dtype=torch.long))
+    assert image.shape == (3, 16 * scale, 16 * scale) and 0 <= image.min() and image.max() <= 1
     size = sum(f.stat().st_size for f in EMOJI_DIR.rglob("*") if f.is_file())
     assert size <= 50e6  # the issue's budget for this model
     assert (EMOJI_DIR / "classifier" / "real_stats.safetensors").is_file()
+
+
+def test_the_shipped_assets_fit_the_issue_budget():
+    """Issue 25: assets/ at most 80 MB in all (models, benchmarks, traces, screenshots), in this checkout."""
+    size = sum(f.stat().st_size for f in EMOJI_DIR.parent.rglob("*") if f.is_file())
+    assert size <= 80e6, f"assets/ holds {size / 1e6:.1f} MB"
+
+
+@pytest.mark.skipif("class_groups" not in shipped_config(), reason="the shipped emoji model is the 15-class one")
+def test_the_shipped_emoji_model_names_each_emoji_its_group_character_and_credits(fp32_env):
+    """Issue 25's model: one class per emoji, named in words, four styles, a start every visitor knows, and the
+    artwork's authors and licences, which the page shows (`ModelBundle.credits`)."""
+    b = load_emoji(device="cpu")
+    names = b.base_class_names
+    assert b.style_names == ["Twemoji", "Noto", "Fluent Flat", "EmojiOne"]
+    assert len(b.class_groups) == len(b.class_chars) == len(names) and b.default_class in names
+    assert {"cat face", "red apple", "rocket", "rainbow", *SHEET_EMOJI} <= set(names)  # the README's sample sheet
+    assert b.class_chars[names.index("red apple")] == "\U0001F34E"
+    for credit in ("Twemoji", "CC-BY 4.0", "Noto", "Apache-2.0", "Fluent", "MIT", "EmojiOne"):
+        assert credit in b.credits, credit
+    assert b.condition("cat face", "Noto") == names.index("cat face") * 4 + 1
 
 
 NAMED = EMOJI_DIR.parent / "emoji_names"  # the named-emoji model in training (assets/emoji_names/README.md)
