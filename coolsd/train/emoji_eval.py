@@ -54,7 +54,7 @@ def heldout_metrics(bundle, data: dict) -> dict:
 
 # the emoji of the README's sample sheet: ones every visitor knows, one style per row in turn
 SHEET_EMOJI = ("cat face", "red apple", "rocket", "rainbow", "grinning face", "dog face", "pizza", "soccer ball",
-               "sun", "unicorn", "airplane", "birthday cake")
+               "sun with face", "unicorn", "airplane", "birthday cake")
 
 
 def labelled_sheet(images: list[list[torch.Tensor]], rows: list[str], cols: list[str], scale: int = 3) -> Image.Image:
