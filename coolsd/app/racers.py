@@ -14,8 +14,9 @@ from collections.abc import Mapping
 
 from coolsd.app.context import Context, bad
 from coolsd.decoding import variants
+from coolsd.decoding.knobs import RuleKnobs
+from coolsd.decoding.knobs import parse_omegas as parse_omega_list
 from coolsd.decoding.rules import Rule
-from coolsd.decoding.variants import RuleKnobs
 from coolsd.util.checks import show
 
 MAX_RACERS = 4  # vanilla AR races as well, always
@@ -29,9 +30,9 @@ RULE_SETTINGS = [f.name for f in dataclasses.fields(RuleKnobs) if f.name != "lan
 
 
 def parse_omegas(text) -> tuple[float, ...]:
-    """The custom omega list (`variants.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"), its error as one clear line."""
+    """The custom omega list (`knobs.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"), its error as one clear line."""
     try:
-        return variants.parse_omegas(text)
+        return parse_omega_list(text)
     except ValueError as err:
         raise bad(f"{RACERS['custom']}: {err}") from None
 

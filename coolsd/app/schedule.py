@@ -15,7 +15,7 @@ import gradio as gr
 
 from coolsd.app.context import Context, bad, unexpected_errors
 from coolsd.app.settings import Spec, check_values
-from coolsd.decoding import variants
+from coolsd.decoding import knobs
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
 from coolsd.theory import annealing, sweeps
 from coolsd.util.checks import plain, show
@@ -65,9 +65,9 @@ def schedule_specs() -> dict[str, Spec]:
 
 
 def parse_omegas(text) -> tuple[float, ...]:
-    """The custom list (`variants.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"); a one-line error, at most L numbers."""
+    """The custom list (`knobs.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"); a one-line error, at most L numbers."""
     try:
-        values = variants.parse_omegas(text)
+        values = knobs.parse_omegas(text)
     except ValueError as err:
         raise bad(f"custom omegas: {err}") from None
     if len(values) > DRAFT_LEN:
@@ -202,7 +202,7 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
             kind, delta, nu, slope = (panel.specs[n].component() for n in ("kind", "delta", "nu", "slope"))
-            omegas = gr.Textbox(value=variants.format_omegas(CustomScheduleRule.omegas),
+            omegas = gr.Textbox(value=knobs.format_omegas(CustomScheduleRule.omegas),
                                 label="custom " + ", ".join(f"ω{subscript(i)}" for i in range(1, DRAFT_LEN + 1)),
                                 elem_id="sched-omegas", max_length=200)
             floor, drafts = panel.specs["floor"].component(), panel.specs["drafts"].component()

@@ -32,9 +32,9 @@ from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.decoding.variants import RuleKnobs
 from coolsd.util import checks
 from coolsd.util.paths import EMBEDDED_CLASSIFIER
 

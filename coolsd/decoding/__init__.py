@@ -8,7 +8,9 @@ what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.p
 temperature / top-k / CFG settings, `protocol.py` what a model must offer the engine (`TokenModel`,
 `Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the
 latent-neighbour table LANTERN++ uses.
-`variants.py` is the one registry of named decoder variants (key, label, colour, how each builds its
-rule from settings: "cool-sd" floored at 1, "cool-sd-unclipped", "lantern++-gstar", ...).
+`variants.py` is the one registry of named decoder variants (key, label, colour, rule, fixed options:
+"cool-sd" floored at 1, "cool-sd-unclipped", "lantern++-gstar", ...); each builds its rule from
+`knobs.py` (`RuleKnobs`: the rule fields a front end moves, side by side, defaults read from the
+rules; the omega-list grammar).
 docs/rules-and-theory.md states the maths each rule implements; `coolsd.theory` checks it exactly.
 """

@@ -26,8 +26,8 @@ import itertools
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, Rule, UniformRSDRule
-from coolsd.decoding.variants import RuleKnobs
 from coolsd.theory.oracle import OracleResult, exact, match_tau, sequence_probs
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, UniformRSDRule
-from coolsd.decoding.variants import RuleKnobs
 from coolsd.theory import annealing
 from coolsd.theory.oracle import OracleResult, exact, match_tau
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LanternRule, LinearDecayRule, UniformRSDRule
-from coolsd.decoding.variants import RuleKnobs
 
 TABLE = torch.arange(32).repeat(8, 1)
 # every knob away from its default, so a value read from the wrong knob (or from the defaults) shows

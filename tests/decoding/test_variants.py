@@ -1,13 +1,13 @@
-"""The registry of named decoder variants (coolsd.decoding.variants): one home for keys, labels, colours and rules."""
+"""The registry of named decoder variants (coolsd.decoding.variants): one home for keys, labels, colours and rules.
+(The knobs the variants build from, and the omega-list grammar: tests/decoding/test_knobs.py.)"""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
@@ -17,7 +17,6 @@ from coolsd.decoding.rules import (
     LinearDecayRule,
     UniformRSDRule,
 )
-from coolsd.decoding.variants import RuleKnobs
 
 TABLE = torch.arange(32).repeat(8, 1)  # any (V, >= k + 1) table: the checks only read its width
 
@@ -33,16 +32,10 @@ def test_every_variant_builds_and_is_recognised_from_its_config():
     assert len({v.colour for v in variants.VARIANTS.values()}) == len(variants.VARIANTS)
 
 
-def test_defaults_are_the_rule_dataclasses():
-    cool, lantern, custom = CoolSDRule(), LanternPPRule(), CustomScheduleRule()
-    k = RuleKnobs()
-    assert (k.delta, k.nu, k.mean_omega) == (cool.delta, cool.nu, cool.mu is None)
-    assert (k.lantern_k, k.lantern_lambda) == (lantern.k, lantern.lam)
-    assert (k.uniform_delta, k.linear_delta, k.linear_slope) == (UniformRSDRule().delta, LinearDecayRule().delta,
-                                                                 LinearDecayRule().slope)
-    assert variants.parse_omegas(k.custom_omegas) == custom.omegas
-    assert variants.build("cool-sd") == cool and variants.build("eagle-1") == EagleRule()
-    assert variants.build("custom") == custom and variants.build("linear-decay") == LinearDecayRule()
+def test_the_default_knobs_build_the_default_rules():
+    assert variants.build("cool-sd") == CoolSDRule() and variants.build("eagle-1") == EagleRule()
+    assert variants.build("custom") == CustomScheduleRule() and variants.build("linear-decay") == LinearDecayRule()
+    assert variants.build("lantern++") == LanternPPRule() and variants.build("uniform-rsd") == UniformRSDRule()
 
 
 def test_cool_sd_is_floored_and_the_unclipped_schedule_is_a_variant():
@@ -90,26 +83,3 @@ def test_variant_of_fills_defaults_and_rejects_unnamed_configs():
 def test_racers_are_the_offered_variants_in_order():
     assert variants.RACERS == ["eagle-1", "lantern++", "lantern++-gstar", "uniform-rsd", "linear-decay", "cool-sd",
                                "cool-sd-unclipped", "custom"]
-
-
-@pytest.mark.parametrize("text", ["2 1 0.5", "2, 1, 0.5", "2,1,0.5", "2; 1; 0.5", " 2 ,1\t0.5 ", [2, 1, 0.5],
-                                  (2.0, "1", 0.5)])
-def test_one_omega_grammar(text):
-    assert variants.parse_omegas(text) == (2.0, 1.0, 0.5)
-
-
-@pytest.mark.parametrize("value, message", [
-    ("2, x", "'x' is not a number; write numbers separated by commas"), ("", "give at least one number"),
-    (" , ;", "give at least one number"), ("1, inf", "must be finite numbers"), ("nan", "must be finite numbers"),
-    (3, "must be numbers such as"), (None, "must be numbers such as"), ([True, 1], "must hold numbers"),
-])
-def test_omega_grammar_errors(value, message):
-    with pytest.raises(ValueError, match=message):
-        variants.parse_omegas(value)
-    assert variants.format_omegas((2.0, 1.0, 0.5)) == "2, 1, 0.5"
-
-
-def test_knobs_field_order_is_the_race_argument_order():
-    names = [f.name for f in dataclasses.fields(RuleKnobs)]
-    assert names[:10] == ["delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda", "uniform_delta",
-                          "linear_delta", "linear_slope", "custom_omegas"]
