@@ -5,7 +5,8 @@ Usage: nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python tools/planted_bugs.py [
 Each bug is a text replacement in one file (it must match exactly once, so a refactor that moves the
 code makes the script say so instead of silently planting nothing). For each, the script copies the
 working tree (tracked and untracked, not ignored files) to a temporary folder, plants the bug, runs
-the tests named for it with `pytest -x -q -m "not statistical"`, and reports CAUGHT (pytest failed)
+the tests named for it with `pytest -x -q -m "not statistical"`, and reports CAUGHT (pytest failed, or
+could not even import coolsd because of the bug: a bound check that every module-level config goes through)
 or MISSED. Exit status 1 if any bug is missed or cannot be planted. The first five are the planted
 bugs of issue 13; the rest are ours (those of issue 27, from "microscope:" on, each with the test file written
 to catch it). `--dry-run` only checks that every bug's text still occurs once (after a refactor).
@@ -133,12 +134,12 @@ BUGS = [
     Bug("timing: no synchronisation before a timed call", "coolsd/models/timing.py",
         "            sync()\n            t0 = clock()\n", "            t0 = clock()\n", (TIMING,)),
     Bug("timing: zero timed repeats allowed", "coolsd/models/timing.py",
-        'checks.integer("repeats", repeats, 1)', 'checks.integer("repeats", repeats, 0)', (TIMING,)),
+        'check_int("repeats", repeats, 1)', 'check_int("repeats", repeats, 0)', (TIMING,)),
     Bug("timing: the drafter step timed one position late", "coolsd/models/timing.py",
         "position = torch.tensor([context], device=dev)", "position = torch.tensor([context + 1], device=dev)",
         (TIMING,)),
     Bug("timing: verify_steps refuses the longest measured forward", "coolsd/models/timing.py",
-        'checks.integer("n", n, 1, len(self.target_s))', 'checks.integer("n", n, 1, len(self.target_s) - 1)',
+        'check_int("n", n, 1, len(self.target_s))', 'check_int("n", n, 1, len(self.target_s) - 1)',
         (TIMING,)),
     Bug("variants: COOL-SD's strength knob is nu", "coolsd/decoding/variants.py",
         '"optimal"}, "delta"),\n    Variant("cool-sd-unclipped"',
@@ -153,16 +154,18 @@ BUGS = [
     Bug("variants: at_strength drops the neighbour table", "coolsd/decoding/variants.py",
         "**{v.strength: value}), neighbours)", "**{v.strength: value}))", (STRENGTH,)),
     Bug("checks: the minimum itself refused", "coolsd/util/checks.py",
-        "(minimum is not None and value < minimum)", "(minimum is not None and value <= minimum)", (CHECKS,)),
+        "else value < minimum))", "else value <= minimum))", (CHECKS,)),
     Bug("checks: the maximum itself refused", "coolsd/util/checks.py",
         "(maximum is not None and value > maximum)", "(maximum is not None and value >= maximum)", (CHECKS,)),
     Bug("checks: check_int without its range", "coolsd/util/checks.py",
-        "    check_number(name, value, minimum, maximum)\n    return int(number)", "    return int(number)",
-        (CHECKS,)),
+        "    check_number(name, value, minimum, maximum, bounds=bounds)\n    return int(value)",
+        "    return int(value)", (CHECKS,)),
     Bug("checks: open and closed lower bounds swapped", "coolsd/util/checks.py",
-        "(value <= low if low_open else value < low)", "(value < low if low_open else value <= low)", (CHECKS,)),
+        "(value <= minimum if low_open else value < minimum)", "(value < minimum if low_open else value <= minimum)",
+        (CHECKS,)),
     Bug("checks: an integer's upper bound refused", "coolsd/util/checks.py",
-        "(high is not None and value > high)", "(high is not None and value >= high)", (CHECKS,)),
+        "check_number(name, value, minimum, maximum, bounds=bounds)",
+        "check_number(name, value, minimum, None if maximum is None else maximum - 1, bounds=bounds)", (CHECKS,)),
     Bug("checks: 1 and 0 taken as booleans", "coolsd/util/checks.py",
         "    if not isinstance(value, bool):\n", "    if not isinstance(value, (bool, int)):\n", (CHECKS,)),
     Bug("floored COOL-SD floors at min(1, delta)", "coolsd/decoding/rules.py",
@@ -234,6 +237,18 @@ def plant(dest: Path, bug: Bug) -> None:
     path.write_text(text.replace(bug.old, bug.new))
 
 
+def verdict(done: subprocess.CompletedProcess) -> tuple[bool, str]:
+    """(caught, what caught it): a failed test, or an error the planted bug raised while pytest imported coolsd
+    (a plant that does not even parse is not counted as caught)."""
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    if done.returncode == 1 and failed:
+        return True, failed[0][7:][:110]
+    errors = [line[4:].strip() for line in (done.stdout + done.stderr).splitlines() if line.startswith("E   ")]
+    if done.returncode in (2, 4) and errors and not errors[-1].startswith(("SyntaxError", "IndentationError")):
+        return True, f"at import: {errors[-1][:100]}"
+    return False, f"pytest exit {done.returncode}"
+
+
 def dry_run(only: str | None) -> int:
     """PLANTABLE / NOT PLANTED per bug, read from the working tree itself; exit 1 if any is not plantable."""
     bad = 0
@@ -274,10 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [str(scratch / ".venv" / "bin" / "python"), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                "-m", "not statistical", *bug.tests]
         done = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=1800)
-        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-        caught = done.returncode == 1 and failed
-        print(f"{'CAUGHT' if caught else 'MISSED'}  {bug.name}" + (f"  <- {failed[0][7:][:110]}" if caught else
-                                                                   f"  (pytest exit {done.returncode})"))
+        caught, why = verdict(done)
+        print(f"{'CAUGHT' if caught else 'MISSED'}  {bug.name}" + (f"  <- {why}" if caught else f"  ({why})"))
         sys.stdout.flush()
         missed += not caught
         if args.keep:

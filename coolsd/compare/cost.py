@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from coolsd.compare.race import Racer
 from coolsd.models.timing import ForwardTimes
-from coolsd.util import checks
+from coolsd.util.checks import check_int, check_number
 
 
 # ---------------------------------------------------------------- the formula
@@ -35,9 +35,7 @@ def expected_tokens(accept: Sequence[float]) -> float:
     """E[tokens per round] = 1 + sum_j prod_{i <= j} a_i for per-depth acceptance rates a_1..a_L in [0, 1]."""
     total, reach = 1.0, 1.0
     for i, a in enumerate(accept, 1):
-        checks.number(f"acceptance at depth {i}", a, 0)
-        if a > 1:
-            raise ValueError(f"acceptance at depth {i} must be in [0, 1], got {a!r}")
+        check_number(f"acceptance at depth {i}", a, 0, 1)
         reach *= a
         total += reach
     return total
@@ -45,9 +43,9 @@ def expected_tokens(accept: Sequence[float]) -> float:
 
 def round_cost(draft_len: int, draft_cost: float, verify_cost: float) -> float:
     """Target steps of one chain round: L c + V(L + 1) (verify_cost is V(L + 1))."""
-    checks.integer("draft length L", draft_len, 0)
-    checks.number("draft cost c", draft_cost, 0)
-    checks.number("verify cost V", verify_cost, 0, low_open=True)
+    draft_len = check_int("draft length L", draft_len, 0)
+    check_number("draft cost c", draft_cost, 0)
+    check_number("verify cost V", verify_cost, 0, low_open=True)
     return draft_len * draft_cost + verify_cost
 
 

@@ -35,7 +35,7 @@ from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.util import checks
+from coolsd.util.checks import check_int, check_number
 from coolsd.util.paths import EMBEDDED_CLASSIFIER
 
 VANILLA = variants.VANILLA
@@ -83,7 +83,7 @@ def lab_decoders(rule_key: str, relaxation: float, neighbours: Tensor | None = N
     key = variants.ALIASES.get(rule_key, rule_key) if isinstance(rule_key, str) else rule_key
     if key not in LAB_RULES:
         raise ValueError(f"unknown lab rule {rule_key!r}; choose one of {', '.join(LAB_RULES)}")
-    relaxation = float(checks.finite("the relaxation", relaxation))
+    relaxation = check_number("the relaxation", relaxation)
     k = lantern_k
     if variants.get(key).rule == "lantern++":
         if neighbours is None:
@@ -140,7 +140,7 @@ class Lab:
     """
 
     def __init__(self, target, drafter, tokenizer, num_tokens: int, classifier=None, workers: int = 2) -> None:
-        checks.integer("workers", workers, 1)
+        workers = check_int("workers", workers, 1)
         self.tokenizer, self.num_tokens, self.classifier, self.workers = tokenizer, num_tokens, classifier, workers
         self._own = [fork_models(target, drafter) for _ in range(workers)]  # weights shared, caches own
         self._cache: OrderedDict[tuple, LabSample] = OrderedDict()

@@ -20,7 +20,7 @@ from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES, tree_round
-from coolsd.util import checks
+from coolsd.util.checks import check_bool, check_choice, check_int
 
 
 @dataclass(frozen=True)
@@ -36,17 +36,15 @@ class DecodeConfig:
     detail: bool = False
 
     def __post_init__(self) -> None:
-        checks.integer("draft_len", self.draft_len, 1)
-        if not isinstance(self.detail, bool):
-            raise ValueError(f"detail must be true or false, got {self.detail!r}")
+        object.__setattr__(self, "draft_len", check_int("draft_len", self.draft_len, 1))  # (3.0 from a JSON client)
+        check_bool("detail", self.detail)
         if self.tree is not None:
-            if self.tree not in TREES:
-                raise ValueError(f"unknown tree {self.tree!r}; choose one of {sorted(TREES)} or None for chain")
+            check_choice("tree", self.tree, sorted(TREES), " or None for chain")
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """The only source of randomness of a decode: same seed, same tokens."""
-    checks.integer("seed", seed, 0, 2**63 - 1, bounds="in [0, 2**63)")
+    seed = check_int("seed", seed, 0, 2**63 - 1, bounds="in [0, 2**63)")
     return torch.Generator(device=device).manual_seed(seed)
 
 
@@ -72,7 +70,7 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, co
     """
     sampling = sampling or SamplingConfig()
     config = config or DecodeConfig()
-    checks.integer("num_tokens", num_tokens, 1)
+    num_tokens = check_int("num_tokens", num_tokens, 1)
     drafter = speculative_drafter(drafter, rule)
     s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
     s.detail = config.detail

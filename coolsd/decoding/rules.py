@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from coolsd.util import checks
+from coolsd.util.checks import check_bool, check_int, check_number
 
 MAX_SCHEDULE_LEN = 64  # a custom schedule longer than any draft length is a typo, not a schedule
 
@@ -111,7 +111,7 @@ class UniformRSDRule(Rule):
     delta: float = knob(2.0, 0.1, 8.0, 0.05)  # omega at every depth
 
     def __post_init__(self):
-        checks.number("delta", self.delta, 0, low_open=True)
+        check_number("delta", self.delta, 0, low_open=True)
 
     def omega(self, depth, draft_len):
         return torch.full_like(depth, self.delta, dtype=torch.float64)
@@ -140,10 +140,10 @@ class CoolSDRule(Rule):
     residual_kind: str = "optimal"  # "optimal" (G*) or "lossless"
 
     def __post_init__(self):
-        checks.number("delta", self.delta, 0, low_open=True)
-        checks.number("nu", self.nu, 0)
+        check_number("delta", self.delta, 0, low_open=True)
+        check_number("nu", self.nu, 0)
         if self.mu is not None:
-            checks.number("mu", self.mu)
+            check_number("mu", self.mu)
         if self.residual_kind not in ("optimal", "lossless"):
             raise ValueError(f"residual_kind must be 'optimal' or 'lossless', got {self.residual_kind!r}")
 
@@ -178,8 +178,7 @@ class ScheduleRule(Rule):
     floor_at_one: bool = field(default=False, kw_only=True)  # (choice, as COOL-SD) clip omega_i below at 1
 
     def __post_init__(self):
-        if not isinstance(self.floor_at_one, bool):
-            raise ValueError(f"floor_at_one must be true or false, got {self.floor_at_one!r}")
+        check_bool("floor_at_one", self.floor_at_one)
 
     def schedule(self, draft_len: int) -> Tensor:
         raise NotImplementedError
@@ -207,10 +206,8 @@ class LinearDecayRule(ScheduleRule):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.number("delta", self.delta, 0, low_open=True)
-        checks.number("slope", self.slope, 0)
-        if self.slope > 1:
-            raise ValueError(f"slope must be in [0, 1] (1 falls from 2 delta to 0), got {self.slope!r}")
+        check_number("delta", self.delta, 0, low_open=True)
+        check_number("slope", self.slope, 0, 1, bounds="in [0, 1] (1 falls from 2 delta to 0)")
 
     def schedule(self, draft_len):
         i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
@@ -240,7 +237,7 @@ class CustomScheduleRule(ScheduleRule):
         if len(omegas) > MAX_SCHEDULE_LEN:
             raise ValueError(f"omegas may hold at most {MAX_SCHEDULE_LEN} numbers, got {len(omegas)}")
         for i, w in enumerate(omegas, 1):
-            checks.number(f"omega_{i}", w, 0, low_open=True)
+            check_number(f"omega_{i}", w, 0, low_open=True)
         object.__setattr__(self, "omegas", tuple(float(w) for w in omegas))
 
     def schedule(self, draft_len):
@@ -265,8 +262,7 @@ class LanternPPRule(Rule):
     neighbours: Tensor | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        checks.number("k", self.k, 1, integer=True)
-        object.__setattr__(self, "k", int(self.k))  # 5.0 (e.g. from a UI slider) is used as a slice bound
+        object.__setattr__(self, "k", check_int("k", self.k, 1))  # 5.0 (e.g. from a UI slider): a slice bound
         self._check_budget()
         if self.residual_kind not in ("published", "optimal"):
             raise ValueError(f"residual_kind must be 'published' or 'optimal', got {self.residual_kind!r}")
@@ -275,7 +271,7 @@ class LanternPPRule(Rule):
                              f"got {self.neighbours.shape[-1]}")
 
     def _check_budget(self):
-        checks.number("lam", self.lam, 1)
+        check_number("lam", self.lam, 1)
 
     def budget(self, px: Tensor) -> Tensor:
         """Neighbour mass allowed for a draft with target probability px."""
@@ -329,7 +325,7 @@ class LanternRule(LanternPPRule):
     delta: float = 0.1  # absolute total-variation budget
 
     def _check_budget(self):
-        checks.number("delta", self.delta, 0, low_open=True)
+        check_number("delta", self.delta, 0, low_open=True)
         if self.delta > 1:
             raise ValueError(f"LANTERN's absolute delta must be <= 1, got {self.delta} (use lantern++ for lambda)")
 

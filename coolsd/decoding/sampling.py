@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from coolsd.util import checks
+from coolsd.util.checks import check_int, check_number
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,10 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("cfg_scale", "temperature", "top_p"):
-            checks.finite(name, getattr(self, name))
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        checks.integer("top_k", self.top_k, 0, bounds=">= 0 (0 = off)")
+        check_number("cfg_scale", self.cfg_scale)
+        check_number("temperature", self.temperature, 0, bounds=">= 0 (0 = greedy)")
+        check_number("top_p", self.top_p, 0, 1, low_open=True)
+        object.__setattr__(self, "top_k", check_int("top_k", self.top_k, 0, bounds=">= 0 (0 = off)"))
 
     @property
     def guidance(self) -> bool:

@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.decoding.protocol import ModelStep
 from coolsd.models.llama import LayerStack, set_path
-from coolsd.util import checks
+from coolsd.util.checks import check_int
 
 NUM_CLASSES = 10  # the digits 0..9
 
@@ -131,7 +131,7 @@ class LlamaClassTarget:
 
     def class_ids(self, cond: int, guidance: bool) -> Tensor:
         """Prefix ids (G, P): the condition's row [+ the null row under guidance]."""
-        checks.integer("class", cond, 0, self.num_classes - 1)
+        cond = check_int("class", cond, 0, self.num_classes - 1)
         c = torch.tensor([cond], device=self.device)
         rows = [condition_prefix(self.model.config, c)]
         if guidance:

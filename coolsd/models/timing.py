@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from coolsd.util import checks
+from coolsd.util.checks import check_int
 
 
 def device_sync(device) -> Callable[[], None]:
@@ -45,8 +45,7 @@ def interleaved_medians(fns: Mapping[str, Callable[[], Any]], repeats: int = 7, 
     """{name: median wall seconds of fns[name]()}, the calls taken in turns (a, b, a, b, ...): `warmup`
     untimed turns, then `repeats` timed ones, so a change of machine load during the measurement falls
     on every candidate alike instead of on whichever happened to be timed then."""
-    checks.integer("repeats", repeats, 1)
-    checks.integer("warmup", warmup, 0)
+    repeats, warmup = check_int("repeats", repeats, 1), check_int("warmup", warmup, 0)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -79,7 +78,7 @@ class ForwardTimes:
 
     def verify_steps(self, n: int) -> float:
         """A forward of n tokens in units of one single-token step: t(n) / t(1)."""
-        checks.integer("n", n, 1, len(self.target_s))
+        n = check_int("n", n, 1, len(self.target_s))
         return self.target_s[n - 1] / self.target_s[0]
 
     def to_json(self) -> dict:
@@ -95,8 +94,7 @@ def forward_times(target, drafter, cond: Any, guidance: bool = True, max_tokens:
     condition; guidance: True times both CFG rows, as a decode with CFG runs them. Token ids are 0
     (time does not depend on them). The caches hold the context afterwards.
     """
-    checks.integer("max_tokens", max_tokens, 1)
-    checks.integer("context", context, 1)
+    max_tokens, context = check_int("max_tokens", max_tokens, 1), check_int("context", context, 1)
     dev = target.device
     sync = device_sync(dev)
     ids = torch.zeros(context + max_tokens, dtype=torch.long, device=dev)

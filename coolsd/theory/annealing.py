@@ -30,6 +30,7 @@ from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, Rule, UniformRSDRule
 from coolsd.theory.oracle import OracleResult, exact, match_tau, sequence_probs
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
+from coolsd.util.checks import check_number
 
 SCHEDULES = {  # kind -> formula (the explorer's choices, in this order)
     "exponential": "COOL-SD: omega_i = delta exp(-nu i - mu), mu mean-normalised",
@@ -54,8 +55,7 @@ def mixed_tables(vocab_size: int, num_tokens: int, seed: int, eps: float, sharpn
     R (per prefix): noise="random" an independent softmax(sharpness x standard normal logits), drawn from a
     generator seeded with `seed`; noise="uniform" the uniform distribution. eps in [0, 1] (0: Q = P).
     """
-    if not 0 <= eps <= 1:
-        raise ValueError(f"eps must be in [0, 1], got {eps!r}")
+    check_number("eps", eps, 0, 1)
     if noise not in ("random", "uniform"):
         raise ValueError(f"noise must be 'random' or 'uniform', got {noise!r}")
     target, _ = random_tables(vocab_size, num_tokens, seed, sharpness=sharpness)

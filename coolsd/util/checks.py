@@ -1,16 +1,18 @@
-"""Value checks shared by the library: each raises a ValueError whose message names the parameter.
+"""Value checks shared by every layer: each raises a ValueError whose message names the parameter.
 
-The app wraps these messages in its one-line `gr.Error` (`coolsd.app.context.user_errors`); nothing
-here knows about Gradio. Two families:
+One dialect for the library's own arguments (rule and config dataclasses) and for the values a user or a
+client sends (app controls, API arguments, share links): `check_number`, `check_int`, `check_bool`,
+`check_choice`. A message says the one thing that is wrong, in this order: the kind ("delta must be a
+number, got '2'"), finiteness ("... must be a finite number, got inf"), wholeness ("seed must be a whole
+number, got 2.5"), then the bounds, written as they are: "delta must be > 0, got 0", "nu must be >= 0",
+"slope must be in [0, 1]", "top_p must be in (0, 1]". A whole float (3.0, what a JSON client or a number box
+sends) is an integer; `check_int` returns it as an int.
 
-- `finite`, `number`, `integer`, `choice`: the library's own checks (rule and config dataclasses):
-  "delta must be > 0, got 0".
-- `check_number`, `check_int`, `check_bool`, `check_choice`: values a user or a client sends (app
-  controls, API arguments, share links), bounded on both sides: "seed must be in [0, 2147483647], got -1".
-  User input quoted in their messages goes through `show`: a short repr without markup characters, so
-  a message reads the same as plain text (API clients) and as HTML (the page); `one_line` makes any
-  message a visitor's error (one plain line, at most MAX_MESSAGE_CHARS); `same_value` compares a
-  visitor's value with a default without Python's True == 1.
+The app wraps these messages in its one-line `gr.Error` (`coolsd.app.context.user_errors`); nothing here knows
+about Gradio. User input quoted in a message goes through `show`: a short repr without markup characters, so
+a message reads the same as plain text (API clients) and as HTML (the page); `one_line` makes any message a
+visitor's error (one plain line, at most MAX_MESSAGE_CHARS); `same_value` compares a visitor's value with a
+default without Python's True == 1.
 """
 
 from __future__ import annotations
@@ -38,38 +40,6 @@ def is_finite(value) -> bool:
         return False
 
 
-def finite(name: str, value) -> float:
-    """`value` when it is a finite number, else ValueError "<name> must be a finite number, got ..."."""
-    if not is_number(value) or not is_finite(value):
-        raise ValueError(f"{name} must be a finite number, got {show(value)}")
-    return value
-
-
-def number(name: str, value, low: float | None = None, low_open: bool = False, integer: bool = False):
-    """A finite number, integral when `integer`, >= low (> low when `low_open`); returns it unchanged."""
-    finite(name, value)
-    if integer and int(value) != value:
-        raise ValueError(f"{name} must be an integer, got {show(value)}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {show(value)}")
-    return value
-
-
-def integer(name: str, value, low: int = 0, high: int | None = None, bounds: str | None = None) -> int:
-    """An int in [low, high] (high None: no upper bound), else ValueError "<name> must be an integer
-    <bounds>, got ..." (bounds defaults to ">= low" or "in [low, high]")."""
-    if not is_integer(value) or value < low or (high is not None and value > high):
-        bounds = bounds or (f">= {low}" if high is None else f"in [{low}, {high}]")
-        raise ValueError(f"{name} must be an integer {bounds}, got {show(value)}")
-    return value
-
-
-def choice(name: str, value, values, suffix: str = ""):
-    """`value` when it is one of `values`, else ValueError "unknown <name> ...; choose one of a, b<suffix>"."""
-    if value not in values:
-        raise ValueError(f"unknown {name} {show(value)}; choose one of {', '.join(map(str, values))}{suffix}")
-    return value
-
 # The three characters that make markup, swapped for look-alikes that read the same as text and as HTML.
 PLAIN = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
 SHOWN_CHARS = 40  # user input is quoted in a message up to this many characters
@@ -90,8 +60,9 @@ MAX_MESSAGE_CHARS = 300  # an error a visitor sees: one line, at most this many 
 
 
 def one_line(message) -> str:
-    """`message` as a visitor's error: plain text (">=", "<=", " > ", " < " written as "≥", "≤", " above ", " below ";
-    other markup characters as PLAIN), control characters and line breaks as spaces, cut at MAX_MESSAGE_CHARS characters."""
+    """`message` as a visitor's error: plain text (">=", "<=", " > ", " < " written as "≥", "≤", " above ",
+    " below "; other markup characters as PLAIN), control characters and line breaks as spaces, cut at
+    MAX_MESSAGE_CHARS characters."""
     words = str(message).replace(">=", "≥").replace("<=", "≤").replace(" > ", " above ").replace(" < ", " below ")
     text = " ".join("".join(c if c.isprintable() else " " for c in plain(words)).split())
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
@@ -105,30 +76,41 @@ def same_value(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _bound(value: float | None, unbounded: str) -> str:
-    if value is None:
-        return unbounded
+def _bound(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def check_number(name: str, value, minimum: float | None = None, maximum: float | None = None) -> float:
-    """A finite real number (not a bool) within [minimum, maximum] (None: unbounded), as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def bounds_text(minimum: float | None, maximum: float | None, low_open: bool = False) -> str:
+    """How a message writes the bounds: ">= 0", "> 0", "<= 1", "in [0, 1]", "in (0, 1]"; "" when unbounded."""
+    if minimum is None:
+        return "" if maximum is None else f"<= {_bound(maximum)}"
+    if maximum is None:
+        return f"{'>' if low_open else '>='} {_bound(minimum)}"
+    return f"in {'(' if low_open else '['}{_bound(minimum)}, {_bound(maximum)}]"
+
+
+def check_number(name: str, value, minimum: float | None = None, maximum: float | None = None, *,
+                 low_open: bool = False, bounds: str | None = None) -> float:
+    """A finite real number (not a bool) within [minimum, maximum] (None: unbounded; low_open: > minimum), as a
+    float. bounds: the message's wording of the bounds when it says more ("in [0, 1] (1 falls to 0)")."""
+    if not is_number(value):
         raise ValueError(f"{name} must be a number, got {show(value)}")
     if not is_finite(value):  # also an int too large for a float (a 400-digit JSON integer)
         raise ValueError(f"{name} must be a finite number, got {show(value)}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be in [{_bound(minimum, '-inf')}, {_bound(maximum, 'inf')}], got {show(value)}")
+    if ((minimum is not None and (value <= minimum if low_open else value < minimum))
+            or (maximum is not None and value > maximum)):
+        raise ValueError(f"{name} must be {bounds or bounds_text(minimum, maximum, low_open)}, got {show(value)}")
     return float(value)
 
 
-def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None, *,
+              bounds: str | None = None) -> int:
     """A whole number (an int, or a float with no fraction such as 3.0) within [minimum, maximum], as an int."""
-    number = check_number(name, value)  # the type and finiteness messages first, then wholeness, then range
+    number = check_number(name, value)  # the kind and finiteness messages first, then wholeness, then range
     if not number.is_integer():
         raise ValueError(f"{name} must be a whole number, got {show(value)}")
-    check_number(name, value, minimum, maximum)
-    return int(number)
+    check_number(name, value, minimum, maximum, bounds=bounds)
+    return int(value)
 
 
 def check_bool(name: str, value) -> bool:
@@ -138,12 +120,13 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
-def check_choice(name: str, value, choices: Sequence):
-    """`value` when it is one of `choices` (an int also matches its string: 3 and "3" name the same class)."""
+def check_choice(name: str, value, choices: Sequence, suffix: str = ""):
+    """`value` when it is one of `choices` (an int also matches its string: 3 and "3" name the same class), else
+    "unknown <name> ...; choose one of a, b<suffix>" (the first 12 choices)."""
     if isinstance(value, int) and not isinstance(value, bool) and str(value) in choices:
         value = str(value)
     hashable = isinstance(value, (str, int, float)) and not isinstance(value, bool)
     if not hashable or value not in choices:
         shown = ", ".join(map(str, list(choices)[:12])) + (" ..." if len(choices) > 12 else "")
-        raise ValueError(f"unknown {name} {show(value)}; choose one of {shown}")
+        raise ValueError(f"unknown {name} {show(value)}; choose one of {shown}{suffix}")
     return value

@@ -41,7 +41,7 @@ def test_costs_in_target_steps_and_memory_bound():
 
 @pytest.mark.parametrize("args, message", [
     (([1.2], 0.1, 1.0), "acceptance at depth 1 must be in [0, 1]"),
-    (([0.5, -0.1], 0.1, 1.0), "acceptance at depth 2 must be >= 0"),
+    (([0.5, -0.1], 0.1, 1.0), "acceptance at depth 2 must be in [0, 1]"),
     (([0.5], -1.0, 1.0), "draft cost c must be >= 0"),
     (([0.5], 0.1, 0.0), "verify cost V must be > 0"),
     (([math.nan], 0.1, 1.0), "must be a finite number"),

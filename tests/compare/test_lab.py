@@ -48,7 +48,7 @@ def test_decoders_and_twins(tiny):
 
 @pytest.mark.parametrize("args, message", [
     (("cool", 2.0), "unknown lab rule 'cool'"), (("cool-sd", math.nan), "must be a finite number"),
-    (("cool-sd", "2"), "must be a finite number"), (("cool-sd", 0.0), "delta must be > 0"),
+    (("cool-sd", "2"), "the relaxation must be a number"), (("cool-sd", 0.0), "delta must be > 0"),
     (("lantern++", 0.5), "lam must be >= 1"), (("lantern++", 5.0, None), "needs the model's neighbour table"),
 ])
 def test_decoder_errors(tiny, args, message):

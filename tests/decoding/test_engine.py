@@ -261,13 +261,24 @@ def test_bad_decode_config(kwargs, field):
 
 
 @pytest.mark.parametrize(("num_tokens", "seed", "match"), [
-    (0, 0, "num_tokens"), (-1, 0, "num_tokens"), (2.0, 0, "num_tokens"), (math.nan, 0, "num_tokens"),
+    (0, 0, "num_tokens"), (-1, 0, "num_tokens"), (2.5, 0, "num_tokens must be a whole number"),
+    (math.nan, 0, "num_tokens"), ("2", 0, "num_tokens must be a number"), (True, 0, "num_tokens must be a number"),
     (3, -1, "seed"), (3, 1.5, "seed"), (3, math.inf, "seed"),
 ])
 def test_bad_run_arguments(models, num_tokens, seed, match):
     target, drafter = models
     with pytest.raises(ValueError, match=match):
         run(target, drafter, CoolSDRule(), cond=None, num_tokens=num_tokens, seed=seed)
+
+
+def test_whole_floats_are_integers(models):
+    """One check dialect (issue 26): 2.0 (what a JSON client sends) is the integer 2, as in the app."""
+    target, drafter = models
+    as_ints = run(target, drafter, CoolSDRule(), cond=None, num_tokens=2, seed=1)
+    as_floats = run(target, drafter, CoolSDRule(), cond=None, num_tokens=2.0, seed=1.0,
+                    config=DecodeConfig(draft_len=3.0))
+    assert as_floats.tokens.tolist() == as_ints.tokens.tolist() and DecodeConfig(draft_len=3.0).draft_len == 3
+    assert type(DecodeConfig(draft_len=3.0).draft_len) is int
 
 
 def test_chain_feeds_features_and_positions_like_eagle(tabular):
@@ -291,14 +302,15 @@ def test_error_messages_in_full(models):
 
     target, drafter = models
     cases = [
-        (lambda: DecodeConfig(draft_len=0), "draft_len must be an integer >= 1, got 0"),
-        (lambda: DecodeConfig(tree="oak"), f"unknown tree 'oak'; choose one of {sorted(TREES)} or None for chain"),
-        (lambda: make_generator(2**63), "seed must be an integer in [0, 2**63), got 9223372036854775808"),
+        (lambda: DecodeConfig(draft_len=0), "draft_len must be >= 1, got 0"),
+        (lambda: DecodeConfig(tree="oak"),
+         f"unknown tree 'oak'; choose one of {', '.join(sorted(TREES))} or None for chain"),
+        (lambda: make_generator(2**63), "seed must be in [0, 2**63), got 9223372036854775808"),
         (lambda: run(target, None, CoolSDRule(), cond=None, num_tokens=T),
          "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
         (lambda: generate(target, None, CoolSDRule(), cond=None, num_tokens=T),  # at the call, not on first next()
          "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
-        (lambda: run(target, None, None, cond=None, num_tokens=0), "num_tokens must be an integer >= 1, got 0"),
+        (lambda: run(target, None, None, cond=None, num_tokens=0), "num_tokens must be >= 1, got 0"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as err:

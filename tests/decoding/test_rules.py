@@ -413,7 +413,7 @@ EXACT_MESSAGES = [
     ("cool-sd", {"mu": math.inf}, "mu must be a finite number, got inf"),
     ("cool-sd", {"residual_kind": "x"}, "residual_kind must be 'optimal' or 'lossless', got 'x'"),
     ("lantern++", {"k": 0}, "k must be >= 1, got 0"),
-    ("lantern++", {"k": 2.5}, "k must be an integer, got 2.5"),
+    ("lantern++", {"k": 2.5}, "k must be a whole number, got 2.5"),
     ("lantern++", {"lam": 0.5}, "lam must be >= 1, got 0.5"),
     ("lantern++", {"residual_kind": "x"}, "residual_kind must be 'published' or 'optimal', got 'x'"),
     ("lantern", {"delta": 0.0}, "delta must be > 0, got 0.0"),

@@ -74,9 +74,9 @@ class TestLinearDecay(RuleContract):
         assert (omega >= 1).all() and float(omega[0]) == pytest.approx(1.2 * 1.9)
 
     @pytest.mark.parametrize("kwargs, message", [
-        ({"slope": 1.5}, "slope must be in [0, 1]"), ({"slope": -0.1}, "slope must be >= 0"),
+        ({"slope": 1.5}, "slope must be in [0, 1]"), ({"slope": -0.1}, "slope must be in [0, 1]"),
         ({"delta": 0.0}, "delta must be > 0"), ({"delta": math.inf}, "delta must be a finite number"),
-        ({"delta": "2"}, "delta must be a finite number"), ({"floor_at_one": "yes"}, "floor_at_one must be true"),
+        ({"delta": "2"}, "delta must be a number"), ({"floor_at_one": "yes"}, "floor_at_one must be true"),
     ])
     def test_bad_values(self, kwargs, message):
         with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
