@@ -28,6 +28,7 @@ from coolsd.bench.settings import parse_spec
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import Rule
 from coolsd.models.bundle import ModelBundle, load_embedded
+from coolsd.models.emoji import load_emoji
 from coolsd.models.eagle import EagleDrafter, EagleHead
 
 
@@ -51,12 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rules", default="eagle-1,cool-sd:delta=2")
     ap.add_argument("--out", type=Path, default=Path("assets/bench/round_tuning"))
     ap.add_argument("--drafter", type=Path, default=None, help="an EagleHead folder instead of the shipped one")
+    ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which shipped model")
     return ap.parse_args(argv)
 
 
-def load_bundle(drafter: Path | None) -> ModelBundle:
-    """The shipped embedded model on CPU, with the EagleHead in `drafter` instead of the shipped one if given."""
-    bundle = load_embedded(device="cpu")
+def load_bundle(drafter: Path | None, model: str = "mnist") -> ModelBundle:
+    """A shipped model on CPU (MNIST or emoji), with the EagleHead in `drafter` instead of the shipped one if given."""
+    bundle = load_embedded(device="cpu") if model == "mnist" else load_emoji(device="cpu")
     if drafter is not None:
         model, k = bundle.target.model, bundle.target.vocab_size
         head = EagleHead.from_pretrained(drafter, dtype=torch.float32).eval()
@@ -77,14 +79,21 @@ def tuning_settings(bundle: ModelBundle, rules: list[str], lengths: list[int], t
     return settings
 
 
+def spread(i: int, conditions: int) -> int:
+    """The condition of image i: i for 10 or fewer conditions (MNIST's digits in turn), else i steps of
+    37 apart (a prime), so a few images cover unlike emoji and styles."""
+    return i % conditions if conditions <= 10 else (37 * i) % conditions
+
+
 def measure(bundle: ModelBundle, settings: list[Trial], images: int) -> dict[str, dict]:
-    """Decode images + 1 images (class i % 10, seed 100 + i) with every setting, interleaved; the first image
-    is a warm-up. Per setting: process CPU seconds, tokens, target and draft forwards, phase wall seconds."""
+    """Decode images + 1 images (condition `spread(i)`, seed 100 + i) with every setting, interleaved; the first
+    image is a warm-up. Per setting: process CPU seconds, tokens, target and draft forwards, phase wall seconds."""
     stats = {name: dict(ZERO) for name, _, _ in settings}
     for i in range(images + 1):
         for name, rule, config in settings:
             t0 = time.process_time()
-            res = run(bundle.target, bundle.drafter, rule, cond=i % 10, num_tokens=bundle.num_tokens,
+            res = run(bundle.target, bundle.drafter, rule, cond=spread(i, len(bundle.class_names)),
+                      num_tokens=bundle.num_tokens,
                       sampling=bundle.default_sampling, config=config, seed=100 + i)
             dt = time.process_time() - t0
             if i == 0:
@@ -126,7 +135,7 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    bundle = load_bundle(args.drafter)
+    bundle = load_bundle(args.drafter, args.model)
     trees = [t for t in args.trees.split(",") if t]
     settings = tuning_settings(bundle, [r for r in args.rules.split(",") if r], args.lengths, trees)
     rows = result_rows(measure(bundle, settings, args.images), settings, args.images)
