@@ -10,6 +10,7 @@ time (decoding is single-threaded); wall seconds per image are reported beside i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections import defaultdict
@@ -20,6 +21,7 @@ from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.decoding import variants
 from coolsd.util.figures import QUALITY, pareto_figure
+from coolsd.util.format import number
 
 NAN = float("nan")
 SPEEDUP_NAME = "speed-up = ratio of total CPU time (vanilla AR / setting, same images, warm-up excluded)"
@@ -220,8 +222,8 @@ def targets(rows: list[dict], cool_label: str = "cool-sd delta=2", min_speedup: 
 
 
 # ---------------------------------------------------------------- Markdown
-def _f(v, spec: str = ".2f") -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+MISSING = "-"  # a missing value in the tables and bullets (docs/benchmark.md is written from them)
+_f = functools.partial(number, missing=MISSING)  # _f(value, spec): coolsd.util.format.number, the one formatter
 
 
 def table(rows: list[dict]) -> str:

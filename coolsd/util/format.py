@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-import math
+import numbers
+
+from coolsd.util.checks import is_finite
 
 MISSING = "–"  # what a missing or non-finite value reads as
 SUBSCRIPT_DIGITS = dict(zip("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
+def shown(value) -> bool:
+    """Whether `number` writes `value` as digits: a finite real number (numpy scalars too; a bool is not one)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and is_finite(value)
+
+
 def number(value, spec: str = ".2f", suffix: str = "", missing: str = MISSING) -> str:
     """`value` formatted by `spec` plus `suffix` ("2.35×"); `missing` for None, a non-number or a non-finite one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return missing
-    return format(value, spec) + suffix
+    return format(value, spec) + suffix if shown(value) else missing
 
 
 def small(value, digits: int = 4) -> str:
     """A probability-like value with `digits` decimals, or in scientific notation when it is below 10^-3 (not 0)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-            and value != 0 and abs(value) < 1e-3:
+    if shown(value) and value != 0 and abs(value) < 1e-3:
         return format(value, ".2e")
     return number(value, f".{digits}f")
 
