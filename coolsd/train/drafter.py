@@ -37,11 +37,16 @@ from coolsd.train.vq import encode_tokens
 W_CLS = 0.1  # Eagle-1's weight of the classification loss
 
 
-def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
-    """(B, T) codes + (B,) condition ids -> (2B, P+T) ids: B conditioned rows, then the same B codes
-    after the null prefix (the CFG pair; P = 1 class token, or 2 with a style token)."""
-    pre = torch.cat([condition_prefix(config, labels), condition_prefix(config, labels, null=True)])
-    return torch.cat([pre, codes.repeat(2, 1)], dim=1)
+def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config, rows: int = 2) -> torch.Tensor:
+    """(B, T) codes + (B,) condition ids -> (rows * B, P+T) ids: B conditioned rows, then (rows = 2) the
+    same B codes after the null prefix (the CFG pair; P = 1 class token, or 2 with a style token)."""
+    pre = torch.cat([condition_prefix(config, labels), condition_prefix(config, labels, null=True)][:rows])
+    return torch.cat([pre, codes.repeat(rows, 1)], dim=1)
+
+
+def guided_rows(sampling) -> int:
+    """Rows the target runs per sequence at `sampling`: 2 (condition, null) under guidance, else 1."""
+    return 2 if sampling.guidance else 1
 
 
 @torch.no_grad()
@@ -54,12 +59,13 @@ def target_features(target, ids: torch.Tensor, chunk: int = 32) -> torch.Tensor:
 
 
 def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
-    """reg, ce_raw, ce_cfg and metrics for predicted features pred (2B, n, D) against the target's."""
+    """reg, ce_raw, ce_cfg and metrics for predicted features pred (G*B, n, D) against the target's."""
     q_logits = pred @ lm_head.T
     reg = F.smooth_l1_loss(pred, feats_next)
     ce_raw = -(t_logits.softmax(-1) * q_logits.log_softmax(-1)).sum(-1).mean()
-    zp = sampling.mix(t_logits.view(2, b, *t_logits.shape[1:])) / sampling.temperature
-    zq = sampling.mix(q_logits.view(2, b, *q_logits.shape[1:])) / sampling.temperature
+    g = guided_rows(sampling)
+    zp = sampling.mix(t_logits.view(g, b, *t_logits.shape[1:])) / sampling.temperature
+    zq = sampling.mix(q_logits.view(g, b, *q_logits.shape[1:])) / sampling.temperature
     p, logq = zp.softmax(-1), zq.log_softmax(-1)
     ce_cfg = -(p * logq).sum(-1).mean()
     with torch.no_grad():
@@ -71,11 +77,12 @@ def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
 
 def drafter_losses(head, target, ids: torch.Tensor, feats: torch.Tensor, sampling, w_cls: float = W_CLS,
                    w_cfg: float = 0.0, w_unroll: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """ids (2B, P+T) from `pair_ids`, feats (2B, T, D) from `target_features` -> (scalar loss, logs)."""
+    """ids (G*B, P+T) from `pair_ids` (G = `guided_rows(sampling)`), feats (G*B, T, D) from `target_features`
+    -> (scalar loss, logs)."""
     k = target.config.codebook_size
-    ids = ids[:, prefix_len(target.config) - 1 :]  # (2B, T+1): the last prefix token, then the codes
+    ids = ids[:, prefix_len(target.config) - 1 :]  # (G*B, T+1): the last prefix token, then the codes
     lm_head, embed = target.lm_head.weight[:k], target.model.embed_tokens.weight
-    b = ids.shape[0] // 2
+    b = ids.shape[0] // guided_rows(sampling)
     feats = feats.float()
     t_logits = feats[:, 1:] @ lm_head.T  # (2B, T-1, K): next-token logits at F[1..T-1]
     # pairs (F[j-1], x_j) -> F[j], j = 1..T-1; F[j]'s logits predict token j + 1
@@ -121,18 +128,19 @@ def _real_pool(target, codes, conds, n: int, path: Path, gen) -> tuple[torch.Ten
 
 
 def _mixed_batches(pool: SampleShards, real_ids: torch.Tensor, real_feats: torch.Tensor, n_real: int, batch: int,
-                   n_gen: int, config, gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    """A batch maker: (ids (2 batch, T), target features (2 batch, T, D)), n_gen self-samples and
-    batch - n_gen real sequences, class rows first then their null (CFG) rows."""
+                   n_gen: int, config, gen: torch.Generator, g: int = 2) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """A batch maker: (ids (g batch, T), target features (g batch, T, D)), n_gen self-samples and
+    batch - n_gen real sequences, class rows first then (g = 2) their null (CFG) rows. The real pool
+    holds pairs (`_real_pool`); the self-samples hold the g rows they were sampled with."""
 
     def batch_data() -> tuple[torch.Tensor, torch.Tensor]:
         r = torch.randint(n_real, (batch - n_gen,), generator=gen)
         codes, ys, feats = pool.draw(n_gen, gen)
-        ids = pair_ids(codes, ys, config)
-        f = feats.transpose(0, 1).reshape(-1, *feats.shape[2:])  # (2 n_gen, T, D): class rows, then null rows
-        rr = torch.cat([r, r + n_real])
-        ids = torch.cat([ids.view(2, n_gen, -1), real_ids[rr].view(2, -1, ids.shape[1])], 1).flatten(0, 1)
-        f = torch.cat([f.view(2, n_gen, *f.shape[1:]), real_feats[rr].view(2, -1, *f.shape[1:])], 1).flatten(0, 1)
+        ids = pair_ids(codes, ys, config, g)
+        f = feats.transpose(0, 1).reshape(-1, *feats.shape[2:])  # (g n_gen, T, D): class rows, then null rows
+        rr = torch.cat([r + j * n_real for j in range(g)])
+        ids = torch.cat([ids.view(g, n_gen, -1), real_ids[rr].view(g, -1, ids.shape[1])], 1).flatten(0, 1)
+        f = torch.cat([f.view(g, n_gen, *f.shape[1:]), real_feats[rr].view(g, -1, *f.shape[1:])], 1).flatten(0, 1)
         return ids, f
 
     return batch_data
@@ -143,10 +151,10 @@ def _validation(head: EagleHead, target, real: tuple[torch.Tensor, torch.Tensor]
     """The held-out metrics: acceptance on self-samples (one step unrolled too), top-1 on real sequences
     `real` = (codes (N, T), condition ids (N,))."""
     config = target.config
-    real_val = pair_ids(*real, config)
+    real_val = pair_ids(*real, config, guided_rows(sampling))
     real_val_feats = target_features(target, real_val)
     vc, vy, vf = val.tensors()
-    self_val, self_val_feats = pair_ids(vc, vy, config), vf.transpose(0, 1).flatten(0, 1)
+    self_val, self_val_feats = pair_ids(vc, vy, config, vf.shape[1]), vf.transpose(0, 1).flatten(0, 1)
 
     def evaluate() -> dict[str, float]:
         _, logs = drafter_losses(head, target, self_val, self_val_feats, sampling, w_unroll=1.0)
@@ -184,7 +192,8 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     val.fill(n_val)
     head = load_head(config, init)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    batch_data = _mixed_batches(pool, real_ids, real_feats, n_real, batch, round(batch * self_frac), config, gen)
+    batch_data = _mixed_batches(pool, real_ids, real_feats, n_real, batch, round(batch * self_frac), config, gen,
+                                guided_rows(sampling))
 
     def step(i: int) -> dict[str, float]:
         if i % grow_every == grow_every - 1 and len(pool) < n_self:

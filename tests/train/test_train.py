@@ -74,9 +74,31 @@ def test_shards_resume_to_the_same_samples(target, tmp_path):
     assert codes.shape == (5, 256) and feats.shape == (5, 2, 256, 32)
 
 
-def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
+def test_unguided_losses_read_the_class_rows_only(target):
+    """Without guidance (CFG 1: one row per sequence) the losses on the class rows equal the guided pair's
+    terms at CFG 1, whose mix is the class row: the null rows add nothing a decode would use."""
+    from coolsd.decoding.sampling import SamplingConfig
+
+    head = EagleHead(eagle_config(target.config))
+    codes = torch.randint(0, K, (3, 256), generator=torch.Generator().manual_seed(4))
+    pairs = pair_ids(codes, torch.tensor([0, 1, 2]), target.config)
+    ones = pair_ids(codes, torch.tensor([0, 1, 2]), target.config, rows=1)
+    assert torch.equal(ones, pairs[:3])
+    feats = target_features(target, pairs)
+    unguided = SamplingConfig(cfg_scale=1.0)
+    _, single = drafter_losses(head, target, ones, feats[:3], unguided, w_cfg=1.0)
+    nearly = SamplingConfig(cfg_scale=1.0 + 1e-9)  # guided: runs the pairs, mixes to the class row
+    _, paired = drafter_losses(head, target, pairs, feats, nearly, w_cfg=1.0)
+    assert single["ce_cfg"] == pytest.approx(paired["ce_cfg"], rel=1e-5)
+    assert single["accept"] == pytest.approx(paired["accept"], rel=1e-5)
+    assert single["top1_raw"] == paired["top1_raw"]
+
+
+@pytest.mark.parametrize("cfg_scale", [3.0, 1.0])
+def test_train_drafter_runs_resumes_and_saves(target, tmp_path, cfg_scale):
     from diffusers import VQModel
 
+    from coolsd.decoding.sampling import SamplingConfig
     from coolsd.models.embedded import vq_config
 
     torch.manual_seed(0)
@@ -85,7 +107,7 @@ def test_train_drafter_runs_resumes_and_saves(target, tmp_path):
     data = {"train_raw": (rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), np.arange(4)),
             "val": (torch.rand(4, 1, 32, 32) * 2 - 1, torch.arange(4))}
     kw = dict(batch=4, n_self=6, self_frac=0.5, w_cfg=1.0, w_unroll=0.5, n_val=2, n_real=3, grow_every=1,
-              eval_every=1, shard=2)
+              eval_every=1, shard=2, sampling=SamplingConfig(cfg_scale=cfg_scale))
     train_drafter(vq, target, data, tmp_path, budget_s=0.5, **kw)
     state = torch.load(tmp_path / "drafter_state.pt", weights_only=False)
     assert state["step"] >= 1 and 0 < state["final"]["val_accept"] <= 1
