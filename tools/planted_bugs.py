@@ -45,6 +45,8 @@ CHECKS = "tests/util/test_checks.py"
 FLOOR = "tests/decoding/test_cool_floor.py"
 APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link booleans, the picker's first load
 EMOJI_DATA = "tests/train/test_emoji_data.py"  # the emoji data pipeline: class mapping, held-out split
+TRAIN = "tests/train/test_train.py"  # training stages: warm start by name, drafter rows without guidance
+EMOJI_EVAL = "tests/train/test_emoji_eval.py"  # recognisability and the batched VQ decode
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -213,6 +215,18 @@ BUGS = [
         (EMOJI_DATA,)),
     Bug("emoji data: the held-out share counted over every emoji", "coolsd/train/emoji_data.py",
         "n = round(frac * len(candidates))", "n = round(frac * num_emoji)", (EMOJI_DATA,)),
+    Bug("emoji data: the shipped list keeps the emoji it does not name", "coolsd/train/emoji_data.py",
+        "if wanted is not None and e.name not in wanted:", "if wanted is not None and e.name in wanted:",
+        (EMOJI_DATA,)),
+    Bug("emoji warm start: the null style reads the null class's row", "coolsd/train/emoji.py",
+        "+ [old_config.null_style_token]", "+ [old_config.null_class_token]", (TRAIN,)),
+    Bug("emoji warm start: styles looked up in the class table", "coolsd/train/emoji.py",
+        "rows += [old_style[n] for n in new_config.style_names]",
+        "rows += [old_class.get(n, 0) for n in new_config.style_names]", (TRAIN,)),
+    Bug("drafter: unguided sampling still trains on (class, null) pairs", "coolsd/train/drafter.py",
+        "return 2 if sampling.guidance else 1", "return 2", (TRAIN,)),
+    Bug("emoji eval: the decoded code grid transposed", "coolsd/train/emoji_eval.py",
+        ".permute(0, 3, 1, 2)\n    return (vq.decode", ".permute(0, 3, 2, 1)\n    return (vq.decode", (EMOJI_EVAL,)),
 ]
 
 
