@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--w-cls", type=float, default=0.1, help="weight of the per-row cross-entropy")
     dr.add_argument("--w-cfg", type=float, default=None, help="weight of the CFG-mixed cross-entropy")
     dr.add_argument("--w-unroll", type=float, default=None, help="weight of the one-step-unrolled terms")
+    dr.add_argument("--bf16", action="store_true", help="emoji drafter: the losses under bf16 autocast")
     return ap
 
 

@@ -169,14 +169,15 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
                   lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
                   w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
                   n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50,
-                  tokens: dict | None = None, sampling=None, n_start: int = 500) -> EagleHead:
+                  tokens: dict | None = None, sampling=None, n_start: int = 500, bf16: bool = False) -> EagleHead:
     """Train (or continue) the head for `budget_s` seconds; `batch` sequences (2 x batch rows) per step.
 
     The self-sample pool starts at min(n_self, n_start) and grows by one shard of `shard` samples every
     `grow_every` steps up to n_self (the sampling time counts in the budget). Defaults keep the first
     recipe's loss (Eagle-1: reg + 0.1 x ce_raw); see assets/embedded/README.md for the shipped one.
     `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
-    `sampling`: the sampling the self-samples use (default the embedded MNIST one).
+    `sampling`: the sampling the self-samples use (default the embedded MNIST one); `bf16`: the losses under
+    bf16 autocast (the head's weights and optimiser stay fp32).
     """
     sampling = sampling or EMBEDDED_SAMPLING
     torch.manual_seed(seed)
@@ -198,7 +199,9 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     def step(i: int) -> dict[str, float]:
         if i % grow_every == grow_every - 1 and len(pool) < n_self:
             pool.grow()
-        loss, logs = drafter_losses(head, target, *batch_data(), sampling, w_cls, w_cfg, w_unroll)
+        ids, feats = batch_data()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, logs = drafter_losses(head, target, ids, feats.float(), sampling, w_cls, w_cfg, w_unroll)
         update(head, opt, loss)
         return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 

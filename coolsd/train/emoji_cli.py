@@ -69,7 +69,7 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)
     train_drafter(vq, target, data, args.out, budget, init=args.init, n_self=args.n_self, self_frac=args.self_frac,
-                  w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, tokens=tokens,
+                  w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, tokens=tokens, bf16=args.bf16,
                   sampling=EMOJI_SAMPLING, n_start=200, n_real=256, **kw)
     return 0
 

@@ -94,8 +94,8 @@ def test_unguided_losses_read_the_class_rows_only(target):
     assert single["top1_raw"] == paired["top1_raw"]
 
 
-@pytest.mark.parametrize("cfg_scale", [3.0, 1.0])
-def test_train_drafter_runs_resumes_and_saves(target, tmp_path, cfg_scale):
+@pytest.mark.parametrize("cfg_scale,bf16", [(3.0, False), (1.0, True)])
+def test_train_drafter_runs_resumes_and_saves(target, tmp_path, cfg_scale, bf16):
     from diffusers import VQModel
 
     from coolsd.decoding.sampling import SamplingConfig
@@ -107,7 +107,7 @@ def test_train_drafter_runs_resumes_and_saves(target, tmp_path, cfg_scale):
     data = {"train_raw": (rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), np.arange(4)),
             "val": (torch.rand(4, 1, 32, 32) * 2 - 1, torch.arange(4))}
     kw = dict(batch=4, n_self=6, self_frac=0.5, w_cfg=1.0, w_unroll=0.5, n_val=2, n_real=3, grow_every=1,
-              eval_every=1, shard=2, sampling=SamplingConfig(cfg_scale=cfg_scale))
+              eval_every=1, shard=2, sampling=SamplingConfig(cfg_scale=cfg_scale), bf16=bf16)
     train_drafter(vq, target, data, tmp_path, budget_s=0.5, **kw)
     state = torch.load(tmp_path / "drafter_state.pt", weights_only=False)
     assert state["step"] >= 1 and 0 < state["final"]["val_accept"] <= 1
