@@ -1,6 +1,6 @@
-"""A tiny random emoji model of the coming kind (one class per emoji, named by its CLDR name, a Unicode group per
-class, four drawing styles), saved in the shipped folder layout: for tests that must not depend on today's
-15 class names."""
+"""A tiny random emoji model of the shipped kind (one class per emoji, named by its CLDR name, a Unicode group per
+class, four drawing styles), saved in the shipped folder layout: for tests that must not depend on the shipped
+model's names, counts or weights."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ K, GRID = 32, (4, 4)
 
 def save_new_emoji(root: Path, seed: int = 0) -> Path:
     """vq/ target/ drafter/ classifier/ of random tiny weights under `root` (target config with class_groups,
-    class_chars, default_class and credits, as the coming model's)."""
+    class_chars, default_class and credits, as the shipped model's)."""
     torch.manual_seed(seed)
     vq = VQModel(**(vq_config(K, channels=3, widths=(16, 16, 16), latent_channels=4) | {"norm_num_groups": 8,
                                                                                         "sample_size": 16}))
