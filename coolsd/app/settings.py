@@ -34,7 +34,7 @@ from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LinearDecayRule, Ru
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, is_integer, same_value, show
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
 
 MAX_DRAFT_LEN = 8
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
@@ -126,9 +126,10 @@ def _condition(ctx: Context) -> Spec:
     names = m.conditions
 
     def check_name(value):
-        """The class name `value` means (typos matched: `coolsd.models.conditions`); an engine id stays an id."""
+        """The class name `value` means (typos matched: `coolsd.models.conditions`); an engine id (an int, or its
+        digits as text) stays an id: its style is part of it."""
         cond = ctx.check_condition(value, None)
-        return value if is_integer(value) or names.label(cond) == value else names.split(cond)[0]
+        return value if names.is_id(value) or names.label(cond) == value else names.split(cond)[0]
 
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
     return Spec(label, "custom", default_condition(ctx)[0], choices=tuple(name_choices(m)),
@@ -336,7 +337,9 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
 
     A styled model's "<class> · <style>" condition becomes (class, its style): the label names the style (the
     older API form). A value left at the app's default that the picked model refuses (the default model's
-    class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay."""
+    class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay, except the app
+    model's default class: it stays only where the picked model has a class of that very name (to an emoji model
+    a digit model's "3" would be condition id 3)."""
     out = dict(values)
     label = out.get("condition")
     if picked.model.style_names and isinstance(label, str) and STYLE_SEP.strip() in label:
@@ -349,6 +352,10 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
     own, app = specs(picked), specs(ctx)
     for name, value in out.items():
         if name in own and name != "model" and same_value(value, app[name].default):  # (True is not 1.0 here)
+            if name == "condition" and ctx.model.conditioning == "class" and picked.model.conditioning == "class" \
+                    and value not in picked.model.conditions.classes:
+                out[name] = own[name].default  # another model's class
+                continue
             try:
                 own[name].check(value)
             except ValueError:  # (gr.Error is one too)

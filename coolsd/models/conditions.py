@@ -126,13 +126,18 @@ class Conditions:
             return keys.index(_key(style))
         raise ValueError(f"unknown style {show(style)}; choose one of {', '.join(self.styles)}")
 
+    def is_id(self, condition) -> bool:
+        """Whether `resolve` reads `condition` as an engine condition id: an int, or digits for a class model
+        whose names are not digits (a digit model's "11" is an unknown digit)."""
+        return self.kind == "class" and (is_integer(condition) or (
+            isinstance(condition, str) and condition.strip().isdigit() and self.noun != "digit"))
+
     def resolve(self, condition, style=None):
         """The engine condition a visitor's `condition` (and `style`) means: an int id for a class model, the
         checked prompt for a text model; else a one-line ValueError (an unknown name gets the closest ones)."""
         if self.kind == "text":
             return self._prompt(condition)
-        if is_integer(condition) or (isinstance(condition, str) and condition.strip().isdigit()
-                                     and self.noun != "digit"):  # (a digit model's "11" is an unknown digit)
+        if self.is_id(condition):
             cond = int(condition)
             if not 0 <= cond < self.count:
                 raise ValueError(f"condition id must be in [0, {self.count - 1}], got {show(condition)}")

@@ -1,4 +1,4 @@
-"""The one condition resolver (`coolsd.models.conditions`) on a model of the coming kind: every name read from
+"""The one condition resolver (`coolsd.models.conditions`) on a model of the shipped kind: every name read from
 the bundle (about 30 emoji, four styles, groups), typos matched, an unknown name answered with the closest
 ones; and the app's controls, race plan and lab on that model."""
 
@@ -12,7 +12,7 @@ from coolsd.app import controls
 from coolsd.app.context import Catalogue
 from coolsd.app.demo import header_markdown, model_info
 from coolsd.app.lab import LabPanel
-from coolsd.app.settings import RaceSettings, specs
+from coolsd.app.settings import RaceSettings, default_condition, specs
 from coolsd.models.conditions import Conditions
 from coolsd.models.emoji import load_emoji
 from coolsd.models.tiny import tiny_bundle
@@ -74,6 +74,27 @@ def test_an_integer_condition_is_the_engines_id(bundle):
         bundle.condition(len(NAMES) * len(STYLES))
     with pytest.raises(ValueError):
         bundle.condition(True)
+
+
+def test_a_condition_id_sent_as_text_is_the_same_condition_style_included(ctx):
+    """A share link or a form sends the id as text: "7" is condition 7 (emoji 1 in style 3), as the int 7 is."""
+    for value in (7, "7"):
+        settings = RaceSettings.check(ctx, {"condition": value, "style": "", "racers": ["eagle-1"]})
+        assert settings.plan(ctx).cond == 7, value
+
+
+def test_the_app_models_default_class_follows_a_picked_model_without_that_class(bundle):
+    """A call that names another model and leaves the condition at the app's default gets the picked model's own
+    start: a digit model's "3" is no pick of an emoji (to the emoji model it is only condition id 3)."""
+    tiny = tiny_bundle()
+    models = {"tiny": [tiny], "emoji": [bundle]}
+    for app_key, other in (("tiny", "emoji"), ("emoji", "tiny")):
+        app = Catalogue([app_key, other], loader=models.get).add(app_key, models[app_key])
+        picked = app.for_model(other)
+        settings = RaceSettings.check(app, RaceSettings.defaults(app).as_dict() | {"model": other})
+        assert (settings.condition, settings.style) == (RaceSettings.defaults(picked).condition,
+                                                        RaceSettings.defaults(picked).style), app_key
+        assert settings.plan(app).cond == picked.model.condition(*default_condition(picked)), app_key
 
 
 def test_groups_filter_the_names():
