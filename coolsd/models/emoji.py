@@ -18,10 +18,10 @@ from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
 from coolsd.util.paths import EMOJI_DIR
 
-# Sampling the emoji model is shown with: its own distribution, no guidance (one row per step). Measured on
-# the 187-emoji target (tools/emoji_checkpoint_eval.py, 128 training pairs): recognised 92 % at CFG 1, T 1,
-# 5 % at CFG 3 (its unconditional row draws no emoji); see assets/emoji/README.md.
-EMOJI_SAMPLING = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=0, top_p=1.0)
+# Sampling an emoji model is shown with, unless its target config stores its own (`default_sampling`): CFG over
+# both conditions (the 15-class model, see assets/emoji/README.md). The 187-emoji model stores CFG 1, T 1:
+# recognised 92 % there vs 5 % at CFG 3 (its unconditional row draws no emoji; assets/emoji_names/README.md).
+EMOJI_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 
 
 log = logging.getLogger("coolsd")
@@ -47,6 +47,16 @@ def stored_precision(root: Path, device: torch.device) -> tuple[torch.dtype, str
     return (torch.float16, "fp16 (CUDA)") if device.type == "cuda" else (torch.float32, "fp32")
 
 
+def stored_sampling(root: Path, fallback: SamplingConfig = EMOJI_SAMPLING) -> SamplingConfig:
+    """The sampling a model folder's target config names (`default_sampling`: SamplingConfig's fields), else
+    `fallback`. A bad stored value fails like any bad SamplingConfig (ValueError naming the field)."""
+    try:
+        stored = json.loads((root / "target" / "config.json").read_text(encoding="utf-8")).get("default_sampling")
+    except (OSError, ValueError, AttributeError):
+        stored = None
+    return SamplingConfig(**stored) if isinstance(stored, dict) else fallback
+
+
 def target_millions(root: Path) -> float:
     """The target's parameter count in millions, read from its config (no weights loaded)."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -65,8 +75,8 @@ def load_emoji(path: str | Path | None = None, device: str | torch.device | None
         raise BundleError(f"emoji model folder not found or incomplete: {root}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype, how = stored_precision(root, device)
-    bundle = load_vq_llama(root, f"emoji (Llama {target_millions(root):.1f}M + Eagle-1 head)", EMOJI_SAMPLING, device, dtype,
-                           with_classifier, k_max)
+    bundle = load_vq_llama(root, f"emoji (Llama {target_millions(root):.1f}M + Eagle-1 head)", stored_sampling(root),
+                           device, dtype, with_classifier, k_max)
     bundle.execution, bundle.kind = how, "emoji"
     log.info("coolsd: emoji model runs %s", how)
     return bundle

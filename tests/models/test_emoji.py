@@ -186,3 +186,20 @@ def test_the_shipped_emoji_model_names_each_emoji_its_group_character_and_credit
     for credit in ("Twemoji", "CC-BY 4.0", "Noto", "Apache-2.0", "Fluent", "MIT", "EmojiOne"):
         assert credit in b.credits, credit
     assert b.condition("cat face", "Noto") == names.index("cat face") * 4 + 1
+
+
+def test_a_model_folder_may_store_its_own_sampling(tmp_path):
+    """`default_sampling` in the target config is the sampling the model is shown with; without it, CFG 3."""
+    from coolsd.decoding.sampling import SamplingConfig
+    from coolsd.models.emoji import EMOJI_SAMPLING, stored_sampling
+
+    (tmp_path / "target").mkdir()
+    assert stored_sampling(tmp_path) == EMOJI_SAMPLING and EMOJI_SAMPLING.cfg_scale == 3.0  # no config at all
+    config = tmp_path / "target" / "config.json"
+    config.write_text('{"num_classes": 2}')
+    assert stored_sampling(tmp_path) == EMOJI_SAMPLING
+    config.write_text('{"default_sampling": {"cfg_scale": 1.0, "temperature": 0.5, "top_k": 7, "top_p": 1.0}}')
+    assert stored_sampling(tmp_path) == SamplingConfig(cfg_scale=1.0, temperature=0.5, top_k=7, top_p=1.0)
+    config.write_text('{"default_sampling": {"cfg_scale": 1.0, "temperature": -1}}')
+    with pytest.raises(ValueError, match="temperature"):
+        stored_sampling(tmp_path)
