@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", choices=("embedded", "mnist", "emoji", "tiny"), default="embedded",
                    help="embedded / mnist = the shipped MNIST model; emoji = the shipped emoji model "
                         "(execution dtype: COOLSD_DTYPE); tiny = random weights (tests, dry runs)")
+    g.add_argument("--model-dir", type=Path, default=None,
+                   help="emoji: another emoji model folder (e.g. assets/emoji_names) instead of the shipped default; "
+                        "its classifier/ judges it unless --classifier is given")
     g.add_argument("--classifier", type=Path, default=None,
                    help=f"ResNet save_pretrained folder (default for embedded: {EMBEDDED_CLASSIFIER})")
     g.add_argument("--real-stats", type=Path, default=None,
@@ -121,10 +124,11 @@ def load_bundle(args, device: torch.device):
         if args.classifier is None:
             raise SystemExit("--model tiny has no classifier: pass --classifier FOLDER and --real-stats FILE")
     elif args.model == "emoji":
-        bundle = load_emoji(device=device)
+        bundle = load_emoji(args.model_dir, device=device)
     else:
         bundle = load_embedded(device=device)
-    folder = args.classifier or (EMOJI_CLASSIFIER if args.model == "emoji" else EMBEDDED_CLASSIFIER)
+    emoji_classifier = args.model_dir / "classifier" if args.model_dir else EMOJI_CLASSIFIER
+    folder = args.classifier or (emoji_classifier if args.model == "emoji" else EMBEDDED_CLASSIFIER)
     if not (folder / "config.json").is_file():
         raise SystemExit(f"classifier not found: {folder} (a ResNetForImageClassification save_pretrained folder)")
     classifier = ResNetForImageClassification.from_pretrained(folder, dtype=torch.float32).to(device).eval()
@@ -245,7 +249,7 @@ def other_path_vanilla(args, bundle, sampling, items, device) -> dict | None:
     old = os.environ.get(DTYPE_ENV)
     os.environ[DTYPE_ENV] = other
     try:
-        second = load_emoji(device=device)
+        second = load_emoji(args.model_dir, device=device)
     finally:
         if old is None:
             del os.environ[DTYPE_ENV]
