@@ -73,7 +73,8 @@ def main() -> int:
         print(json.dumps({name: rows[name]}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pilot.json").write_text(json.dumps(rows, indent=1))
-    print("| set-up | params (M) | minutes | steps | held-out NLL | recognised (train pairs) | recognised (held-out pairs) |")
+    print("| set-up | params (M) | minutes | steps | held-out NLL | recognised (train pairs) "
+          "| recognised (held-out pairs) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for n, r in rows.items():
         print(f"| {n} | {r['params_M']:.1f} | {r['minutes']:.0f} | {r['steps']} | {r['val_nll']:.3f} | "

@@ -31,10 +31,10 @@ from copy import copy
 
 import numpy as np
 import torch
-from PIL import Image
 from gradio.blocks import Block
 from gradio.components import State
 from gradio.state_holder import SessionState, StateHolder
+from PIL import Image
 
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live

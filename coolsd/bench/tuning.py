@@ -28,8 +28,8 @@ from coolsd.bench.settings import parse_spec
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import Rule
 from coolsd.models.bundle import ModelBundle, load_embedded
-from coolsd.models.emoji import load_emoji
 from coolsd.models.eagle import EagleDrafter, EagleHead
+from coolsd.models.emoji import load_emoji
 
 
 class Trial(NamedTuple):

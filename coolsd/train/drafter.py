@@ -128,7 +128,8 @@ def _real_pool(target, codes, conds, n: int, path: Path, gen) -> tuple[torch.Ten
 
 
 def _mixed_batches(pool: SampleShards, real_ids: torch.Tensor, real_feats: torch.Tensor, n_real: int, batch: int,
-                   n_gen: int, config, gen: torch.Generator, g: int = 2) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+                   n_gen: int, config, gen: torch.Generator,
+                   g: int = 2) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
     """A batch maker: (ids (g batch, T), target features (g batch, T, D)), n_gen self-samples and
     batch - n_gen real sequences, class rows first then (g = 2) their null (CFG) rows. The real pool
     holds pairs (`_real_pool`); the self-samples hold the g rows they were sampled with."""

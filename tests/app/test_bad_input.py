@@ -26,7 +26,6 @@ from gradio_client.exceptions import AppError
 from coolsd.app import race as race_ui
 from coolsd.app.settings import RaceSettings
 from coolsd.compare import lab as lab_lib
-from coolsd.models import registry
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 ACCEPTED = "ACCEPTED: passed every check"
@@ -95,7 +94,8 @@ def defaults(app, name: str) -> list:
 
 
 def one_line(message) -> str:
-    """`message` is a visitor's error: text, one line, under 300 characters, no markup, no trace, no Gradio internals."""
+    """`message` is a visitor's error: text, one line, under 300 characters, no markup, no trace, no Gradio
+    internals."""
     assert isinstance(message, str), message
     assert "\n" not in message and len(message) <= 300, message
     assert not re.search(r"[<>&]", message), message
@@ -187,7 +187,8 @@ def test_an_empty_null_or_unknown_model_is_the_same_line_everywhere(app, name, m
     i = [p["parameter_name"] for p in app[2][name]].index("model")
     data[i] = model
     message = refused(app, name, data, "model", capsys)
-    assert message.startswith("unknown model ") and message.endswith(f"choose one of {', '.join(app[0].ctx.catalogue.keys)}"), message
+    choices = ", ".join(app[0].ctx.catalogue.keys)
+    assert message.startswith("unknown model ") and message.endswith(f"choose one of {choices}"), message
 
 
 def test_other_models_settings_with_an_empty_model_are_refused_for_the_model(app, capsys):
