@@ -1,4 +1,4 @@
-"""A tiny random emoji model of the shipped kind (one class per emoji, named by its CLDR name, a Unicode group per
+"""A tiny random emoji model of the named kind (one class per emoji, named by its CLDR name, a Unicode group per
 class, four drawing styles), saved in the shipped folder layout: for tests that must not depend on the shipped
 model's names, counts or weights."""
 

@@ -1,4 +1,4 @@
-"""The one condition resolver (`coolsd.models.conditions`) on a model of the shipped kind: every name read from
+"""The one condition resolver (`coolsd.models.conditions`) on a model of the named kind: every name read from
 the bundle (about 30 emoji, four styles, groups), typos matched, an unknown name answered with the closest
 ones; and the app's controls, race plan and lab on that model."""
 
