@@ -223,8 +223,8 @@ BUGS = [
     Bug("emoji warm start: styles looked up in the class table", "coolsd/train/emoji.py",
         "rows += [old_style[n] for n in new_config.style_names]",
         "rows += [old_class.get(n, 0) for n in new_config.style_names]", (TRAIN,)),
-    Bug("drafter: unguided sampling still trains on (class, null) pairs", "coolsd/train/drafter.py",
-        "return 2 if sampling.guidance else 1", "return 2", (TRAIN,)),
+    Bug("drafter: unguided sampling still trains on (class, null) pairs", "coolsd/decoding/sampling.py",
+        "return 2 if self.guidance else 1", "return 2", (TRAIN,)),
     Bug("emoji eval: the decoded code grid transposed", "coolsd/train/emoji_eval.py",
         ".permute(0, 3, 1, 2)\n    return (vq.decode", ".permute(0, 3, 2, 1)\n    return (vq.decode", (EMOJI_EVAL,)),
 ]

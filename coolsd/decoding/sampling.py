@@ -43,6 +43,11 @@ class SamplingConfig:
         return self.cfg_scale != 1.0
 
     @property
+    def rows(self) -> int:
+        """Rows a model runs per sequence: 2 (condition, null) under guidance, else 1."""
+        return 2 if self.guidance else 1
+
+    @property
     def greedy(self) -> bool:
         return self.temperature == 0
 

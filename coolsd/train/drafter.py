@@ -44,10 +44,6 @@ def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config, rows: int = 2) -
     return torch.cat([pre, codes.repeat(rows, 1)], dim=1)
 
 
-def guided_rows(sampling) -> int:
-    """Rows the target runs per sequence at `sampling`: 2 (condition, null) under guidance, else 1."""
-    return 2 if sampling.guidance else 1
-
 
 @torch.no_grad()
 def target_features(target, ids: torch.Tensor, chunk: int = 32) -> torch.Tensor:
@@ -63,7 +59,7 @@ def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
     q_logits = pred @ lm_head.T
     reg = F.smooth_l1_loss(pred, feats_next)
     ce_raw = -(t_logits.softmax(-1) * q_logits.log_softmax(-1)).sum(-1).mean()
-    g = guided_rows(sampling)
+    g = sampling.rows
     zp = sampling.mix(t_logits.view(g, b, *t_logits.shape[1:])) / sampling.temperature
     zq = sampling.mix(q_logits.view(g, b, *q_logits.shape[1:])) / sampling.temperature
     p, logq = zp.softmax(-1), zq.log_softmax(-1)
@@ -77,12 +73,12 @@ def _terms(pred, feats_next, t_logits, lm_head, sampling, b):
 
 def drafter_losses(head, target, ids: torch.Tensor, feats: torch.Tensor, sampling, w_cls: float = W_CLS,
                    w_cfg: float = 0.0, w_unroll: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """ids (G*B, P+T) from `pair_ids` (G = `guided_rows(sampling)`), feats (G*B, T, D) from `target_features`
+    """ids (G*B, P+T) from `pair_ids` (G = `sampling.rows`), feats (G*B, T, D) from `target_features`
     -> (scalar loss, logs)."""
     k = target.config.codebook_size
     ids = ids[:, prefix_len(target.config) - 1 :]  # (G*B, T+1): the last prefix token, then the codes
     lm_head, embed = target.lm_head.weight[:k], target.model.embed_tokens.weight
-    b = ids.shape[0] // guided_rows(sampling)
+    b = ids.shape[0] // sampling.rows
     feats = feats.float()
     t_logits = feats[:, 1:] @ lm_head.T  # (2B, T-1, K): next-token logits at F[1..T-1]
     # pairs (F[j-1], x_j) -> F[j], j = 1..T-1; F[j]'s logits predict token j + 1
@@ -152,7 +148,7 @@ def _validation(head: EagleHead, target, real: tuple[torch.Tensor, torch.Tensor]
     """The held-out metrics: acceptance on self-samples (one step unrolled too), top-1 on real sequences
     `real` = (codes (N, T), condition ids (N,))."""
     config = target.config
-    real_val = pair_ids(*real, config, guided_rows(sampling))
+    real_val = pair_ids(*real, config, sampling.rows)
     real_val_feats = target_features(target, real_val)
     vc, vy, vf = val.tensors()
     self_val, self_val_feats = pair_ids(vc, vy, config, vf.shape[1]), vf.transpose(0, 1).flatten(0, 1)
@@ -195,7 +191,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     head = load_head(config, init)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     batch_data = _mixed_batches(pool, real_ids, real_feats, n_real, batch, round(batch * self_frac), config, gen,
-                                guided_rows(sampling))
+                                sampling.rows)
 
     def step(i: int) -> dict[str, float]:
         if i % grow_every == grow_every - 1 and len(pool) < n_self:

@@ -30,7 +30,7 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
     k, (h, w) = cfg.codebook_size, cfg.image_grid
     b = len(labels)
     rows = torch.cat([condition_prefix(cfg, labels), condition_prefix(cfg, labels, null=True)])
-    rows = rows if sampling.guidance else rows[:b]  # (G*B, P)
+    rows = rows[: sampling.rows * b]  # (G*B, P)
     p = rows.shape[1]
     stack = LayerStack(target_model.model.layers, cfg, h * w + p)
     embed = target_model.model.embed_tokens.weight
