@@ -184,7 +184,8 @@ def test_share_link_racers_replay_and_downloads(page_url):
             assert not page.locator("#racers label", has_text="LANTERN++").first.locator("input").is_checked()
             page.locator("#gen-btn").click()  # the slots take the racers' names when the race starts (issue 26 #6)
             wait_text(page, "#title-1", "UniformRSD")
-            assert page.locator("#title-2").inner_text().strip() == "Custom schedule"
+            wait_text(page, "#title-2", "Custom schedule")  # Gradio may overlay a timer ("1.4s")
+            assert page.locator("#title-2").inner_text().strip().splitlines()[-1] == "Custom schedule"
             wait_text(page, "#stats", "Finished", timeout=90_000)
             assert not page.locator("#img-3").is_visible() and page.locator("#img-4").is_visible()
             page.wait_for_selector("#plot-hist .main-svg", timeout=30_000)
