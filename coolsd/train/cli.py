@@ -38,6 +38,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--assets", type=Path, default=None,
                     help="export destination (default assets/embedded or assets/emoji)")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
+    vq = ap.add_argument_group("vq stage (emoji)")
+    vq.add_argument("--vq-codes", type=int, default=None, help="codebook size (default coolsd.train.emoji.VQ_CODES)")
+    vq.add_argument("--vq-local", type=float, default=0.0,
+                    help="weight of the same-patch term (train.vq.same_patch_spread): equal patches, equal codes")
     dr = ap.add_argument_group("drafter stage")
     dr.add_argument("--init", type=Path, default=None,
                     help="warm-start the head (drafter stage) or the emoji target (target stage) from this "

@@ -61,8 +61,8 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         return 0
     data = splits(seed=args.seed)
     if args.stage == "vq":
-        train_vq(data, args.out, budget, codebook_size=emoji.VQ_CODES, restart_every=200, restart_until=2000, bf16=True,
-                 **(emoji.VQ_ARCH | kw))
+        train_vq(data, args.out, budget, codebook_size=args.vq_codes or emoji.VQ_CODES, restart_every=200,
+                 restart_until=2000, bf16=True, local_weight=args.vq_local, **(emoji.VQ_ARCH | kw))
         return 0
     if args.stage == "classifier":
         emoji.train_emoji_classifier(data, args.out, budget, **(kw | {"batch": max(kw["batch"], 64)}))

@@ -61,11 +61,30 @@ def restart_codes(vq: VQModel, images: torch.Tensor, gen: torch.Generator, dead_
     return len(which)
 
 
+def same_patch_spread(x: torch.Tensor, h: torch.Tensor, levels: int = 8) -> torch.Tensor:
+    """Mean squared distance of each latent (B, c, g, g) from the mean latent of every patch of the batch that
+    shows the same pixels (x (B, C, H, W) in [-1, 1], one patch of H/g x W/g pixels per latent; pixels compared
+    after rounding to `levels` steps per unit, so a plain white patch is one group). Patches whose content
+    occurs once do not count; 0 when no content repeats. A local tokenizer gives equal patches equal codes."""
+    b, c, g, _ = h.shape
+    s = x.shape[-1] // g
+    pixels = x.unfold(2, s, s).unfold(3, s, s).permute(0, 2, 3, 1, 4, 5).reshape(b * g * g, -1)
+    _, group = torch.unique((pixels.detach() * levels).round(), dim=0, return_inverse=True)
+    z = h.permute(0, 2, 3, 1).reshape(b * g * g, c).float()
+    count = torch.bincount(group).float()
+    mean = torch.zeros(len(count), c).index_add_(0, group, z) / count[:, None]
+    repeated = count[group] > 1
+    if not repeated.any():
+        return z.sum() * 0
+    return (z - mean[group]).pow(2).sum(1)[repeated].mean()
+
+
 def train_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,
              codebook_size: int = 256, reinit_step: int = 50, restart_every: int = 0, restart_until: int = 0,
-             bf16: bool = False, **arch) -> VQModel:
-    """Train with MSE + commitment loss; at `reinit_step` re-seed the codebook from encoder outputs,
-    then (if `restart_every`) re-seed unused codes every `restart_every` steps until `restart_until`.
+             bf16: bool = False, local_weight: float = 0.0, **arch) -> VQModel:
+    """Train with MSE + commitment loss (+ `local_weight` x `same_patch_spread`: equal patches, equal latents);
+    at `reinit_step` re-seed the codebook from encoder outputs, then (if `restart_every`) re-seed unused codes
+    every `restart_every` steps until `restart_until`.
 
     data["train"] = (images (N, C, 32, 32) in [-1, 1], labels[, ..., flippable (N,) bool]); `arch`
     goes to `vq_config` (channels, widths, latent_channels); `bf16`: autocast the forward."""
@@ -84,8 +103,11 @@ def train_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int =
             if i != reinit_step:
                 print(f"[vq] step {i}: re-seeded {n} unused codes", flush=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            dec = vq(x)
+            h = vq.encode(x).latents
+            dec = vq.decode(h)
         loss = torch.nn.functional.mse_loss(dec.sample.float(), x) + dec.commit_loss.float().mean()
+        if local_weight:
+            loss = loss + local_weight * same_patch_spread(x, h)
         opt.zero_grad()
         loss.backward()
         opt.step()
