@@ -34,10 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, port: int, timeout_s: float = 300) -> tuple[subprocess.Popen, float]:
+def start_server(model: str, port: int, timeout_s: float = 300,
+                 script: str = "app.py") -> tuple[subprocess.Popen, float]:
+    """`python <script>` (the app, or a wrapper that runs it) serving `model` on `port`, once its page answers."""
     env = os.environ | OFFLINE | {"COOLSD_MODEL": model, "GRADIO_SERVER_PORT": str(port)}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     import httpx
 

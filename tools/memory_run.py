@@ -8,7 +8,8 @@ event stream): an even session asks /model_info (a visitor who only looks), an o
 small settings (Eagle-1 and vanilla AR, seed = session number) to the end, so it keeps a trace and the
 images on show. The loop is bounded (N sessions, one at a time); the server runs niced with one thread.
 RSS is the server's VmRSS (Linux /proc) every `--every` sessions; `--bound-mb` (stated before the
-run) makes the exit status 1 when any sample is above it.
+run) makes the exit status 1 when any sample is above it. `--profile` serves through tools/memory_profile.py
+(tracemalloc, slower) and adds the growth of live Python allocations between warm-up and the end, by source line.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -47,6 +50,29 @@ def call(base: str, name: str, data: list, session: str, timeout: float = 600) -
     return event or "none"
 
 
+def snapshot(proc, folder: Path, timeout_s: float = 300) -> tracemalloc.Snapshot:
+    """Ask the profiled server (tools/memory_profile.py) for a tracemalloc snapshot and read it."""
+    n = len(list(folder.glob("snap*.pickle")))
+    proc.send_signal(signal.SIGUSR1)
+    done, t0 = folder / f"snap{n}.done", time.perf_counter()
+    while not done.exists():
+        if time.perf_counter() - t0 > timeout_s:
+            raise RuntimeError("the server wrote no snapshot: was it started by tools/memory_profile.py?")
+        time.sleep(0.5)
+    return tracemalloc.Snapshot.load(str(folder / f"snap{n}.pickle"))
+
+
+def growth_by_line(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top: int = 25) -> list[dict]:
+    """The `top` source lines whose live Python allocations grew most between the snapshots (KiB, count),
+    with the four innermost frames that led there (innermost first)."""
+    stats = after.compare_to(before, "traceback")
+    rows = []
+    for stat in sorted(stats, key=lambda s: -s.size_diff)[:top]:
+        frames = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in list(stat.traceback)[::-1][:4]]
+        rows.append({"kib": round(stat.size_diff / 1024, 1), "blocks": stat.count_diff, "where": frames})
+    return rows
+
+
 def race_args(base: str, model: str) -> tuple[list, int]:
     """The /race arguments in the API's order (the defaults, Eagle-1 only) and the seed's position."""
     session = uuid.uuid4().hex
@@ -63,7 +89,13 @@ def run(args) -> dict:
     env_extra = {"COOLSD_SESSION_CAPACITY": str(args.capacity)} if args.capacity else {}
     env_extra |= {"COOLSD_STATE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
     os.environ.update(env_extra | {"OMP_NUM_THREADS": "1"})
-    proc, start_s = start_server(args.model, port, timeout_s=1200)  # a loaded machine starts slowly
+    profile_dir = None
+    if args.profile:
+        profile_dir = Path(os.environ.setdefault("COOLSD_TRACEMALLOC_DIR", str(ROOT / "runs" / f"tracemalloc_{port}")))
+        profile_dir.mkdir(parents=True, exist_ok=True)
+    proc, start_s = start_server(args.model, port, timeout_s=1200,  # a loaded machine starts slowly
+                                 script="tools/memory_profile.py" if args.profile else "app.py")
+    profiled = {}
     base = f"http://127.0.0.1:{port}"
     samples, errors = [], 0
     try:
@@ -71,6 +103,7 @@ def run(args) -> dict:
         for _ in range(3):  # warm-up: the first races allocate the model's caches
             call(base, "race", template, uuid.uuid4().hex)
         warm = rss_mb(proc.pid)
+        first = snapshot(proc, profile_dir) if profile_dir else None
         samples.append({"sessions": 0, "rss_mb": warm, "seconds": 0.0})
         t0 = time.perf_counter()
         for i in range(1, args.sessions + 1):
@@ -87,6 +120,10 @@ def run(args) -> dict:
                       flush=True)
                 if args.out:  # the samples so far survive an interrupted run
                     args.out.write_text(json.dumps({"partial": True, "samples": samples}, indent=1))
+        if profile_dir:
+            last = snapshot(proc, profile_dir)
+            traced = sum(s.size_diff for s in last.compare_to(first, "filename"))
+            profiled = {"python_growth_mib": round(traced / 2**20, 2), "by_line": growth_by_line(first, last)}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -98,6 +135,7 @@ def run(args) -> dict:
             # growth per session while the capacity fills (every session is still kept): the cost of a kept session
             "kb_per_session": 1024 * (samples[-1]["rss_mb"] - warm) / max(1, min(args.sessions, args.capacity or 1000)),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            **({"tracemalloc": profiled} if profiled else {}),
             "command": " ".join([sys.executable.split("/")[-1], *sys.argv])}
 
 
@@ -110,6 +148,8 @@ def main() -> None:
     p.add_argument("--budget-mb", type=int, default=0, help="COOLSD_STATE_BUDGET_MB (0: the app's default)")
     p.add_argument("--bound-mb", type=float, default=None, help="fail (exit 1) when RSS goes above this")
     p.add_argument("--out", type=Path, default=None, help="write the samples here (JSON)")
+    p.add_argument("--profile", action="store_true",
+                   help="serve through tools/memory_profile.py (tracemalloc) and report the Python growth by line")
     args = p.parse_args()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
