@@ -9,6 +9,9 @@
 - one bundle type: a single class of coolsd/ holds a model's target, drafter and tokenizer (`ModelBundle`);
 - the app's panels are wired explicitly (issue 26): no `panels` registry, no attribute set on another object
   (`panel.outputs = ...`: what a builder shares, it returns in a frozen handle), a frozen `Context`;
+- the rules are their own settings (issue 26): no module under coolsd/decoding/ mentions the race's names for
+  rule settings (`lantern_lambda`, `uniform_delta`, `custom_omegas`, ...: the RaceSettings fields of
+  coolsd/app/settings.py made by `rule_knob` / `rule_setting` whose name is no rule dataclass field's);
 - no block of DUP_LINES lines repeated within coolsd/ (lines compared after stripping; docstrings, imports,
   blank, comment and one-word lines such as `)` or `else:` skipped). The `duplicates` tool of the dev
   machine also finds same-shape blocks; this test keeps the exact repeats out.
@@ -283,6 +286,30 @@ def foreign_attribute_writes(package: str = "coolsd.app") -> list[str]:
     return found
 
 
+def race_rule_names() -> set[str]:
+    """The race's own names for rule settings: RaceSettings fields (coolsd/app/settings.py) made by `rule_knob` or
+    `rule_setting`, less the field names of the rule dataclasses (coolsd/decoding/rules.py: `delta` is COOL-SD's)."""
+    settings, rules = modules()["coolsd.app.settings"], modules()["coolsd.decoding.rules"]
+    names = {b.target.id for node in ast.walk(parse(settings)) if isinstance(node, ast.ClassDef)
+             and node.name == "RaceSettings" for b in node.body if isinstance(b, ast.AnnAssign)
+             and isinstance(b.value, ast.Call) and getattr(b.value.func, "id", "") in ("rule_knob", "rule_setting")}
+    fields = {b.target.id for node in ast.walk(parse(rules)) if isinstance(node, ast.ClassDef)
+              for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)}
+    return names - fields
+
+
+def race_names_in_decoding() -> list[str]:
+    """'module:line name' for each mention of a race rule-setting name (`race_rule_names`) in coolsd.decoding."""
+    words = race_rule_names()
+    pattern = re.compile(r"\b(" + "|".join(sorted(words)) + r")\b") if words else None
+    found = []
+    for name, path in modules().items():
+        if pattern and (name == "coolsd.decoding" or name.startswith("coolsd.decoding.")):
+            for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                found += [f"{name}:{no} {m}" for m in pattern.findall(line)]
+    return found
+
+
 def frozen_dataclasses(module: str, classes: tuple[str, ...]) -> dict[str, bool]:
     """class name -> whether it is declared `@dataclass(frozen=True)` in `module`."""
     out = {}
@@ -304,6 +331,12 @@ def test_panels_are_wired_explicitly():
     assert frozen_dataclasses("coolsd.app.context", ("Context",)) == {"Context": True}
     assert frozen_dataclasses("coolsd.app.race", ("RaceHandle",)) == {"RaceHandle": True}
     assert frozen_dataclasses("coolsd.app.controls", ("Controls",)) == {"Controls": True}
+
+
+def test_the_decoding_layer_knows_no_race_setting_names():
+    """The rules are their own settings: the flat race form (`lantern_lambda` for LANTERN++'s `lam`) is the app's."""
+    assert {"lantern_lambda", "uniform_delta", "linear_slope", "custom_omegas", "mean_omega"} <= race_rule_names()
+    assert race_names_in_decoding() == []
 
 
 def test_no_long_functions():
@@ -352,6 +385,14 @@ def test_scans_see_what_they_look_for(tmp_path, monkeypatch):
     (pkg / "sub" / "e.py").write_text("def serve(session):\n    session.holder = 1\n")  # not a panel module
     assert bundle_types() == ["coolsd.sub.d:Two"]
     assert foreign_attribute_writes("coolsd.sub") == ["coolsd.sub.d:8 panel.outputs", "coolsd.sub.d:9 .panels"]
+    (pkg / "app").mkdir()
+    (pkg / "decoding").mkdir()
+    (pkg / "app" / "settings.py").write_text("class RaceSettings:\n    delta: float = rule_knob(Rule, 'delta')\n"
+                                             "    wide_delta: float = rule_knob(Rule, 'delta')\n    seed: int = 0\n")
+    (pkg / "decoding" / "rules.py").write_text("class Rule:\n    delta: float = 1.0\n")
+    (pkg / "decoding" / "variants.py").write_text("STRENGTH = 'wide_delta'  # not 'delta' nor the seed\n")
+    assert race_rule_names() == {"wide_delta"}
+    assert race_names_in_decoding() == ["coolsd.decoding.variants:1 wide_delta"]
 
 
 if __name__ == "__main__":
@@ -364,3 +405,4 @@ if __name__ == "__main__":
           sep="\n  ")
     print("needless lazy imports:", *needless_lazy_imports(), sep="\n  ")
     print("repeated blocks:", *repeated_blocks(), sep="\n  ")
+    print("race setting names in coolsd.decoding:", *race_names_in_decoding(), sep="\n  ")

@@ -41,6 +41,8 @@ MICROSCOPE = "tests/compare/test_microscope_view.py"
 COST = "tests/compare/test_cost_acceptance.py"
 TIMING = "tests/models/test_timing.py"
 STRENGTH = "tests/decoding/test_variant_strength.py"
+RULE_OPTIONS = "tests/decoding/test_rule_options.py"  # issue 26: a variant's options are its rule's fields
+RULE_SETTINGS = "tests/app/test_rule_settings.py"  # issue 26: the race's flat rule settings -> each rule's options
 CHECKS = "tests/util/test_checks.py"
 FLOOR = "tests/decoding/test_cool_floor.py"
 APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link booleans, the picker's first load
@@ -147,14 +149,20 @@ BUGS = [
         '"optimal"}, "delta"),\n    Variant("cool-sd-unclipped"',
         '"optimal"}, "nu"),\n    Variant("cool-sd-unclipped"', (STRENGTH,)),
     Bug("variants: linear decay's strength knob is its slope", "coolsd/decoding/variants.py",
-        '{}, "linear_delta"),', '{}, "linear_slope"),', (STRENGTH,)),
+        '"linear-decay", {}, "delta"),', '"linear-decay", {}, "slope"),', (STRENGTH,)),
     Bug("variants: LANTERN's strength knob is LANTERN++'s lambda", "coolsd/decoding/variants.py",
-        '{}, "lantern_delta", racer=False)', '{}, "lantern_lambda", racer=False)', (STRENGTH,)),
+        '{}, "delta", racer=False)', '{}, "lam", racer=False)', (STRENGTH,)),
     Bug("variants: at_strength resets the other knobs to their defaults", "coolsd/decoding/variants.py",
-        "dataclasses.replace(knobs or RuleKnobs(), **{v.strength: value})",
-        "dataclasses.replace(RuleKnobs(), **{v.strength: value})", (STRENGTH,)),
+        "build(key, {**(options or {}), v.strength: value}, neighbours)",
+        "build(key, {v.strength: value}, neighbours)", (STRENGTH,)),
     Bug("variants: at_strength drops the neighbour table", "coolsd/decoding/variants.py",
-        "**{v.strength: value}), neighbours)", "**{v.strength: value}))", (STRENGTH,)),
+        "v.strength: value}, neighbours)", "v.strength: value})", (STRENGTH,)),
+    Bug("variants: the fixed options no longer win over the given ones", "coolsd/decoding/variants.py",
+        "return options | self.fixed", "return self.fixed | options", (RULE_OPTIONS,)),
+    Bug("race settings: LANTERN++'s k read from the lambda setting", "coolsd/app/settings.py",
+        'also=(LanternRule,),', 'also=(LanternRule,), read=lambda v: v["lantern_lambda"],', (RULE_SETTINGS,)),
+    Bug("race settings: mu read as given while mean omega is on", "coolsd/app/settings.py",
+        'read=lambda v: None if v["mean_omega"] else v["mu"])', 'read=lambda v: v["mu"])', (RULE_SETTINGS,)),
     Bug("checks: the minimum itself refused", "coolsd/util/checks.py",
         "else value < minimum))", "else value <= minimum))", (CHECKS,)),
     Bug("checks: the maximum itself refused", "coolsd/util/checks.py",

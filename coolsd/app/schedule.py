@@ -14,9 +14,9 @@ from pathlib import Path
 import gradio as gr
 
 from coolsd.app.context import Context, bad, unexpected_errors
-from coolsd.app.settings import Spec, check_values
-from coolsd.decoding import knobs
-from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
+from coolsd.app.settings import Spec, check_values, rule_spec
+from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule, format_omegas
+from coolsd.decoding.rules import parse_omegas as parse_omega_list
 from coolsd.theory import annealing, sweeps
 from coolsd.util.checks import plain, show
 from coolsd.util.format import subscript
@@ -52,12 +52,11 @@ away at the late depths and must relax the early ones harder to reach the same �
 # ---------------------------------------------------------------- input -> rule
 def schedule_specs() -> dict[str, Spec]:
     """The explorer's controls but the omega list: name -> Spec (label, bounds, default; checked by the handler)."""
-    cool, linear = CoolSDRule(), LinearDecayRule()
     return {"kind": Spec("Schedule", "choice", "exponential", choices=tuple((v, k) for k, v in KIND_LABELS.items()),
                          widget="radio", elem_id="sched-kind"),
-            "delta": Spec("delta (mean omega)", "number", cool.delta, 0.1, 8.0, 0.05, elem_id="sched-delta"),
-            "nu": Spec("nu (exponential decay rate)", "number", cool.nu, 0.0, 3.0, 0.05, elem_id="sched-nu"),
-            "slope": Spec("slope s (linear decay)", "number", linear.slope, 0.0, 1.0, 0.05, elem_id="sched-slope"),
+            "delta": rule_spec(CoolSDRule, "delta", "delta (mean omega)", "sched-delta"),
+            "nu": rule_spec(CoolSDRule, "nu", "nu (exponential decay rate)", "sched-nu"),
+            "slope": rule_spec(LinearDecayRule, "slope", "slope s (linear decay)", "sched-slope"),
             "floor": Spec("floor at 1 (ωᵢ = max(ωᵢ, 1))", "bool", CoolSDRule.floor_at_one,
                           elem_id="sched-floor"),
             "drafts": Spec("Drafts", "choice", "toy", choices=tuple((v, k) for k, v in DRAFT_LABELS.items()),
@@ -65,9 +64,9 @@ def schedule_specs() -> dict[str, Spec]:
 
 
 def parse_omegas(text) -> tuple[float, ...]:
-    """The custom list (`knobs.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"); a one-line error, at most L numbers."""
+    """The custom list (`rules.parse_omegas`: "2, 1, 0.5" or "2 1 0.5"); a one-line error, at most L numbers."""
     try:
-        values = knobs.parse_omegas(text)
+        values = parse_omega_list(text)
     except ValueError as err:
         raise bad(f"custom omegas: {err}") from None
     if len(values) > DRAFT_LEN:
@@ -202,7 +201,7 @@ def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
             kind, delta, nu, slope = (panel.specs[n].component() for n in ("kind", "delta", "nu", "slope"))
-            omegas = gr.Textbox(value=knobs.format_omegas(CustomScheduleRule.omegas),
+            omegas = gr.Textbox(value=format_omegas(CustomScheduleRule.omegas),
                                 label="custom " + ", ".join(f"ω{subscript(i)}" for i in range(1, DRAFT_LEN + 1)),
                                 elem_id="sched-omegas", max_length=200)
             floor, drafts = panel.specs["floor"].component(), panel.specs["drafts"].component()

@@ -10,6 +10,11 @@ bounds or choices and its default, so
     RaceSettings.signature(ctx)               the race handler's signature (what the API shows)
     spec.component()                          the control (coolsd.app.controls lays them out)
     settings.plan(ctx)                        what the race runs: model variant, condition, rules, configs
+    rule_options(key, values)                 the options racer `key`'s rule gets (`variants.build` takes them)
+
+A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN);
+its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
+race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
 
 The last two arguments, `model` (the picker's key) and `style`, came after the others so older calls
 keep working: `check` reads the model first and checks the rest against that model's Specs.
@@ -29,8 +34,19 @@ import gradio as gr
 
 from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
+from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LinearDecayRule, Rule, UniformRSDRule
+from coolsd.decoding.rules import (
+    CoolSDRule,
+    CustomScheduleRule,
+    LanternPPRule,
+    LanternRule,
+    LinearDecayRule,
+    Rule,
+    UniformRSDRule,
+    format_omegas,
+    parse_omegas,
+)
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
@@ -38,6 +54,8 @@ from coolsd.util.checks import check_bool, check_choice, check_int, check_number
 
 MAX_DRAFT_LEN = 8
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
+MEAN_OMEGA = CoolSDRule.mu is None  # "mean omega = delta" is on by default exactly when the rule's mu is (None)
+DEFAULT_OMEGAS = format_omegas(CustomScheduleRule.omegas)  # the custom racer's list, as text (the rule's default)
 DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
 assert set(DRAFTING) - {"chain"} <= set(TREES), "every static tree offered must exist in coolsd.decoding.tree.TREES"
 EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
@@ -217,20 +235,39 @@ def _number(label: str, default: Callable, low: float, high: float, step: float,
     return setting(lambda ctx: Spec(label, kind, default(ctx), low, high, step, elem_id=elem_id))
 
 
-def rule_knob(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
-              high: Callable | None = None, extra: Mapping | None = None):
-    """A RaceSettings field for field `name` of `rule`: its default (unless given) and its control's range and
-    step come from the rule dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `high(ctx)`: a
-    model-dependent top, never above the rule's."""
-    f = {f.name: f for f in fields(rule)}[name]
-    low, top, step = f.metadata["ui"]
-    value = f.default if default is None else default
+def rule_default(rule: type[Rule], name: str):
+    """The default of field `name` of the rule dataclass `rule`."""
+    return {f.name: f for f in fields(rule)}[name].default
 
-    def spec(ctx):
-        top_here = top if high is None else min(top, high(ctx))
-        return Spec(label, kind, min(value, top_here), low, top_here, step, elem_id=elem_id, extra=extra or {})
 
-    return setting(spec)
+def rule_spec(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
+              top: float | None = None, extra: Mapping | None = None) -> Spec:
+    """A control for field `name` of `rule`: its default (unless given), range and step come from the rule
+    dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than the rule's."""
+    low, high, step = {f.name: f for f in fields(rule)}[name].metadata["ui"]
+    high = high if top is None else min(high, top)
+    value = rule_default(rule, name) if default is None else default
+    value = value if value is None else min(value, high)
+    return Spec(label, kind, value, low, high, step, elem_id=elem_id, extra=extra or {})
+
+
+def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, str] | None = None,
+                 read: Callable[[Mapping], object] | None = None):
+    """A RaceSettings field that sets rule fields: `sets` maps a rule slug to the field of that rule it sets;
+    default: its value where a caller leaves it out (the rule's); read(values): the value the rule gets where
+    it is not the setting's own (values: every rule setting, missing ones at their defaults)."""
+    return field(metadata={"spec": make, "default": default, "sets": dict(sets or {}), "read": read})
+
+
+def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
+              high: Callable | None = None, extra: Mapping | None = None, also: tuple[type[Rule], ...] = (),
+              read: Callable[[Mapping], object] | None = None):
+    """A RaceSettings field that sets field `name` of `rule` (and of each rule in `also`), its control made by
+    `rule_spec`; `high(ctx)`: a model-dependent top, never above the rule's; read: as `rule_setting`."""
+    return rule_setting(lambda ctx: rule_spec(rule, name, label, elem_id, kind, default,
+                                              None if high is None else high(ctx), extra),
+                        rule_default(rule, name) if default is None else default,
+                        {r.name: name for r in (rule, *also)}, read)
 
 
 @dataclass(frozen=True)
@@ -268,10 +305,11 @@ class RaceSettings:
     delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta")
     nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
     mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0,
-                          extra={"interactive": CoolSDRule().mu is not None})
-    mean_omega: bool = setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", CoolSDRule().mu is None,
-                                                elem_id="mean-omega"))
-    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int",
+                          extra={"interactive": not MEAN_OMEGA},
+                          read=lambda v: None if v["mean_omega"] else v["mu"])  # (None: mean-normalised)
+    mean_omega: bool = rule_setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", MEAN_OMEGA,
+                                                     elem_id="mean-omega"), MEAN_OMEGA)  # (read by mu)
+    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int", also=(LanternRule,),
                                high=lambda ctx: ctx.k_max)  # (the model's neighbour table bounds k)
     lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda")
     overlay: bool = setting(lambda ctx: Spec("overlay: colour tokens by outcome", "bool", False, elem_id="overlay"))
@@ -280,9 +318,11 @@ class RaceSettings:
     linear_delta: float = rule_knob(LinearDecayRule, "delta", "linear decay delta (mean omega)", "linear-delta")
     linear_slope: float = rule_knob(LinearDecayRule, "slope", "linear decay slope (0 = uniform, 1 = falls to 0)",
                                     "linear-slope")
-    custom_omegas: str = setting(lambda ctx: Spec("custom schedule ω₁, ω₂, …", "custom",
-                                                  choice.DEFAULTS["custom_omegas"], widget="textbox",
-                                                  elem_id="custom-omegas", check_fn=_omegas, extra={"max_lines": 1}))
+    custom_omegas: str = rule_setting(lambda ctx: Spec("custom schedule ω₁, ω₂, …", "custom", DEFAULT_OMEGAS,
+                                                       widget="textbox", elem_id="custom-omegas", check_fn=_omegas,
+                                                       extra={"max_lines": 1}),
+                                      DEFAULT_OMEGAS, {CustomScheduleRule.name: "omegas"},
+                                      read=lambda v: parse_omegas(v["custom_omegas"]))  # (text in the race)
     resolution: str = setting(_resolution)
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
@@ -328,8 +368,35 @@ class RaceSettings:
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
             config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting)
-        rules = choice.make_rules(variant, self.racers, self.as_dict())
+        rules = make_rules(variant, self.racers, self.as_dict())
         return RacePlan(variant, cond, self.racers, sampling, config, rules)
+
+
+def rule_options(key: str, values: Mapping) -> dict:
+    """The options of racer (variant) `key`'s rule, named by its dataclass fields (`variants.build` takes them),
+    at the race settings `values` (name -> value; a rule setting left out: its default, the rule's). Only the
+    settings of that rule are read, so a bad custom list stops the custom racer alone."""
+    slug = variants.get(key).rule
+    table = {f.name: f.metadata for f in fields(RaceSettings) if "sets" in f.metadata}
+    filled = {name: m["default"] for name, m in table.items()} | {k: v for k, v in values.items() if k in table}
+    return {m["sets"][slug]: m["read"](filled) if m["read"] else filled[name]
+            for name, m in table.items() if slug in m["sets"]}
+
+
+def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
+    """The rule racer `key` runs at the race `settings` (name -> value; `rule_options`) with the model's
+    neighbour table; a bad value (the rule's own ValueError) becomes one clear error naming the racer."""
+    if key not in choice.RACERS:
+        raise bad(f"unknown racer {show(key)}; choose from {', '.join(choice.RACERS)}")
+    try:
+        return variants.build(key, rule_options(key, settings), ctx.model.neighbours)
+    except ValueError as err:
+        raise bad(f"{choice.RACERS[key]}: {err}") from None
+
+
+def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Rule]:
+    """key -> rule for every chosen racer, in the given order, at the race `settings` (name -> value)."""
+    return {key: make_racer_rule(ctx, key, settings) for key in keys}
 
 
 def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:

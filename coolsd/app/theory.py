@@ -11,8 +11,7 @@ import functools
 import gradio as gr
 
 from coolsd.app.context import Context, unexpected_errors
-from coolsd.app.racers import make_rules
-from coolsd.app.settings import check_values, specs
+from coolsd.app.settings import check_values, make_rules, specs
 from coolsd.decoding import variants
 from coolsd.theory import sweeps
 

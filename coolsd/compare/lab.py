@@ -32,7 +32,6 @@ from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, run
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.util.checks import check_int, check_number
@@ -68,7 +67,7 @@ class LabDecoder:
 def _column(key: str, relaxation: float, k: int, neighbours: Tensor | None) -> tuple[str, Rule]:
     """(label, rule) of variant `key` relaxed to `relaxation` (its strength knob)."""
     v = variants.get(key)
-    rule = variants.at_strength(key, relaxation, RuleKnobs(lantern_k=k), neighbours)
+    rule = variants.at_strength(key, relaxation, {"k": k} if v.rule == "lantern++" else None, neighbours)
     if v.rule == "lantern++":
         return f"LANTERN++{' ' + v.tag if v.tag else ''} k={k} lambda={relaxation:g}", rule
     return f"{v.name} delta={relaxation:g}", rule

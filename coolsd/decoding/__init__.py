@@ -10,7 +10,6 @@ temperature / top-k / CFG settings, `protocol.py` what a model must offer the en
 latent-neighbour table LANTERN++ uses.
 `variants.py` is the one registry of named decoder variants (key, label, colour, rule, fixed options:
 "cool-sd" floored at 1, "cool-sd-unclipped", "lantern++-gstar", ...); each builds its rule from
-`knobs.py` (`RuleKnobs`: the rule fields a front end moves, side by side, defaults read from the
-rules; the omega-list grammar).
+options named by the rule's own dataclass fields (defaults and control ranges live on those fields).
 docs/rules-and-theory.md states the maths each rule implements; `coolsd.theory` checks it exactly.
 """

@@ -11,18 +11,23 @@ Greedy decoding (temperature 0, one-hot p and q): every rule commits the target'
 Eagle-1, UniformRSD/COOL-SD with omega >= 1 and LANTERN(++) accept a draft iff it equals that
 argmax; COOL-SD at a depth with omega_i < 1 accepts a matching draft with probability omega_i and
 otherwise resamples the same argmax token (G* of a one-hot p is p).
+
+A rule's fields are its settings: their defaults, and the range a control offers (`knob`: field metadata
+"ui"), live here, once; front ends read them from the dataclasses. A custom schedule's omega list as
+text has one grammar, `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5").
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from coolsd.util.checks import check_bool, check_int, check_number
+from coolsd.util.checks import check_bool, check_int, check_number, show
 
 MAX_SCHEDULE_LEN = 64  # a custom schedule longer than any draft length is a typo, not a schedule
 
@@ -242,6 +247,42 @@ class CustomScheduleRule(ScheduleRule):
 
     def schedule(self, draft_len):
         return torch.tensor(self.omegas, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- one omega-list grammar (custom schedules as text)
+def parse_omegas(value) -> tuple[float, ...]:
+    """A custom schedule omega_1..omega_L from "2, 1, 0.5", "2 1 0.5", "2; 1; 0.5" or a list of numbers.
+
+    Separators: commas, semicolons and/or white space. Returns floats; a one-line ValueError for
+    anything else (not text or a list, a part that is not a finite number, nothing at all). Whether
+    the values are positive and how many there may be is the rule's check (`CustomScheduleRule`).
+    """
+    if isinstance(value, (list, tuple)):
+        parts = list(value)
+    elif isinstance(value, str):
+        parts = [p for p in re.split(r"[,;\s]+", value.strip()) if p]
+    else:
+        raise ValueError(f"the omega list must be numbers such as '2, 1, 0.5', got {show(value)}")
+    values = []
+    for part in parts:
+        if isinstance(part, bool):
+            raise ValueError(f"the omega list must hold numbers, got {show(part)}")
+        try:
+            number = float(part)
+        except (TypeError, ValueError):
+            raise ValueError(f"the omega list: {show(part)} is not a number; write numbers separated by commas "
+                             "or spaces, e.g. 2, 1, 0.5") from None
+        if not math.isfinite(number):
+            raise ValueError(f"the omega list must be finite numbers, got {show(part)}")
+        values.append(number)
+    if not values:
+        raise ValueError("the omega list is empty: give at least one number (omega_1), e.g. 2, 1, 0.5")
+    return tuple(values)
+
+
+def format_omegas(omegas) -> str:
+    """(2.0, 1.0, 0.5) -> "2, 1, 0.5" (what `parse_omegas` reads back)."""
+    return ", ".join(f"{w:g}" for w in omegas)
 
 
 @dataclass(frozen=True)

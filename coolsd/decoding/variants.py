@@ -1,16 +1,16 @@
-"""The named decoder variants: one registry of key, label, colour, rule, fixed options and strength knob.
+"""The named decoder variants: one registry of key, label, colour, rule, fixed options and strength field.
 
 A *variant* is a named way of running one rule of `coolsd.decoding.rules`: "cool-sd" is COOL-SD
 floored at 1 (the rule's default), "cool-sd-unclipped" the same schedule without the floor,
 "lantern++-gstar" LANTERN++ with the G* residual, "vanilla" no rule at all. Every front end reads
 this table: the app's racers, the quality lab, the schedule explorer, the benchmark's settings and
-labels, the plots and the How tab. A variant builds its rule from the rule's fields that the settings
-set (`coolsd.decoding.knobs.RuleKnobs.options`: defaults read from the rule dataclasses, never typed
-again) plus the variant's `fixed` options (what makes it that variant; also how `variant_of`
-recognises a rule's config).
+labels, the plots and the How tab. A variant builds its rule from options named by the rule's own
+dataclass fields (any left out: the rule's default) plus the variant's `fixed` options (what makes it
+that variant, applied over the options; also how `variant_of` recognises a rule's config).
 
-    rule = build("cool-sd", RuleKnobs(delta=1.1))                 # CoolSDRule(delta=1.1, floor_at_one=True)
-    build("lantern++", RuleKnobs(lantern_lambda=20), neighbours=table)
+    rule = build("cool-sd", {"delta": 1.1})                      # CoolSDRule(delta=1.1, floor_at_one=True)
+    build("lantern++", {"k": 5, "lam": 20}, neighbours=table)
+    at_strength("lantern++", 20, {"k": 5}, table)                # the same rule: lam is LANTERN++'s strength
     variant_of(rule.config())                                     # -> "cool-sd"
 
 Old keys keep working where they were stored (share links, API calls): `resolve` maps an alias to
@@ -20,12 +20,12 @@ its variant ("cool-sd-floor" -> "cool-sd", the floored schedule it always named)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
 from coolsd.decoding import rules
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import Rule
 from coolsd.util.checks import show
 
@@ -39,9 +39,9 @@ class Variant:
 
     key: slug (API values, share links, benchmark families); label: display name; colour: "#rrggbb"
     in every figure; rule: slug of `coolsd.decoding.rules.RULES` (None: vanilla AR); fixed: the options
-    that make this variant (always applied over the settings, and matched by `variant_of`); strength:
-    the `RuleKnobs` field a sweep or the lab's slider moves (None: nothing to relax); tag: the word
-    benchmark labels add to the rule slug; racer: offered in the Race tab.
+    that make this variant (always applied over the given options, and matched by `variant_of`); strength:
+    the rule field a sweep or the lab's slider moves (None: nothing to relax); tag: the word benchmark
+    labels add to the rule slug; racer: offered in the Race tab.
     """
 
     key: str
@@ -58,20 +58,28 @@ class Variant:
         """The label without its parenthesis: "Eagle-1 (lossless)" -> "Eagle-1"."""
         return self.label.split(" (")[0]
 
-    def rule_options(self, knobs: RuleKnobs) -> dict:
-        """The rule's keyword arguments at `knobs` (the variant's fixed options win)."""
-        return knobs.options(self.rule) | self.fixed
+    def rule_options(self, options: Mapping | None = None) -> dict:
+        """The rule's keyword arguments: `options` (rule field -> value) with the variant's fixed options over
+        them; a ValueError naming a field the rule does not have."""
+        options = dict(options or {})
+        known = [] if self.rule is None else [f.name for f in dataclasses.fields(rules.RULES[self.rule]) if f.init]
+        for name in options:
+            if name not in known:
+                rule = f"rule {show(self.rule)}" if self.rule else "no rule"
+                takes = f"its options: {', '.join(known)}" if known else "it takes no options"
+                raise ValueError(f"{self.name} ({rule}) has no option {show(name)}; {takes}")
+        return options | self.fixed
 
 
 VARIANTS: dict[str, Variant] = {v.key: v for v in (
     Variant(VANILLA, "Vanilla AR (reference)", "#7f7f7f", None, racer=False),
     Variant("eagle-1", "Eagle-1 (lossless)", "#444444", "eagle-1"),
-    Variant("lantern++", "LANTERN++", "#2ca02c", "lantern++", {"residual_kind": "published"}, "lantern_lambda"),
+    Variant("lantern++", "LANTERN++", "#2ca02c", "lantern++", {"residual_kind": "published"}, "lam"),
     Variant("lantern++-gstar", "LANTERN++ (G* residual)", "#17becf", "lantern++", {"residual_kind": "optimal"},
-            "lantern_lambda", tag="G*"),
-    Variant("lantern", "LANTERN (absolute budget)", "#98df8a", "lantern", {}, "lantern_delta", racer=False),
-    Variant("uniform-rsd", "UniformRSD", "#1f77b4", "uniform-rsd", {}, "uniform_delta"),
-    Variant("linear-decay", "Linear decay", "#9467bd", "linear-decay", {}, "linear_delta"),
+            "lam", tag="G*"),
+    Variant("lantern", "LANTERN (absolute budget)", "#98df8a", "lantern", {}, "delta", racer=False),
+    Variant("uniform-rsd", "UniformRSD", "#1f77b4", "uniform-rsd", {}, "delta"),
+    Variant("linear-decay", "Linear decay", "#9467bd", "linear-decay", {}, "delta"),
     Variant("cool-sd", "COOL-SD", "#d62728", "cool-sd", {"floor_at_one": True, "residual_kind": "optimal"}, "delta"),
     Variant("cool-sd-unclipped", "COOL-SD unclipped", "#ff7f0e", "cool-sd",
             {"floor_at_one": False, "residual_kind": "optimal"}, "delta", tag="unclipped"),
@@ -81,6 +89,8 @@ ALIASES = {"cool-sd-floor": "cool-sd"}  # old keys (share links, API calls) -> t
 RACERS = [key for key, v in VARIANTS.items() if v.racer]  # the Race tab's choices, in this order
 COLOURS = {key: v.colour for key, v in VARIANTS.items()} | {a: VARIANTS[k].colour for a, k in ALIASES.items()}
 assert rules.CoolSDRule.floor_at_one is VARIANTS["cool-sd"].fixed["floor_at_one"], "'cool-sd' is the rule's default"
+for _variant in VARIANTS.values():  # its strength and fixed options name fields of its rule (else: ValueError)
+    _variant.rule_options(dict.fromkeys([*_variant.fixed, *[_variant.strength] * bool(_variant.strength)]))
 
 
 def resolve(key) -> str:
@@ -96,27 +106,30 @@ def get(key) -> Variant:
     return VARIANTS[resolve(key)]
 
 
-def build(key, knobs: RuleKnobs | None = None, neighbours: Tensor | None = None) -> Rule | None:
-    """The rule variant `key` runs at `knobs` (None: vanilla AR); LANTERN rules get `neighbours`.
+def build(key, options: Mapping | None = None, neighbours: Tensor | None = None) -> Rule | None:
+    """The rule variant `key` runs at `options` (rule field -> value, the rule's own names; left out: the rule's
+    default; the variant's fixed options win) (None: vanilla AR); LANTERN rules get `neighbours`.
 
-    Bad settings raise the rule's own ValueError. A LANTERN rule without a neighbour table is built
-    (its checks run) but cannot decode until `with_neighbours`.
+    An option the rule does not have, or a bad value, raises ValueError (the rule's own for a value). A LANTERN
+    rule without a neighbour table is built (its checks run) but cannot decode until `with_neighbours`.
     """
     v = get(key)
+    kwargs = v.rule_options(options)
     if v.rule is None:
         return None
-    rule = rules.make_rule(v.rule, **v.rule_options(knobs or RuleKnobs()))
+    rule = rules.make_rule(v.rule, **kwargs)
     if neighbours is not None and isinstance(rule, rules.LanternPPRule):
         rule = rule.with_neighbours(neighbours)
     return rule
 
 
-def at_strength(key, value: float, knobs: RuleKnobs | None = None, neighbours: Tensor | None = None) -> Rule:
-    """The rule of variant `key` with its strength knob (delta, lambda...) set to `value`; ValueError if none."""
+def at_strength(key, value: float, options: Mapping | None = None, neighbours: Tensor | None = None) -> Rule:
+    """The rule of variant `key` with its strength field (delta, lam...) set to `value`, its other `options`
+    kept (as in `build`); ValueError if the variant has no strength."""
     v = get(key)
     if v.strength is None:
         raise ValueError(f"{v.name} has no strength to set")
-    return build(key, dataclasses.replace(knobs or RuleKnobs(), **{v.strength: value}), neighbours)
+    return build(key, {**(options or {}), v.strength: value}, neighbours)
 
 
 def variant_of(config: dict | None) -> str | None:

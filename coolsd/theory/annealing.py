@@ -26,7 +26,6 @@ import itertools
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, Rule, UniformRSDRule
 from coolsd.theory.oracle import OracleResult, exact, match_tau, sequence_probs
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
@@ -86,9 +85,9 @@ def schedule_rule(kind: str, delta: float = CoolSDRule.delta, nu: float = CoolSD
     key = SCHEDULE_VARIANTS[kind]
     if kind == "exponential" and floor_at_one is False:
         key = "cool-sd-unclipped"
-    knobs = RuleKnobs(delta=delta, nu=nu, uniform_delta=delta, linear_delta=delta, linear_slope=slope,
-                      custom_omegas=tuple(omegas))
-    rule = variants.build(key, knobs)
+    options = {"exponential": {"delta": delta, "nu": nu}, "linear": {"delta": delta, "slope": slope},
+               "uniform": {"delta": delta}, "custom": {"omegas": omegas}}[kind]
+    rule = variants.build(key, options)
     if floor_at_one is None or kind == "exponential":
         return rule
     if kind == "uniform":
@@ -244,7 +243,7 @@ def floor_vs_eagle(n_models: int = 20, deltas: tuple[float, ...] = (1.1, 2.0), v
         probs = sequence_probs(target)
         row = {"seed": seed, "delta": delta, "eagle_tau": exact(target, drafter, EagleRule(), draft_len, probs).tau}
         for name in ("cool-sd", "cool-sd-unclipped"):
-            result = exact(target, drafter, variants.build(name, RuleKnobs(delta=delta, nu=nu)), draft_len, probs)
+            result = exact(target, drafter, variants.build(name, {"delta": delta, "nu": nu}), draft_len, probs)
             prefix = "floored" if name == "cool-sd" else "unclipped"
             row |= {f"{prefix}_tau": result.tau, f"{prefix}_tv": result.tv}
         rows.append(row)

@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, UniformRSDRule
 from coolsd.theory import annealing
@@ -94,9 +93,9 @@ def tradeoff_curves(vocab_size: int = VOCAB_SIZE, num_tokens: int = NUM_TOKENS, 
     lantern = LanternPPRule(k=k).with_neighbours(neighbour_table(target.codebook))
     sweeps = {
         "uniform-rsd": ("delta", deltas, lambda d: UniformRSDRule(delta=d)),
-        "cool-sd": ("delta", deltas, lambda d: variants.build("cool-sd", RuleKnobs(delta=d, nu=nu))),
+        "cool-sd": ("delta", deltas, lambda d: variants.build("cool-sd", {"delta": d, "nu": nu})),
         "cool-sd-unclipped": ("delta", deltas,
-                              lambda d: variants.build("cool-sd-unclipped", RuleKnobs(delta=d, nu=nu))),
+                              lambda d: variants.build("cool-sd-unclipped", {"delta": d, "nu": nu})),
         "lantern++": ("lam", lams, lambda v: dataclasses.replace(lantern, lam=v)),
     }
     curves = {}

@@ -17,7 +17,7 @@ from PIL import Image
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
 from coolsd.app.demo import Demo, build_demo
-from coolsd.app.settings import RaceSettings
+from coolsd.app.settings import RaceSettings, make_racer_rule
 
 APP = tiny_demo()
 RACE = RaceAPI(APP)
@@ -399,7 +399,7 @@ def test_old_racer_key_is_the_floored_cool_sd():
     assert racers.check_racers(["cool-sd-floor", "eagle-1"]) == ["eagle-1", "cool-sd"]
     values, errors = share.parse_query(APP.ctx, {"racers": "eagle-1,cool-sd-floor"})
     assert errors == [] and values["racers"] == ["eagle-1", "cool-sd"]
-    rule = racers.make_racer_rule(APP.ctx, "cool-sd", {"delta": 1.1})
+    rule = make_racer_rule(APP.ctx, "cool-sd", {"delta": 1.1})
     assert rule.floor_at_one and rule.delta == 1.1
     with pytest.raises(gr.Error, match="each racer may race once"):
         racers.check_racers(["cool-sd", "cool-sd-floor"])
@@ -407,7 +407,6 @@ def test_old_racer_key_is_the_floored_cool_sd():
 
 def test_racer_choice_races_exactly_the_chosen_rules():
     """Four non-default racers: each decodes what the library decodes alone with that rule, vanilla AR races too."""
-    from coolsd.app.racers import make_racer_rule
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.sampling import SamplingConfig
 

@@ -1,13 +1,16 @@
-"""The rule knobs (coolsd.decoding.knobs): RuleKnobs' defaults are the rule dataclasses', each knob reaches the rule
-field it names and no other rule's, and the one omega-list grammar."""
+"""The options a variant builds its rule from (coolsd.decoding.variants): named by the rule's own dataclass fields,
+any left out at the rule's default, the variant's fixed options over them, an unknown one refused by name; and the
+one omega-list grammar (coolsd.decoding.rules.parse_omegas).
+(The race's flat settings: tests/app/test_rule_settings.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+import torch
 
-from coolsd.decoding.knobs import RuleKnobs, format_omegas, parse_omegas
+from coolsd.decoding import variants
 from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
@@ -16,44 +19,84 @@ from coolsd.decoding.rules import (
     LanternRule,
     LinearDecayRule,
     UniformRSDRule,
+    format_omegas,
+    parse_omegas,
 )
 
-
-def test_defaults_are_the_rule_dataclasses():
-    cool, lantern, custom = CoolSDRule(), LanternPPRule(), CustomScheduleRule()
-    k = RuleKnobs()
-    assert (k.delta, k.nu, k.mean_omega) == (cool.delta, cool.nu, cool.mu is None)
-    assert (k.lantern_k, k.lantern_lambda, k.lantern_delta) == (lantern.k, lantern.lam, LanternRule().delta)
-    assert (k.uniform_delta, k.linear_delta, k.linear_slope) == (UniformRSDRule().delta, LinearDecayRule().delta,
-                                                                 LinearDecayRule().slope)
-    assert parse_omegas(k.custom_omegas) == custom.omegas
-    for slug, rule in RULES.items():  # every rule at the default knobs is the rule at its defaults
-        assert rule(**k.options(slug)) == rule(), slug
+TABLE = torch.arange(32).repeat(8, 1)
 
 
-def test_each_knob_sets_its_rule_field_and_no_other_rule():
-    k = RuleKnobs(delta=3.0, nu=0.2, mu=-0.5, mean_omega=False, lantern_k=3, lantern_lambda=7.0, uniform_delta=1.5,
-                  linear_delta=2.5, linear_slope=0.25, custom_omegas="4 2 1", lantern_delta=0.4)
-    assert k.options("cool-sd") == {"delta": 3.0, "nu": 0.2, "mu": -0.5}
-    assert k.options("lantern++") == {"k": 3, "lam": 7.0}
-    assert k.options("lantern") == {"k": 3, "delta": 0.4}  # LANTERN's absolute budget, not LANTERN++'s lambda
-    assert k.options("uniform-rsd") == {"delta": 1.5}
-    assert k.options("linear-decay") == {"delta": 2.5, "slope": 0.25}
-    assert k.options("custom") == {"omegas": (4.0, 2.0, 1.0)}
-    assert k.options("eagle-1") == {} and k.options(None) == {}
+def test_options_are_the_rule_fields_and_the_fixed_ones_win():
+    expected = CoolSDRule(delta=1.1, floor_at_one=True, residual_kind="optimal")
+    assert variants.build("cool-sd", {"delta": 1.1}) == expected
+    assert variants.build("cool-sd-unclipped", {"delta": 1.1, "nu": 0.2, "mu": -0.5}) == CoolSDRule(
+        delta=1.1, nu=0.2, mu=-0.5, floor_at_one=False)
+    # a fixed option given as an option: the variant's own wins (it is what makes the variant)
+    assert variants.build("cool-sd", {"floor_at_one": False}).floor_at_one is True
+    assert variants.build("lantern++-gstar", {"residual_kind": "published"}).residual_kind == "optimal"
+    assert variants.build("lantern", {"k": 3, "delta": 0.4}) == LanternRule(k=3, delta=0.4)
+    assert variants.build("custom", {"omegas": [4, 2, 1]}) == CustomScheduleRule((4.0, 2.0, 1.0))
+    assert variants.build("linear-decay", {"slope": 0.25}) == LinearDecayRule(slope=0.25)
 
 
-def test_mean_omega_sets_mu_to_none_and_a_bad_list_stops_only_the_custom_rule():
-    k = RuleKnobs(mu=-0.5, mean_omega=True, custom_omegas="2, x")
-    assert k.options("cool-sd")["mu"] is None
-    with pytest.raises(ValueError, match="'x' is not a number"):
-        k.options("custom")
+def test_options_left_out_take_the_rule_defaults():
+    for key, v in variants.VARIANTS.items():
+        rule = variants.build(key)
+        if v.rule is None:
+            assert rule is None
+            continue
+        assert rule == RULES[v.rule](**v.fixed), key
+    given = {"delta": 3.0}  # the caller's mapping is not changed
+    variants.at_strength("cool-sd", 1.5, given)
+    assert given == {"delta": 3.0}
 
 
-def test_knobs_field_order_is_the_race_argument_order():
-    names = [f.name for f in dataclasses.fields(RuleKnobs)]
-    assert names[:10] == ["delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda", "uniform_delta",
-                          "linear_delta", "linear_slope", "custom_omegas"]
+def test_at_strength_sets_only_the_strength_field_and_keeps_the_rest():
+    rule = variants.at_strength("lantern++", 20.0, {"k": 3, "lam": 7.0}, TABLE)
+    assert (rule.k, rule.lam, rule.residual_kind) == (3, 20.0, "published") and rule.neighbours is TABLE
+    assert variants.at_strength("linear-decay", 1.5, {"slope": 0.25}) == LinearDecayRule(delta=1.5, slope=0.25)
+    assert variants.at_strength("cool-sd", 1.5, {"nu": 0.2, "mu": -0.5}) == CoolSDRule(delta=1.5, nu=0.2, mu=-0.5)
+
+
+@pytest.mark.parametrize("key, options, message", [
+    ("cool-sd", {"lam": 2.0}, r"COOL-SD \(rule 'cool-sd'\) has no option 'lam'; its options: delta, nu, mu"),
+    ("lantern++", {"lantern_lambda": 2.0}, r"LANTERN\+\+ \(rule 'lantern\+\+'\) has no option 'lantern_lambda'"),
+    ("uniform-rsd", {"slope": 0.5}, r"UniformRSD \(rule 'uniform-rsd'\) has no option 'slope'; its options: delta"),
+    ("eagle-1", {"delta": 2.0}, r"Eagle-1 \(rule 'eagle-1'\) has no option 'delta'; it takes no options"),
+    ("vanilla", {"delta": 2.0}, r"Vanilla AR \(no rule\) has no option 'delta'"),
+])
+def test_an_unknown_option_is_refused_by_name(key, options, message):
+    with pytest.raises(ValueError, match=message):
+        variants.build(key, options)
+    strength = variants.get(key).strength
+    if strength:
+        with pytest.raises(ValueError, match=message):
+            variants.at_strength(key, 2.0, options)
+
+
+def test_a_bad_value_is_the_rules_own_error():
+    with pytest.raises(ValueError, match="delta must be > 0"):
+        variants.build("cool-sd", {"delta": 0.0})
+    with pytest.raises(ValueError, match="slope"):
+        variants.build("linear-decay", {"slope": 2.0})
+
+
+def test_every_strength_and_fixed_option_is_a_field_of_the_rule():
+    for v in variants.VARIANTS.values():
+        if v.rule is None:
+            continue
+        names = {f.name for f in dataclasses.fields(RULES[v.rule])}
+        assert set(v.fixed) <= names and (v.strength is None or v.strength in names), v.key
+
+
+def test_controls_ranges_live_on_the_rule_fields():
+    """Every field a front end moves says its range; its default lies in it."""
+    for rule, names in ((CoolSDRule, ("delta", "nu", "mu")), (LanternPPRule, ("k", "lam")),
+                        (UniformRSDRule, ("delta",)), (LinearDecayRule, ("delta", "slope"))):
+        for f in dataclasses.fields(rule):
+            if f.name in names:
+                low, high, step = f.metadata["ui"]
+                assert low < high and step > 0 and (f.default is None or low <= f.default <= high), (rule, f.name)
 
 
 @pytest.mark.parametrize("text", ["2 1 0.5", "2, 1, 0.5", "2,1,0.5", "2; 1; 0.5", " 2 ,1\t0.5 ", [2, 1, 0.5],
@@ -71,3 +114,4 @@ def test_omega_grammar_errors(value, message):
     with pytest.raises(ValueError, match=message):
         parse_omegas(value)
     assert format_omegas((2.0, 1.0, 0.5)) == "2, 1, 0.5"
+    assert parse_omegas(format_omegas(CustomScheduleRule.omegas)) == CustomScheduleRule.omegas

@@ -1,8 +1,8 @@
 """The variant registry's strength knob (`variants.at_strength`, what the quality lab's slider and the sweeps move),
 for every variant, exactly (issue 27).
 
-For each variant: which rule field the value lands in (delta for the omega rules, lambda for LANTERN++, LANTERN's
-absolute delta), that it lands there and nowhere else (every other knob keeps the value it was given, the
+For each variant: which rule field the value lands in (delta for the omega rules, lam for LANTERN++, LANTERN's
+absolute delta), that it lands there and nowhere else (every other option keeps the value it was given, the
 variant's fixed options stay), that a bad value is refused with the rule's message, and which variants have
 no strength at all.
 """
@@ -13,21 +13,27 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LanternRule, LinearDecayRule, UniformRSDRule
 
 TABLE = torch.arange(32).repeat(8, 1)
-# every knob away from its default, so a value read from the wrong knob (or from the defaults) shows
-KNOBS = RuleKnobs(delta=3.0, nu=0.2, mu=-0.5, mean_omega=False, lantern_k=3, lantern_lambda=7.0, uniform_delta=1.5,
-                  linear_delta=2.5, linear_slope=0.25, custom_omegas="4 2 1", lantern_delta=0.4)
+# every option of each rule away from its default, so a value read from the wrong field (or from the defaults) shows
+OPTIONS = {"cool-sd": {"delta": 3.0, "nu": 0.2, "mu": -0.5}, "lantern++": {"k": 3, "lam": 7.0},
+           "lantern": {"k": 3, "delta": 0.4}, "uniform-rsd": {"delta": 1.5},
+           "linear-decay": {"delta": 2.5, "slope": 0.25}, "custom": {"omegas": (4.0, 2.0, 1.0)},
+           "eagle-1": {}, None: {}}
 VALUE = 1.375
 
 
-def test_which_knob_each_variant_relaxes():
+def options(key) -> dict:
+    """The rule options above for variant `key`'s rule."""
+    return OPTIONS[variants.get(key).rule]
+
+
+def test_which_field_each_variant_relaxes():
     assert {key: v.strength for key, v in variants.VARIANTS.items()} == {
-        "vanilla": None, "eagle-1": None, "lantern++": "lantern_lambda", "lantern++-gstar": "lantern_lambda",
-        "lantern": "lantern_delta", "uniform-rsd": "uniform_delta", "linear-decay": "linear_delta", "cool-sd": "delta",
-        "cool-sd-unclipped": "delta", "custom": None}
+        "vanilla": None, "eagle-1": None, "lantern++": "lam", "lantern++-gstar": "lam", "lantern": "delta",
+        "uniform-rsd": "delta", "linear-decay": "delta", "cool-sd": "delta", "cool-sd-unclipped": "delta",
+        "custom": None}
 
 
 @pytest.mark.parametrize("key, expected", [
@@ -41,15 +47,17 @@ def test_which_knob_each_variant_relaxes():
 ])
 def test_the_value_lands_in_the_strength_field_and_nothing_else_moves(key, expected):
     value = VALUE - 1 if key == "lantern" else VALUE
-    rule = variants.at_strength(key, value, KNOBS, TABLE)
+    given = options(key)
+    rule = variants.at_strength(key, value, given, TABLE)
     if isinstance(expected, LanternPPRule):
         assert rule.neighbours is TABLE
         expected = expected.with_neighbours(TABLE)
     assert type(rule) is type(expected) and rule.config() == expected.config()
     assert variants.variant_of(rule.config()) == key  # still the same variant
+    assert given == options(key)  # the caller's options are not changed
     # at the variant's defaults: the same, with every other field at its default
     default = variants.at_strength(key, value)
-    assert default == variants.build(key, RuleKnobs(**{variants.get(key).strength: value}))
+    assert default == variants.build(key, {variants.get(key).strength: value})
     assert default != variants.build(key)
 
 
@@ -57,14 +65,15 @@ def test_the_value_is_checked_by_the_rule():
     for key, message in (("cool-sd", "delta must be > 0"), ("uniform-rsd", "delta must be > 0"),
                          ("linear-decay", "delta"), ("lantern++", "lam")):
         with pytest.raises(ValueError, match=message):
-            variants.at_strength(key, 0.0, KNOBS, TABLE)
+            variants.at_strength(key, 0.0, options(key), TABLE)
 
 
 @pytest.mark.parametrize("key", ["eagle-1", "custom", "vanilla"])
 def test_variants_without_a_strength_say_so(key):
     with pytest.raises(ValueError, match="has no strength to set"):
-        variants.at_strength(key, 2.0, KNOBS)
+        variants.at_strength(key, 2.0, options(key))
 
 
 def test_an_alias_relaxes_its_variant():
-    assert variants.at_strength("cool-sd-floor", VALUE, KNOBS) == variants.at_strength("cool-sd", VALUE, KNOBS)
+    cool = options("cool-sd")
+    assert variants.at_strength("cool-sd-floor", VALUE, cool) == variants.at_strength("cool-sd", VALUE, cool)

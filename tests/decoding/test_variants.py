@@ -1,5 +1,5 @@
 """The registry of named decoder variants (coolsd.decoding.variants): one home for keys, labels, colours and rules.
-(The knobs the variants build from, and the omega-list grammar: tests/decoding/test_knobs.py.)"""
+(The options the variants build from, and the omega-list grammar: tests/decoding/test_rule_options.py.)"""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
@@ -23,7 +22,7 @@ TABLE = torch.arange(32).repeat(8, 1)  # any (V, >= k + 1) table: the checks onl
 
 def test_every_variant_builds_and_is_recognised_from_its_config():
     for key, v in variants.VARIANTS.items():
-        rule = variants.build(key, RuleKnobs(), TABLE)
+        rule = variants.build(key, None, TABLE)
         if v.rule is None:
             assert rule is None and variants.variant_of(None) == key
             continue
@@ -32,32 +31,30 @@ def test_every_variant_builds_and_is_recognised_from_its_config():
     assert len({v.colour for v in variants.VARIANTS.values()}) == len(variants.VARIANTS)
 
 
-def test_the_default_knobs_build_the_default_rules():
+def test_no_options_build_the_default_rules():
     assert variants.build("cool-sd") == CoolSDRule() and variants.build("eagle-1") == EagleRule()
     assert variants.build("custom") == CustomScheduleRule() and variants.build("linear-decay") == LinearDecayRule()
     assert variants.build("lantern++") == LanternPPRule() and variants.build("uniform-rsd") == UniformRSDRule()
 
 
 def test_cool_sd_is_floored_and_the_unclipped_schedule_is_a_variant():
-    floored, unclipped = variants.build("cool-sd", RuleKnobs(delta=1.1)), variants.build("cool-sd-unclipped",
-                                                                                         RuleKnobs(delta=1.1))
+    floored, unclipped = variants.build("cool-sd", {"delta": 1.1}), variants.build("cool-sd-unclipped", {"delta": 1.1})
     assert floored == CoolSDRule(delta=1.1) and floored.floor_at_one and not unclipped.floor_at_one
     depth = torch.arange(1, 4)
     assert (floored.omega(depth, 3) >= 1).all() and (unclipped.omega(depth, 3)[1:] < 1).all()
     torch.testing.assert_close(floored.omega(depth, 3), unclipped.omega(depth, 3).clamp_min(1.0), rtol=0, atol=0)
 
 
-def test_knobs_reach_the_rules():
-    k = RuleKnobs(delta=3.0, nu=0.2, mu=-0.5, mean_omega=False, lantern_k=3, lantern_lambda=7.0, uniform_delta=1.5,
-                  linear_delta=2.5, linear_slope=0.25, custom_omegas="4 2 1")
-    assert variants.build("cool-sd-unclipped", k) == CoolSDRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=False)
-    gstar = variants.build("lantern++-gstar", k, TABLE)
+def test_options_reach_the_rules():
+    cool = {"delta": 3.0, "nu": 0.2, "mu": -0.5}
+    assert variants.build("cool-sd-unclipped", cool) == CoolSDRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=False)
+    gstar = variants.build("lantern++-gstar", {"k": 3, "lam": 7.0}, TABLE)
     assert (gstar.k, gstar.lam, gstar.residual_kind) == (3, 7.0, "optimal") and gstar.neighbours is TABLE
-    assert variants.build("lantern++", k, TABLE).residual_kind == "published"
-    assert variants.build("uniform-rsd", k) == UniformRSDRule(delta=1.5)
-    assert variants.build("linear-decay", k) == LinearDecayRule(delta=2.5, slope=0.25)
-    assert variants.build("custom", k) == CustomScheduleRule((4.0, 2.0, 1.0))
-    assert variants.at_strength("lantern++", 20.0, k, TABLE).lam == 20.0
+    assert variants.build("lantern++", {"k": 3, "lam": 7.0}, TABLE).residual_kind == "published"
+    assert variants.build("uniform-rsd", {"delta": 1.5}) == UniformRSDRule(delta=1.5)
+    assert variants.build("linear-decay", {"delta": 2.5, "slope": 0.25}) == LinearDecayRule(delta=2.5, slope=0.25)
+    assert variants.build("custom", {"omegas": (4, 2, 1)}) == CustomScheduleRule((4.0, 2.0, 1.0))
+    assert variants.at_strength("lantern++", 20.0, {"k": 3, "lam": 7.0}, TABLE).lam == 20.0
     assert variants.at_strength("uniform-rsd", 4.0) == UniformRSDRule(delta=4.0)
     with pytest.raises(ValueError, match="no strength"):
         variants.at_strength("eagle-1", 2.0)

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.knobs import RuleKnobs
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, UniformRSDRule
 from coolsd.theory import annealing
 from coolsd.theory.oracle import exact
@@ -54,7 +53,7 @@ def test_every_omega_at_least_one_accepts_at_least_eagle_at_every_step(seed, rul
 
 def test_the_unclipped_schedule_can_accept_less_than_eagle():
     """The counterpart that makes the floor matter: at delta 1.1 the unclipped schedule's late omega_i < 1."""
-    rule = variants.build("cool-sd-unclipped", RuleKnobs(delta=1.1))
+    rule = variants.build("cool-sd-unclipped", {"delta": 1.1})
     assert rule.omega(torch.tensor(L), L) < 1
     slower = [exact(*constant_tables(s), rule, L).tau < exact(*constant_tables(s), EagleRule(), L).tau
               for s in range(4)]
