@@ -191,7 +191,8 @@ def test_a_trace_keeps_its_events_compactly_and_gives_them_back_equal():
         for name in ("tokens", "tested_depths", "accept_probs", "omega", "tested_probs"):
             x, y = getattr(a, name), getattr(b, name)
             assert x.dtype == y.dtype and torch.equal(x.nan_to_num(-7.0), y.nan_to_num(-7.0)), name
-    numbers = sum(len(e.tokens) + len(e.tested_depths) + 2 * e.n_drafted + len(e.tested_probs) + len(e.seconds)
-                  for _, e in events)
-    assert store.nbytes == 8 * (numbers + len(events) * store.row_len)  # its numbers and one row per event
+    ints = sum(len(e.tokens) + len(e.tested_depths) for _, e in events)
+    floats = sum(2 * e.n_drafted + len(e.tested_probs) + len(e.seconds) for _, e in events)
+    # float64 numbers, int32 tokens / depths and one int32 row per event
+    assert store.nbytes == 8 * floats + 4 * (ints + len(events) * store.row_len)
     assert json.dumps(trace.to_json(), allow_nan=False) and math.isfinite(store.nbytes)
