@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 import torch
@@ -37,6 +39,17 @@ def test_costs_in_target_steps_and_memory_bound():
     free = cost.Costs(times, memory_bound=True)
     assert free.verify_cost(4) == 1.0 and free.speedup([0.9, 0.8, 0.8]) == pytest.approx(3.196 / 1.75, abs=1e-12)
     assert [p["steps"] for p in costs.curve()] == pytest.approx([1.0, 1.2, 1.3, 1.5, 2.0])
+
+
+def test_the_curve_is_each_token_count_with_its_milliseconds_and_steps():
+    """The cost tab's curve (JSON): per n = 1..n_max the measured milliseconds and V(n); the measured V(n)
+    also when the prediction is memory-bound (V = 1)."""
+    times = ForwardTimes(target_s=(0.004, 0.005, 0.008), drafter_s=None, rows=1, context=8, repeats=3)
+    approx = pytest.approx
+    expected = [{"tokens": 1, "ms": approx(4.0), "steps": 1.0}, {"tokens": 2, "ms": approx(5.0), "steps": 1.25},
+                {"tokens": 3, "ms": approx(8.0), "steps": 2.0}]
+    assert cost.Costs(times).curve() == expected
+    assert cost.Costs(times, memory_bound=True).curve() == expected
 
 
 @pytest.mark.parametrize("args, message", [
@@ -186,10 +199,31 @@ def test_curve_cache_measures_once_and_reports_failures():
         raise RuntimeError("no device")
 
     cache.start("bad", broken)
-    with pytest.raises(RuntimeError, match="no device"):
+    with pytest.raises(RuntimeError, match=r"^measuring the call times failed: RuntimeError: no device$"):
         cache.get("bad", timeout=10)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="no measurement started for 'never'"):
         cache.get("never", timeout=0)
+
+
+def test_curve_cache_answers_none_while_measuring_on_a_daemon_thread():
+    """get(key, timeout) waits at most `timeout` seconds, then answers None while the measurement runs; it runs
+    on a daemon thread named after its key (the app can exit mid-measurement; a thread dump says what runs)."""
+    times = ForwardTimes((0.01,), None, 1, 1, 1)
+    release, seen = threading.Event(), {}
+
+    def slow():
+        thread = threading.current_thread()
+        seen.update(name=thread.name, daemon=thread.daemon)
+        assert release.wait(5)  # (a get that waited for this would fail here, 5 s on)
+        return times
+
+    cache = cost.CurveCache()
+    cache.start("tiny/cpu", slow)
+    t0 = time.monotonic()
+    assert cache.get("tiny/cpu", timeout=0.05) is None and time.monotonic() - t0 < 10
+    release.set()
+    assert cache.get("tiny/cpu", timeout=30) is times
+    assert seen == {"name": "coolsd-cost-tiny/cpu", "daemon": True}
 
 
 def test_forward_times_through_the_real_protocol_leave_models_usable(tiny):

@@ -79,6 +79,28 @@ def test_compare_racers_uses_that_acceptance():
     assert math.isnan(tree["cool-sd"]["expected_tokens"]) and math.isnan(tree["cool-sd"]["predicted_speedup"])
 
 
+def test_compare_racers_rows_every_racer_wherever_the_reference_stands():
+    """The reference first (or in the middle) of the racers: every racer after it still gets its row, in order."""
+    times = ForwardTimes(target_s=(0.01, 0.012, 0.013, 0.016, 0.02), drafter_s=0.002, rows=1, context=2, repeats=1)
+    ref = racer([(0, 1, [], []), *[(i, 1, [], []) for i in range(1, 8)]], key="vanilla", seconds=2.0)
+    fast, other = racer(), racer(key="eagle-1")
+    for order in ([ref, fast, other], [fast, ref, other]):
+        rows = cost.compare_racers(order, cost.Costs(times), 4, reference=ref)
+        assert [row["key"] for row in rows] == [r.key for r in order]
+        assert all(row["acceptance"] == pytest.approx([A1, A2, A3, 0.0], abs=1e-15)
+                   for row in rows if row["key"] != "vanilla")
+
+
+def test_a_racer_with_no_speculative_round_yet_has_no_measured_tokens_per_round():
+    """Only the prefix step so far (the race just started): tokens per round is nan, not a division by zero."""
+    times = ForwardTimes(target_s=(0.01, 0.012), drafter_s=0.002, rows=1, context=2, repeats=1)
+    ref = racer([(0, 1, [], []), (1, 1, [], [])], key="vanilla")
+    young = racer([(0, 1, [], [])])
+    row = cost.compare_racers([young, ref], cost.Costs(times), 1, reference=ref)[0]
+    assert young.round_tokens == [] and math.isnan(row["measured_tokens_per_round"])
+    assert row["acceptance"] == [0.0] and row["expected_tokens"] == 1.0
+
+
 @pytest.mark.parametrize("accept, expected", [([0.0, 1.0, 1.0], 1.0), ([1.0, 0.0], 2.0), ([0.5], 1.5),
                                               ([0.5, 0.5, 0.5], 1.875)])
 def test_expected_tokens_multiplies_along_the_depths(accept, expected):
@@ -92,7 +114,7 @@ def test_acceptance_bounds_are_inclusive():
             cost.expected_tokens([bad])
     assert cost.round_cost(0, 0.0, 1.0) == 1.0  # no drafts: one verify
     assert cost.round_cost(3, 0.25, 1.5) == 2.25
-    with pytest.raises(ValueError, match="draft length L"):
+    with pytest.raises(ValueError, match=r"^draft length L must be >= 0, got -1$"):
         cost.round_cost(-1, 0.1, 1.0)
 
 

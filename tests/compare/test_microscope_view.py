@@ -18,7 +18,7 @@ from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.events import RoundDetail
 from coolsd.decoding.round import make_event, round_detail
-from coolsd.decoding.rules import CoolSDRule, LanternPPRule
+from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, UniformRSDRule
 from coolsd.decoding.sampling import SamplingConfig
 
 F = torch.float64
@@ -113,6 +113,8 @@ def test_round_at_finds_every_position_and_clamps_at_both_ends():
     assert scope.round_at(events[:2], 5) == 1
     single = events[:1] + [make_event(index=1, start=1, tokens=[0], n_accepted=0, seconds={})]  # one token each
     assert [scope.round_at(single, p) for p in range(4)] == [0, 1, 1, 1]
+    # one round given (a re-run stopped after round 0): every position is that round's
+    assert [scope.round_at(events[:1], p) for p in (-1, 0, 1, 5)] == [0, 0, 0, 0]
 
 
 def test_matches_compares_starts_and_tokens():
@@ -154,6 +156,44 @@ def test_rule_of_rebuilds_each_racer():
     with pytest.raises(ValueError, match="'eagle-1' is not in this race"):
         scope.rule_of(trace, "eagle-1", table)
     assert trace.settings["rules"]["cool-sd"] == {"rule": "cool-sd", "delta": 1.5, "nu": 0.3}  # left as it was
+
+
+def test_rule_of_a_trace_without_rule_settings():
+    """A trace whose settings hold no "rules" (a race of vanilla AR alone): vanilla is None, any other racer is
+    the same one-line refusal as a racer missing from the rules."""
+    trace = RaceTrace("tiny", {"seed": 3}, [("vanilla", "v")], 4, (2, 2))
+    assert scope.rule_of(trace, "vanilla", None) is None
+    with pytest.raises(ValueError, match=r"^racer 'cool-sd' is not in this race; it raced \['vanilla'\]$"):
+        scope.rule_of(trace, "cool-sd", None)
+
+
+def test_describe_is_the_rule_config_or_vanilla():
+    """The Step view's header: vanilla AR by name, a rule by its own JSON-ready config (name and fields; the
+    LANTERN++ neighbour table, a tensor, left out)."""
+    assert scope.describe(None) == {"rule": "vanilla"}
+    assert scope.describe(CoolSDRule(delta=1.5, nu=0.3)) == CoolSDRule(delta=1.5, nu=0.3).config()
+    assert scope.describe(CoolSDRule(delta=1.5, nu=0.3))["rule"] == "cool-sd"
+    lantern = scope.describe(LanternPPRule(k=2).with_neighbours(torch.arange(40).reshape(8, 5) % 8))
+    assert lantern["rule"] == "lantern++" and lantern["k"] == 2 and "neighbours" not in lantern
+
+
+def test_residual_label_names_the_residual_each_rule_samples_from():
+    """The Step view's "residual" line, per rule and residual option: the formula the rule's `residual` computes,
+    in the notation of the docs (Norm, G*, q'), and which kind it is (lossless, published, ablation)."""
+    table = torch.arange(40).reshape(8, 5) % 8
+    g_star = "G* = Norm([p - q a]+), the optimal residual of this acceptance"
+    cases = [
+        (None, "none (vanilla AR samples every token from p)"),
+        (EagleRule(), "Norm([p - q]+), lossless (= G* of Eagle-1)"),
+        (LanternPPRule(k=2).with_neighbours(table),
+         "LANTERN++'s published Norm([p - q']+), q' = q zeroed on the k+1 nearest codes"),
+        (LanternPPRule(k=2, residual_kind="optimal").with_neighbours(table), g_star),
+        (CoolSDRule(delta=1.5, residual_kind="lossless"), "Norm([p - q]+) (ablation)"),
+        (CoolSDRule(delta=1.5), g_star),
+        (UniformRSDRule(delta=1.5), g_star),  # no residual option: G*
+    ]
+    for rule, label in cases:
+        assert scope.residual_label(rule) == label, rule
 
 
 # ---------------------------------------------------------------- round_detail: what a chain round keeps

@@ -100,9 +100,9 @@ class FakeModel:
     """A cache of `slots` tokens; every forward takes `base + per_token * n` fake seconds and is logged with
     its ids, hidden features and positions."""
 
-    def __init__(self, clock: Clock, base: float, per_token: float) -> None:
-        self.clock, self.base, self.per_token = clock, base, per_token
-        self.device, self.slots, self.calls, self.rows = torch.device("cpu"), 0, [], 1
+    def __init__(self, clock: Clock, base: float, per_token: float, features: bool = True) -> None:
+        self.clock, self.base, self.per_token, self.features = clock, base, per_token, features
+        self.device, self.slots, self.calls, self.rows, self.started = torch.device("cpu"), 0, [], 1, []
 
     @property
     def length(self) -> int:
@@ -110,7 +110,8 @@ class FakeModel:
 
     def start(self, cond, guidance):
         self.slots, self.rows = 0, 2 if guidance else 1
-        return ModelStep(torch.zeros(self.rows, 1, 4), torch.full((self.rows, 1, 3), -1.0))
+        self.started.append((cond, guidance))
+        return ModelStep(torch.zeros(self.rows, 1, 4), torch.full((self.rows, 1, 3), -1.0) if self.features else None)
 
     def forward(self, ids, hidden=None, positions=None):
         if positions is None:  # a target: forward(ids, positions)
@@ -119,7 +120,8 @@ class FakeModel:
         self.calls.append({"slots": self.slots, "n": len(ids), "positions": positions.tolist(), "hidden": hidden})
         self.slots += len(ids)
         feats = torch.arange(self.slots - len(ids), self.slots, dtype=torch.float32).view(1, -1, 1)
-        return ModelStep(torch.zeros(self.rows, len(ids), 4), feats.expand(self.rows, -1, 3).clone())
+        return ModelStep(torch.zeros(self.rows, len(ids), 4),
+                         feats.expand(self.rows, -1, 3).clone() if self.features else None)
 
     def crop(self, length, keep=None):
         self.slots = length
@@ -148,6 +150,25 @@ def test_forward_times_defaults_and_what_each_timed_call_is_fed():
         assert call["slots"] == 64 and call["n"] == 1 and call["positions"] == [64]
         assert call["hidden"].shape == (2, 1, 3) and float(call["hidden"][0, 0, 0]) == 63.0
     assert target.length == 64 and drafter.length == 64
+
+
+def test_both_models_start_on_the_condition_and_guidance_given():
+    clock = Clock()
+    target, drafter = FakeModel(clock, 0.004, 0.001), FakeModel(clock, 0.0007, 0.0)
+    forward_times(target, drafter, cond=5, guidance=False, max_tokens=2, context=3, repeats=1, warmup=0, clock=clock)
+    assert target.started == [(5, False)] and drafter.started == [(5, False)]
+
+
+def test_models_without_features_are_timed_with_none_for_features():
+    """A target that returns no hidden features (ModelStep.hidden None, allowed by the protocol): the drafter is
+    fed None for the context and for each timed step, and the times are measured as with features."""
+    clock = Clock()
+    target, drafter = FakeModel(clock, 0.004, 0.001, features=False), FakeModel(clock, 0.0007, 0.0, features=False)
+    times = forward_times(target, drafter, cond=0, max_tokens=2, context=3, repeats=1, warmup=0, clock=clock)
+    assert times.target_s == pytest.approx((0.005, 0.006), abs=1e-12)
+    assert times.drafter_s == pytest.approx(0.0007, abs=1e-12)
+    assert [call["hidden"] for call in drafter.calls] == [None, None]  # the context, then the one timed step
+    assert [call["positions"] for call in drafter.calls] == [[0, 1, 2], [3]]
 
 
 def test_forward_times_without_guidance_or_drafter_and_its_bounds():

@@ -155,3 +155,54 @@ def test_one_line_writes_comparisons_in_words_and_no_markup_survives():
         "x must be ≤ 2 and omega_2 must be above 0 or below 9")
     text = checks.one_line("got <b>x</b> &amp;\nmore")
     assert not any(c in text for c in "<>&\n") and text.startswith("got ‹b›x‹/b›")
+
+
+# ---------------------------------------------------------------- what the mutation run found untested (issue 27)
+def test_bounds_text_writes_each_kind_of_bound_closed_unless_told():
+    """The wording of a bound on its own (check_number only asks for it with a bound set): closed by default,
+    nothing at all when unbounded."""
+    assert checks.bounds_text(None, None) == "" and checks.bounds_text(None, None, True) == ""
+    assert checks.bounds_text(0, None) == ">= 0" and checks.bounds_text(0, None, True) == "> 0"
+    assert checks.bounds_text(None, 1.5) == "<= 1.5" and checks.bounds_text(0, 1) == "in [0, 1]"
+
+
+def test_check_bool_quotes_the_value_it_refused():
+    for value, shown in ((1, "1"), ("yes", "'yes'"), (None, "None")):
+        with pytest.raises(ValueError) as err:
+            checks.check_bool("overlay", value)
+        assert str(err.value) == f"overlay must be true or false, got {shown}"
+
+
+@pytest.mark.parametrize("choices", [["True", "False"], [0, 1], (1, 2.0), ["1", "0", "True"]])
+def test_a_bool_is_never_a_choice_even_where_one_equals_it(choices):
+    """True == 1 and str(True) == "True" in Python; a dropdown of numbers (or of those words) still refuses a
+    bool, as check_bool refuses a number."""
+    for value in (True, False):
+        with pytest.raises(ValueError, match=f"^unknown flag {value}; choose one of "):
+            checks.check_choice("flag", value, choices)
+    assert checks.check_choice("flag", 1, [0, 1]) == 1 and type(checks.check_choice("flag", 1, [0, 1])) is int
+
+
+def test_one_line_turns_every_control_character_into_one_space():
+    """Control characters that are not whitespace (NUL, ESC, a direction override) become spaces too, and runs
+    of spaces fold into one."""
+    assert checks.one_line("a\x00b\x1b[31mc\u202ed\n\te") == "a b [31mc d e"
+    assert checks.one_line("line one\r\nline two") == "line one line two"
+
+
+def test_one_line_cuts_at_three_hundred_characters_with_an_ellipsis():
+    assert checks.MAX_MESSAGE_CHARS == 300
+    assert checks.one_line("a" * 300) == "a" * 300  # exactly the limit: kept whole
+    cut = checks.one_line("a" * 301)
+    assert cut == "a" * 297 + "..." and len(cut) == 300
+    assert checks.one_line("b" * 5000) == "b" * 297 + "..."
+
+
+@pytest.mark.parametrize("a, b, same", [
+    (3, 3.0, True), (3.0, 3, True), (0.5, 0.5, True), (2, 3, False),  # numbers by value
+    ("a", "a", True), ("a", "b", False), (None, None, True), ([1], [1], True),
+    (True, 1.0, False), (1, True, False), (False, 0, False), (True, True, True),  # a bool is no number, nor back
+    ("3", 3, False), (3, "3", False), ([1], (1,), False),  # other types never
+])
+def test_same_value_compares_numbers_by_value_and_nothing_else_across_types(a, b, same):
+    assert checks.same_value(a, b) is same
