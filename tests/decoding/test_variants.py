@@ -66,6 +66,9 @@ def test_old_keys_resolve_and_unknown_keys_fail():
     for bad in ("cool", None, 3, ["cool-sd"]):
         with pytest.raises(ValueError, match="unknown decoder"):
             variants.resolve(bad)
+    with pytest.raises(ValueError) as err:  # the message names what was sent and lists every key, comma-separated
+        variants.resolve("cool")
+    assert str(err.value) == "unknown decoder 'cool'; choose one of " + ", ".join(variants.VARIANTS)
 
 
 def test_variant_of_fills_defaults_and_rejects_unnamed_configs():
