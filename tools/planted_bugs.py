@@ -49,6 +49,7 @@ APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link
 EMOJI_DATA = "tests/train/test_emoji_data.py"  # the emoji data pipeline: class mapping, held-out split
 TRAIN = "tests/train/test_train.py"  # training stages: warm start by name, drafter rows without guidance
 EMOJI_EVAL = "tests/train/test_emoji_eval.py"  # recognisability and the batched VQ decode
+PATCH_VQ = "tests/models/test_patch_vq.py"  # issue 25: the local tokenizer and its k-means codebook
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -235,6 +236,22 @@ BUGS = [
         "return 2 if self.guidance else 1", "return 2", (TRAIN,)),
     Bug("emoji eval: the decoded code grid transposed", "coolsd/train/emoji_eval.py",
         ".permute(0, 3, 1, 2)\n    return (vq.decode", ".permute(0, 3, 2, 1)\n    return (vq.decode", (EMOJI_EVAL,)),
+    Bug("patch VQ: the decoder drops the codes' own patches", "coolsd/models/patch_vq.py",
+        "out = F.pixel_shuffle(h, self.config.patch_size) + self.correction(h)", "out = self.correction(h)",
+        (PATCH_VQ,)),
+    Bug("patch VQ: decode never quantises", "coolsd/models/patch_vq.py",
+        "        if not force_not_quantize:\n", "        if force_not_quantize:\n", (PATCH_VQ,)),
+    Bug("patch VQ: load_vq always builds a diffusers VQModel", "coolsd/models/patch_vq.py",
+        "(PatchVQModel if name == PatchVQModel.__name__ else VQModel)", "VQModel", (PATCH_VQ,)),
+    Bug("k-means: an empty cluster keeps its stale centre", "coolsd/train/vq.py",
+        "        if len(dead):\n            err", "        if False:\n            err", (PATCH_VQ,)),
+    Bug("k-means: centroids are cluster sums, not means", "coolsd/train/vq.py",
+        "centroids[alive] = sums[alive] / count[alive, None]", "centroids[alive] = sums[alive]", (PATCH_VQ,)),
+    Bug("patch VQ training: the codebook from the held-out images", "coolsd/train/vq.py",
+        "kmeans_codebook(patches_of(train_x, patch)", "kmeans_codebook(patches_of(val_x, patch)", (PATCH_VQ,)),
+    Bug("nearest: the last chunk of points is dropped", "coolsd/train/vq.py",
+        "for i in range(0, len(points), chunk)])",
+        "for i in range(0, len(points) - chunk, chunk)] or [torch.zeros(0, dtype=torch.long)])", (PATCH_VQ,)),
 ]
 
 

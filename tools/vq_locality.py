@@ -22,10 +22,11 @@ import json
 from pathlib import Path
 
 import torch
-from diffusers import VQModel
+
+from coolsd.models.patch_vq import load_vq
 
 
-def locality(vq: VQModel, images: torch.Tensor, batch: int = 128) -> dict:
+def locality(vq, images: torch.Tensor, batch: int = 128) -> dict:
     """The statistics above for `images` (N, 3, H, W) in [0, 255]."""
     x = images.float() / 127.5 - 1
     codes, recon = [], []
@@ -57,11 +58,11 @@ def locality(vq: VQModel, images: torch.Tensor, batch: int = 128) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("vq", type=Path, help="a diffusers VQModel folder")
+    p.add_argument("vq", type=Path, help="a VQ folder (diffusers VQModel or PatchVQModel)")
     p.add_argument("data", type=Path, help="torch file with 'images' (N, 3, H, W) in [0, 255]")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    vq = VQModel.from_pretrained(args.vq).float().eval()
+    vq = load_vq(args.vq).float().eval()
     images = torch.load(args.data)["images"]
     report = {"vq": str(args.vq), "data": str(args.data)} | locality(vq, images)
     print(json.dumps(report, indent=1))

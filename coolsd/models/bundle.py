@@ -92,7 +92,7 @@ class ModelBundle:
 
 
 class VQTokenizer:
-    """ImageTokenizer over a diffusers `VQModel`: ids (T,) -> image (C, H*f, W*f) in [0, 1]."""
+    """ImageTokenizer over a diffusers `VQModel` or a `PatchVQModel`: ids (T,) -> image (C, H*f, W*f) in [0, 1]."""
 
     def __init__(self, vq, grid: tuple[int, int]) -> None:
         self.vq = vq.eval()
@@ -139,11 +139,11 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     in fp32 on CPU. A styled target (config `style_names`) gets class_names "<class> · <style>" for
     each condition id class * S + style.
     """
-    from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
+    from coolsd.models.patch_vq import load_vq
 
     if not root.is_dir():
         raise BundleError(f"embedded model folder not found: {root}")
@@ -151,8 +151,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     vq_dtype = torch.float16 if device.type == "cuda" else torch.float32
     dtype = dtype or vq_dtype
     # (low_cpu_mem_usage=False: what diffusers falls back to without `accelerate`, said here so it need not warn)
-    vq = _load("VQ tokenizer", root / "vq", lambda p: VQModel.from_pretrained(p, torch_dtype=vq_dtype,
-                                                                              low_cpu_mem_usage=False))
+    vq = _load("VQ tokenizer", root / "vq", lambda p: load_vq(p, torch_dtype=vq_dtype,
+                                                                 low_cpu_mem_usage=False))
     model = _load("target", root / "target", lambda p: LlamaForCausalLM.from_pretrained(p, dtype=dtype))
     head = _load("drafter", root / "drafter", lambda p: EagleHead.from_pretrained(p, dtype=dtype))
     vq, model, head = vq.to(device).eval(), model.to(device).eval(), head.to(device).eval()

@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
     vq = ap.add_argument_group("vq stage (emoji)")
     vq.add_argument("--vq-codes", type=int, default=None, help="codebook size (default coolsd.train.emoji.VQ_CODES)")
+    vq.add_argument("--vq-kind", choices=("patch", "conv"), default="patch",
+                    help="patch: the local PatchVQModel (a code per pixel patch, k-means codebook); "
+                         "conv: a diffusers VQModel")
     vq.add_argument("--vq-local", type=float, default=0.0,
                     help="weight of the same-patch term (train.vq.same_patch_spread): equal patches, equal codes")
     dr = ap.add_argument_group("drafter stage")
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_mnist_stage(args: argparse.Namespace, budget: float, kw: dict) -> int:
     """Run one stage for the MNIST model; `budget` in seconds, `kw` = seed/batch/lr."""
-    from diffusers import VQModel
+    from coolsd.models.patch_vq import load_vq
 
     if args.stage == "export":
         export_bundle(args.out, args.assets)
@@ -97,7 +100,7 @@ def run_mnist_stage(args: argparse.Namespace, budget: float, kw: dict) -> int:
 
         train_vq(data, args.out, budget, **kw)
         return 0
-    vq = VQModel.from_pretrained(part_path(args, "vq"), torch_dtype=torch.float32).eval()
+    vq = load_vq(part_path(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
         from coolsd.train.target import train_target
 

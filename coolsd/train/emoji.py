@@ -2,8 +2,11 @@
 
 Recipe (issue 25; one class per emoji, `coolsd.train.emoji_data`; the target size chosen by the pilot,
 `tools/emoji_pilot.py`, assets/emoji/README.md):
-- VQ: `train_vq` with 3 channels, widths (32, 64), 8-dim codes, 1024 codes, unused codes
-  re-seeded every 200 steps during the first 2,000, left-right flips where safe;
+- VQ: the local `PatchVQModel` (`train_patch_vq`, `--vq-kind patch`, the default): 2,048 codes, the k-means
+  of every 2 x 2 RGB patch of the training images, a decoder correction (widths 32, 64) trained with MSE,
+  left-right flips where safe. (`--vq-kind conv`: the earlier diffusers `VQModel`, widths (32, 64), 8-dim
+  codes, 1024 codes, unused codes re-seeded every 200 steps during the first 2,000; its codes are not local,
+  assets/emoji/README.md);
 - target: `LlamaForCausalLM` d256 x 6 layers (5.6 M), prefix [emoji, style], CFG dropout 0.1 on both
   (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image (no
   mirror copies: each (emoji, style) pair is one picture to learn);
@@ -26,6 +29,7 @@ from coolsd.train.vq import encode_tokens, flip_where
 
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
 VQ_CODES = 1024
+PATCH_VQ_CODES = 2048  # the local tokenizer (--vq-kind patch, the default): k-means of 2 x 2 RGB patches
 TARGET_SIZE = dict(hidden=256, layers=6, heads=4, intermediate=704)  # the pilot's "5M"
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
 

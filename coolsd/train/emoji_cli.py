@@ -46,12 +46,12 @@ def export(args) -> None:
 
 def run_emoji_stage(args, budget: float, kw: dict) -> int:
     """Run one stage for the emoji model; `args` from `coolsd.train.cli`, `kw` = seed/batch/lr."""
-    from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
+    from coolsd.models.patch_vq import load_vq
     from coolsd.train import emoji
     from coolsd.train.drafter import train_drafter
-    from coolsd.train.vq import train_vq
+    from coolsd.train.vq import train_patch_vq, train_vq
 
     if args.stage == "export":
         export(args)
@@ -61,13 +61,16 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         return 0
     data = splits(seed=args.seed)
     if args.stage == "vq":
-        train_vq(data, args.out, budget, codebook_size=args.vq_codes or emoji.VQ_CODES, restart_every=200,
-                 restart_until=2000, bf16=True, local_weight=args.vq_local, **(emoji.VQ_ARCH | kw))
+        if args.vq_kind == "patch":
+            train_patch_vq(data, args.out, budget, codebook_size=args.vq_codes or emoji.PATCH_VQ_CODES, **kw)
+        else:
+            train_vq(data, args.out, budget, codebook_size=args.vq_codes or emoji.VQ_CODES, restart_every=200,
+                     restart_until=2000, bf16=True, local_weight=args.vq_local, **(emoji.VQ_ARCH | kw))
         return 0
     if args.stage == "classifier":
         emoji.train_emoji_classifier(data, args.out, budget, **(kw | {"batch": max(kw["batch"], 64)}))
         return 0
-    vq = VQModel.from_pretrained(part_path(args, "vq"), torch_dtype=torch.float32).eval()
+    vq = load_vq(part_path(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
         emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, **kw)
         return 0

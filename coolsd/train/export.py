@@ -12,20 +12,20 @@ from coolsd.train.data import splits
 
 
 def export_bundle(runs: Path, assets: Path) -> None:
-    from diffusers import VQModel
     from transformers import LlamaForCausalLM, ResNetForImageClassification
 
     from coolsd.models.eagle import EagleHead
+    from coolsd.models.patch_vq import load_vq
 
     assets.mkdir(parents=True, exist_ok=True)
-    parts = {"vq": VQModel, "target": LlamaForCausalLM, "drafter": EagleHead,
-             "classifier": ResNetForImageClassification}
-    for name, cls in parts.items():
+    parts = {"vq": load_vq, "target": LlamaForCausalLM.from_pretrained, "drafter": EagleHead.from_pretrained,
+             "classifier": ResNetForImageClassification.from_pretrained}
+    for name, load in parts.items():
         src = runs / name
         if not src.is_dir():
             print(f"[export] skip {name}: {src} missing")
             continue
-        model = cls.from_pretrained(src).to(torch.float16)
+        model = load(src).to(torch.float16)
         dst = assets / name
         if dst.exists():
             shutil.rmtree(dst)

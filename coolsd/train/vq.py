@@ -9,6 +9,7 @@ import torch
 from diffusers import VQModel
 
 from coolsd.models.embedded import vq_config
+from coolsd.models.patch_vq import PatchVQModel
 from coolsd.train.loop import run_budgeted
 
 
@@ -79,6 +80,28 @@ def same_patch_spread(x: torch.Tensor, h: torch.Tensor, levels: int = 8) -> torc
     return (z - mean[group]).pow(2).sum(1)[repeated].mean()
 
 
+def _step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> float:
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def _train_and_save(vq, opt, step, val_x: torch.Tensor, out: Path, budget_s: float, lr: float):
+    """`run_budgeted` over `step` (evaluated every 200 steps: held-out PSNR, codes used), then `out`/vq (and
+    the loop state in vq_state.pt); returns the VQ in eval mode."""
+
+    def evaluate() -> dict[str, float]:
+        return {"val_psnr_db": psnr(vq(val_x).sample.clamp(-1, 1), val_x),
+                "codes_used": float(codebook_usage(vq, val_x))}
+
+    state = run_budgeted("vq", vq, opt, step, out / "vq.ckpt", budget_s, lr, evaluate, eval_every=200)
+    vq.eval()
+    vq.save_pretrained(out / "vq")
+    torch.save(state, out / "vq_state.pt")
+    return vq
+
+
 def train_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,
              codebook_size: int = 256, reinit_step: int = 50, restart_every: int = 0, restart_until: int = 0,
              bf16: bool = False, local_weight: float = 0.0, **arch) -> VQModel:
@@ -108,17 +131,68 @@ def train_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int =
         loss = torch.nn.functional.mse_loss(dec.sample.float(), x) + dec.commit_loss.float().mean()
         if local_weight:
             loss = loss + local_weight * same_patch_spread(x, h)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return {"loss": loss.item()}
+        return {"loss": _step(opt, loss)}
 
-    def evaluate() -> dict[str, float]:
-        return {"val_psnr_db": psnr(vq(val_x).sample.clamp(-1, 1), val_x),
-                "codes_used": float(codebook_usage(vq, val_x))}
+    return _train_and_save(vq, opt, step, val_x, out, budget_s, lr)
 
-    state = run_budgeted("vq", vq, opt, step, out / "vq.ckpt", budget_s, lr, evaluate, eval_every=200)
-    vq.eval()
-    vq.save_pretrained(out / "vq")
-    torch.save(state, out / "vq_state.pt")
-    return vq
+
+def patches_of(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """(N, C, H, W) -> (N * H/p * W/p, C * p * p): every patch's pixels, in PatchVQModel's latent order."""
+    h = torch.nn.functional.pixel_unshuffle(images, patch)
+    return h.permute(0, 2, 3, 1).reshape(-1, h.shape[1])
+
+
+@torch.no_grad()
+def kmeans_codebook(points: torch.Tensor, k: int, gen: torch.Generator, iters: int = 30,
+                    chunk: int = 65536) -> torch.Tensor:
+    """k-means (Lloyd) of `points` (M, d): (k, d) centroids, seeded from k distinct points; an empty cluster is
+    re-seeded at the points worst fitted so far. Raises ValueError when the points have fewer than k distinct
+    values."""
+    distinct = torch.unique(points, dim=0)
+    if len(distinct) < k:
+        raise ValueError(f"{len(distinct)} distinct patches cannot seed {k} codes; use a smaller codebook")
+    centroids = distinct[torch.randperm(len(distinct), generator=gen)[:k]].clone()
+    for _ in range(iters):
+        ids = nearest(points, centroids, chunk)
+        count = torch.bincount(ids, minlength=k)
+        sums = torch.zeros_like(centroids).index_add_(0, ids, points)
+        alive = count > 0
+        centroids[alive] = sums[alive] / count[alive, None]
+        dead = torch.nonzero(~alive).flatten()
+        if len(dead):
+            err = (points - centroids[ids]).pow(2).sum(1)
+            centroids[dead] = points[err.topk(len(dead)).indices]
+    return centroids
+
+
+def nearest(points: torch.Tensor, centroids: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+    """(M,) index of the nearest centroid (Euclidean) of each point, `chunk` points at a time."""
+    return torch.cat([torch.cdist(points[i : i + chunk], centroids).argmin(1) for i in range(0, len(points), chunk)])
+
+
+def train_patch_vq(data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,
+                   codebook_size: int = 2048, patch: int = 2, widths: tuple[int, ...] = (32, 64), channels: int = 3,
+                   groups: int = 16, bf16: bool = False, **_):
+    """The local tokenizer (`coolsd.models.patch_vq.PatchVQModel`): the codebook is the k-means of every training
+    patch (fixed from then on), then the decoder's correction learns, with MSE for `budget_s` seconds, to turn a
+    grid of codes into the picture. data as for `train_vq`; images in [-1, 1]."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    train_x, val_x = data["train"][0], data["val"][0]
+    vq = PatchVQModel(in_channels=channels, patch_size=patch, num_vq_embeddings=codebook_size,
+                      block_out_channels=tuple(widths), norm_num_groups=groups, sample_size=train_x.shape[-1])
+    vq.quantize.embedding.weight.data.copy_(kmeans_codebook(patches_of(train_x, patch), codebook_size, gen))
+    vq.quantize.embedding.weight.requires_grad_(False)
+    params = [p for p in vq.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    flippable = data["train"][3] if len(data["train"]) > 3 else None
+
+    def step(i: int) -> dict[str, float]:
+        rows = torch.randint(len(train_x), (batch,), generator=gen)
+        x = flip_where(train_x[rows], None if flippable is None else flippable[rows], gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            dec = vq(x).sample
+        loss = torch.nn.functional.mse_loss(dec.float(), x)
+        return {"loss": _step(opt, loss)}
+
+    return _train_and_save(vq, opt, step, val_x, out, budget_s, lr)
