@@ -53,12 +53,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("assets/bench/round_tuning"))
     ap.add_argument("--drafter", type=Path, default=None, help="an EagleHead folder instead of the shipped one")
     ap.add_argument("--model", choices=("mnist", "emoji"), default="mnist", help="which shipped model")
+    ap.add_argument("--model-dir", type=Path, default=None, help="that model's folder (default the shipped one)")
     return ap.parse_args(argv)
 
 
-def load_bundle(drafter: Path | None, model: str = "mnist") -> ModelBundle:
-    """A shipped model on CPU (MNIST or emoji), with the EagleHead in `drafter` instead of the shipped one if given."""
-    bundle = load_embedded(device="cpu") if model == "mnist" else load_emoji(device="cpu")
+def load_bundle(drafter: Path | None, model: str = "mnist", folder: Path | None = None) -> ModelBundle:
+    """A model on CPU (MNIST or emoji; `folder`, else the shipped one), with the EagleHead in `drafter` instead of
+    its own if given."""
+    bundle = load_embedded(folder, device="cpu") if model == "mnist" else load_emoji(folder, device="cpu")
     if drafter is not None:
         model, k = bundle.target.model, bundle.target.vocab_size
         head = EagleHead.from_pretrained(drafter, dtype=torch.float32).eval()
@@ -135,7 +137,7 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    bundle = load_bundle(args.drafter, args.model)
+    bundle = load_bundle(args.drafter, args.model, args.model_dir)
     trees = [t for t in args.trees.split(",") if t]
     settings = tuning_settings(bundle, [r for r in args.rules.split(",") if r], args.lengths, trees)
     rows = result_rows(measure(bundle, settings, args.images), settings, args.images)
