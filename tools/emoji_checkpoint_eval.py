@@ -5,7 +5,7 @@ pair with each setting and report the share whose nearest real image (pixel spac
 `coolsd.train.emoji_eval.recognised`) shows the emoji asked for; also the VQ's PSNR on the held-out
 images. Needs the training data (`python -m coolsd.train.emoji_data`).
 
-    .venv/bin/python tools/emoji_checkpoint_eval.py assets/emoji_names
+    .venv/bin/python tools/emoji_checkpoint_eval.py assets/emoji
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ SETTINGS = {"CFG 3, T 1": SamplingConfig(3.0, 1.0, 0, 1.0), "CFG 1, T 1": Sampli
 
 
 def main() -> int:
-    from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
+    from coolsd.models.patch_vq import load_vq
     from coolsd.train.emoji_data import load_dataset, to_float
     from coolsd.train.emoji_eval import decode_codes, recognised, rgb_grid
     from coolsd.train.selfdistill import sample_batch
@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--sheets", type=Path, default=None, help="write 32 samples per setting as PNGs here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    vq = VQModel.from_pretrained(args.folder / "vq", torch_dtype=torch.float32).eval()
+    vq = load_vq(args.folder / "vq", torch_dtype=torch.float32).eval()
     model = LlamaForCausalLM.from_pretrained(args.folder / "target", dtype=torch.float32).eval()
     d = load_dataset()
     styles = len(d["style_names"])
