@@ -16,6 +16,7 @@ from coolsd.app import controls, cost, how, lab, microscope, race, schedule, set
 from coolsd.app.context import Context, open_context, serving_threads
 from coolsd.app.race_view import API_NAMES
 from coolsd.app.recordings import Recordings
+from coolsd.app.served_files import DELETE_CACHE
 from coolsd.app.serving import ServedBlocks, UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
 
@@ -154,8 +155,9 @@ def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Con
 def build_demo(ctx: Context) -> Page:
     """The page for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
     recordings = Recordings(ctx)
-    # ServedBlocks: Gradio's own input checks (too few values, file values, preprocess) answer in one line, no trace
-    with ServedBlocks(title="COOL-SD · speculative decoding race", delete_cache=(3600, 7200)) as blocks:
+    # ServedBlocks: Gradio's own input checks (too few values, file values, preprocess) answer in one line, no trace;
+    # the files its events serve are bounded by count and age (coolsd.app.served_files; Gradio's sweep stays too)
+    with ServedBlocks(title="COOL-SD · speculative decoding race", delete_cache=DELETE_CACHE) as blocks:
         header = gr.Markdown(header_markdown(ctx), elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320):

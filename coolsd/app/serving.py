@@ -9,6 +9,8 @@ Memory (measured with `tools/memory_run.py`, numbers in docs/app-and-api.md):
 - A trace keeps its events compactly (`coolsd.compare.trace.EventStore`), the images on show as uint8.
 - Sessions are lean (no per-session copy of every component's configuration) and pushed out by count, idle age
   and a memory budget for their states (`coolsd.app.sessions`).
+- The files the app serves (every streamed frame's images, replays, downloads) and the paths Gradio remembers for
+  them are bounded by count and age, oldest first (`coolsd.app.served_files.ServedFiles`, run after each event).
 
 Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an
 HTTP 500; `UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are.
@@ -30,6 +32,7 @@ import re
 import gradio as gr
 
 from coolsd.app.context import bad
+from coolsd.app.served_files import ServedFiles
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
 
@@ -56,7 +59,12 @@ class ServedBlocks(gr.Blocks):
     """The app's Blocks: a call that Gradio's own input processing would refuse with a trace in the server log is
     refused here with one line (`bad`) naming the endpoint and the parameter. Too few input values; a file value
     (`{"path": ..., "meta": ...}`) for a parameter that takes none; anything else Gradio's preprocessing raises.
-    Its sessions are lean and evicted by count, age and a memory budget (`coolsd.app.sessions.LeanStateHolder`)."""
+    Its sessions are lean and evicted by count, age and a memory budget (`coolsd.app.sessions.LeanStateHolder`);
+    the files its events serve are bounded by count and age (`served_files`, a `ServedFiles`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.served_files = ServedFiles()  # (reads $COOLSD_SERVED_FILES: a bad value stops the build, not an event)
 
     @property
     def state_holder(self):
@@ -65,6 +73,16 @@ class ServedBlocks(gr.Blocks):
     @state_holder.setter
     def state_holder(self, holder) -> None:  # Gradio's server hands its holder to the Blocks when it starts
         self.__dict__["state_holder"] = LeanStateHolder.adopt(holder)
+
+    async def postprocess_data(self, block_fn, predictions, state):
+        """Gradio's postprocessing (which writes the output's files to its cache), then the served files recorded
+        and the oldest deleted beyond the bounds. A failure there is logged, never the event's."""
+        output = await super().postprocess_data(block_fn, predictions, state)
+        try:
+            self.served_files.served(self, output)
+        except Exception as err:  # noqa: BLE001 (bookkeeping must not fail a race frame)
+            log.warning("served files: %s", one_line(f"{type(err).__name__}: {err}"))
+        return output
 
     def validate_inputs(self, block_fn, inputs) -> None:
         if len(inputs) < len(block_fn.inputs):

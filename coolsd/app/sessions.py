@@ -6,6 +6,14 @@ every emoji name) and then stores in it the last value of every output (a race's
 It serves only Gradio's deep links, which this app does not offer. `LeanSession` keeps what the handlers read:
 the session's `gr.State` values and its own copies of the components a handler updated (e.g. the replay slider);
 its `config_values` are built on demand (the page's components with the session's copies, not the last values).
+Gradio (6.31) makes such a copy for every update, `gr.skip()` included (a streamed race frame skips every image
+and plot that did not change), and when a value follows it files the copy again under the copy's own id, so a
+session gathered a copy per skipped-then-redrawn slot (one race on the tiny model, every round streamed: 45
+copies, 44 of them of images and plots that changed no argument; an image's copy is about 3.3 KB of Python
+objects). A copy whose arguments are the page component's own (`same_props`) is not kept, nor a copy filed again
+under its own id: a racing session keeps the page's image slots and plots, and the files they serve are
+remembered by the page's own components, where Gradio's `delete_cache` sweep and `coolsd.app.served_files` find
+them (a copy's were never swept).
 
 `LeanStateHolder` replaces Gradio's `StateHolder` (installed by `coolsd.app.serving.ServedBlocks`) and pushes the
 least recently used session out when any of these holds:
@@ -85,12 +93,31 @@ def state_bytes(value, limit: int = 200_000) -> int:
     return total
 
 
+IGNORED_ARGS = ("value", "render")  # what a copy may differ in and still change nothing a lean session keeps
+
+
+def same_props(page, copy) -> bool:
+    """Whether a session's copy of a component was made with the page component's own arguments (its value and
+    `render` aside: a lean session keeps no values), so keeping it would change nothing but memory."""
+    if copy is page:
+        return True
+    if type(copy) is not type(page):
+        return False
+    mine = {k: v for k, v in copy.constructor_args.items() if k not in IGNORED_ARGS}
+    theirs = {k: v for k, v in page.constructor_args.items() if k not in IGNORED_ARGS}
+    try:
+        return bool(mine == theirs)
+    except Exception:  # noqa: BLE001 (an argument without a plain ==, e.g. an array: keep the copy)
+        return False
+
+
 class LeanSession(SessionState):
     """A Gradio session without the per-session configuration of every component (see the module's doc)."""
 
     def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # noqa: D107 (no super().__init__:
         # it builds the configuration this class leaves out)
         self.blocks_config = copy(blocks.default_config)
+        self.page_blocks = blocks.default_config.blocks  # the page's own components (shared, not copied)
         self.state_data: dict[int, object] = {}
         self._state_ttl: dict[int, tuple[float, datetime.datetime]] = {}
         self.is_closed = False
@@ -104,8 +131,15 @@ class LeanSession(SessionState):
             self._state_ttl[key] = (block.time_to_live, datetime.datetime.now())
             self.state_data[key] = value
             self.measure()
-        else:
-            self.blocks_config.blocks[key] = value
+        else:  # a component copy (an update): the page's own where it changes nothing (gr.skip())
+            page = self.page_blocks.get(key)
+            if page is None and getattr(value, "_id", None) == key and self.holds(value):
+                return  # Gradio files a copy it holds under the page's id again under the copy's own id: not kept
+            self.blocks_config.blocks[key] = page if page is not None and same_props(page, value) else value
+
+    def holds(self, block) -> bool:
+        """Whether this very component is one of the session's blocks (the page's own or a copy)."""
+        return any(kept is block for kept in self.blocks_config.blocks.values())
 
     def measure(self) -> None:
         """Estimate this session's state bytes again (and tell the holder)."""

@@ -1,0 +1,258 @@
+"""The files the app serves, and the paths Gradio remembers for them, bounded by count and age (issue 27;
+`coolsd.app.served_files`), and a session that keeps no copy of a component Gradio made for `gr.skip()`
+(`coolsd.app.sessions.LeanSession`). First the bookkeeping alone (files in a temporary folder, no server, a given
+clock), then the launched app on the tiny model: races past a small bound leave at most that many files and paths,
+the racing session holds no copies of its image slots, and what is on show still loads, as do a replay, the overlay,
+the microscope, the PNG strip and a share link."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+
+import gradio as gr
+import httpx
+import pytest
+from demo_app import served, tiny_demo
+from gradio.state_holder import StateHolder
+from PIL import Image
+
+from coolsd.app.microscope import MicroscopePanel
+from coolsd.app.served_files import (
+    DELETE_CACHE,
+    SERVED_FILES_MAX,
+    SERVED_FILES_MAX_AGE_S,
+    ServedFiles,
+    file_paths,
+    max_files_from_env,
+)
+from coolsd.app.serving import ServedBlocks
+from coolsd.app.sessions import LeanSession
+from coolsd.app.settings import RaceSettings
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+LATER = time.time() + 1000  # the given clock runs after the files' own times (a file written since is spared)
+
+
+def page():
+    """A page with one image component (whose `temp_files` is one of the sets Gradio remembers paths in)."""
+    with ServedBlocks() as blocks:
+        image = gr.Image(type="pil", label="shown")
+    return blocks, image
+
+
+def make(folder, *names) -> list[str]:
+    """Files in Gradio's layout (<folder>/<name>/image.webp) -> their paths."""
+    paths = []
+    for name in names:
+        os.makedirs(folder / name, exist_ok=True)
+        path = str(folder / name / "image.webp")
+        with open(path, "wb") as f:
+            f.write(b"RIFF....WEBP")
+        paths.append(path)
+    return paths
+
+
+def serve(files: ServedFiles, blocks, image, paths, now: float) -> None:
+    """What Gradio and ServedBlocks do for an event that returns these files: remember each path in the
+    component's set, then hand the postprocessed output to the bookkeeping."""
+    image.temp_files.update(paths)
+    output = [{"path": p, "url": f"/gradio_api/file={p}", "meta": {"_type": "gradio.FileData"}} for p in paths]
+    files.served(blocks, output, now=now)
+
+
+def bookkeeping(tmp_path, **bounds) -> tuple[ServedFiles, object, object]:
+    blocks, image = page()
+    return ServedFiles(folder=str(tmp_path), **{"min_age_s": 0, **bounds}), blocks, image
+
+
+# ---------------------------------------------------------------- the bookkeeping alone
+def test_the_oldest_files_go_beyond_the_count_from_disk_and_from_gradios_sets(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=3)
+    paths = make(tmp_path, *"abcde")
+    for i, path in enumerate(paths):
+        serve(files, blocks, image, [path], LATER + i)
+        assert files.kept <= 3
+    assert files.paths() == paths[2:] and files.deleted == {"count": 2, "age": 0}
+    assert [os.path.exists(p) for p in paths] == [False, False, True, True, True]
+    assert image.temp_files == set(paths[2:])  # Gradio forgets them too
+    assert any(paths is image.temp_files for paths in blocks.temp_file_sets)  # (the sets Gradio's sweep reads)
+
+
+def test_files_served_longer_ago_than_the_age_go_even_under_the_count(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=10)
+    old, new = make(tmp_path, "old", "new")
+    serve(files, blocks, image, [old], LATER)
+    serve(files, blocks, image, [new], LATER + 5)
+    assert files.trim(blocks, now=LATER + 9) == []
+    assert files.trim(blocks, now=LATER + 12) == [old]
+    assert not os.path.exists(old) and os.path.exists(new) and files.paths() == [new]
+    assert files.deleted == {"count": 0, "age": 1} and image.temp_files == {new}
+
+
+def test_a_file_served_again_starts_afresh(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=3)
+    a, b, c, d = make(tmp_path, *"abcd")
+    for i, path in enumerate([a, b, c, a, d]):  # the same image again (Gradio names a file by its bytes)
+        serve(files, blocks, image, [path], LATER + i)
+    assert files.paths() == [c, a, d] and not os.path.exists(b) and os.path.exists(a)
+
+
+def test_files_served_within_the_minimum_age_stay_whatever_the_count(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=2, min_age_s=60)
+    paths = make(tmp_path, *"abcde")
+    for i, path in enumerate(paths):  # a burst: five files within five seconds
+        serve(files, blocks, image, [path], LATER + i)
+    assert files.kept == 5 and all(map(os.path.exists, paths))
+    files.trim(blocks, now=LATER + 100)
+    assert files.paths() == paths[3:] and files.deleted["count"] == 3
+
+
+def test_a_components_own_file_and_a_file_written_again_are_not_deleted(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=1)
+    default, rewritten, other, last = make(tmp_path, "default", "rewritten", "other", "last")
+    image.keep_in_cache.add(default)  # Gradio's own: a component's default value (the page's first images)
+    serve(files, blocks, image, [default, rewritten], LATER)
+    os.utime(rewritten, (LATER + 5, LATER + 5))  # an equal image written again, by an event still under way
+    serve(files, blocks, image, [other], LATER + 10)
+    assert os.path.exists(default) and default in image.temp_files
+    assert os.path.exists(rewritten) and files.paths() == [other, rewritten]
+    serve(files, blocks, image, [last], LATER + 20)  # its turn comes again, and then it goes
+    assert not os.path.exists(rewritten) and not os.path.exists(other) and files.paths() == [last]
+
+
+def test_only_file_objects_in_gradios_cache_folder_are_recorded(tmp_path):
+    files, blocks, _ = bookkeeping(tmp_path, max_files=10)
+    inside, = make(tmp_path, "inside")
+    nested = {"__type__": "update", "value": {"path": inside, "meta": {"_type": "gradio.FileData"}}}
+    output = [nested, {"path": "/etc/hostname", "meta": {}}, {"path": inside}, {"stats": [1, 2, {"x": "y"}]}, None]
+    assert file_paths(output) == [inside, "/etc/hostname"]
+    files.served(blocks, output, now=LATER)
+    assert files.paths() == [inside]
+
+
+def test_the_count_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("COOLSD_SERVED_FILES", "250")
+    assert max_files_from_env() == 250 and ServedBlocks().served_files.max_files == 250
+    for bad in ("0", "-3", "many", "²"):
+        monkeypatch.setenv("COOLSD_SERVED_FILES", bad)
+        with pytest.raises(SystemExit, match="COOLSD_SERVED_FILES"):
+            max_files_from_env()
+    monkeypatch.delenv("COOLSD_SERVED_FILES")
+    assert max_files_from_env() == SERVED_FILES_MAX
+
+
+def test_the_app_bounds_its_files_as_documented():
+    blocks = tiny_demo().blocks
+    assert isinstance(blocks, ServedBlocks) and blocks.served_files.max_files == SERVED_FILES_MAX
+    assert blocks.delete_cache == DELETE_CACHE and DELETE_CACHE[1] == SERVED_FILES_MAX_AGE_S
+    assert blocks.served_files.folder == os.path.realpath(gr.utils.get_upload_folder())
+
+
+def test_a_session_keeps_no_copy_that_changes_nothing():
+    """What Gradio does with an output update: a copy of the component (render=False) filed under the page's id,
+    and, when a value follows, the copy filed again under its own id."""
+    with ServedBlocks() as blocks:
+        image = gr.Image(type="pil", label="shown", format="png")
+        slider = gr.Slider(0, 10, value=3)
+    holder = StateHolder()
+    holder.set_blocks(blocks)
+    session = holder["a"]
+    assert isinstance(session, LeanSession)
+
+    def copy(block, **changes):
+        return type(block)(**{**block.constructor_args, **changes, "render": False})
+
+    skipped = copy(image, value=None)  # gr.skip(): the same arguments
+    session[image._id] = skipped
+    assert session[image._id] is image and image._id in session
+    moved = copy(slider, maximum=99)  # a real update: the session's own copy
+    session[slider._id] = moved
+    session[moved._id] = moved  # (Gradio: `if block._id not in state: state[block._id] = block`)
+    assert session[slider._id] is moved and moved._id not in session.blocks_config.blocks
+    assert {k for k, v in session.blocks_config.blocks.items() if v is not blocks.blocks.get(k)} == {slider._id}
+    session[slider._id] = copy(slider)  # back to the page's arguments: the page's own again
+    assert session[slider._id] is slider
+
+
+# ---------------------------------------------------------------- the launched app on the tiny model
+APP = tiny_demo()
+BOUND = 12  # files the test server keeps (the app's default is far larger)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app with a small bound and no minimum age, streaming every round (many files a race)."""
+    blocks = APP.blocks
+    before = blocks.served_files
+    blocks.served_files = ServedFiles(max_files=BOUND, min_age_s=0)
+    try:
+        with served(blocks, {"IMAGE_EVERY_S": 0.0, "FRAME_SHARE": 1.0}) as url:
+            yield url.rstrip("/")
+    finally:
+        blocks.served_files = before
+
+
+def remembered() -> set[str]:
+    """The paths Gradio remembers for the app's components, less the components' own (default values)."""
+    blocks = APP.blocks
+    keep = set().union(*(getattr(b, "keep_in_cache", ()) for b in blocks.blocks.values()))
+    return set().union(*blocks.temp_file_sets) - keep
+
+
+def images(values) -> list[dict]:
+    """The image files among API output values (a skipped output is an update without a path)."""
+    return [item for item in values if isinstance(item, dict) and item.get("path")]
+
+
+def loads(item) -> bool:
+    """Whether an image the API returned is served (HTTP 200, an image)."""
+    reply = httpx.get(item["url"], timeout=30)
+    if reply.status_code != 200:
+        return False
+    with Image.open(io.BytesIO(reply.content)) as img:
+        return img.width > 0
+
+
+def test_races_keep_at_most_the_bound_and_what_is_on_show_still_loads(server):
+    from gradio_client import Client
+
+    files = APP.blocks.served_files
+    client = Client(server, verbose=False, download_files=False, analytics_enabled=False)
+    values = RaceSettings.defaults(APP.ctx).as_dict()
+    served_paths: set[str] = set()
+    for seed in range(3):
+        job = client.submit(**values | {"seed": seed}, api_name="/race")
+        final = job.result()
+        served_paths |= {item["path"] for frame in job.outputs() for item in images(frame[:5])}
+        assert files.kept <= BOUND and len(remembered()) <= BOUND
+        assert all(map(os.path.exists, files.paths()))
+    assert len(served_paths) > 2 * BOUND and files.deleted["count"] > BOUND  # the bound was what held them down
+    page = APP.blocks.blocks
+    session = APP.blocks.state_holder[client.session_hash]
+    own = {k: v for k, v in session.blocks_config.blocks.items() if v is not page.get(k)}
+    assert set(own) <= set(page) and not [v for v in own.values() if isinstance(v, (gr.Image, gr.Plot))], own
+    shown = images(final[:5])
+    assert len(shown) == 4 and all(map(loads, shown))  # the last race's images (3 racers, vanilla AR) display
+
+    replayed = client.predict(step=3, overlay=False, api_name="/replay")[:5]
+    tinted = client.predict(overlay=True, api_name="/overlay")
+    looked = client.predict(key="eagle-1", round_no=1, api_name="/microscope")[:2]
+    assert len(images(replayed)) >= 4 and len(images(tinted)) >= 4 and len(images(looked)) == 2
+    assert all(map(loads, images([*replayed, *tinted, *looked])))
+    strip = client.predict(overlay=True, api_name="/strip_file")
+    assert os.path.exists(strip["path"])
+    query = client.predict(**values | {"seed": 2}, api_name="/share_link")
+    assert client.predict(query=query, api_name="/share_restore")["seed"] == 2
+    assert files.kept <= BOUND and len(remembered()) <= BOUND
+
+
+def test_the_microscope_keeps_one_decoders_rerun_per_session():
+    """Its cache (a gr.State with a time to live, `MICROSCOPE_TTL_S`) holds the last decoder looked at, not all."""
+    trace = list(APP.page.race.stream.race(**RaceSettings.defaults(APP.ctx).as_dict() | {"seed": 1}))[-1].trace
+    panel = MicroscopePanel(APP.ctx, APP.page.race.after.recordings)
+    cache: dict = {}
+    for key in ("eagle-1", "lantern++", "cool-sd", "eagle-1"):
+        events, _, cache = panel.events(trace, key, cache)
+        assert set(cache) == {"sig", "events", "matches"} and cache["sig"][2] == key and cache["events"] is events
