@@ -5,7 +5,7 @@ For each temperature: vanilla AR samples of 96 random training pairs (batched), 
 (k 10, lambda 20) at L = 3 over the first 6 of those pairs. Needs the training data
 (`python -m coolsd.train.emoji_data`).
 
-    .venv/bin/python tools/emoji_temperature_probe.py assets/emoji_names --temperatures 1,1.5,2
+    .venv/bin/python tools/emoji_temperature_probe.py assets/emoji --temperatures 1,1.5,2
 """
 
 from __future__ import annotations

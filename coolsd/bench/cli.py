@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embedded / mnist = the shipped MNIST model; emoji = the shipped emoji model "
                         "(execution dtype: COOLSD_DTYPE); tiny = random weights (tests, dry runs)")
     g.add_argument("--model-dir", type=Path, default=None,
-                   help="emoji: another emoji model folder (e.g. assets/emoji_names) instead of the shipped default; "
+                   help="emoji: another emoji model folder (e.g. runs/emoji4/assets) instead of the shipped default; "
                         "its classifier/ judges it unless --classifier is given")
     g.add_argument("--classifier", type=Path, default=None,
                    help=f"ResNet save_pretrained folder (default for embedded: {EMBEDDED_CLASSIFIER})")

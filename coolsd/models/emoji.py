@@ -19,8 +19,8 @@ from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
 from coolsd.util.paths import EMOJI_DIR
 
 # Sampling an emoji model is shown with, unless its target config stores its own (`default_sampling`): CFG over
-# both conditions (the 15-class model, see assets/emoji/README.md). The 187-emoji model stores CFG 1, T 1:
-# recognised 92 % there vs 5 % at CFG 3 (its unconditional row draws no emoji; assets/emoji_names/README.md).
+# both conditions (the retired 15-class model). The 187-emoji model stores CFG 1, T 1: its unconditional row draws
+# no emoji (the first 187-emoji model: recognised 92 % at CFG 1 vs 5 % at CFG 3, 128 training pairs).
 EMOJI_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 
 

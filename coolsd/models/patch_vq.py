@@ -2,7 +2,7 @@
 
 diffusers' `VQModel` encodes with a convolutional encoder whose receptive field spans the whole 32 x 32 picture
 (and GroupNorm over all of it), so two equal white patches in two pictures get different codes; an AR target then
-memorises arbitrary code choices that a draft head cannot predict (assets/emoji_names/README.md). Here the
+memorises arbitrary code choices that a draft head cannot predict (assets/emoji/README.md). Here the
 encoder is `pixel_unshuffle`: a latent *is* the patch's pixels (C * p * p values in [-1, 1]), the codebook holds
 patches (k-means centroids, `coolsd.train.vq.kmeans_codebook`), and equal patches always get equal codes. Codes
 that are near in the codebook look alike, which is what LANTERN++'s latent neighbourhoods assume. The decoder sees
