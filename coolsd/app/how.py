@@ -163,12 +163,23 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
     if any("†" in line for line in lines):
         lines += ["", OLDER_NOTE]
     speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")
-    lines += ["", f"Ours: `{config.get('command', 'python -m coolsd.bench')}`, {rows[0].get('n_images', '?')} images "
+    lines += ["", f"Ours: `{short_command(config.get('command', 'python -m coolsd.bench'))}`, "
+              f"{rows[0].get('n_images', '?')} images "
               f"per setting, {speedup}. The paper's LANTERN++ k and λ are not stated; ours are the benchmark's. A run "
               "of the LlamaGen-XL architecture on one H200 with random weights (`tools/gpu_llamagen_bench.py`) gave "
               "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
               "ours until the real weights are fetched."]
     return "\n".join(lines)
+
+
+def short_command(command: str, keep: int = 4) -> str:
+    """`command` with every comma list of more than `keep` items cut to its first `keep` and a count (a benchmark
+    over 300 chosen conditions names them all; the page shows "9,29,53,125,… (300 in all)")."""
+    words = []
+    for word in command.split(" "):
+        items = word.split(",")
+        words.append(",".join(items[:keep]) + f",… ({len(items)} in all)" if len(items) > keep else word)
+    return " ".join(words)
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:

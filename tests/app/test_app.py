@@ -602,6 +602,20 @@ def test_how_it_works_puts_the_papers_numbers_beside_ours_with_model_and_hardwar
     assert any("not measured" in h for h in missing) and sum(map(len, missing.values())) == len(how.PAPER)
 
 
+def test_how_it_works_shows_a_long_benchmark_command_cut_so_a_phone_need_not_scroll():
+    """The emoji benchmark names 300 conditions; the page shows the first few and the count (a phone page once
+    held an 8,000-pixel-wide code line); short lists and the rest of the command stay as they were."""
+    from coolsd.app import how
+
+    ids = ",".join(str(i) for i in range(300))
+    cmd = f"torchrun -m coolsd.bench --model emoji --classes {ids} --cool-delta 2,8 --lantern-k 10"
+    assert how.short_command(cmd) == ("torchrun -m coolsd.bench --model emoji --classes 0,1,2,3,… (300 in all) "
+                                      "--cool-delta 2,8 --lantern-k 10")
+    assert how.short_command("a 1,2,3,4 b") == "a 1,2,3,4 b"
+    text = how.paper_beside_us("emoji")  # the shipped emoji benchmark
+    assert max(map(len, text.splitlines())) < 1000
+
+
 # ---------------------------------------------------------------- the prompt UI on a tiny random LlamaGen (issue 9)
 @pytest.fixture(scope="module")
 def llamagen_app(tmp_path_factory):
