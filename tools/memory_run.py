@@ -10,6 +10,9 @@ images on show. The loop is bounded (N sessions, one at a time); the server runs
 RSS is the server's VmRSS (Linux /proc) every `--every` sessions; `--bound-mb` (stated before the
 run) makes the exit status 1 when any sample is above it. `--profile` serves through tools/memory_profile.py
 (tracemalloc, slower) and adds the growth of live Python allocations between warm-up and the end, by source line.
+`--account` (without tracemalloc, at full speed) adds to every sample what the server holds: glibc's heap in use
+and free (`mallinfo2`), the kept sessions and their estimated state bytes, Gradio's per-session queues and
+per-event records, the files served (tools/memory_profile.py's SIGUSR2).
 """
 
 from __future__ import annotations
@@ -50,16 +53,28 @@ def call(base: str, name: str, data: list, session: str, timeout: float = 600) -
     return event or "none"
 
 
-def snapshot(proc, folder: Path, timeout_s: float = 300) -> tracemalloc.Snapshot:
-    """Ask the profiled server (tools/memory_profile.py) for a tracemalloc snapshot and read it."""
-    n = len(list(folder.glob("snap*.pickle")))
-    proc.send_signal(signal.SIGUSR1)
-    done, t0 = folder / f"snap{n}.done", time.perf_counter()
+def ask(proc, folder: Path, kind: str, timeout_s: float = 300) -> Path:
+    """Signal the server started by tools/memory_profile.py for its next file of `kind` ("snap": SIGUSR1, a
+    tracemalloc snapshot; "acct": SIGUSR2, an account) and return the file's path once it is written."""
+    suffix = {"snap": ".pickle", "acct": ".json"}[kind]
+    n = len(list(folder.glob(f"{kind}*{suffix}")))
+    proc.send_signal(signal.SIGUSR1 if kind == "snap" else signal.SIGUSR2)
+    done, t0 = folder / f"{kind}{n}.done", time.perf_counter()
     while not done.exists():
         if time.perf_counter() - t0 > timeout_s:
-            raise RuntimeError("the server wrote no snapshot: was it started by tools/memory_profile.py?")
-        time.sleep(0.5)
-    return tracemalloc.Snapshot.load(str(folder / f"snap{n}.pickle"))
+            raise RuntimeError(f"the server wrote no {kind} file: was it started by tools/memory_profile.py?")
+        time.sleep(0.2)
+    return folder / f"{kind}{n}{suffix}"
+
+
+def snapshot(proc, folder: Path) -> tracemalloc.Snapshot:
+    """A tracemalloc snapshot of the profiled server."""
+    return tracemalloc.Snapshot.load(str(ask(proc, folder, "snap")))
+
+
+def account(proc, folder: Path | None) -> dict:
+    """The server's own account of its memory (empty when it was not started by tools/memory_profile.py)."""
+    return json.loads(ask(proc, folder, "acct").read_text()) if folder else {}
 
 
 def growth_by_line(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top: int = 25) -> list[dict]:
@@ -90,11 +105,12 @@ def run(args) -> dict:
     env_extra |= {"COOLSD_STATE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
     os.environ.update(env_extra | {"OMP_NUM_THREADS": "1"})
     profile_dir = None
-    if args.profile:
+    if args.profile or args.account:
+        os.environ["COOLSD_TRACEMALLOC"] = "1" if args.profile else "0"
         profile_dir = Path(os.environ.setdefault("COOLSD_TRACEMALLOC_DIR", str(ROOT / "runs" / f"tracemalloc_{port}")))
         profile_dir.mkdir(parents=True, exist_ok=True)
     proc, start_s = start_server(args.model, port, timeout_s=1200,  # a loaded machine starts slowly
-                                 script="tools/memory_profile.py" if args.profile else "app.py")
+                                 script="tools/memory_profile.py" if profile_dir else "app.py")
     profiled = {}
     base = f"http://127.0.0.1:{port}"
     samples, errors = [], 0
@@ -103,8 +119,8 @@ def run(args) -> dict:
         for _ in range(3):  # warm-up: the first races allocate the model's caches
             call(base, "race", template, uuid.uuid4().hex)
         warm = rss_mb(proc.pid)
-        first = snapshot(proc, profile_dir) if profile_dir else None
-        samples.append({"sessions": 0, "rss_mb": warm, "seconds": 0.0})
+        first = snapshot(proc, profile_dir) if args.profile else None
+        samples.append({"sessions": 0, "rss_mb": warm, "seconds": 0.0, **account(proc, profile_dir)})
         t0 = time.perf_counter()
         for i in range(1, args.sessions + 1):
             session = uuid.uuid4().hex
@@ -115,12 +131,13 @@ def run(args) -> dict:
             else:
                 errors += call(base, "model_info", [args.model], session) != "complete"
             if i % args.every == 0 or i == args.sessions:
-                samples.append({"sessions": i, "rss_mb": rss_mb(proc.pid), "seconds": time.perf_counter() - t0})
+                samples.append({"sessions": i, "rss_mb": rss_mb(proc.pid), "seconds": time.perf_counter() - t0,
+                                **account(proc, profile_dir)})
                 print(f"{i:5d} sessions  RSS {samples[-1]['rss_mb']:7.1f} MB  {samples[-1]['seconds']:6.0f} s",
                       flush=True)
                 if args.out:  # the samples so far survive an interrupted run
                     args.out.write_text(json.dumps({"partial": True, "samples": samples}, indent=1))
-        if profile_dir:
+        if args.profile:
             last = snapshot(proc, profile_dir)
             traced = sum(s.size_diff for s in last.compare_to(first, "filename"))
             profiled = {"python_growth_mib": round(traced / 2**20, 2), "by_line": growth_by_line(first, last)}
@@ -150,6 +167,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="write the samples here (JSON)")
     p.add_argument("--profile", action="store_true",
                    help="serve through tools/memory_profile.py (tracemalloc) and report the Python growth by line")
+    p.add_argument("--account", action="store_true",
+                   help="serve through tools/memory_profile.py without tracemalloc; every sample adds the server's "
+                        "account (C heap in use / free, kept sessions, Gradio's queues, served files)")
     args = p.parse_args()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

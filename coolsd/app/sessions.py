@@ -21,8 +21,10 @@ least recently used session out when any of these holds:
 - the session was last used more than `max_idle_s` seconds ago (`SESSION_IDLE_S`);
 - the estimated bytes of every kept session's states (`state_bytes`, refreshed whenever a state is set) plus a fixed
   `SESSION_BASE_BYTES` per session exceed `budget_bytes` (`STATE_BUDGET_MB`, $COOLSD_STATE_BUDGET_MB overrides).
-An evicted session's states go through their `delete_callback` (the trace releases its events). After a batch of
-evictions the C allocator is asked to give freed pages back (`trim_heap`, glibc only).
+An evicted session's states go through their `delete_callback` (the trace releases its events), and Gradio's queue
+records of it go too (`forget_queue`; Gradio keeps them for its last 2,000 sessions). A session reads the page's
+configuration through `session_config` instead of copying it. At most once per `TRIM_EVERY_S`, a request asks the
+C allocator to give freed pages back (`trim_heap`, glibc only): a race frees its buffers between long-lived ones.
 """
 
 from __future__ import annotations
@@ -35,18 +37,19 @@ import re
 import sys
 import threading
 import time
-from copy import copy
+from collections import ChainMap
 
 import numpy as np
 import torch
-from gradio.blocks import Block
+from gradio.blocks import Block, BlocksConfig
 from gradio.components import State
 from gradio.state_holder import SessionState, StateHolder
 from PIL import Image
 
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
-SESSION_BASE_BYTES = 24_000  # what a session costs before any state: its copies of the page's block and event maps
+SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
+# Gradio's message queue and event-id set for it (about 3.5 KB) and its record of the session's last event (0.5 KB)
 TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 
@@ -111,12 +114,25 @@ def same_props(page, copy) -> bool:
         return False
 
 
+def session_config(page: BlocksConfig) -> BlocksConfig:
+    """A session's view of the page's configuration: its components and event functions read through to the page's
+    (`ChainMap`), and what the session stores (a component copy) stays in its own first map. Gradio copies both dicts
+    for every session (`copy(blocks.default_config)`: about 11 KB on the emoji page, even for a visitor who only
+    looks); the page's dicts are never written through it."""
+    config = BlocksConfig(page.root_block)
+    config.blocks = ChainMap({}, page.blocks)
+    config.fns = ChainMap({}, page.fns)
+    config.fn_id = page.fn_id
+    config.renderables = list(page.renderables)
+    return config
+
+
 class LeanSession(SessionState):
     """A Gradio session without the per-session configuration of every component (see the module's doc)."""
 
     def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # noqa: D107 (no super().__init__:
         # it builds the configuration this class leaves out)
-        self.blocks_config = copy(blocks.default_config)
+        self.blocks_config = session_config(blocks.default_config)
         self.page_blocks = blocks.default_config.blocks  # the page's own components (shared, not copied)
         self.state_data: dict[int, object] = {}
         self._state_ttl: dict[int, tuple[float, datetime.datetime]] = {}
@@ -207,7 +223,6 @@ class LeanStateHolder(StateHolder):
             if session_id in self.session_data:
                 self.session_data.move_to_end(session_id)
             now = datetime.datetime.now()
-            pushed = 0
             while len(self.session_data) > 1:
                 oldest = next(iter(self.session_data))
                 if oldest == session_id:
@@ -222,9 +237,7 @@ class LeanStateHolder(StateHolder):
                     break
                 self._evict(oldest)
                 self.evicted[reason] += 1
-                pushed += 1
-        if pushed:
-            self.trim()
+        self.trim()  # (at most once per TRIM_EVERY_S: a race's freed buffers go back while sessions are still kept)
 
     def _evict(self, session_id: str) -> None:
         session = self.session_data.pop(session_id)
@@ -238,6 +251,8 @@ class LeanStateHolder(StateHolder):
         self.resized(-getattr(session, "nbytes", 0))
         if isinstance(session, LeanSession):
             session.holder, session.nbytes = None, 0
+        forget_queue(getattr(self, "blocks", None), session_id)
+
 
     def delete_state(self, session_id: str, expired_only: bool = False) -> None:
         """Gradio's expiry (every second) and close: the states go, and the session's size is estimated again."""
@@ -254,6 +269,18 @@ class LeanStateHolder(StateHolder):
             return False
         self._last_trim = now
         return trim_heap()
+
+
+def forget_queue(blocks, session_id: str) -> bool:
+    """Drop Gradio's per-session queue records of a session that has no event pending (its message queue and its
+    set of event ids: about 4 KB, which Gradio keeps for the last 2,000 sessions whatever the app's capacity). A
+    later event of the same session makes them again. Returns whether they went."""
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or queue.pending_event_ids_session.get(session_id):
+        return False
+    queue.pending_messages_per_session.pop(session_id, None)
+    queue.pending_event_ids_session.pop(session_id, None)
+    return True
 
 
 _LIBC = None

@@ -5,6 +5,7 @@ timing: the session store is driven the way Gradio drives it (holder[session] pe
 from __future__ import annotations
 
 import datetime
+import tracemalloc
 
 import gradio as gr
 import pytest
@@ -145,3 +146,72 @@ def test_a_default_race_on_the_shipped_model_keeps_under_400_kb():
     assert trace.status == "finished" and len(trace) > 0
     kept = state_bytes(trace) + state_bytes(snapshot)
     assert kept < 400 * KB, f"{key}: a race keeps {kept / KB:.0f} KB"
+
+
+def wide_page(n: int = 200) -> ServedBlocks:
+    """A page with many components and events (the emoji page has about 250 and 60)."""
+    with ServedBlocks() as blocks:
+        for i in range(n):
+            gr.Slider(0, 10, value=i % 10).change(lambda: None, None, None)
+    return blocks
+
+
+def test_a_new_session_reads_the_page_configuration_and_keeps_only_its_own_copies():
+    holder, _, slider, _ = served_holder()
+    a, b = holder["a"], holder["b"]
+    page = holder.blocks.default_config
+    assert a.blocks_config.blocks[slider._id] is slider and a.blocks_config.fns.keys() == page.fns.keys()
+    a[slider._id] = gr.Slider(0, 99, value=7, render=False)  # a's update
+    assert a.blocks_config.blocks[slider._id].maximum == 99
+    assert page.blocks[slider._id] is slider and b.blocks_config.blocks[slider._id] is slider  # page and b unchanged
+    assert len(a.blocks_config.blocks) == len(page.blocks)
+
+
+def test_a_session_that_only_looks_costs_a_small_fraction_of_a_copied_configuration():
+    from copy import copy
+
+    blocks = wide_page()
+    holder = StateHolder()
+    holder.set_blocks(blocks)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(50):
+            holder[f"s{i}"]
+        per_session = (tracemalloc.get_traced_memory()[0] - before) / 50
+        before = tracemalloc.get_traced_memory()[0]
+        copies = [copy(blocks.default_config) for _ in range(50)]
+        per_copy = (tracemalloc.get_traced_memory()[0] - before) / 50
+    finally:
+        tracemalloc.stop()
+    assert len(copies) == 50 and per_copy > 8 * KB and per_session < per_copy / 4, (per_session, per_copy)
+
+
+def test_an_evicted_session_leaves_no_gradio_queue_records_unless_an_event_is_pending():
+    holder, state, _, _ = served_holder(capacity=2)
+    queue = holder.blocks._queue
+    for name, pending in (("idle", set()), ("busy", {"event-1"})):
+        holder[name][state._id] = name
+        queue.pending_messages_per_session[name] = object()
+        queue.pending_event_ids_session[name] = pending
+    holder["c"], holder["d"]  # both pushed out by count
+    assert {"idle", "busy"}.isdisjoint(holder.session_data)
+    assert "idle" not in queue.pending_messages_per_session and "idle" not in queue.pending_event_ids_session
+    assert "busy" in queue.pending_messages_per_session and queue.pending_event_ids_session["busy"] == {"event-1"}
+
+
+def test_the_heap_is_trimmed_on_requests_at_most_once_per_interval(monkeypatch):
+    holder, *_ = served_holder()
+    calls, clock = [], [1000.0]
+    monkeypatch.setattr(sessions, "trim_heap", lambda: calls.append(clock[0]) or True)
+    monkeypatch.setattr(sessions.time, "monotonic", lambda: clock[0])
+    holder._last_trim = 0.0
+    for _ in range(5):
+        holder["a"]  # no session is pushed out: trimming does not wait for evictions
+    assert calls == [1000.0]
+    clock[0] += sessions.TRIM_EVERY_S - 1
+    holder["b"]
+    assert len(calls) == 1
+    clock[0] += 2
+    holder["a"]
+    assert calls == [1000.0, 1000.0 + sessions.TRIM_EVERY_S + 1]
