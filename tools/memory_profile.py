@@ -66,7 +66,7 @@ def kept_by_app() -> dict:
     if blocks is None:
         return {}
     holder, queue = blocks.state_holder, blocks._queue
-    return {"sessions": len(holder.session_data), "state_mb": getattr(holder, "state_total", 0) * 2.0 ** -20,
+    return {"kept_sessions": len(holder.session_data), "state_mb": getattr(holder, "state_total", 0) * 2.0 ** -20,
             "evicted": dict(getattr(holder, "evicted", {})),
             "queue_sessions": len(queue.pending_messages_per_session),
             "queue_id_sets": len(queue.pending_event_ids_session),

@@ -50,6 +50,7 @@ EMOJI_DATA = "tests/train/test_emoji_data.py"  # the emoji data pipeline: class 
 TRAIN = "tests/train/test_train.py"  # training stages: warm start by name, drafter rows without guidance
 EMOJI_EVAL = "tests/train/test_emoji_eval.py"  # recognisability and the batched VQ decode
 PATCH_VQ = "tests/models/test_patch_vq.py"  # issue 25: the local tokenizer and its k-means codebook
+SESSIONS = "tests/app/test_sessions.py"  # issue 27: what the server keeps per visitor
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -252,6 +253,14 @@ BUGS = [
     Bug("nearest: the last chunk of points is dropped", "coolsd/train/vq.py",
         "for i in range(0, len(points), chunk)])",
         "for i in range(0, len(points) - chunk, chunk)] or [torch.zeros(0, dtype=torch.long)])", (PATCH_VQ,)),
+    Bug("sessions: every session copies the page's component map", "coolsd/app/sessions.py",
+        "config.blocks = ChainMap({}, page.blocks)", "config.blocks = dict(page.blocks)", (SESSIONS,)),
+    Bug("sessions: an evicted session's queue goes with an event still pending", "coolsd/app/sessions.py",
+        "if queue is None or queue.pending_event_ids_session.get(session_id):", "if queue is None:", (SESSIONS,)),
+    Bug("sessions: the heap is trimmed after evictions only", "coolsd/app/sessions.py",
+        "        self.trim()  # (at most", "        0 and self.trim()  # (at most", (SESSIONS,)),
+    Bug("sessions: the trim interval never passes", "coolsd/app/sessions.py",
+        "if not force and now - self._last_trim < TRIM_EVERY_S:", "if not force and self._last_trim:", (SESSIONS,)),
 ]
 
 
