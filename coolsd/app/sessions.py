@@ -49,7 +49,7 @@ from PIL import Image
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
 SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
-# Gradio's message queue and event-id set for it (about 3.5 KB) and its record of the session's last event (0.5 KB)
+# Gradio's message queue and event-id set for it (about 3.5 KB) and its record of each event (a small dict)
 TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 
