@@ -3,6 +3,7 @@
 Usage (after a `mutmut run`, see docs/testing.md, section "Mutation testing"):
     .venv/bin/python tools/mutation_report.py --run core    # the seven core modules -> tests/MUTANTS.md
     .venv/bin/python tools/mutation_report.py --run app     # the issue-27 modules   -> tests/MUTANTS_app.md
+    .venv/bin/python tools/mutation_report.py --run sessions  # sessions, served files -> tests/MUTANTS_sessions.md
 
 Each run (RUNS) names its modules, its report file and a paragraph on how it was made (date, machine,
 commands), written at the top of the report; the table and the survivors come from mutmut's store
@@ -30,6 +31,27 @@ MUTMUT = [str(ROOT / ".venv" / "bin" / "mutmut")]
 # Families of equivalent mutants, recognised from the changed line ("-" old, "+" new); a third element: only for
 # the mutants of that module.
 PATTERNS: list[tuple[str, ...]] = [
+    # what the server keeps per visitor (tools/mutation_report.py --run sessions)
+    (r'os\.environ\.get\("COOLSD_(STATE_BUDGET_MB|SERVED_FILES)", (None)?\) or str',
+     "E37 an unset variable: the default only feeds `or str(<the default>)`, and None (no default) is as falsy as "
+     "\"\""),
+    (r'os\.getenv\("GRADIO_IS_E2E_TEST", \)',
+     "E38 os.getenv's default is None already", "coolsd.app.sessions"),
+    (r"while len\(self\.session_data\) >= 1:",
+     "E39 the requesting session is always in the store when update runs (__getitem__ adds it first), so with one "
+     "session the loop meets it as the oldest and stops: `> 1` and `>= 1` do the same", "coolsd.app.sessions"),
+    (r"self\.time_last_used\.get\(oldest, (None)?\)",
+     "E40 every stored session but the requesting one has a last-use time (__getitem__ sets it, Gradio's own too), "
+     "and the requesting one stops the loop before its time is read", "coolsd.app.sessions"),
+    (r"^\+\s+before = (None|len\(self\.session_data\[session_id\]\.state_data\) if session_id in self\.session_data "
+     r"else 1)$",
+     "E41 delete_state: `before` only decides whether to measure the session again; measuring a session whose states "
+     "did not change gives the same size (and a missing session is not measured either way)", "coolsd.app.sessions"),
+    (r"find_library\((None|\"XXcXX\"|\"C\")\)|"
+     r"find_library\(\"c\"\) (and|or) \"(XXlibc\.so\.6XX|LIBC\.SO\.6|libc\.so\.6)\"|ctypes\.CDLL\(None\)",
+     "E42 which name loads glibc: on the Linux test machine find_library(\"c\") and the fallback \"libc.so.6\" both "
+     "find it, and CDLL(None) (the process itself) exports malloc_trim and mallopt from the same libc",
+     "coolsd.app.sessions"),
     # the issue-27 modules (tools/mutation_report.py --run app)
     (r"device=None|<device argument removed>",
      "E1 device: the tests time models on the CPU (fakes and the tiny Llama), where device=None (or no device "
@@ -260,6 +282,22 @@ test: 232 of `serving.py` (tested only through the launched app: over HTTP by te
 of those survivors and all but 4 of the mutants that had no test (those 4 are explained below). No result is counted
 that a `mutmut run` did not produce, and every survivor below has its stated reason."""
 
+SESSIONS_NOTES = """\
+Run: mutmut 3.8.1, 2 workers (`--max-children 2`), on the project's 2-core AMD EPYC, nothing else heavy running,
+2 Dec 2026 (RUN_TIMES). Code and tests: as on main at RUN_COMMIT, in a copy of the tree (`git ls-files -co
+--exclude-standard`; its `.venv` a link to the checkout's); the test selection is `pyproject.toml`'s, which now
+holds `tests/app/test_sessions.py` and `tests/app/test_served_files.py` without their two launched-app races (the
+shipped-model race of `test_sessions.py` is marked slow; the served-files race is deselected: minutes a mutant).
+Commands, in the copy:
+
+```bash
+env OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/mutmut run \\
+    --max-children 2 "coolsd.app.sessions*" "coolsd.app.served_files*"
+.venv/bin/python tools/mutation_report.py --run sessions
+```
+
+No result is counted that a `mutmut run` did not produce, and every survivor below has its stated reason."""
+
 # One entry per mutation run: the modules it mutated, its report file, its title and how it was made.
 RUNS: dict[str, dict] = {
     "core": {"out": "tests/MUTANTS.md", "title": "Mutation testing: the survivors", "notes": CORE_NOTES,
@@ -270,6 +308,9 @@ RUNS: dict[str, dict] = {
             "title": "Mutation testing: the issue-27 modules (microscope, cost model, timing, checks, serving)",
             "modules": ["coolsd.compare.microscope", "coolsd.compare.cost", "coolsd.models.timing",
                         "coolsd.util.checks", "coolsd.app.serving"]},
+    "sessions": {"out": "tests/MUTANTS_sessions.md", "notes": SESSIONS_NOTES,
+                 "title": "Mutation testing: what the server keeps per visitor (sessions, served files)",
+                 "modules": ["coolsd.app.sessions", "coolsd.app.served_files"]},
 }
 COLUMNS = ["killed", "timeout", "survived", "no tests", "not checked"]
 

@@ -78,8 +78,6 @@ def state_bytes(value, limit: int = 200_000) -> int:
             total += sys.getsizeof(obj) + (obj.nbytes if obj.base is not None else 0)
         elif isinstance(obj, Image.Image):
             total += sys.getsizeof(obj) + obj.width * obj.height * len(obj.getbands())
-        elif isinstance(obj, (str, bytes, bytearray, int, float, bool, memoryview)) or hasattr(obj, "buffer_info"):
-            total += sys.getsizeof(obj)  # (array.array: its buffer included)
         elif isinstance(obj, dict):
             total += sys.getsizeof(obj)
             todo.extend(obj.keys())
@@ -87,7 +85,7 @@ def state_bytes(value, limit: int = 200_000) -> int:
         elif isinstance(obj, (list, tuple, set, frozenset)):
             total += sys.getsizeof(obj)
             todo.extend(obj)
-        else:
+        else:  # (str, bytes, numbers, array.array with its buffer: their size alone)
             total += sys.getsizeof(obj)
             if hasattr(obj, "__dict__"):
                 todo.append(vars(obj))
@@ -191,7 +189,7 @@ class LeanStateHolder(StateHolder):
         self.state_total = 0  # sum of the kept sessions' `nbytes`
         self.evicted = {"count": 0, "age": 0, "budget": 0}
         self._size_lock = threading.Lock()
-        self._last_trim = 0.0
+        self._last_trim = float("-inf")  # (the first request trims, whatever the clock)
 
     @classmethod
     def adopt(cls, holder: StateHolder, budget_bytes: int | None = None,
