@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from types import SimpleNamespace
 
 import gradio as gr
 import httpx
@@ -141,6 +142,104 @@ def test_the_count_is_read_from_the_environment(monkeypatch):
             max_files_from_env()
     monkeypatch.delenv("COOLSD_SERVED_FILES")
     assert max_files_from_env() == SERVED_FILES_MAX
+
+
+def test_a_count_of_one_is_allowed(monkeypatch):
+    monkeypatch.setenv("COOLSD_SERVED_FILES", "1")
+    assert max_files_from_env() == 1
+
+
+def test_the_walk_looks_at_exactly_limit_items():
+    """A flat list is looked at first, then its items in order: with limit n, the first n - 1 files."""
+    paths = [f"/cache/{i}/image.webp" for i in range(5)]
+    output = [{"path": p, "meta": {}} for p in paths]
+    assert file_paths(output, limit=1) == []
+    assert file_paths(output, limit=3) == paths[:2]
+    assert file_paths(output, limit=5) == paths[:4]
+    assert file_paths(output, limit=6) == paths
+
+
+def old_file(folder, name) -> str:
+    """A file written 2000 s ago (the real clock's past, not LATER)."""
+    path, = make(folder, name)
+    os.utime(path, (time.time() - 2000, time.time() - 2000))
+    return path
+
+
+def test_without_a_given_clock_files_are_served_at_the_real_time(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=1, min_age_s=60)
+    old, news = old_file(tmp_path, "old"), make(tmp_path, "new", "newer")
+    serve(files, blocks, image, [old], time.time() - 1000)
+    files.served(blocks, [{"path": p, "meta": {}} for p in news])  # just now: over the count, within the minimum age
+    assert files.paths() == news and not os.path.exists(old) and all(map(os.path.exists, news))
+
+
+def test_without_a_given_clock_files_are_trimmed_at_the_real_time(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=1000, min_age_s=60)
+    old, recent = old_file(tmp_path, "old"), old_file(tmp_path, "recent")
+    start = time.time()
+    serve(files, blocks, image, [old], start - 1500)
+    serve(files, blocks, image, [recent], start - 600)  # (its own trim: the old one's age is 900)
+    assert files.trim(blocks) == [old] and files.paths() == [recent] and os.path.exists(recent)
+
+
+def test_a_file_served_exactly_the_age_ago_stays(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=10)
+    path, = make(tmp_path, "a")
+    serve(files, blocks, image, [path], LATER)
+    assert files.trim(blocks, now=LATER + 10) == [] and os.path.exists(path)
+    assert files.trim(blocks, now=LATER + 11) == [path]
+
+
+def test_a_file_written_just_when_it_was_served_goes(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=10)
+    path, = make(tmp_path, "a")
+    os.utime(path, (LATER, LATER))
+    serve(files, blocks, image, [path], LATER)
+    assert files.trim(blocks, now=LATER + 20) == [path] and not os.path.exists(path) and files.kept == 0
+
+
+def test_after_a_file_written_again_the_next_old_file_still_goes(tmp_path):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=10)
+    rewritten, old = make(tmp_path, "rewritten", "old")
+    serve(files, blocks, image, [rewritten], LATER)
+    serve(files, blocks, image, [old], LATER + 1)
+    os.utime(rewritten, (LATER + 5, LATER + 5))
+    assert files.trim(blocks, now=LATER + 20) == [old]
+    assert not os.path.exists(old) and os.path.exists(rewritten) and files.paths() == [rewritten]
+
+
+def test_blocks_without_gradios_cache_attributes_still_trim(tmp_path):
+    """A block with no `keep_in_cache`, a page with no `temp_file_sets`: nothing to keep, nothing to forget."""
+    files = ServedFiles(folder=str(tmp_path), max_files=1, min_age_s=0)
+    a, b = make(tmp_path, "a", "b")
+    shown = set()
+    with_sets = SimpleNamespace(blocks={1: object()}, temp_file_sets=[shown])
+    for i, path in enumerate([a, b]):
+        shown.add(path)
+        files.served(with_sets, [{"path": path, "meta": {}}], now=LATER + i)
+    assert not os.path.exists(a) and shown == {b}
+    c, = make(tmp_path, "c")
+    files.served(SimpleNamespace(blocks={}), [{"path": c, "meta": {}}], now=LATER + 2)
+    assert not os.path.exists(b) and files.paths() == [c]
+
+
+def test_a_file_that_cannot_be_deleted_is_logged_and_the_trim_goes_on(tmp_path, monkeypatch, caplog):
+    files, blocks, image = bookkeeping(tmp_path, max_files=100, max_age_s=10)
+    stuck, old = make(tmp_path, "stuck", "old")
+    remove = os.remove
+
+    def refuse(path):
+        if path == stuck:
+            raise PermissionError("read-only")
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", refuse)
+    serve(files, blocks, image, [stuck, old], LATER)
+    with caplog.at_level("WARNING", logger="coolsd.app"):
+        assert files.trim(blocks, now=LATER + 20) == [stuck, old]
+    assert caplog.messages == [f"served files: could not delete {stuck}: read-only"]
+    assert os.path.exists(stuck) and not os.path.exists(old) and files.kept == 0
 
 
 def test_the_app_bounds_its_files_as_documented():
