@@ -35,6 +35,11 @@ PATTERNS: list[tuple[str, ...]] = [
     (r'os\.environ\.get\("COOLSD_(STATE_BUDGET_MB|SERVED_FILES)", (None)?\) or str',
      "E37 an unset variable: the default only feeds `or str(<the default>)`, and None (no default) is as falsy as "
      "\"\""),
+    (r"^\+\s+self\._last_trim = float\(\"-INF\"\)",
+     "E43 float() reads \"-INF\" as \"-inf\" (case does not matter)", "coolsd.app.sessions"),
+    (r"^\+def state_bytes\(value, limit: int = 200001\)",
+     "E44 the walk's limit only stops a pathological state (a state of the app holds a few thousand objects); "
+     "the limit itself is tested exactly with small values", "coolsd.app.sessions"),
     (r'os\.getenv\("GRADIO_IS_E2E_TEST", \)',
      "E38 os.getenv's default is None already", "coolsd.app.sessions"),
     (r"while len\(self\.session_data\) >= 1:",
@@ -198,6 +203,9 @@ _R9 = ('E34 round_at: every round commits at least one token, so a position equa
 # name -> (reason, the mutated line it was read on): mutant numbers shift when their function changes, so a
 # hand reason is only given while the mutant's "+" line still contains that text (else: not explained).
 REASONS: dict[str, tuple[str, str]] = {
+    'coolsd.app.sessions.x_same_props__mutmut_2': (
+        "E45 same_props: a component compared with itself also has its own arguments, so the comparison that "
+        "follows answers True as well", "        return False"),
     'coolsd.theory.oracle.x_exact__mutmut_10': (_R1, "for _ in range(t_max + 2)]"),
     'coolsd.theory.oracle.x_exact__mutmut_139': (_R2, "for length in range(t_max):"),
     'coolsd.theory.oracle.x_exact__mutmut_97': (_R3, "if accepted[y] >= 0:"),

@@ -356,18 +356,28 @@ def test_trimming_waits_exactly_the_interval_and_says_when_it_did_not_trim(monke
     calls, clock = [], [0.0]  # (a fresh holder trims at its first request, whatever the clock)
     monkeypatch.setattr(sessions, "trim_heap", lambda: calls.append(clock[0]) or True)
     monkeypatch.setattr(sessions.time, "monotonic", lambda: clock[0])
-    holder["a"], holder["b"], holder["a"]  # two sessions: the eviction loop runs and stops, the trim still comes
+    holder["a"], holder["b"], holder["a"]
     assert calls == [0.0] and holder.trim() is False
-    clock[0] = sessions.TRIM_EVERY_S
-    assert holder.trim() is True and calls == [0.0, sessions.TRIM_EVERY_S]
-    assert holder.trim(force=True) is True and len(calls) == 3
+    clock[0] = sessions.TRIM_EVERY_S / 2
+    holder["b"]  # two sessions: the eviction loop runs and stops, the trim still comes when due
+    assert calls == [0.0]
+    clock[0] = 2 * sessions.TRIM_EVERY_S
+    holder["a"]
+    assert calls == [0.0, 2 * sessions.TRIM_EVERY_S]
+    clock[0] = 2 * sessions.TRIM_EVERY_S + 1
+    assert holder.trim() is False
+    clock[0] = 3 * sessions.TRIM_EVERY_S  # exactly the interval after the last trim
+    assert holder.trim() is True and calls[-1] == 3 * sessions.TRIM_EVERY_S
+    assert holder.trim(force=True) is True and len(calls) == 4
 
 
 def test_a_sessions_configuration_writes_stay_its_own():
-    holder, _, slider, _ = served_holder()
+    holder = StateHolder()
+    holder.set_blocks(wide_page(3))  # a page with events
     page = holder.blocks.default_config
     config = holder["a"].blocks_config
     assert config.fn_id == page.fn_id and config.renderables == page.renderables
+    assert dict(config.fns) == page.fns and len(page.fns) == 3 and dict(config.blocks) == page.blocks
     assert config.renderables is not page.renderables
     config.fns[10**6] = "a session's event"
     config.blocks[10**6] = "a session's block"
@@ -431,6 +441,14 @@ def test_trim_heap_calls_malloc_trim_with_no_padding_and_loads_libc_once(monkeyp
     assert sessions.trim_heap() is True and calls == [0]
     monkeypatch.setattr(sessions, "_LIBC", False)  # no glibc here
     assert sessions.trim_heap() is False and calls == [0]
+
+    def no_libc(name):
+        raise OSError("no such library")
+
+    monkeypatch.setattr(sessions, "_LIBC", None)
+    monkeypatch.setattr(sessions.ctypes, "CDLL", no_libc)
+    assert sessions.trim_heap() is False and sessions._LIBC is False  # looked for once, then remembered as absent
+    monkeypatch.undo()
     if not sys.platform.startswith("linux"):
         return
     monkeypatch.setattr(sessions, "_LIBC", None)
