@@ -24,6 +24,8 @@ import tracemalloc
 import warnings
 from pathlib import Path
 
+from memory_run import rss_mb  # (tools/ is on the path of a script run from it)
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("COOLSD_TRACEMALLOC_DIR", "runs/tracemalloc"))
 
@@ -47,13 +49,6 @@ def malloc_info() -> dict:
     mb = 2.0 ** -20
     return {"heap": info.arena * mb, "mmapped": info.hblkhd * mb, "in_use": info.uordblks * mb,
             "free": info.fordblks * mb, "top": info.keepcost * mb}
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def kept_by_app() -> dict:
@@ -93,7 +88,8 @@ def account(signum, frame) -> None:
         kept = kept_by_app()
     except Exception as error:  # noqa: BLE001 (a handler's exception would stop the server it measures)
         kept = {"account_error": f"{type(error).__name__}: {error}"}
-    path.write_text(json.dumps({"rss_mb": rss_mb(), "malloc_mb": malloc_info(), "python_traced_mb": traced, **kept}))
+    path.write_text(json.dumps({"rss_mb": rss_mb(os.getpid()), "malloc_mb": malloc_info(), "python_traced_mb": traced,
+                                **kept}))
     path.with_suffix(".done").touch()
 
 

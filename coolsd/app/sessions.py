@@ -251,7 +251,6 @@ class LeanStateHolder(StateHolder):
             session.holder, session.nbytes = None, 0
         forget_queue(getattr(self, "blocks", None), session_id)
 
-
     def delete_state(self, session_id: str, expired_only: bool = False) -> None:
         """Gradio's expiry (every second) and close: the states go, and the session's size is estimated again."""
         before = len(self.session_data[session_id].state_data) if session_id in self.session_data else 0
