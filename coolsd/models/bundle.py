@@ -19,7 +19,7 @@ from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.conditions import STYLE_SEP, Conditions
-from coolsd.models.graphs import prepare
+from coolsd.models.graphs import prepare, stored_path
 from coolsd.util.paths import EMBEDDED_DIR
 
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
@@ -57,6 +57,7 @@ class ModelBundle:
     default_class: str | None = None  # the class a page starts on (config `default_class`; None: the loader's pick)
     credits: str = ""  # whose artwork and names the model learned, and their licences (config `credits`; shown)
     kind: str = "embedded"
+    path: str = "eager"  # the execution path target and drafter run (`coolsd.models.graphs`: eager, lean, ...)
     note: str = ""
     resolution: int | None = None
     example_prompts: tuple[str, ...] = ()
@@ -132,12 +133,13 @@ def _load(kind: str, path: Path, fn):
 
 
 def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, dtype: torch.dtype | None = None,
-                  with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
+                  with_classifier: bool = False, k_max: int = 32, execution_path: str | None = None) -> ModelBundle:
     """Load four save_pretrained folders (vq, target, drafter[, classifier]) under `root` strictly.
 
     `dtype`: what target and drafter run in (default fp32 on CPU, fp16 on CUDA); the VQ decoder runs
     in fp32 on CPU. A styled target (config `style_names`) gets class_names "<class> · <style>" for
-    each condition id class * S + style.
+    each condition id class * S + style. `execution_path`: "eager", "lean", ... (None: $COOLSD_EXECUTION, else
+    the folder's `execution.json`, else auto; `coolsd.models.graphs.choose_path`), named by `ModelBundle.path`.
     """
     from transformers import LlamaForCausalLM
 
@@ -162,7 +164,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[: cfg.codebook_size],
                            grid[0] * grid[1])
     tokenizer = VQTokenizer(vq, grid)
-    prepare([target, drafter], rows=(2, 1))  # execution path (CUDA graphs on a GPU) + warm-up; logs it
+    # execution path (argument / env / execution.json under root / auto: CUDA graphs on a GPU) + warm-up; logs it
+    path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification
@@ -178,15 +181,15 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
                        class_groups=list(getattr(cfg, "class_groups", None) or []),
                        class_chars=list(getattr(cfg, "class_chars", None) or []),
                        default_class=getattr(cfg, "default_class", None),
-                       credits=str(getattr(cfg, "credits", None) or ""))
+                       credits=str(getattr(cfg, "credits", None) or ""), path=path)
 
 
 def load_embedded(path: str | Path | None = None, device: str | torch.device | None = None,
-                  with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
+                  with_classifier: bool = False, k_max: int = 32, execution_path: str | None = None) -> ModelBundle:
     """Load the shipped MNIST model: VQ tokenizer, Llama target, Eagle-1 head, neighbour table.
 
     Weights are stored in fp16 and run in fp32 (CPU) or fp16 (CUDA).
     """
     root = Path(path) if path is not None else EMBEDDED_DIR
     return load_vq_llama(root, "embedded MNIST (Llama 6.4M + Eagle-1 head)", EMBEDDED_SAMPLING, device,
-                         with_classifier=with_classifier, k_max=k_max)
+                         with_classifier=with_classifier, k_max=k_max, execution_path=execution_path)

@@ -15,6 +15,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.decoding.protocol import ModelStep
+from coolsd.models.lean import LEAN, LeanLinear
 from coolsd.models.llama import LayerStack, set_path
 
 
@@ -59,14 +60,16 @@ class EagleDrafter:
         self.fc_b = head.fc.bias.detach()
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
+        self.lean: tuple[LeanLinear, LeanLinear] | None = None  # (fc, head) on the lean path, None on others
 
     @property
     def length(self) -> int:
         return self.stack.length
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layer: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        """Execution path of the layer: "eager", "static", "cuda-graphs" or "lean" (see `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
+        self.lean = (LeanLinear(self.fc_t, self.fc_b), LeanLinear(self.head_t)) if path == LEAN else None
 
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""
@@ -84,7 +87,12 @@ class EagleDrafter:
             raise ValueError("an Eagle drafter needs the feature before every token")
         g, n, d = hidden.shape
         e = self.embed[ids][None].expand(g, -1, -1)
-        x = torch.addmm(self.fc_b, torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d), self.fc_t)
+        pairs = torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d)
+        if self.lean is not None:  # packed products, fp32 features
+            fc, head = self.lean
+            out = self.stack.forward(fc(pairs).view(g, n, d), positions + 1, mask)  # (G, n, D) fp32
+            return ModelStep(logits=head(out.view(g * n, d)).view(g, n, -1).float(), hidden=out)
+        x = torch.addmm(self.fc_b, pairs, self.fc_t)
         out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) predicted features
         return ModelStep(logits=(out @ self.head_t).float(), hidden=out)  # fp32 logits on a bf16 path
 

@@ -16,6 +16,7 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.decoding.protocol import ModelStep
+from coolsd.models.lean import LEAN, LeanHead
 from coolsd.models.llama import LayerStack, set_path
 from coolsd.util.checks import check_int
 
@@ -114,14 +115,16 @@ class LlamaClassTarget:
         self.norm_w = model.model.norm.weight.detach()
         self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only
         self.head_t = self.head.T.contiguous()  # (D, V)
+        self.lean_head: LeanHead | None = None  # final norm + head on the lean path (None: other paths)
 
     @property
     def length(self) -> int:
         return self.stack.length - self.prefix_len
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layers: "eager", "static" or "cuda-graphs" (see `coolsd.models.graphs`)."""
+        """Execution path of the layers: "eager", "static", "cuda-graphs" or "lean" (see `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
+        self.lean_head = LeanHead(self.norm_w, self.head_t, self.stack.eps) if path == LEAN else None
 
     def fork(self) -> LlamaClassTarget:
         """Same weights, own empty cache."""
@@ -139,6 +142,9 @@ class LlamaClassTarget:
         return torch.cat(rows)
 
     def _out(self, h: Tensor) -> ModelStep:
+        if self.lean_head is not None:
+            logits, feat = self.lean_head(h)
+            return ModelStep(logits=logits, hidden=feat)
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
         return ModelStep(logits=(feat @ self.head_t).float(), hidden=feat)  # fp32 logits on a bf16 path
 

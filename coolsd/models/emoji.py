@@ -67,16 +67,17 @@ def target_millions(root: Path) -> float:
 
 
 def load_emoji(path: str | Path | None = None, device: str | torch.device | None = None,
-               with_classifier: bool = False, k_max: int = 32) -> ModelBundle:
+               with_classifier: bool = False, k_max: int = 32, execution_path: str | None = None) -> ModelBundle:
     """Load the shipped emoji model (RGB images in [0, 1], size read from its config); target and drafter run
-    in the precision stored with it (`stored_precision`: logged, and named by `ModelBundle.execution`)."""
+    in the precision stored with it (`stored_precision`: logged, and named by `ModelBundle.execution`), on the
+    execution path `execution_path` or the one stored with it (`coolsd.models.graphs.stored_path`; `bundle.path`)."""
     root = Path(path) if path is not None else EMOJI_DIR
     if not (root / "target").is_dir() or not (root / "drafter").is_dir():
         raise BundleError(f"emoji model folder not found or incomplete: {root}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype, how = stored_precision(root, device)
     bundle = load_vq_llama(root, f"emoji (Llama {target_millions(root):.1f}M + Eagle-1 head)", stored_sampling(root),
-                           device, dtype, with_classifier, k_max)
+                           device, dtype, with_classifier, k_max, execution_path)
     bundle.execution, bundle.kind = how, "emoji"
     log.info("coolsd: emoji model runs %s", how)
     return bundle

@@ -5,19 +5,24 @@
   (`LayerStack.forward_static`); runs anywhere, used by the CPU tests of the GPU path.
 - "cuda-graphs": the static path with each (rows, block size) captured once as a CUDA graph at
   load (warm-up) and replayed: one launch per layer stack instead of ~15 per layer.
+- "lean": the eager maths with packed products and fp32 activations, for a CPU (`coolsd.models.lean`);
+  models without a lean path of their own (LlamaGen) run eager on it.
 
-`prepare(models)` picks the path (env `COOLSD_EXECUTION` = auto | eager | static | cuda-graphs;
-auto = cuda-graphs on CUDA, eager elsewhere), warms every captured shape, falls back to eager when
-capture fails, and logs which path runs.
+`prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | static |
+cuda-graphs | lean), else the choice stored with the model (`execution.json` beside its parts, {"cpu": "lean"},
+written by `python -m coolsd.bench.limit --store`), else auto = cuda-graphs on CUDA, eager elsewhere. It warms
+every captured shape, falls back to eager when capture fails, and logs which path runs and why.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -25,8 +30,9 @@ from torch import Tensor
 from coolsd.models.static import STATIC_BLOCKS
 
 log = logging.getLogger("coolsd")
-PATHS = ("eager", "static", "cuda-graphs")
+PATHS = ("eager", "static", "cuda-graphs", "lean")
 ENV_VAR = "COOLSD_EXECUTION"
+EXECUTION_FILE = "execution.json"  # {"cpu": "lean", ...}: the path a model folder runs on each device type
 
 
 @dataclass
@@ -103,7 +109,7 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
     r guidance rows and every block size is captured for it (the warm-up)."""
     if path not in PATHS:
         raise ValueError(f"unknown execution path {path!r}; choose one of {PATHS}")
-    if path == "eager":
+    if path in ("eager", "lean"):  # lean: the layer stack runs it itself (`coolsd.models.lean`); others run eager
         return (), None
     if path == "static":
         return STATIC_BLOCKS, None
@@ -115,9 +121,22 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
     return STATIC_BLOCKS, runner
 
 
-def choose_path(device: torch.device, requested: str | None = None) -> str:
-    """The path to run on `device`: `requested`, else $COOLSD_EXECUTION, else auto."""
-    requested = requested or os.environ.get(ENV_VAR, "auto")
+def stored_path(root: str | Path, device: torch.device) -> str | None:
+    """The path stored with the model folder `root` for `device`'s type (EXECUTION_FILE), or None when there
+    is no file, no entry or an unknown name (the stored choice is advice; a bad one is ignored)."""
+    try:
+        stored = json.loads((Path(root) / EXECUTION_FILE).read_text(encoding="utf-8")).get(torch.device(device).type)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return stored if stored in PATHS else None
+
+
+def choose_path(device: torch.device, requested: str | None = None, stored: str | None = None) -> str:
+    """The path to run on `device`: `requested`, else $COOLSD_EXECUTION, else `stored` (the model folder's
+    choice, see `stored_path`), else auto (cuda-graphs on CUDA, eager elsewhere)."""
+    requested = requested or os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if requested == "auto" and stored in PATHS and (stored != "cuda-graphs" or torch.device(device).type == "cuda"):
+        requested = stored
     if requested == "auto":
         return "cuda-graphs" if torch.device(device).type == "cuda" else "eager"
     if requested not in PATHS:
@@ -127,15 +146,16 @@ def choose_path(device: torch.device, requested: str | None = None) -> str:
     return requested
 
 
-def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,)) -> str:
+def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,), stored: str | None = None) -> str:
     """Set every model (objects with `use_path(path, rows)`) on one path, warm it, log it; returns the path.
 
+    path: the caller's choice (None: see `choose_path`); stored: the model folder's (`stored_path`).
     rows: guidance rows to capture for (2 with CFG, 1 without); other counts are captured at first use.
     A capture failure logs a warning and leaves every model on the eager path.
     """
     models = [m for m in models if m is not None]
     device = torch.device(models[0].device)
-    path = choose_path(device, path)
+    path = choose_path(device, path, stored)
     rows = tuple(rows)
     t0 = time.perf_counter()
     try:
@@ -150,5 +170,5 @@ def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     log.info("coolsd: execution path %s on %s (blocks %s, ready in %.2f s)", path, device,
-             STATIC_BLOCKS if path != "eager" else "exact", time.perf_counter() - t0)
+             STATIC_BLOCKS if path in ("static", "cuda-graphs") else "exact", time.perf_counter() - t0)
     return path

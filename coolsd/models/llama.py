@@ -12,7 +12,9 @@ Two ways to run a call (same weights, same cache):
   ladder, written at slots given as a tensor, with attention over the whole cache under an (N, S)
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
-  graph and replayed (`coolsd.models.graphs`).
+  graph and replayed (`coolsd.models.graphs`);
+- lean (`lean`, a `coolsd.models.lean.LeanLayers`): the eager path's maths with packed products and
+  fp32 activations and cache, for one query at a time on a CPU (issue 35).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import Tensor
 from transformers import LlamaConfig
 
 from coolsd.models.graphs import make_runner
+from coolsd.models.lean import LEAN, LeanLayers
 from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
@@ -86,6 +89,7 @@ class LayerStack:
         self._kept: dict[int, tuple[Tensor, Tensor]] = {}  # cache per guidance-row count (graphs stay valid)
         self.blocks_static: tuple[int, ...] = ()  # () = eager path
         self.runner: Callable | None = None  # runs forward_static (a CUDA-graph cache), None = call it directly
+        self.lean: LeanLayers | None = None  # the lean path's packed weights (shared by forks), None = not lean
 
     def use_static(self, blocks: tuple[int, ...] = STATIC_BLOCKS, runner: Callable | None = None) -> None:
         """Switch to the static path with these block sizes (() switches back to eager). `runner(x,
@@ -102,6 +106,8 @@ class LayerStack:
         return new
 
     def reset(self, rows: int, device, dtype) -> None:
+        """Empty cache for `rows` guidance rows in `dtype` (fp32 on the lean path, whatever the weights)."""
+        dtype = torch.float32 if self.lean is not None else dtype
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
             kept = self._kept.get(rows)
@@ -149,6 +155,10 @@ class LayerStack:
         start, end = self.length, self.length + n
         if end > self.max_slots:
             raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
+        if self.lean is not None:
+            out = self.lean.forward(x, positions, self.k, self.v, start, mask)
+            self.length = end
+            return out
         block = pick_block(self.blocks_static, n, start, self.max_slots)
         if block is not None:  # static path
             x, positions, slots, full = pad_block(x, positions, mask, start, block, self.max_slots)
@@ -191,7 +201,15 @@ class LayerStack:
 
 
 def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
-    """Put one LayerStack on `path` ("eager", "static" or "cuda-graphs", captured for every `rows`)."""
+    """Put one LayerStack on `path` ("eager", "static", "cuda-graphs", captured for every `rows`, or "lean")."""
+    stack.lean = None
+    if path == LEAN:
+        stack.use_static((), None)
+        stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
+                                stack.max_slots + ROPE_MARGIN)
+        stack.k = stack.v = None
+        stack.length = 0
+        return
 
     def allocate(r: int) -> None:
         stack.reset(r, stack.cos.device, stack.cos.dtype)

@@ -1,0 +1,177 @@
+"""The lean CPU path (coolsd.models.lean, issue 35) against the eager one on the tiny model, and its choice.
+
+fp32: the same logits up to float rounding for step, verify, tree masks and crop, and the same tokens for
+a seed for every rule, chain and tree. bf16: the lean logits no further from the fp32 ones than the eager
+bf16 path's own. The path is read from the model folder (`execution.json`), overridden by the environment
+and by the caller's argument. No timing here: speed lives in `python -m coolsd.bench.limit`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from coolsd.compare.race import fork_models
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.rules import RULES
+from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.bundle import load_vq_llama
+from coolsd.models.eagle import EagleDrafter
+from coolsd.models.embedded import LlamaClassTarget
+from coolsd.models.graphs import ENV_VAR, EXECUTION_FILE, choose_path, prepare, stored_path
+from coolsd.models.lean import LeanLinear, packs
+
+
+def _pair(b, path):
+    target, drafter = fork_models(b.target, b.drafter)
+    prepare([target, drafter], path=path)
+    return target, drafter
+
+
+def _calls(old: int, ids: torch.Tensor):
+    """(ids, positions, mask) of a step, a causal verify of 3, a step, then a tree block after `old` slots."""
+    tree = torch.ones(4, old + 5 + 4, dtype=torch.bool)
+    tree[:, old + 5 :] = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    tree_pos = torch.tensor([old + 5, old + 6, old + 6, old + 7])
+    return [(ids[:1], torch.arange(old, old + 1), None), (ids[1:4], torch.arange(old + 1, old + 4), None),
+            (ids[4:5], torch.arange(old + 4, old + 5), None), (ids[5:9], tree_pos, tree)]
+
+
+@pytest.mark.parametrize("guidance", [True, False])
+def test_lean_equals_eager_in_fp32_for_step_verify_tree_and_crop(tiny, guidance):
+    (eager, eager_d), (lean, lean_d) = _pair(tiny, "eager"), _pair(tiny, "lean")
+    assert lean.stack.lean is not None and eager.stack.lean is None
+    a, b = eager.start(3, guidance), lean.start(3, guidance)
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+    for d in (eager_d, lean_d):
+        d.start(3, guidance)
+    ids = torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])
+    for x, pos, mask in _calls(0, ids):
+        a, b = eager.forward(x, pos, mask), lean.forward(x, pos, mask)
+        assert b.logits.shape == a.logits.shape == (2 if guidance else 1, len(x), eager.vocab_size)
+        assert b.logits.dtype == torch.float32
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
+        da, db = eager_d.forward(x, a.hidden, pos, mask), lean_d.forward(x, a.hidden, pos, mask)
+        torch.testing.assert_close(db.logits, da.logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(db.hidden, da.hidden, atol=1e-5, rtol=1e-5)
+    # keep the tree root's first branch (slots 5, 6, 8), then one more step reads the moved slots
+    keep = torch.tensor([6, 8])
+    for m in (eager, lean, eager_d, lean_d):
+        m.crop(6, keep)
+    assert lean.length == eager.length == 8 and lean_d.length == eager_d.length == 8
+    n = eager.stack.length
+    torch.testing.assert_close(lean.stack.k[:, :, :, :n], eager.stack.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lean.stack.v[:, :, :, :n], eager.stack.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    a, b = eager.forward(ids[:1], torch.tensor([8])), lean.forward(ids[:1], torch.tensor([8]))
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tree", [None, "binary-2", "eagle-25"])
+def test_same_tokens_on_lean_and_eager_for_every_rule(tiny, tree, build_rule):
+    """Vanilla AR (rule None) included: it runs on the same path as the speculative decoders."""
+    config = DecodeConfig(draft_len=3, tree=tree)
+    lanes = {path: _pair(tiny, path) for path in ("eager", "lean")}
+    for name in [*RULES, None]:
+        rule = build_rule(name, codebook=tiny.tokenizer.codebook) if name else None
+        out = {path: run(t, d, rule, cond=2, num_tokens=tiny.num_tokens, sampling=tiny.default_sampling,
+                         config=config, seed=13) for path, (t, d) in lanes.items()}
+        assert out["lean"].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree)
+        assert out["lean"].target_forwards == out["eager"].target_forwards
+    assert lanes["lean"][0].stack.lean is not None and lanes["lean"][1].stack.lean is not None
+
+
+def _bf16_models(b):
+    """(target, drafter) of the tiny bundle's weights in bf16."""
+    model = copy.deepcopy(b.target.model).to(torch.bfloat16)
+    head = copy.deepcopy(b.drafter.head).to(torch.bfloat16)
+    cb = model.config.codebook_size
+    return LlamaClassTarget(model), EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[:cb],
+                                                 b.num_tokens)
+
+
+def test_bf16_lean_logits_within_the_eager_bf16_error(tiny):
+    """The bf16 lean path is no further from the fp32 logits than the eager bf16 path (x 2, plus rounding)."""
+    reference = fork_models(tiny.target, tiny.drafter)
+    paths = {"eager": _bf16_models(tiny), "lean": _bf16_models(tiny)}
+    prepare(paths["lean"], path="lean")
+    prepare(paths["eager"], path="eager")
+    assert all(lin.is_packed == packs(torch.bfloat16) for lin in paths["lean"][1].lean)
+    ids = torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])
+    logits = {}
+    for key, (t, d) in {"fp32": reference, **paths}.items():
+        out = [t.start(1, True)]
+        d.start(1, True)
+        for x, pos, mask in _calls(0, ids):
+            out.append(t.forward(x, pos, mask))
+            out.append(d.forward(x, out[-1].hidden, pos, mask))
+        logits[key] = torch.cat([o.logits.float() for o in out], dim=1)
+    eager_err = (logits["eager"] - logits["fp32"]).abs().max()
+    lean_err = (logits["lean"] - logits["fp32"]).abs().max()
+    assert 0 < lean_err <= 2 * eager_err + 1e-2, (lean_err, eager_err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lean_linear_post_ops_equal_their_plain_maths(dtype):
+    g = torch.Generator().manual_seed(0)
+    w_t, x = torch.randn(16, 24, generator=g).to(dtype), torch.randn(3, 16, generator=g)
+    other, residual = torch.randn(3, 24, generator=g).to(dtype), torch.randn(3, 24, generator=g)
+    bias = torch.randn(24, generator=g)
+    y = x.to(dtype).double() @ w_t.double()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
+    lin = LeanLinear(w_t)
+    torch.testing.assert_close(lin(x).double(), y, **tol)
+    torch.testing.assert_close(lin.silu(x).double(), torch.nn.functional.silu(y), **tol)
+    torch.testing.assert_close(lin.times(x, other).double(), y * other.double(), **tol)
+    expected = residual.double() + y
+    assert lin.add_to(x, residual) is residual
+    torch.testing.assert_close(residual.double(), expected, **tol)
+    torch.testing.assert_close(LeanLinear(w_t, bias)(x).double(), y + bias.to(dtype).double(), **tol)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tiny, tmp_path_factory):
+    """The tiny bundle saved as a model folder (vq/ target/ drafter/), as `load_vq_llama` reads one."""
+    root = tmp_path_factory.mktemp("tiny_model")
+    tiny.tokenizer.vq.save_pretrained(root / "vq")
+    tiny.target.model.save_pretrained(root / "target")
+    tiny.drafter.head.save_pretrained(root / "drafter")
+    return root
+
+
+def _load(root, **kw):
+    return load_vq_llama(root, "tiny", SamplingConfig(), device="cpu", dtype=torch.float32, **kw)
+
+
+def test_the_path_is_read_from_the_model_folder_and_overridden(tiny_folder, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    cpu = torch.device("cpu")
+    assert stored_path(tiny_folder, cpu) is None and _load(tiny_folder).path == "eager"  # nothing stored: auto
+    (tiny_folder / EXECUTION_FILE).write_text(json.dumps({"cpu": "lean", "cuda": "cuda-graphs"}))
+    try:
+        assert stored_path(tiny_folder, cpu) == "lean" and stored_path(tiny_folder, "cuda") == "cuda-graphs"
+        b = _load(tiny_folder)
+        assert b.path == "lean" and b.target.stack.lean is not None and b.drafter.stack.lean is not None
+        target, drafter = fork_models(b.target, b.drafter)  # a fork keeps the path, with its own cache
+        assert target.stack.lean is b.target.stack.lean and drafter.lean is b.drafter.lean
+        assert _load(tiny_folder, execution_path="eager").path == "eager"  # the argument wins
+        monkeypatch.setenv(ENV_VAR, "eager")
+        assert _load(tiny_folder).path == "eager"  # the environment wins over the folder
+        assert _load(tiny_folder, execution_path="lean").path == "lean"  # and the argument over the environment
+        monkeypatch.setenv(ENV_VAR, "auto")
+        assert _load(tiny_folder).path == "lean"
+        (tiny_folder / EXECUTION_FILE).write_text('{"cpu": "fastest"}')  # unknown: ignored, auto
+        assert stored_path(tiny_folder, cpu) is None and _load(tiny_folder).path == "eager"
+    finally:
+        (tiny_folder / EXECUTION_FILE).unlink()
+
+
+def test_choose_path_order():
+    cpu = torch.device("cpu")
+    assert choose_path(cpu, None, "lean") == "lean"
+    assert choose_path(cpu, "eager", "lean") == "eager"
+    assert choose_path(cpu, None, "cuda-graphs") == "eager"  # a CUDA choice stored for a CPU: auto
+    assert choose_path(cpu, "lean") == "lean"
