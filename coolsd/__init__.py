@@ -2,7 +2,7 @@
 
 Public API (kept stable):
     rules:    EagleRule, LanternPPRule, LanternRule, UniformRSDRule, CoolSDRule, LinearDecayRule,
-              CustomScheduleRule, make_rule, RULES
+              CustomScheduleRule, SJDRule (Speculative Jacobi Decoding, no drafter), make_rule, RULES
               (short aliases: Eagle1, LanternPP, Lantern, UniformRSD, CoolSD)
     decoding: SamplingConfig, DecodeConfig, decode, generate (events iterator), run (DecodeResult)
     events:   RoundEvent, DecodeResult
@@ -22,6 +22,7 @@ from coolsd.decoding.rules import (
     LanternRule,
     LinearDecayRule,
     Rule,
+    SJDRule,
     UniformRSDRule,
     make_rule,
 )
@@ -37,7 +38,7 @@ Eagle1, LanternPP, Lantern, UniformRSD, CoolSD = EagleRule, LanternPPRule, Lante
 __all__ = [
     "RULES", "CoolSD", "CoolSDRule", "CustomScheduleRule", "DecodeConfig", "DecodeResult", "Eagle1", "EagleRule",
     "Lantern", "LanternPP", "LanternPPRule", "LanternRule", "LinearDecayRule", "ModelBundle", "RoundEvent", "Rule",
-    "SamplingConfig", "UniformRSD", "UniformRSDRule", "decode", "exact", "generate", "load_embedded",
+    "SJDRule", "SamplingConfig", "UniformRSD", "UniformRSDRule", "decode", "exact", "generate", "load_embedded",
     "load_llamagen", "make_generator", "make_rule", "match_tau", "neighbour_table", "random_tables", "rule_step",
     "run", "sequence_probs", "step_output",
 ]

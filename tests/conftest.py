@@ -30,6 +30,7 @@ RULE_KWARGS: dict[str, dict] = {
     "lantern": {"k": 2, "delta": 0.2},
     "linear-decay": {"delta": 1.5, "slope": 0.8},  # omega 2.7, 1.5, 0.3 at L = 3
     "custom": {"omegas": (2.5, 1.0, 0.4)},
+    "sjd": {"window": 3},
 }
 
 

@@ -3,7 +3,8 @@
 Start reading at `engine.py` (`decode` / `generate` / `run`: the loop over draft rounds), then
 `chain.py` (one chain round: draft L tokens, verify, accept / resample / bonus) and `rules.py` (the
 acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py` is the static-tree
-round, `round.py` the pieces both rounds share (session, clock, sampling of one step), `events.py`
+round, `jacobi.py` Jacobi drafting (SJD: the target drafts for itself one iteration late, no drafter),
+`round.py` the pieces the rounds share (session, clock, sampling of one step), `events.py`
 what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
 temperature / top-k / CFG settings, `protocol.py` what a model must offer the engine (`TokenModel`,
 `Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the

@@ -12,6 +12,7 @@ for the device lands in "other", at the round's one transfer (wall time per roun
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from coolsd.decoding.events import RoundEvent, TokenOutcome
 from coolsd.decoding.round import Clock, Session, make_event, nan_after, round_detail, sample
@@ -36,6 +37,17 @@ def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
                 clock.switch("draft")
                 hidden = None if out.hidden is None else out.hidden[:, -1:]
                 out = s.drafter.forward(x_list[-1], hidden, torch.arange(t + i, t + i + 1, device=dev))
+    return verify(s, index, clock, x_list, q_list, draft_len, draft_forwards=n_draft)[0]
+
+
+def verify(s: Session, index: int, clock: Clock, x_list: list[Tensor], q_list: list[Tensor], draft_len: int,
+           draft_forwards: int) -> tuple[RoundEvent, Tensor]:
+    """Steps 2-4 of a chain round on drafts x_1..x_L (each (1,) int64) drawn from q_1..q_L (each (V,)), L >= 0:
+    one target forward, the rule's test, commit. Shared by chain and Jacobi drafting (`coolsd.decoding.jacobi`).
+
+    Returns the round's event and p: (L + 1, V) the processed target distributions of positions t..t+L.
+    """
+    t, dev, n_draft = len(s.committed), s.device, len(x_list)
     # 2. one target forward on [x_{t-1}, d_1..d_L] gives p_1..p_{L+1}
     clock.switch("verify")
     ids = torch.cat([s.last_id, *x_list])  # (L + 1,)
@@ -66,7 +78,7 @@ def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
     # 4. commit n + 1 tokens; crop both caches to what was committed
     tokens = drafts[:n] + [y_host]
     s.target.crop(t + n)
-    if n_draft > 0:
+    if n_draft > 0 and s.drafter is not None:
         s.drafter.crop(t)
     s.commit(tokens, torch.cat([ids[1 : n + 1], y]), None if step.hidden is None else step.hidden[:, : n + 1])
     tested = min(n + 1, n_draft)
@@ -76,4 +88,4 @@ def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
     return make_event(index=index, start=t, tokens=tokens, n_accepted=n, seconds=clock.read(),
                       last=last, accept_probs=nan_after(a_host[:tested], n_draft),
                       omega=omega, tested_depths=list(range(1, tested + 1)), tested_probs=a_host[:tested],
-                      target_forwards=1, draft_forwards=n_draft, detail=detail)
+                      target_forwards=1, draft_forwards=draft_forwards, detail=detail), p

@@ -2,12 +2,13 @@
 
 Everything (app, benchmark, tests) drives this loop. A rule is an object (`coolsd.decoding.rules`); the
 drafting shape is data (`DecodeConfig.tree`): chain rounds in `coolsd.decoding.chain`, static trees in
-`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`.
+`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`. A rule whose drafts come from the
+target itself (`Rule.jacobi`: SJD) runs Jacobi iterations (`coolsd.decoding.jacobi`) and needs no drafter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 
 from coolsd.decoding.chain import chain_round
 from coolsd.decoding.events import DecodeResult, RoundEvent
+from coolsd.decoding.jacobi import JacobiDrafts
 from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
@@ -49,9 +51,9 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
 
 
 def speculative_drafter(drafter: Drafter | None, rule: Rule | None) -> Drafter | None:
-    """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused), else
-    `drafter`, which a rule cannot do without (ValueError)."""
-    if rule is None:
+    """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused) and for a rule
+    that drafts with the target itself (SJD), else `drafter`, which a rule cannot do without (ValueError)."""
+    if rule is None or rule.jacobi:
         return None
     if drafter is None:
         raise ValueError("a rule without a drafter: pass both for speculative decoding, or rule=None "
@@ -75,13 +77,26 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, co
     s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
     s.detail = config.detail
     yield s.first()
-    shape = TREES[config.tree] if config.tree is not None and drafter is not None else None
+    next_round = round_maker(s, config)
     index = 1
     while len(s.committed) < num_tokens:
-        # the last token of an image has nothing left to draft: a plain target step, even for trees
-        last = len(s.committed) == num_tokens - 1
-        yield tree_round(s, index, shape) if shape and not last else chain_round(s, index, config.draft_len)
+        yield next_round(index)
         index += 1
+
+
+def round_maker(s: Session, config: DecodeConfig) -> Callable[[int], RoundEvent]:
+    """index -> the next RoundEvent of this decode: Jacobi iterations for a rule that drafts with the target itself
+    (its window replaces L and the tree), else static-tree rounds when a tree is asked for, else chain rounds."""
+    if s.rule is not None and s.rule.jacobi:
+        return JacobiDrafts(s, s.rule).round
+    shape = TREES[config.tree] if config.tree is not None and s.drafter is not None else None
+
+    def chain_or_tree(index: int) -> RoundEvent:
+        # the last token of an image has nothing left to draft: a plain target step, even for trees
+        last = len(s.committed) == s.num_tokens - 1
+        return tree_round(s, index, shape) if shape and not last else chain_round(s, index, config.draft_len)
+
+    return chain_or_tree
 
 
 def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, cond: Any = None, num_tokens: int,

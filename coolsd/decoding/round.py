@@ -84,6 +84,7 @@ class Session:
         self.pending_ids: list[Tensor] = []
         self.pending_hidden: list[Tensor | None] = []
         self.detail = False  # True: every chain round's event carries its RoundDetail (the microscope)
+        self.first_probs: Tensor | None = None  # (1, V) p of token 0, once round 0 ran (Jacobi drafting's first rows)
 
     def probs(self, logits: Tensor) -> Tensor:
         """(G, n, V) -> (n, V) processed, float64 for exact maths on small vocabularies."""
@@ -112,7 +113,7 @@ class Session:
         clock.switch("verify")
         step = self.target.start(self.cond, self.sampling.guidance)
         clock.switch("other")
-        p = self.probs(step.logits)[-1:]  # (1, V)
+        p = self.first_probs = self.probs(step.logits)[-1:]  # (1, V)
         y = sample(p[0], self.gen)
         self.commit([int(y)], y, None if step.hidden is None else step.hidden[:, -1:])
         if self.drafter is not None:

@@ -67,6 +67,7 @@ class Rule:
 
     name: ClassVar[str] = ""
     lossless: ClassVar[bool] = False  # True when the rule provably reproduces p exactly
+    jacobi: ClassVar[bool] = False  # True: no draft model, the target drafts for itself (spec 4b, `SJDRule`)
 
     def omega(self, depth: Tensor, draft_len: int) -> Tensor:
         """Relaxation weight omega_i per depth, float (...)."""
@@ -106,6 +107,36 @@ def knob(default, low: float, high: float, step: float):
     """A rule field whose default is `default` and whose control offers [low, high] in steps of `step` (field
     metadata "ui": what a front end shows; the rule's own checks in __post_init__ say what is valid)."""
     return field(default=default, metadata={"ui": (low, high, step)})
+
+
+JACOBI_INITS = ("last", "uniform")  # SJDRule.init: the proposal of a window position no forward has seen yet
+
+
+@dataclass(frozen=True)
+class SJDRule(EagleRule):
+    """Speculative Jacobi Decoding (SJD, arXiv 2410.01699; spec section 4b): Eagle-1's lossless test and residual on
+    drafts that come from the target itself, one iteration late (`coolsd.decoding.jacobi`); no draft model.
+
+    The fields configure the drafting, so a rule config names an SJD decoder fully (race, benchmark, traces):
+    window: W, drafts per iteration (one target forward of the last committed token + W drafts);
+    reuse: False = SJD (every draft drawn afresh from its q); True = "SJD + reuse" (ours, after SJD++): a position
+        keeps its previous draft with probability min(1, q(d) / q_prev(d)) (a maximal coupling of the two
+        proposals), so drafts the target still supports stay and the window can settle like greedy Jacobi decoding;
+    init: the proposal of a position no forward has computed yet: "last" (choice) = the last distribution the
+        target computed (the window's last row), "uniform" = 1/V.
+    """
+
+    name: ClassVar[str] = "sjd"
+    jacobi: ClassVar[bool] = True
+    window: int = knob(8, 1, 16, 1)  # W (the SJD paper's window for Lumina-mGPT is larger; small CPU models: 8)
+    reuse: bool = False
+    init: str = "last"
+
+    def __post_init__(self):
+        object.__setattr__(self, "window", check_int("SJD window W", self.window, 1, MAX_SCHEDULE_LEN))
+        check_bool("reuse", self.reuse)
+        if self.init not in JACOBI_INITS:
+            raise ValueError(f"init must be one of {', '.join(JACOBI_INITS)}, got {show(self.init)}")
 
 
 @dataclass(frozen=True)
@@ -375,7 +406,7 @@ class LanternRule(LanternPPRule):
 
 
 RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,
-                                                    LinearDecayRule, CustomScheduleRule)}
+                                                    LinearDecayRule, CustomScheduleRule, SJDRule)}
 
 
 def make_rule(name: str, **kwargs) -> Rule:

@@ -92,7 +92,8 @@ def small_models():
 
 
 def test_exact_rules_cover_the_registry():
-    assert {name for name, _ in EXACT_RULES.values()} == set(RULES)
+    """Every chain rule (a Jacobi rule drafts with the target itself: tests/decoding/test_jacobi.py)."""
+    assert {name for name, _ in EXACT_RULES.values()} == {n for n, r in RULES.items() if not r.jacobi}
 
 
 @pytest.mark.parametrize("case", list(EXACT_RULES))
@@ -166,19 +167,21 @@ def test_event_invariants(models, build_rule, name, tree):
             assert ((e.accept_probs[:reached] >= 0) & (e.accept_probs[:reached] <= 1)).all()
             assert len(e.tested_depths) == len(e.tested_probs) >= reached
             assert e.last in (RESAMPLED, BONUS)
-            if tree is None:
-                assert e.n_drafted <= L
+            jacobi = rule is not None and rule.jacobi  # (SJD: its window W, chain or tree asked for)
+            if tree is None or jacobi:
+                assert e.n_drafted <= (rule.window if jacobi else L)
             # binary-2: every node above the deepest level has children, so a round ends on a bonus token
             # exactly when it accepted a draft at every depth it drafted
             assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
             if e.n_drafted and rule is not None:
                 # the schedule's L: the configured draft length, or the tree's full depth (also where fewer
                 # levels were left to draft at the image's end)
-                schedule_len = max(map(len, TREES[tree])) if tree else L
+                schedule_len = max(map(len, TREES[tree])) if tree and not jacobi else L
                 torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), schedule_len))
-            # every round has a timed target forward; draft time only where a drafter ran
+            # every round has a timed target forward; draft time only where a drafter ran (SJD: drew its window)
             assert set(e.seconds) == {"draft", "verify", "other"} and e.seconds["verify"] > 0
-            assert (e.seconds["draft"] > 0) == (rule is not None and (e.draft_forwards > 0 or e.index == 0))
+            drafted = e.n_drafted > 0 if jacobi else rule is not None and (e.draft_forwards > 0 or e.index == 0)
+            assert (e.seconds["draft"] > 0) == drafted
             start += len(e.tokens)
         assert events[0].index == 0 and events[0].n_drafted == 0 and len(events[0].tokens) == 1
         assert [e.index for e in events] == list(range(len(events)))

@@ -146,6 +146,19 @@ def test_every_registered_rule_has_a_contract():
 
 
 # ---------------------------------------------------------------- per rule
+class TestSJD(RuleContract):
+    """SJD's test and residual are Eagle-1's (its fields configure Jacobi drafting: tests/decoding/test_jacobi.py)."""
+
+    name = "sjd"
+
+    def test_same_maths_as_eagle(self, rule, batch):
+        eagle = EagleRule()
+        for method in ("accept_prob", "residual"):
+            torch.testing.assert_close(getattr(rule, method)(*batch, L), getattr(eagle, method)(*batch, L),
+                                       rtol=0, atol=0)
+        assert type(rule).lossless and type(rule).jacobi and not EagleRule.jacobi
+
+
 class TestEagle(RuleContract):
     name = "eagle-1"
 

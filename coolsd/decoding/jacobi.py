@@ -1,0 +1,87 @@
+"""Jacobi drafting (spec section 4b): Speculative Jacobi Decoding, the target drafting for itself one iteration late.
+
+SJD (Teng et al., arXiv 2410.01699) needs no draft model. An iteration holds a window of W drafts for the
+positions after the committed prefix; draft x_j was drawn from q_j, the target's processed distribution for that
+position as the *previous* iteration's forward computed it. One target forward on [last committed, x_1..x_W]
+gives p_1..p_{W+1}; the rule (Eagle-1's lossless test for `SJDRule`) verifies x_1..x_W exactly as a chain round
+does (`coolsd.decoding.chain.verify`, the same code). Then the window moves past what was committed and every
+position gets its new q: the row this forward just computed for it (from a context that may hold rejected
+drafts), or, for a position no forward has computed, the rule's `init` ("last": the last row computed; "uniform").
+
+Why lossless: at position j, q_j is fixed (a function of earlier forwards) before x_j is drawn from it, and the
+verified prefix is exactly the context p_j conditions on; that is all speculative sampling needs.
+
+"SJD + reuse" (`SJDRule.reuse`, ours, after SJD++'s reuse of drafts): instead of a fresh draw, a position keeps
+its previous draft d (drawn from q_prev, never tested: it lay beyond the last rejection) with probability
+min(1, q(d) / q_prev(d)), else draws from Norm([q - q_prev]_+): a maximal coupling, so x is still a draw from q
+given everything the test conditions on (d was never tested, and no forward read d at its own position or
+before), and the test still uses q. Acceptance at the position is unchanged; the drafts after it more often
+keep the context the last forward saw, so their q already is their p.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from coolsd.decoding.chain import verify
+from coolsd.decoding.events import RoundEvent
+from coolsd.decoding.round import Clock, Session, sample
+from coolsd.decoding.rules import SJDRule, normalise
+
+
+def coupled_draw(q: Tensor, q_prev: Tensor, d: Tensor) -> Tensor:
+    """(V,) distribution of a draft that keeps the previous draft d (() int64, drawn from q_prev) where q allows:
+    keep w.p. min(1, q(d) / q_prev(d)), else a draw from Norm([q - q_prev]_+). Averaged over d ~ q_prev it is q."""
+    keep = (q[d] / q_prev[d]).clamp(max=1.0)
+    moved = normalise((q - q_prev).clamp_min(0), q)  # (V,) where q has more mass than q_prev
+    return (1 - keep) * moved + keep * torch.nn.functional.one_hot(d, q.shape[-1]).to(q.dtype)
+
+
+class JacobiDrafts:
+    """The window of one image (spec 4b) and its iterations: `round(index)` is one engine round.
+
+    State after each forward: rows (m, V) the processed target distributions of positions base..base+m-1, and the
+    drafts that forward read at positions base..: ids (k,) with the q each was drawn from, (k, V).
+    """
+
+    def __init__(self, s: Session, rule: SJDRule) -> None:
+        self.s, self.rule = s, rule
+        self.base = 0
+        self.rows = s.first_probs  # (1, V) round 0's p of token 0
+        self.drafts = torch.zeros(0, dtype=torch.long, device=s.device)
+        self.draft_q = self.rows[:0]
+
+    def proposal(self, position: int) -> Tensor:
+        """q (V,) of a window position: the last forward's row for it, else the rule's `init`."""
+        j = position - self.base
+        if j < len(self.rows):
+            return self.rows[j]
+        if self.rule.init == "uniform":
+            return torch.full_like(self.rows[-1], 1.0 / self.rows.shape[-1])
+        return self.rows[-1]
+
+    def draw(self, position: int, q: Tensor) -> Tensor:
+        """x (1,) int64 for `position`, a draw from q (coupled with the previous draft there under `reuse`)."""
+        j = position - self.base
+        if self.rule.reuse and j < len(self.drafts):
+            return sample(coupled_draw(q, self.draft_q[j], self.drafts[j]), self.s.gen)
+        return sample(q, self.s.gen)
+
+    def round(self, index: int) -> RoundEvent:
+        """One Jacobi iteration: W drafts (fewer near the image's end), one target forward, the rule's test."""
+        s, clock = self.s, Clock()
+        t = len(s.committed)
+        n_draft = min(self.rule.window, s.num_tokens - t - 1)
+        # 1. the window: q_j from the last iteration, x_j drawn from it (no model call)
+        if n_draft > 0:
+            clock.switch("draft")
+        q_list = [self.proposal(t + i) for i in range(n_draft)]
+        x_list = [self.draw(t + i, q) for i, q in enumerate(q_list)]
+        # 2.-4. one target forward, the rule's test, commit (the chain round's own code)
+        event, p = verify(s, index, clock, x_list, q_list, self.rule.window, draft_forwards=0)
+        # the Jacobi update: this forward's rows and drafts are the next iteration's proposals
+        self.base, self.rows = t, p  # (n_draft + 1, V): positions t..t+n_draft
+        if n_draft > 0:
+            self.drafts, self.draft_q = torch.cat(x_list), torch.stack(q_list)
+        return event
