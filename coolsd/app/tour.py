@@ -1,4 +1,4 @@
-"""The guided tour (issue 17 part 4): seven steps, each sets the controls it needs, names the widget to watch and
+"""The guided tour (issue 17 part 4): a few steps, each sets the controls it needs, names the widget to watch and
 asks one question; the visitor types a guess, presses Run, and sees the measured value beside the guess.
 
 Built above the tabs (`build` lays it out, `wire` connects it once every panel exists). A step's Run
@@ -74,6 +74,14 @@ STEPS = [
          "tokens per compute second by vanilla AR's in the same race.",
          "Eagle-1's speed-up over vanilla AR on this machine?",
          _race("eagle-1", "speedup"), race={"racers": ["eagle-1"]}),
+    Step("No drafter",
+         "Speculative Jacobi Decoding (SJD) is a racer that needs no training: there is no drafter, the target "
+         "drafts for itself. Each iteration guesses a window of W tokens (the **SJD window** setting), each drawn from "
+         "the target's own distribution for that position as the previous iteration computed it, checks them all in "
+         "**one** forward with Eagle-1's lossless test, and keeps the rows it just computed as the next guesses. "
+         "Watch the SJD panel beside Eagle-1's: the same exact test, drafts that cost nothing.",
+         "SJD's mean accepted length τ (tokens per target forward) on this image?",
+         _race("sjd", "mean_accepted_length"), race={"racers": ["eagle-1", "sjd"]}),
     Step("Relax δ",
          "COOL-SD multiplies the ratio by $\\omega_i$: $a_i = \\min(1, \\omega_i p/q)$. With ν = 0 every depth gets "
          "$\\omega_i = δ$ (uniform relaxation). Watch the **acceptance per draft position** plot: COOL-SD's line "
