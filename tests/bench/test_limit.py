@@ -1,0 +1,52 @@
+"""`python -m coolsd.bench.limit` on the tiny model: what it counts, what it writes, what --store stores.
+
+No timed assert: the numbers are whatever this machine gives; only their presence and consistency are checked.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coolsd.bench import limit
+from coolsd.models.graphs import EXECUTION_FILE, stored_path
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from coolsd.models.tiny import tiny_bundle
+
+    return tiny_bundle()
+
+
+def test_step_bytes_count_every_matrix_once(tiny):
+    cfg = tiny.target.model.config
+    d, i, v, layers = cfg.hidden_size, cfg.intermediate_size, tiny.target.vocab_size, cfg.num_hidden_layers
+    per_layer = d * 3 * d + d * d + d * 2 * i + i * d  # qkv, o, gate+up, down (as many heads as kv heads)
+    sizes = limit.step_bytes(tiny.target, tiny.drafter)
+    assert sizes["target"] == 4 * (layers * per_layer + d * v)  # fp32
+    assert sizes["drafter"] == 4 * (per_layer + 2 * d * d + d * v)  # one layer, fc (2D -> D), head
+
+
+def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
+    result = limit.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4)
+    assert set(result["paths"]) == {"eager", "lean"} and result["rows"] == 2 and result["draft_len"] == 2
+    for path, times in result["paths"].items():
+        assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
+        r = result["ratios"][path]
+        assert r["head_per_step"] == round(times["head"] / times["step"], 3)
+    assert result["ratios"]["eager"]["step_vs_eager"] == 1.0
+    assert result["bandwidth_gbs"]["memory"] > 0 and result["implied_ms"]["target_memory"] > 0
+    assert tiny.target.stack.lean is None and tiny.drafter.lean is None  # forks were measured, not the bundle
+    table = limit.markdown(result)
+    assert "| eager |" in table and "| lean |" in table and "GB/s" in table
+
+
+def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, monkeypatch):
+    monkeypatch.setitem(limit.MODELS, "emoji", (lambda root, device: tiny, tmp_path, tmp_path / "out"))
+    assert limit.main(["--model", "emoji", "--repeats", "1", "--store"]) == 0
+    result = json.loads((tmp_path / "out" / "limit.json").read_text())
+    assert (tmp_path / "out" / "limit.md").read_text() == limit.markdown(result)
+    stored = json.loads((tmp_path / EXECUTION_FILE).read_text())
+    assert stored["cpu"] == limit.fastest_path(result) == stored_path(tmp_path, "cpu")
