@@ -16,8 +16,8 @@ A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k
 its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
 race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
 
-The last two arguments, `model` (the picker's key) and `style`, came after the others so older calls
-keep working: `check` reads the model first and checks the rest against that model's Specs.
+The arguments `model` (the picker's key), `style` and `sjd_window` (SJD's window W) came after the others so
+older calls keep working: `check` reads the model first and checks the rest against that model's Specs.
 
 The checks run in the handlers (events are wired with preprocess=False), never in a component's
 preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
@@ -43,6 +43,7 @@ from coolsd.decoding.rules import (
     LanternRule,
     LinearDecayRule,
     Rule,
+    SJDRule,
     UniformRSDRule,
     format_omegas,
     parse_omegas,
@@ -326,6 +327,8 @@ class RaceSettings:
     resolution: str = setting(_resolution)
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
+    sjd_window: int = rule_knob(SJDRule, "window", "SJD window W (drafts per iteration)", "sjd-window",
+                                kind="int")  # (appended: older calls keep their meaning)
 
     @classmethod
     def names(cls) -> list[str]:

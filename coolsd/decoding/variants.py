@@ -2,7 +2,9 @@
 
 A *variant* is a named way of running one rule of `coolsd.decoding.rules`: "cool-sd" is COOL-SD
 floored at 1 (the rule's default), "cool-sd-unclipped" the same schedule without the floor,
-"lantern++-gstar" LANTERN++ with the G* residual, "vanilla" no rule at all. Every front end reads
+"lantern++-gstar" LANTERN++ with the G* residual, "sjd" Speculative Jacobi Decoding (the target drafts for
+itself, no drafter) and "sjd-reuse" the same with its redrafts coupled to the previous drafts, "vanilla" no rule
+at all. Every front end reads
 this table: the app's racers, the quality lab, the schedule explorer, the benchmark's settings and
 labels, the plots and the How tab. A variant builds its rule from options named by the rule's own
 dataclass fields (any left out: the rule's default) plus the variant's `fixed` options (what makes it
@@ -84,6 +86,8 @@ VARIANTS: dict[str, Variant] = {v.key: v for v in (
     Variant("cool-sd-unclipped", "COOL-SD unclipped", "#ff7f0e", "cool-sd",
             {"floor_at_one": False, "residual_kind": "optimal"}, "delta", tag="unclipped"),
     Variant("custom", "Custom schedule", "#8c564b", "custom"),
+    Variant("sjd", "SJD (no drafter, lossless)", "#e377c2", "sjd", {"reuse": False}),
+    Variant("sjd-reuse", "SJD + reuse (ours, lossless)", "#bcbd22", "sjd", {"reuse": True}, tag="reuse"),
 )}
 ALIASES = {"cool-sd-floor": "cool-sd"}  # old keys (share links, API calls) -> the variant they named
 RACERS = [key for key, v in VARIANTS.items() if v.racer]  # the Race tab's choices, in this order

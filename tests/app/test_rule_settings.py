@@ -20,6 +20,7 @@ from coolsd.decoding.rules import (
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
+    SJDRule,
     UniformRSDRule,
     format_omegas,
 )
@@ -27,10 +28,10 @@ from coolsd.decoding.rules import (
 TABLE = torch.arange(32).repeat(8, 1)
 CTX = SimpleNamespace(model=SimpleNamespace(neighbours=TABLE))  # what make_racer_rule reads of a context
 RULE_ARGUMENTS = ["delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda", "uniform_delta", "linear_delta",
-                  "linear_slope", "custom_omegas"]
+                  "linear_slope", "custom_omegas", "sjd_window"]
 # every rule setting away from its default, so a value read from the wrong setting (or a default) shows
 SETTINGS = {"delta": 3.0, "nu": 0.2, "mu": -0.5, "mean_omega": False, "lantern_k": 3, "lantern_lambda": 7.0,
-            "uniform_delta": 1.5, "linear_delta": 2.5, "linear_slope": 0.25, "custom_omegas": "4 2 1"}
+            "uniform_delta": 1.5, "linear_delta": 2.5, "linear_slope": 0.25, "custom_omegas": "4 2 1", "sjd_window": 5}
 
 
 def rule_fields() -> dict[str, dict]:
@@ -41,10 +42,11 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     names = RaceSettings.names()
     assert list(rule_fields()) == RULE_ARGUMENTS  # the /race API's rule arguments, in its order
     assert names.index("delta") == 7 and names[7:13] == RULE_ARGUMENTS[:6]
-    assert names[names.index("racers") + 1:names.index("resolution")] == RULE_ARGUMENTS[6:]
+    assert names[names.index("racers") + 1:names.index("resolution")] == RULE_ARGUMENTS[6:10]
+    assert names[-1] == "sjd_window"  # appended after model and style: older calls keep their meaning
     assert {name: m["default"] for name, m in rule_fields().items()} == {
         "delta": 2.0, "nu": 0.7, "mu": 0.0, "mean_omega": True, "lantern_k": 10, "lantern_lambda": 5.0,
-        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5"}
+        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5", "sjd_window": 8}
 
 
 @pytest.mark.parametrize("name, rule, field", [
@@ -52,6 +54,7 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     ("lantern_k", LanternPPRule, "k"), ("lantern_k", LanternRule, "k"), ("lantern_lambda", LanternPPRule, "lam"),
     ("uniform_delta", UniformRSDRule, "delta"), ("linear_delta", LinearDecayRule, "delta"),
     ("linear_slope", LinearDecayRule, "slope"), ("custom_omegas", CustomScheduleRule, "omegas"),
+    ("sjd_window", SJDRule, "window"),
 ])
 def test_each_argument_sets_its_rule_field_with_the_rules_default(name, rule, field):
     meta = rule_fields()[name]
@@ -92,6 +95,7 @@ def test_no_settings_build_the_default_rules():
     ("lantern++-gstar", LanternPPRule(k=3, lam=7.0, residual_kind="optimal")),
     ("uniform-rsd", UniformRSDRule(delta=1.5)), ("linear-decay", LinearDecayRule(delta=2.5, slope=0.25)),
     ("custom", CustomScheduleRule((4.0, 2.0, 1.0))), ("eagle-1", variants.rules.EagleRule()),
+    ("sjd", SJDRule(window=5)), ("sjd-reuse", SJDRule(window=5, reuse=True)),
 ])
 def test_each_racer_at_non_default_settings_is_the_rule_built_by_hand(key, expected):
     rule = make_racer_rule(CTX, key, {**SETTINGS, "racers": [key], "seed": 3})  # (other settings: not read)

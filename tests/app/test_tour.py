@@ -26,7 +26,7 @@ LAB_STEPS = [j for j, s in enumerate(tour.STEPS) if s.lab is not None]
 # a symbol the texts use -> the race control / the lab control it names
 RACE_SYMBOLS = {"δ": "delta", "ν": "nu", "λ": "lantern_lambda", "L": "draft_len"}
 LAB_SYMBOLS = {"δ": "relaxation", "λ": "relaxation"}
-DECODERS = {"Eagle-1": "eagle-1", "LANTERN++": "lantern++", "COOL-SD": "cool-sd"}
+DECODERS = {"Eagle-1": "eagle-1", "LANTERN++": "lantern++", "COOL-SD": "cool-sd", "SJD": "sjd"}
 CLAIM = re.compile(r"(δ|ν|λ|L) = (\d+(?:\.\d+)?)")
 
 

@@ -33,7 +33,7 @@ def test_which_field_each_variant_relaxes():
     assert {key: v.strength for key, v in variants.VARIANTS.items()} == {
         "vanilla": None, "eagle-1": None, "lantern++": "lam", "lantern++-gstar": "lam", "lantern": "delta",
         "uniform-rsd": "delta", "linear-decay": "delta", "cool-sd": "delta", "cool-sd-unclipped": "delta",
-        "custom": None}
+        "custom": None, "sjd": None, "sjd-reuse": None}
 
 
 @pytest.mark.parametrize("key, expected", [

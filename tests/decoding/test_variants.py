@@ -82,4 +82,4 @@ def test_variant_of_fills_defaults_and_rejects_unnamed_configs():
 
 def test_racers_are_the_offered_variants_in_order():
     assert variants.RACERS == ["eagle-1", "lantern++", "lantern++-gstar", "uniform-rsd", "linear-decay", "cool-sd",
-                               "cool-sd-unclipped", "custom"]
+                               "cool-sd-unclipped", "custom", "sjd", "sjd-reuse"]
