@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cool-nu", type=float, default=CoolSDRule.nu, help="COOL-SD annealing rate nu")
     g.add_argument("--cool-unclipped-delta", type=_floats, default=[2.0],
                    help="COOL-SD deltas also run unclipped (--cool-delta runs COOL-SD floored at 1, the default)")
+    g.add_argument("--sjd-window", type=int_list, default=[8],
+                   help="SJD windows W (Speculative Jacobi Decoding: no drafter, the target drafts W tokens per "
+                        "iteration; each W also runs as 'SJD + reuse' unless --no-sjd-reuse)")
+    g.add_argument("--sjd-reuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run 'SJD + reuse' (redrafts coupled with the previous drafts, lossless) at each W")
     g.add_argument("--extra", nargs="*", default=TREE_SETTINGS,
                    help="more settings as 'rule[:name=value,...][@tree]' (default: the static-tree ones)")
     g.add_argument("--only", default=None, help="keep only settings whose label contains one of these "
@@ -334,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
-                                args.extra), args.only)
+                                args.extra, args.sjd_window, args.sjd_reuse), args.only)
         bundle, classifier, stats = load_shared_path(args, device, procs)
         if args.classes is None:
             args.classes = list(range(len(bundle.class_names) or 10))

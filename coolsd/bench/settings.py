@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule, make_rule
+from coolsd.decoding.rules import RULES, CoolSDRule, LanternPPRule, Rule, make_rule
 
 VANILLA = "vanilla"  # vanilla AR: no drafter, one target forward per token (not a rule)
 
@@ -65,7 +65,8 @@ class Setting:
         if shown.get("nu") == CoolSDRule.nu and self.rule == "cool-sd":
             shown.pop("nu")  # the paper's value, left out of labels
         parts = [self._name()] + [f"{k}={_fmt(v)}" for k, v in shown.items()]
-        if self.tree is None and self.draft_len != DecodeConfig().draft_len:  # the default L goes unnamed
+        jacobi = RULES[self.rule].jacobi  # (SJD: its window W is its draft length, named as window=W)
+        if self.tree is None and self.draft_len != DecodeConfig().draft_len and not jacobi:  # the default L: unnamed
             parts.append(f"L={self.draft_len}")
         if self.tree:
             parts.append(f"tree {self.tree}")
@@ -150,10 +151,12 @@ def _variant_setting(key: str, draft_len: int, **options) -> Setting:
 def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), lantern_lam: list[float] = (),
           lantern_gstar: bool = True,
           uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = CoolSDRule.nu,
-          cool_unclipped_delta: list[float] = (), extra: list[str] = ()) -> list[Setting]:
-    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, then the `extra` specs.
+          cool_unclipped_delta: list[float] = (), extra: list[str] = (), sjd_window: list[int] = (),
+          sjd_reuse: bool = True) -> list[Setting]:
+    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, SJD, then the `extra` specs.
 
-    cool_delta: COOL-SD (floored at 1, the default); cool_unclipped_delta: the unclipped schedule.
+    cool_delta: COOL-SD (floored at 1, the default); cool_unclipped_delta: the unclipped schedule;
+    sjd_window: SJD at each window W (its draft length), and "SJD + reuse" too when `sjd_reuse`.
     """
     out = [_setting(None, draft_len), _setting("eagle-1", draft_len)]
     for k in lantern_k:
@@ -165,6 +168,8 @@ def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), la
     out += [_variant_setting("cool-sd", draft_len, delta=float(d), nu=float(cool_nu)) for d in cool_delta]
     out += [_variant_setting("cool-sd-unclipped", draft_len, delta=float(d), nu=float(cool_nu))
             for d in cool_unclipped_delta]
+    for key in ("sjd", "sjd-reuse") if sjd_reuse else ("sjd",):
+        out += [_variant_setting(key, int(w), window=int(w)) for w in sjd_window]
     out += [parse_spec(s, draft_len) for s in extra]
     labels = [s.label for s in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
