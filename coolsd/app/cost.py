@@ -20,6 +20,7 @@ from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import RULES
 from coolsd.models.timing import forward_times
 from coolsd.util.checks import plain
 from coolsd.util.format import number, subscript
@@ -116,9 +117,10 @@ class CostPanel:
             settings = trace.settings
             draft_len = int(settings.get("draft_len", 1))
             chain = settings.get("drafting", "chain") == "chain"
+            windows = jacobi_windows(settings.get("rules", {}))
             payload |= {"draft_len": draft_len, "chain": chain, "race_status": trace.status,
-                        "race_cfg_scale": settings.get("sampling", {}).get("cfg_scale"),
-                        "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain)}
+                        "race_cfg_scale": settings.get("sampling", {}).get("cfg_scale"), "sjd_windows": windows,
+                        "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain, windows)}
         return curve_figure(payload), table_markdown(payload), json_safe(payload)
 
     def what_if(self, **values):
@@ -186,7 +188,11 @@ def table_markdown(payload: dict) -> str:
     if not payload["racers"]:
         return "\n\n".join(lines + ["No race yet: run one on the Race tab, then come back (or press Compute)."])
     if not payload["chain"]:
-        lines.append("The last race used a static tree: the model above covers chain drafting only.")
+        lines.append("The last race used a static tree: the model above covers chain drafting only (and SJD).")
+    if payload.get("sjd_windows"):
+        lines.append("SJD has no drafter: an iteration is one target forward of W + 1 tokens, so its row uses L = W "
+                     "and c = 0 (W = " + ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
+                     + ").")
     cfg = payload.get("race_cfg_scale")
     if cfg is not None and (cfg != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
@@ -202,6 +208,12 @@ def table_markdown(payload: dict) -> str:
         lines.append(f"\nThe race is {payload.get('race_status')}: its numbers cover the part it ran.")
     lines.append(f"\nThe paper's best reported speed-up: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, GPU).")
     return "\n".join(lines[:1]) + "\n\n" + "\n".join(lines[1:])
+
+
+def jacobi_windows(rule_configs: dict) -> dict[str, int]:
+    """racer key -> W of the racers whose rule drafts by Jacobi iteration (SJD), from a trace's rule configs."""
+    return {key: int(c["window"]) for key, c in rule_configs.items()
+            if c and c.get("rule") in RULES and RULES[c["rule"]].jacobi and "window" in c}
 
 
 # ---------------------------------------------------------------- the tab

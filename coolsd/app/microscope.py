@@ -37,7 +37,9 @@ page open): the image shows the committed tokens up to this round, the round's d
 resampled after a rejection, **blue** bonus). The table gives, for each draft, $q(\\tilde x_i)$, $p(\\tilde x_i)$,
 $\\omega_i$, the acceptance probability $a_i$ and the uniform $u_i$ drawn: the draft is kept when $u_i \\le a_i$.
 The bars show where the last token came from. ← / → step through the rounds; a click on the image jumps to the
-round that committed that cell.
+round that committed that cell. An SJD round is one Jacobi iteration: its drafts are the window, each drawn from
+q, the target's own distribution for that cell as the previous iteration's forward computed it, and p is this
+iteration's.
 """
 
 
@@ -81,15 +83,16 @@ class MicroscopePanel:
         with user_errors():
             key = check_choice("decoder", key, keys)
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
-        if trace.settings.get("drafting", "chain") != "chain":
+        ctx = self.ctx.for_trace(trace.settings)
+        rule = scope.rule_of(trace, key, ctx.model.neighbours)
+        jacobi = rule is not None and rule.jacobi  # (SJD iterates its window whatever the drafting setting)
+        if trace.settings.get("drafting", "chain") != "chain" and not jacobi:
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
-        ctx = self.ctx.for_trace(trace.settings)
-        rule = scope.rule_of(trace, key, ctx.model.neighbours)
-        v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule))
+        v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(rule)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
                              **v})
@@ -187,7 +190,8 @@ def bars_figure(v: dict):
     order = [r["token"] for r in v["top"]["p"]]
     for name in ("q", "residual"):
         order += [r["token"] for r in v["top"].get(name, []) if r["token"] not in order]
-    names = {"p": f"p (target) at depth {v['n_accepted'] + 1}", "q": "q (drafter)", "residual": "residual"}
+    names = {"p": f"p (target) at depth {v['n_accepted'] + 1}", "q": v.get("q_from", "q (drafter)"),
+             "residual": "residual"}
     colours = {"p": "#444444", "q": "#1f77b4", "residual": "#ff7f0e"}
     for name, rows in v["top"].items():
         probs = {r["token"]: r["prob"] for r in rows}
@@ -223,7 +227,8 @@ def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTra
                             "version): the numbers are the re-run's.")
     return (f"**{label}**, round {v['round']} (rounds 0 to {rounds - 1}): {v['n_drafted']} drafts from cell "
             f"{tuple(v['positions'][0])}, {v['n_accepted']} accepted, then token {v['token']} ({v['last']}) drawn "
-            f"from {v['drawn_from']}. Residual: {v['residual']}.{warn}")
+            f"from {v['drawn_from']}. Residual: {v['residual']}. Drafts drawn from {v.get('q_from', 'q (drafter)')}."
+            f"{warn}")
 
 
 def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> MicroscopePanel:

@@ -79,8 +79,9 @@ def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
     """The explorer's rule; the rule's own ValueError text becomes the one-line error."""
     if kind not in annealing.SCHEDULES:
         raise bad(f"unknown schedule {show(kind)}; choose one of {', '.join(annealing.SCHEDULES)}")
-    values = parse_omegas(omegas)  # checked whatever the kind: every argument is (used by "custom" only)
-    values = values if kind == "custom" else ()
+    # the list is read, and so checked, for a custom schedule only: a visitor who typed in it and switched to
+    # another kind gets no error about a field that kind does not use (UI and API alike: one handler)
+    values = parse_omegas(omegas) if kind == "custom" else ()
     try:
         return annealing.schedule_rule(kind, delta=delta, nu=nu, slope=slope, omegas=values, floor_at_one=floor)
     except ValueError as err:

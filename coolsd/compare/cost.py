@@ -12,6 +12,9 @@ one token per step, so the predicted speed-up over vanilla AR is
 
     speed-up = E / (L c + V(L + 1)).
 
+SJD (Speculative Jacobi Decoding) has no drafter: an iteration is one target forward on the last committed token
+and its window of W drafts, so c = 0 and L = W: speed-up = E / V(W + 1).
+
 It leaves out the image's first and last rounds (shorter), the time spent outside model calls
 (sampling, the rules) and the independence it assumes between depths: `compare_racers` puts the
 prediction beside the speed-up a race measured, so the gap shows how much those matter.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coolsd.compare.race import Racer
@@ -87,6 +90,13 @@ class Costs:
         """Predicted speed-up of chain rounds with per-depth acceptance `accept` (L = len(accept))."""
         return predicted_speedup(accept, self.draft_cost, self.verify_cost(len(accept) + 1))
 
+    def jacobi_speedup(self, accept: Sequence[float]) -> float:
+        """Predicted speed-up of Jacobi iterations (SJD) of window W = len(accept): E / V(W + 1), no drafter (c = 0);
+        nan where W + 1 is beyond the measured curve."""
+        if len(accept) + 1 > len(self.times.target_s):
+            return math.nan
+        return predicted_speedup(accept, 0.0, self.verify_cost(len(accept) + 1))
+
 
 # ---------------------------------------------------------------- a race's numbers beside the prediction
 def racer_acceptance(racer: Racer, draft_len: int) -> list[float]:
@@ -98,21 +108,24 @@ def racer_acceptance(racer: Racer, draft_len: int) -> list[float]:
 
 
 def compare_racers(racers: Sequence[Racer], costs: Costs, draft_len: int, reference: Racer,
-                   chain: bool = True) -> list[dict]:
+                   chain: bool = True, windows: Mapping[str, int] | None = None) -> list[dict]:
     """Per racer: measured a_i, predicted E and speed-up, measured tokens per round and speed-up (JSON-ready).
 
     reference: vanilla AR of the same race (its predicted speed-up is 1 by definition). Tree
-    drafting is not modelled (chain=False: predictions are nan).
+    drafting is not modelled (chain=False: predictions are nan). windows: racer key -> W for the racers that
+    draft by Jacobi iteration (SJD: L = W, c = 0, whatever the race's drafting).
     """
-    rows = []
+    rows, windows = [], windows or {}
     for r in racers:
         if r is reference:
             rows.append(_row(r, [], 1.0, 1.0, 1.0, reference))
             continue
-        accept = racer_acceptance(r, draft_len)
+        jacobi = r.key in windows
+        accept = racer_acceptance(r, windows[r.key] if jacobi else draft_len)
         e = expected_tokens(accept)
-        predicted = costs.speedup(accept) if chain else math.nan
-        rows.append(_row(r, accept, e if chain else math.nan, predicted, _mean(r.round_tokens), reference))
+        modelled = chain or jacobi
+        predicted = (costs.jacobi_speedup(accept) if jacobi else costs.speedup(accept)) if modelled else math.nan
+        rows.append(_row(r, accept, e if modelled else math.nan, predicted, _mean(r.round_tokens), reference))
     return rows
 
 

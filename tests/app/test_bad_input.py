@@ -86,6 +86,7 @@ def call(url: str, name: str, data: list) -> tuple[str, object]:
 
 
 VALID = {"microscope": {"key": "eagle-1", "round_no": 1}}  # (no default decoder: the race on show names them)
+USED_WHEN = {("schedule", "omegas"): {"kind": "custom"}}  # an argument read only where another one says so
 UNUSED_NULL = {("lab_grid", "condition")}  # the lab samples a class model's own classes: null = not given
 
 
@@ -136,6 +137,8 @@ def test_every_argument_refuses_values_of_no_kind_it_takes(app, name, capsys):
             if value is None and (name, p["parameter_name"]) in UNUSED_NULL:
                 continue
             data = defaults(app, name)
+            for other, v in USED_WHEN.get((name, p["parameter_name"]), {}).items():
+                data[[q["parameter_name"] for q in params].index(other)] = v
             data[i] = value
             refused(app, name, data, p["parameter_name"], capsys)
         kind = p["python_type"]["type"]
@@ -148,6 +151,8 @@ def test_every_argument_refuses_values_of_no_kind_it_takes(app, name, capsys):
             if value == 1.5 and kind == "float":
                 continue
             data = defaults(app, name)
+            for other, v in USED_WHEN.get((name, p["parameter_name"]), {}).items():
+                data[[q["parameter_name"] for q in params].index(other)] = v
             data[i] = value
             refused(app, name, data, p["parameter_name"], capsys)
 

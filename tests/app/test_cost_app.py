@@ -47,6 +47,18 @@ def test_compare_is_the_library_on_the_race_trace(trace):
             a["predicted_speedup"] == pytest.approx(b["predicted_speedup"], rel=1e-9)
 
 
+def test_an_sjd_racer_is_predicted_with_its_window_and_no_drafter():
+    """Issue 36: the cost model's SJD row: an iteration is one target forward of W + 1 tokens (L = W, c = 0)."""
+    settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["eagle-1", "sjd"], "sjd_window": 4}
+    sjd_trace = list(RaceAPI(APP).race(**settings))[-1].trace
+    _, table, payload = PANEL.compare(sjd_trace)
+    row = next(r for r in payload["racers"] if r["key"] == "sjd")
+    assert payload["sjd_windows"] == {"sjd": 4} and len(row["acceptance"]) == 4
+    costs = PANEL.costs(APP.ctx)
+    assert row["predicted_speedup"] == pytest.approx(row["expected_tokens"] / costs.verify_cost(5))
+    assert "SJD has no drafter" in table and "L = W" in table
+
+
 def test_compare_without_a_race_shows_the_curve_only():
     fig, table, payload = PANEL.compare(None)
     assert payload["racers"] == [] and "No race yet" in table and payload["step_ms"] > 0

@@ -80,6 +80,15 @@ def test_api_schedule(client):
     assert linear["schedule"]["omega"] == pytest.approx([4.0, 2.0, 0.0])
 
 
+@pytest.mark.parametrize("kind", ["exponential", "linear", "uniform"])
+@pytest.mark.parametrize("junk", ["2, x", "", "1, 1, 1, 1", "<b>", 7, None])
+def test_schedule_reads_the_custom_list_only_for_a_custom_schedule(client, kind, junk):
+    """Issue 36 (a hostile-request run): a visitor who typed in the custom field, then chose another kind, got an
+    error about a field that kind does not use. Another kind ignores it (UI and API: the one handler)."""
+    clean = client.predict(**(SCHEDULE | {"kind": kind}), api_name="/schedule")[3]
+    assert client.predict(**(SCHEDULE | {"kind": kind, "omegas": junk}), api_name="/schedule")[3] == clean
+
+
 @pytest.mark.parametrize("api, changes, message", [
     ("/lab_grid", {"rule": "eagle"}, "unknown rule 'eagle'"),
     ("/lab_grid", {"relaxation": 100.0}, "relaxation: delta (lambda for LANTERN++) must be in"),

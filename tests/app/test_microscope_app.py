@@ -44,6 +44,27 @@ def test_the_view_is_the_librarys_at_interior_rounds(trace, key):
     assert cache["events"][-1].tokens.tolist() == events[-1].tokens.tolist()
 
 
+@pytest.mark.parametrize("drafting", ["chain", "eagle-25"])
+def test_an_sjd_round_is_one_jacobi_iteration(drafting):
+    """Issue 36: the window, q from the last iteration (the target's own row), p now, the verdicts; shown whatever
+    the drafting setting (SJD iterates its window: a static tree does not apply to it)."""
+    m = APP.ctx.model
+    settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["eagle-1", "sjd", "sjd-reuse"], "seed": 2,
+                                                          "sjd_window": 5, "drafting": drafting}
+    trace = list(RaceAPI(APP).race(**settings))[-1].trace
+    assert trace.settings["rules"]["sjd"] == {"rule": "sjd", "window": 5, "reuse": False, "init": "last"}
+    for key in ("sjd", "sjd-reuse"):
+        events = rerun(trace, key, *fork_models(m.target, m.drafter),
+                       APP.ctx.check_condition(trace.settings["condition"]), m.neighbours)
+        assert all(e.draft_forwards == 0 and e.n_drafted <= 5 for e in events)
+        image, strip, bars, table, header, payload, _ = PANEL.view(key, 1, trace, {})
+        assert payload["rule"]["rule"] == "sjd" and payload["matches_race"] is True
+        assert payload["n_drafted"] == 5 and "last iteration" in payload["q_from"] and "last iteration" in header
+        assert {k: payload[k] for k in ("depths", "n_accepted", "token")} == json_safe(
+            {k: v for k, v in round_view(events[1], trace.grid, "").items() if k in ("depths", "n_accepted", "token")})
+        assert any("last iteration" in t.name for t in bars.data) or payload["last"] == "bonus"
+
+
 def test_opening_picks_a_decoder_and_a_click_finds_its_round(trace):
     key, rounds, *_, cache = PANEL.opened(None, 2, trace, {})  # a race not looked at yet: its middle round
     assert key.value == "eagle-1" and rounds.value == len(cache["events"]) // 2

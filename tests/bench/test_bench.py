@@ -229,7 +229,8 @@ def test_command_end_to_end(scorer, tmp_path):
         assert (out / name).stat().st_size > 0, name
     rows = _read_jsonl(out / "results.jsonl")
     by = {r["setting"]: r for r in rows}
-    assert len(rows) == 32 and all(r["n_images"] == 4 for r in rows)
+    assert len(rows) == 34 and all(r["n_images"] == 4 for r in rows)  # (with SJD and SJD + reuse at W = 8)
+    assert {"sjd window=8", "sjd reuse window=8"} <= set(by) and by["sjd window=8"]["draft_forwards"] == 0
     assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
     # the per-setting numbers recomputed from the per-image records (items.jsonl, rounded to 6 digits)
     items = _read_jsonl(out / "items.jsonl")
@@ -243,12 +244,12 @@ def test_command_end_to_end(scorer, tmp_path):
         assert r["cpu_seconds"] > 0 and r["n_timed"] == 3
         assert r["speedup_stat"] == SPEEDUP_NAME and "speedup_median" not in r and "speedup_cpu" not in r
     warm = [r for r in items if r["warm_up"]]
-    assert len(warm) == 32 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
+    assert len(warm) == 34 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
     # the tiny drafter helps: every speculative setting needs fewer target forwards than tokens
     assert all(r["tau"] > 1 for r in rows if r["setting"] != "vanilla")
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
                                                    "floor_at_one": True, "residual_kind": "optimal"}
-    assert len(_read_jsonl(out / "items.jsonl")) == 32 * 4
+    assert len(_read_jsonl(out / "items.jsonl")) == 34 * 4
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
                                                    "gstar_improves_lantern"}

@@ -12,7 +12,7 @@ import torch
 from coolsd.compare import cost
 from coolsd.compare.race import Race, Racer
 from coolsd.decoding.engine import DecodeConfig, generate
-from coolsd.decoding.rules import CoolSDRule, EagleRule
+from coolsd.decoding.rules import CoolSDRule, EagleRule, SJDRule
 from coolsd.models.protocol import ModelStep
 from coolsd.models.timing import ForwardTimes, forward_times, interleaved_medians, median_seconds
 from coolsd.theory.tabular import random_tables
@@ -100,6 +100,22 @@ def test_prediction_uses_the_race_acceptance_recomputed_from_events():
         racer = next(r for r in racers if r.key == key)
         assert rows[key]["measured_speedup"] == pytest.approx(racer.speedup(racers[-1]))
     assert rows["vanilla"]["predicted_speedup"] == 1.0 and rows["vanilla"]["measured_speedup"] == pytest.approx(1.0)
+
+
+def test_sjd_is_predicted_with_its_window_and_no_drafter():
+    """SJD (issue 36): an iteration is one target forward of W + 1 tokens: L = W, c = 0, whatever the race's L."""
+    L, W = 2, 3
+    racers, log = _race({"eagle-1": EagleRule(), "sjd": SJDRule(window=W), "vanilla": None}, L)
+    times = ForwardTimes(target_s=(0.01, 0.011, 0.012, 0.013), drafter_s=0.002, rows=1, context=2, repeats=1)
+    costs = cost.Costs(times)
+    rows = {row["key"]: row for row in cost.compare_racers(racers, costs, L, racers[-1], chain=False,
+                                                           windows={"sjd": W})}
+    sjd = rows["sjd"]
+    assert len(sjd["acceptance"]) == W and sjd["predicted_speedup"] == pytest.approx(sjd["expected_tokens"] / 1.3)
+    assert math.isnan(rows["eagle-1"]["predicted_speedup"])  # (chain=False: a tree race; SJD is still modelled)
+    assert all(e.draft_forwards == 0 for e in log["sjd"])
+    assert costs.jacobi_speedup([0.5] * W) == pytest.approx(cost.expected_tokens([0.5] * W) / 1.3)
+    assert math.isnan(costs.jacobi_speedup([0.5] * 4))  # W + 1 = 5 tokens: beyond the measured curve
 
 
 # ---------------------------------------------------------------- the measurement, on a fake clock and model
