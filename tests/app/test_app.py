@@ -254,6 +254,29 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     assert all(len(paths) >= 2 for paths in seen.values()), seen
 
 
+def test_api_race_with_sjd_racers_is_the_librarys_sjd(client):
+    """Issue 36: SJD and SJD + reuse race like any racer (no drafter: no draft forwards); their window W is the
+    sjd_window argument; the numbers are the library's SJD decoded directly."""
+    from coolsd.decoding.engine import run
+    from coolsd.decoding.rules import SJDRule
+    from coolsd.decoding.sampling import SamplingConfig
+
+    values = kwargs(seed=2, racers=["eagle-1", "sjd", "sjd-reuse"], sjd_window=6)
+    job = client.submit(**values, api_name="/race")
+    job.result(timeout=DEADLINE_S)
+    stats = api_frame(job.outputs()[-1]).stats
+    assert stats["finished"] and set(stats["decoders"]) == {"eagle-1", "sjd", "sjd-reuse", "vanilla"}
+    assert stats["settings"]["rules"]["sjd-reuse"] == {"rule": "sjd", "window": 6, "reuse": True, "init": "last"}
+    m = APP.ctx.model
+    sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
+    for key, reuse in (("sjd", False), ("sjd-reuse", True)):
+        ref = run(m.target, None, SJDRule(window=6, reuse=reuse), cond=APP.ctx.check_condition(values["condition"]),
+                  num_tokens=m.num_tokens, sampling=sampling, seed=values["seed"])
+        got = stats["decoders"][key]
+        assert (got["target_forwards"], got["draft_forwards"], got["tokens"]) == (ref.target_forwards, 0,
+                                                                                  m.num_tokens)
+
+
 def test_api_cancel_stops_the_race(client, monkeypatch):
     """job.cancel() (what Stop does) closes the handler mid-race: its decoders are closed before they finish,
     nothing is decoded after that, and the model lane comes back.
@@ -493,7 +516,8 @@ def test_share_link_round_trip_restores_every_setting():
     values = kwargs(condition="7", seed=12345, temperature=0.85, top_k=7, cfg_scale=2.5, draft_len=3,
                     drafting="eagle-25", delta=1.1, nu=0.35, mu=-0.5, mean_omega=False, lantern_k=2,
                     lantern_lambda=20.0, overlay=True, racers=["lantern++-gstar", "linear-decay", "custom"],
-                    uniform_delta=4.0, linear_delta=0.75, linear_slope=1.0, custom_omegas="4, 2, 1, 0.5")
+                    uniform_delta=4.0, linear_delta=0.75, linear_slope=1.0, custom_omegas="4, 2, 1, 0.5",
+                    sjd_window=5)
     query = share.share_query(APP.ctx, values)
     # read as the page reads a link (blank values kept: a model without styles carries style="")
     params = dict(__import__("urllib.parse").parse.parse_qsl(query[1:], keep_blank_values=True))
@@ -543,6 +567,12 @@ def test_api_replay_trace_strip_and_share_link(client):
     ("/share_restore", {"query": "?speed=11"}, "share link: unknown setting 'speed'"),
     ("/share_restore", {"query": "?tab=nowhere"}, "share link: unknown tab 'nowhere'"),
     ("/share_link", {"delta": 99}, "delta (overall relaxation) must be in"),
+    ("/race", {"racers": ["sjd"], "sjd_window": 0}, "SJD window W (drafts per iteration) must be in [1, 16], got 0"),
+    ("/race", {"racers": ["sjd"], "sjd_window": 17}, "SJD window W (drafts per iteration) must be in [1, 16], got 17"),
+    ("/race", {"racers": ["sjd"], "sjd_window": 2.5}, "SJD window W (drafts per iteration) must be a whole number"),
+    ("/race", {"racers": ["sjd"], "sjd_window": "eight"}, "SJD window W (drafts per iteration) must be a number"),
+    ("/race", {"sjd_window": -3}, "SJD window W (drafts per iteration) must be in [1, 16], got -3"),
+    ("/share_restore", {"query": "?sjd_window=99"}, "share link: SJD window W (drafts per iteration) must be in"),
 ])
 def test_api_new_controls_reject_bad_values_with_one_clean_line(client, endpoint, changes, message):
     """One plain line per bad value: no trace, and no HTML entities (user text is shown without markup)."""

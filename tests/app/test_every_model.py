@@ -98,6 +98,50 @@ def test_cost_through_a_default_client(clients, raced, key):
     assert "One target step" in table
 
 
+SJD_RACERS = ["eagle-1", "sjd", "sjd-reuse"]
+
+
+@pytest.fixture(scope="module")
+def sjd_raced(shipped_app):
+    """model key -> (a client of its own, the final frame of a race of Eagle-1, SJD and SJD + reuse at W = 4)."""
+    _, url = shipped_app
+    out = {}
+    for key in SHIPPED:
+        client = Client(url, verbose=False)
+        job = client.submit(model=key, racers=SJD_RACERS, sjd_window=4, api_name="/race")
+        assert list(job), f"the {key} race with SJD streamed nothing"
+        out[key] = (client, dict(zip(API_NAMES, job.outputs()[-1])))
+    return out
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_every_panel_with_sjd_racers(sjd_raced, key, shipped_app):
+    """Issue 36: SJD races like any racer on every shipped model: race, replay, overlay, trace, share link,
+    microscope (an SJD round is one Jacobi iteration) and the cost model (L = W, no drafter)."""
+    client, final = sjd_raced[key]
+    stats = final["stats"]
+    n = shipped_app[0].ctx.for_model(key).model.num_tokens
+    assert stats["finished"] and set(stats["decoders"]) == {*SJD_RACERS, "vanilla"}
+    assert all(d["tokens"] == n for d in stats["decoders"].values())
+    assert stats["decoders"]["sjd"]["draft_forwards"] == 0 == stats["decoders"]["sjd-reuse"]["draft_forwards"]
+    assert stats["settings"]["rules"]["sjd"] == {"rule": "sjd", "window": 4, "reuse": False, "init": "last"}
+    steps = stats["steps"]
+    frame = dict(zip(API_NAMES, client.predict(step=steps // 2, overlay=True, model=key, api_name="/replay")))
+    assert frame["stats"]["replay_step"] == steps // 2 and set(frame["stats"]["decoders"]) == set(stats["decoders"])
+    assert len(client.predict(overlay=False, model=key, api_name="/overlay")) == 5
+    trace = client.predict(api_name="/trace")
+    assert [r["key"] for r in trace["racers"]] == [*SJD_RACERS, "vanilla"] and len(trace["steps"]) == steps
+    query = client.predict(model=key, racers=SJD_RACERS, sjd_window=4, api_name="/share_link")
+    restored = client.predict(query=query, api_name="/share_restore")
+    assert restored["racers"] == SJD_RACERS and restored["sjd_window"] == 4 and restored["model"] == key
+    for decoder in ("sjd", "sjd-reuse"):
+        *_, header, payload = client.predict(key=decoder, round_no=1, model=key, api_name="/microscope")
+        assert payload["rule"]["rule"] == "sjd" and payload["n_drafted"] == 4 and "last iteration" in header
+    _, table, payload = client.predict(memory_bound=False, model=key, api_name="/cost")
+    assert payload["sjd_windows"] == {"sjd": 4, "sjd-reuse": 4} and "SJD has no drafter" in table
+    assert all(len(r["acceptance"]) == 4 for r in payload["racers"] if r["key"] in ("sjd", "sjd-reuse"))
+
+
 def test_cost_whatif_names_its_parameters(clients):
     client = next(iter(clients.values()))
     api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/cost_whatif"]
