@@ -214,7 +214,8 @@ def read_measurements(out: Path) -> tuple[list[dict], dict]:
         raise SystemExit(f"--report-only: no results.jsonl in {out}")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     numeric = ("tau", "target_forwards", "draft_forwards", "seconds", "cpu_seconds", "speedup",
-               "outside_share", "fid", "fid_std", "accuracy", "nll", "nll_se")
+               "outside_share", "fid", "fid_std", "accuracy", "nll", "nll_se", "top1", "entropy", "top1_fg",
+               "entropy_fg")
     rows = [r | {k: NAN for k in numeric if k in r and r[k] is None} for r in rows]
     return rows, json.loads((out / "config.json").read_text())
 

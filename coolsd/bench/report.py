@@ -73,10 +73,23 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
                 "style_accuracy": sum(r["style_ok"] for r in recs) / n} if "class_ok" in recs[0] else {}),
             "nll": sum(r["nll"] for r in recs) / n,
             "nll_se": float(np.std([r["nll"] for r in recs], ddof=1) / math.sqrt(n)) if n >= 2 else NAN,
+            **_mean_scores(recs),
             "tokens_sha": hashlib.sha1(" ".join(r["tokens_sha"] for r in recs).encode()).hexdigest()[:16],
         }
         rows.append(row)
     return rows
+
+
+def _mean_scores(recs: list[dict]) -> dict[str, float]:
+    """Mean over images of the target's top-1 probability and entropy before each token (all tokens, and those
+    that are not plain background, weighted by their count); {} for records made before they were kept."""
+    if "top1" not in recs[0]:
+        return {}
+    fg = [r for r in recs if r["fg_tokens"]]
+    weight = sum(r["fg_tokens"] for r in fg)
+    return {"top1": sum(r["top1"] for r in recs) / len(recs), "entropy": sum(r["entropy"] for r in recs) / len(recs),
+            "top1_fg": sum(r["top1_fg"] * r["fg_tokens"] for r in fg) / weight if weight else NAN,
+            "entropy_fg": sum(r["entropy_fg"] * r["fg_tokens"] for r in fg) / weight if weight else NAN}
 
 
 # ---------------------------------------------------------------- frontiers and claims
@@ -229,7 +242,8 @@ _f = functools.partial(number, missing=MISSING)  # _f(value, spec): coolsd.util.
 def table(rows: list[dict]) -> str:
     """Markdown table, one line per setting."""
     head = ("| setting | L / tree | tau | target fwd / img | draft fwd / img | s / img | CPU s / img | speed-up "
-            "| outside fwd | FID (N) | acc | NLL |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+            "| outside fwd | FID (N) | acc | NLL | target top-1 p: all / not background |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         if not r.get("n_images"):
@@ -240,7 +254,8 @@ def table(rows: list[dict]) -> str:
                      f"| {_f(r['draft_forwards'], '.1f')} | {_f(r['seconds'], '.3f')} "
                      f"| {_f(r.get('cpu_seconds', NAN), '.3f')} | {_f(r['speedup'])}x "
                      f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_accuracy(r)} "
-                     f"| {_f(r['nll'], '.3f')} ± {_f(r.get('nll_se', NAN), '.3f')} |")
+                     f"| {_f(r['nll'], '.3f')} ± {_f(r.get('nll_se', NAN), '.3f')} "
+                     f"| {_f(r.get('top1', NAN))} / {_f(r.get('top1_fg', NAN))} |")
     return "\n".join(lines)
 
 

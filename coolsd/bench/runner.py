@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from coolsd.bench.settings import Setting
-from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
+from coolsd.compare.metrics import ambiguity, classifier_outputs, nll_of, plain_background, predicted, token_probs
 from coolsd.decoding.engine import run
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle
@@ -87,9 +87,19 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
         "tau": result.tau, "rounds": result.rounds, "target_forwards": result.target_forwards,
         "draft_forwards": result.draft_forwards, "wall_s": wall, "cpu_s": cpu,
         "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],
-        "nll": token_nll(bundle.target, sampling, cls, result.tokens),
-        "features": features[0].tolist(),
+        **token_scores(bundle, sampling, cls, result.tokens, image), "features": features[0].tolist(),
     }
+
+
+def token_scores(bundle: ModelBundle, sampling: SamplingConfig, cls, tokens, image01) -> dict:
+    """The target's view of a decoded image: NLL of its tokens (nats/token) and how sure the target was before
+    each (mean top-1 probability and entropy, `ambiguity`), over all tokens and over those whose patch is not
+    plain background (`plain_background` of the decoded image, "_fg")."""
+    p = token_probs(bundle.target, sampling, cls, tokens)
+    fg = ~plain_background(image01, bundle.tokenizer.grid)
+    whole, ink = ambiguity(p), ambiguity(p, fg)
+    return {"nll": nll_of(p, tokens), "top1": whole["top1"], "entropy": whole["entropy"],
+            "top1_fg": ink["top1"], "entropy_fg": ink["entropy"], "fg_tokens": ink["positions"]}
 
 
 def run_items(bundle: ModelBundle, settings: list[Setting], items: list[WorkItem], sampling: SamplingConfig,

@@ -140,24 +140,52 @@ def load_real_stats(path: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
 
 # ---------------------------------------------------------------- likelihood under the target
 @torch.no_grad()
-def token_nll(target, sampling, cond, tokens: Tensor) -> float:
-    """Mean negative log-likelihood (nats/token) of `tokens` (T,) under the target's processed p.
-
-    p is the distribution every decoder aims to sample (CFG mix, temperature, top-k/top-p of
-    `sampling`); one prefix step plus one forward over tokens[:-1] (the TokenModel protocol).
-    A token outside p's support (possible only after top-k/top-p) scores inf.
-    """
+def token_probs(target, sampling, cond, tokens: Tensor) -> Tensor:
+    """The target's processed p (CFG mix, temperature, top-k/top-p of `sampling`: the distribution every decoder
+    aims to sample) before each of `tokens` (T,): (T, V) float64. One prefix step plus one forward over
+    tokens[:-1] (the TokenModel protocol)."""
     tokens = tokens.reshape(-1)
     first = target.start(cond, sampling.guidance)
-    device = first.logits.device
     logits = first.logits
     if len(tokens) > 1:
-        ids = tokens[:-1].to(device)
-        step = target.forward(ids, torch.arange(len(ids), device=device))
+        ids = tokens[:-1].to(logits.device)
+        step = target.forward(ids, torch.arange(len(ids), device=logits.device))
         logits = torch.cat([first.logits, step.logits], dim=1)  # (G, T, V)
-    p = sampling.probs(logits.double())  # (T, V)
-    picked = p.gather(-1, tokens.to(device).unsqueeze(-1)).squeeze(-1)  # (T,)
+    return sampling.probs(logits.double())
+
+
+def token_nll(target, sampling, cond, tokens: Tensor) -> float:
+    """Mean negative log-likelihood (nats/token) of `tokens` (T,) under the target's processed p
+    (`token_probs`). A token outside p's support (possible only after top-k/top-p) scores inf."""
+    return nll_of(token_probs(target, sampling, cond, tokens), tokens)
+
+
+def nll_of(p: Tensor, tokens: Tensor) -> float:
+    """Mean -log p[t, tokens[t]] over t: p (T, V), tokens (T,); nats/token."""
+    picked = p.gather(-1, tokens.reshape(-1, 1).to(p.device)).squeeze(-1)  # (T,)
     return float(-picked.log().mean())
+
+
+def ambiguity(p: Tensor, keep: Tensor | None = None) -> dict[str, float]:
+    """How sure the target is, over positions: p (T, V) its distributions, `keep` (T,) bool the positions to
+    count (default all). {"top1": mean of max_v p (1 = certain), "entropy": mean of -sum_v p log p (nats),
+    "positions": how many were counted}; NaN means when none is kept."""
+    p = p if keep is None else p[keep.to(p.device)]
+    if len(p) == 0:
+        return {"top1": float("nan"), "entropy": float("nan"), "positions": 0}
+    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)
+    return {"top1": float(p.max(-1).values.mean()), "entropy": float(entropy.mean()), "positions": len(p)}
+
+
+def plain_background(image01: Tensor, grid: tuple[int, int], tol: float = 5 / 255) -> Tensor:
+    """Which token patches of an image are plain background: every pixel of the patch within `tol` of the
+    top-left pixel's colour (white for emoji, black for MNIST). image01 (C, H, W) in [0, 1]; grid (h, w) the
+    token grid, H and W multiples of it -> (h * w,) bool in raster order."""
+    c, hh, ww = image01.shape
+    h, w = grid
+    off = (image01 - image01[:, :1, :1]).abs().amax(0)  # (H, W): a pixel's largest channel difference
+    patches = off.reshape(h, hh // h, w, ww // w).amax(dim=(1, 3))  # (h, w)
+    return (patches <= tol).flatten()
 
 
 def class_accuracy(logits: Tensor, labels: Tensor) -> float:

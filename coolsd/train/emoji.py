@@ -21,10 +21,11 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM, ResNetForImageClassification
 
-from coolsd.models.embedded import target_config
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.models.embedded import prefix_len, target_config
 from coolsd.train.classifier import classifier_config, shift
 from coolsd.train.loop import run_budgeted, update
-from coolsd.train.target import code_nll, sequences
+from coolsd.train.target import code_nll, sequences, substitute_neighbours
 from coolsd.train.vq import encode_tokens, flip_where
 
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
@@ -79,34 +80,55 @@ def warm_start(model: LlamaForCausalLM, init) -> None:
     print(f"[target] warm start from {init}: {len(rows)} of {old.config.vocab_size} token rows", flush=True)
 
 
+def framed_codes(vq, pictures: torch.Tensor, labels: torch.Tensor, styles: torch.Tensor, chunk: int = 4096):
+    """Codes of every framing of every picture: pictures (N, V, 3, 32, 32) uint8 -> (N*V, 256) codes and the
+    (N*V,) labels and styles that go with them."""
+    flat = pictures.flatten(0, 1)
+    codes = torch.cat([encode_tokens(vq, flat[i : i + chunk].float() / 127.5 - 1).flatten(1)
+                       for i in range(0, len(flat), chunk)])
+    v = pictures.shape[1]
+    return codes, labels.repeat_interleave(v), styles.repeat_interleave(v)
+
+
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
+                       framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
                        **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
-    `init`: warm-start from a trained target's folder (see `warm_start`)."""
+    `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
+    32, 32) uint8}, `emoji_data.load_framed`): learn V random framings of every picture instead of the one
+    centred picture, and report the held-out NLL on the framed held-out pairs; `substitute`: the probability
+    that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
     if init is not None:
         warm_start(model, init)
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
-    codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
     vx, vy, vs, _ = data["val"]
-    val_codes = encode_tokens(vq, vx).flatten(1)
+    if framed is None:
+        codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
+        val_codes = encode_tokens(vq, vx).flatten(1)
+    else:
+        codes, ys, ss = framed_codes(vq, framed["train"], *data["train"][1:3])
+        val_codes, vy, vs = framed_codes(vq, framed["val"][:, :4], vy, vs)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
+    neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
     gen = torch.Generator().manual_seed(seed)
+    p = prefix_len(config)
 
     def step(i: int) -> dict[str, float]:
         rows = torch.randint(len(codes), (batch,), generator=gen)
         ids = sequences(codes[rows], ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
+        inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = code_nll(model, ids)
+            loss = code_nll(model, ids, inputs)
         return {"loss": update(model, opt, loss)}
 
     def evaluate() -> dict[str, float]:
         ids = sequences(val_codes, vy, config, 0.0, gen, vs)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             return {"val_nll": code_nll(model, ids).item()}
 
     state = run_budgeted("target", model, opt, step, out / "target.ckpt", budget_s, lr, evaluate, eval_every=100)

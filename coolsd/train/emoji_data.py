@@ -288,6 +288,68 @@ def rasterise(icon: Icon, pixels: int = 128):
     return ImageOps.mirror(img) if icon.hflip else img
 
 
+@dataclass(frozen=True)
+class Framing:
+    """A random framing of an icon for one training picture (issue 34): the content, cropped and padded square,
+    is scaled to `scale` of the 32-px box and moved `dx`, `dy` pixels (fractions allowed) from its centre.
+    Drawn per picture, so no two pictures of an emoji share their pixels and its edges fall on different
+    look-alike codes: the target learns a spread over those codes instead of memorising one picture."""
+
+    scale: float = 1.0  # content side / box side
+    dx: float = 0.0  # pixels of the output image, + is right
+    dy: float = 0.0  # pixels, + is down
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, scales: tuple[float, float] = (0.85, 1.0),
+             shift: float = 1.0) -> Framing:
+        """A random framing: scale uniform in `scales`; each offset uniform in +-`shift` px, held inside the
+        box."""
+        scale = float(rng.uniform(*scales))
+        room = min(shift, (1.0 - scale) * IMAGE_SIZE / 2 + 0.5)
+        dx, dy = rng.uniform(-room, room, size=2)
+        return cls(scale, float(dx), float(dy))
+
+
+def square_rgba(img):
+    """RGBA PIL image -> its content (alpha bounding box), padded square, transparent around it."""
+    from PIL import Image
+
+    img = img.convert("RGBA")
+    box = img.getchannel("A").getbbox()
+    if box:
+        img = img.crop(box)
+    side = max(img.size)
+    canvas = Image.new("RGBA", (side, side), (255, 255, 255, 0))
+    canvas.paste(img, ((side - img.width) // 2, (side - img.height) // 2))
+    return canvas
+
+
+def framed_rgb(square, framing: Framing, size: int = IMAGE_SIZE, supersample: int = 8) -> np.ndarray:
+    """A square RGBA content image (`square_rgba`) placed by `framing` on white -> (3, size, size) uint8.
+    Drawn at `supersample` x the size and reduced (Lanczos), so offsets of 1/supersample px show."""
+    from PIL import Image
+
+    big = size * supersample
+    side = max(1, round(framing.scale * big))
+    content = square.resize((side, side), Image.LANCZOS)
+    left = round((big - side) / 2 + framing.dx * supersample)
+    top = round((big - side) / 2 + framing.dy * supersample)
+    canvas = Image.new("RGBA", (big, big), (255, 255, 255, 0))
+    canvas.paste(content, (left, top))
+    white = Image.new("RGBA", canvas.size, (255, 255, 255, 255))
+    rgb = Image.alpha_composite(white, canvas).convert("RGB").resize((size, size), Image.LANCZOS)
+    return np.asarray(rgb).transpose(2, 0, 1).copy()
+
+
+def framed_pictures(squares: list, per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0),
+                    shift: float = 1.0, size: int = IMAGE_SIZE) -> np.ndarray:
+    """`per_icon` random framings of each square content image -> (len(squares), per_icon, 3, size, size)
+    uint8. The same seed gives the same pixels."""
+    rng = np.random.default_rng(seed)
+    return np.stack([np.stack([framed_rgb(sq, Framing.draw(rng, scales, shift), size) for _ in range(per_icon)])
+                     for sq in squares])
+
+
 def render_all(emojis: list[Emoji], matched: dict[Emoji, dict[str, str]], sets: dict[str, IconSet],
                render: Callable[[Icon], object] = rasterise, size: int = IMAGE_SIZE) -> dict:
     """Every selected emoji in every style that draws it: images (N, 3, size, size) uint8, class
@@ -302,18 +364,34 @@ def render_all(emojis: list[Emoji], matched: dict[Emoji, dict[str, str]], sets: 
     return {"images": np.stack(images), "labels": np.array(cls), "styles": np.array(style)}
 
 
+def chosen_emoji(sets: dict[str, IconSet] | None = None, emoji_test: Path = EMOJI_TEST, min_styles: int = 4,
+                 drop_groups=SHIPPED_DROP_GROUPS, keep: tuple[str, ...] | None = SHIPPED_EMOJI):
+    """(the emoji to learn, {emoji: {style: icon name}}, the icon sets by style)."""
+    if not emoji_test.is_file():
+        raise RuntimeError("Unicode emoji labels missing: apt-get install -y unicode-data")
+    if sets is None:
+        sets = {style: IconSet.load(package_folder(style)) for style in STYLES}
+    matched = match_styles(parse_emoji_test(emoji_test.read_text(encoding="utf-8")), sets)
+    return select(matched, min_styles, drop_groups, keep), matched, sets
+
+
+def build_framed(per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0), shift: float = 1.0,
+                 pixels: int = 256, sets: dict[str, IconSet] | None = None, emoji_test: Path = EMOJI_TEST,
+                 render: Callable[[Icon, int], object] = rasterise, **select_kw) -> torch.Tensor:
+    """`per_icon` random framings (`Framing`) of every picture of `build_dataset`, in its order, each icon
+    rasterised once at `pixels` px: (N, per_icon, 3, 32, 32) uint8."""
+    chosen, matched, sets = chosen_emoji(sets, emoji_test, **select_kw)
+    squares = [square_rgba(render(icon_set.icons[matched[e][name]], pixels))
+               for e in chosen for name, icon_set in sets.items() if name in matched[e]]
+    return torch.from_numpy(framed_pictures(squares, per_icon, seed, scales, shift))
+
+
 def build_dataset(out: Path | None, seed: int = 0, sets: dict[str, IconSet] | None = None,
                   emoji_test: Path = EMOJI_TEST, min_styles: int = 4, heldout_frac: float = 0.1,
                   render: Callable[[Icon], object] = rasterise, size: int = IMAGE_SIZE,
                   drop_groups=SHIPPED_DROP_GROUPS, keep: tuple[str, ...] | None = SHIPPED_EMOJI) -> dict:
     """Build the dataset (and cache it at `out` as a torch file when given); returns it."""
-    if not emoji_test.is_file():
-        raise RuntimeError("Unicode emoji labels missing: apt-get install -y unicode-data")
-    if sets is None:
-        sets = {style: IconSet.load(package_folder(style)) for style in STYLES}
-    emojis = parse_emoji_test(emoji_test.read_text(encoding="utf-8"))
-    matched = match_styles(emojis, sets)
-    chosen = select(matched, min_styles, drop_groups, keep)
+    chosen, matched, sets = chosen_emoji(sets, emoji_test, min_styles, drop_groups, keep)
     data = render_all(chosen, matched, sets, render, size)
     styles_of = [sorted(data["styles"][data["labels"] == c].tolist()) for c in range(len(chosen))]
     held = hold_out_pairs(len(chosen), styles_of, heldout_frac, seed)
@@ -336,6 +414,20 @@ DATA_FILE = Path(f"/work/data/emoji/emoji_names{len(SHIPPED_EMOJI)}_32.pt")
 def load_dataset(path: Path = DATA_FILE, seed: int = 0) -> dict:
     """The cached dataset, built on first use."""
     return torch.load(path, weights_only=False) if path.is_file() else build_dataset(path, seed)
+
+
+def load_framed(per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0), shift: float = 1.0,
+                folder: Path = DATA_FILE.parent) -> dict[str, torch.Tensor]:
+    """`build_framed` of the shipped emoji, cached in `folder`, split like `splits`: {"train"/"val": (N,
+    per_icon, 3, 32, 32) uint8}."""
+    path = folder / f"framed{len(SHIPPED_EMOJI)}_{per_icon}x_s{scales[0]:g}-{scales[1]:g}_d{shift:g}_seed{seed}.pt"
+    if path.is_file():
+        pictures = torch.load(path)
+    else:
+        pictures = build_framed(per_icon, seed, scales, shift)
+        torch.save(pictures, path)
+    d = load_dataset()
+    return {part: pictures[d[part]] for part in ("train", "val")}
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:

@@ -45,11 +45,25 @@ def sequences(codes: torch.Tensor, labels: torch.Tensor, config, drop_p: float, 
     return torch.cat([pre, codes], dim=1)
 
 
-def code_nll(model, ids: torch.Tensor) -> torch.Tensor:
-    """Mean NLL (nats/token) of the image tokens, logits restricted to the codebook."""
+def code_nll(model, ids: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean NLL (nats/token) of the image tokens of `ids` (B, P+T), logits restricted to the codebook;
+    `inputs` (same shape): what the model reads instead of `ids` (e.g. `substitute_neighbours`)."""
     k, p = model.config.codebook_size, prefix_len(model.config)
-    logits = model(input_ids=ids[:, :-1]).logits[:, p - 1 :, :k]
+    inputs = ids if inputs is None else inputs
+    logits = model(input_ids=inputs[:, :-1]).logits[:, p - 1 :, :k]
     return F.cross_entropy(logits.reshape(-1, k).float(), ids[:, p:].reshape(-1))
+
+
+def substitute_neighbours(ids: torch.Tensor, neighbours: torch.Tensor, prob: float, start: int,
+                          gen: torch.Generator) -> torch.Tensor:
+    """A copy of ids (B, L) whose codes from column `start` on are each, with probability `prob`, replaced by
+    one of their latent neighbours (`neighbours` (K, k): row c = the k codes nearest c), picked uniformly."""
+    out = ids.clone()
+    codes = out[:, start:]
+    hit = torch.rand(codes.shape, generator=gen) < prob
+    pick = torch.randint(neighbours.shape[1], codes.shape, generator=gen)
+    codes[hit] = neighbours[codes[hit], pick[hit]]
+    return out
 
 
 def train_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32, lr: float = 1e-3,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from coolsd.compare.metrics import (
+    ambiguity,
     class_accuracy,
     classifier_features,
     classifier_outputs,
@@ -17,8 +19,11 @@ from coolsd.compare.metrics import (
     fid_from_features,
     frechet_distance,
     load_real_stats,
+    nll_of,
+    plain_background,
     save_real_stats,
     token_nll,
+    token_probs,
 )
 
 
@@ -135,6 +140,52 @@ def test_token_nll_matches_token_by_token(tiny):
         logps.append(sampling.probs(step.logits.double())[-1, tokens[t]].log())
     expected = -float(torch.stack(logps).mean())
     assert token_nll(bundle.target, sampling, 3, tokens) == pytest.approx(expected, rel=1e-5)
+
+
+def test_ambiguity_on_the_tiny_model_matches_a_hand_count(tiny):
+    """top-1 and entropy of the target before each of its tokens, counted position by position with the
+    incremental steps, over all tokens and over a chosen subset."""
+    bundle, sampling = tiny, tiny.default_sampling
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, bundle.target.vocab_size, (bundle.num_tokens,), generator=gen)
+    step = bundle.target.start(5, sampling.guidance)
+    rows = [sampling.probs(step.logits.double())[-1]]
+    for t in range(1, len(tokens)):
+        step = bundle.target.forward(tokens[t - 1 : t], torch.tensor([t - 1]))
+        rows.append(sampling.probs(step.logits.double())[-1])
+    top1 = [float(r.max()) for r in rows]
+    ent = [float(-sum(x * math.log(x) for x in r.tolist() if x > 0)) for r in rows]
+    p = token_probs(bundle.target, sampling, 5, tokens)
+    assert p.shape == (len(tokens), bundle.target.vocab_size)
+    whole = ambiguity(p)
+    assert whole["top1"] == pytest.approx(sum(top1) / len(top1), rel=1e-6)
+    assert whole["entropy"] == pytest.approx(sum(ent) / len(ent), rel=1e-6)
+    keep = torch.zeros(len(tokens), dtype=torch.bool)
+    keep[[0, 3, 7]] = True
+    part = ambiguity(p, keep)
+    assert part["positions"] == 3 and part["top1"] == pytest.approx((top1[0] + top1[3] + top1[7]) / 3, rel=1e-6)
+    assert part["entropy"] == pytest.approx((ent[0] + ent[3] + ent[7]) / 3, rel=1e-6)
+    assert math.isnan(ambiguity(p, torch.zeros(len(tokens), dtype=torch.bool))["top1"])
+    assert nll_of(p, tokens) == pytest.approx(token_nll(bundle.target, sampling, 5, tokens), rel=1e-12)
+
+
+def test_ambiguity_of_certain_and_uniform_rows():
+    p = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    a = ambiguity(p)
+    assert a["top1"] == pytest.approx(0.625) and a["entropy"] == pytest.approx(math.log(4) / 2)
+
+
+def test_plain_background_marks_patches_of_the_corner_colour():
+    image = torch.ones(3, 8, 8)  # white, 4 x 4 grid of 2 x 2 patches
+    image[:, 2:4, 2:4] = 0.2  # patch (1, 1) drawn
+    image[0, 7, 0] = 1 - 3 / 255  # patch (3, 0): off by less than the tolerance
+    image[1, 0, 7] = 1 - 9 / 255  # patch (0, 3): off by more
+    bg = plain_background(image, (4, 4))
+    assert bg.shape == (16,)
+    assert (~bg).nonzero().flatten().tolist() == [3, 5]
+    black = torch.zeros(1, 4, 4)
+    black[0, 3, 3] = 1.0
+    assert plain_background(black, (2, 2)).tolist() == [True, True, True, False]
 
 
 # ---------------------------------------------------------------- textbook values on tiny inputs

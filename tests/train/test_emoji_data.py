@@ -207,3 +207,81 @@ def test_held_out_pairs_name_a_style_the_emoji_has_once_per_emoji():
     assert len(held) == 20 and {c for c, _ in held} == set(range(20))  # every candidate once, no single-style one
     assert all(s in (1, 3) for _, s in held) and {s for _, s in held} == {1, 3}
     assert len(ed.hold_out_pairs(40, styles_of, frac=0.5, seed=1)) == 10
+
+
+def ink_centre(image: np.ndarray) -> tuple[float, float, float]:
+    """(column centre, row centre, area in pixels) of the ink of a (3, H, W) uint8 image of a pure red glyph on
+    white: a pixel's ink is how far its green channel is below white (1 = fully covered)."""
+    ink = np.clip((255 - image[1].astype(float)) / 255, 0, None)
+    rows, cols = np.indices(ink.shape)
+    return (ink * cols).sum() / ink.sum(), (ink * rows).sum() / ink.sum(), ink.sum()
+
+
+def test_framed_pictures_same_emoji_other_pixels_and_same_pixels_under_a_seed(tmp_path):
+    path = tmp_path / "emoji-test.txt"
+    path.write_text(EMOJI_TEST, encoding="utf-8")
+    kw = dict(sets=sets(), emoji_test=path, render=lambda icon, px: fake_render(icon), min_styles=3,
+              drop_groups=ed.DROP_GROUPS, keep=None)
+    framed = ed.build_framed(3, seed=5, **kw)
+    plain = ed.build_dataset(None, sets=sets(), emoji_test=path, min_styles=3, render=fake_render,
+                             drop_groups=ed.DROP_GROUPS, keep=None)
+    assert framed.shape == (len(plain["images"]), 3, 3, 32, 32) and framed.dtype == torch.uint8
+    assert torch.equal(framed, ed.build_framed(3, seed=5, **kw))  # same seed, same pixels
+    assert not torch.equal(framed, ed.build_framed(3, seed=6, **kw))
+    for i in (0, len(framed) - 1):  # each picture of an emoji: other pixels, the same glyph colour inside
+        a, b = framed[i, 0].numpy(), framed[i, 1].numpy()
+        assert (a != b).any()
+        assert a[:, 16, 16].tolist() == b[:, 16, 16].tolist() == plain["images"][i, :, 16, 16].tolist()
+
+
+def test_framing_scales_and_moves_the_glyph_by_fractions_of_a_pixel():
+    square = ed.square_rgba(Image.new("RGBA", (40, 40), (255, 0, 0, 255)))
+    full = ed.framed_rgb(square, ed.Framing())
+    assert (full[1] == 0).all()  # scale 1, no offset: the glyph fills the box
+    half = ed.framed_rgb(square, ed.Framing(scale=0.5))
+    cx, cy, area = ink_centre(half)
+    assert area == pytest.approx(16 * 16, rel=0.02) and cx == pytest.approx(15.5) and cy == pytest.approx(15.5)
+    assert half[:, 0, 0].tolist() == [255, 255, 255] and half[1, 16, 16] == 0
+    moved = ed.framed_rgb(square, ed.Framing(scale=0.5, dx=0.5, dy=-2.0))
+    mx, my, moved_area = ink_centre(moved)
+    assert mx - cx == pytest.approx(0.5, abs=0.05) and my - cy == pytest.approx(-2.0, abs=0.05)
+    assert moved_area == pytest.approx(area, rel=0.02)
+    # half a pixel right: the glyph's first and the column after its last are half covered
+    assert 80 < moved[1, 12, 8] < 180 and 80 < moved[1, 12, 24] < 180
+
+
+def test_a_drawn_framing_stays_in_its_ranges_and_inside_the_box():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        f = ed.Framing.draw(rng, scales=(0.8, 1.0), shift=3.0)
+        assert 0.8 <= f.scale <= 1.0
+        room = (1 - f.scale) * 16 + 0.5
+        assert abs(f.dx) <= min(3.0, room) and abs(f.dy) <= min(3.0, room)
+
+
+def test_substitute_neighbours_replaces_codes_after_the_prefix_by_a_listed_neighbour():
+    from coolsd.train.target import substitute_neighbours
+
+    neighbours = torch.tensor([[1, 2], [0, 2], [3, 1], [2, 0]])  # (K = 4, k = 2)
+    ids = torch.tensor([[9, 8, 0, 1, 2, 3] * 3] * 50)[:, :6]  # prefix of 2, then codes 0..3
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(substitute_neighbours(ids, neighbours, 0.0, 2, gen), ids)
+    every = substitute_neighbours(ids, neighbours, 1.0, 2, gen)
+    assert torch.equal(every[:, :2], ids[:, :2]) and torch.equal(ids[0], torch.tensor([9, 8, 0, 1, 2, 3]))
+    for col, code in zip(range(2, 6), range(4)):
+        assert set(every[:, col].tolist()) == set(neighbours[code].tolist())  # both neighbours, nothing else
+    some = substitute_neighbours(ids, neighbours, 0.3, 2, gen)
+    assert 0.2 < (some[:, 2:] != ids[:, 2:]).float().mean() < 0.4
+
+
+def test_framed_codes_keep_each_framing_with_its_labels():
+    from coolsd.models.patch_vq import PatchVQModel
+    from coolsd.train.emoji import framed_codes
+
+    vq = PatchVQModel(num_vq_embeddings=8, block_out_channels=(8, 8), norm_num_groups=4).eval()
+    pictures = torch.randint(0, 256, (3, 2, 3, 32, 32), dtype=torch.uint8)
+    codes, labels, styles = framed_codes(vq, pictures, torch.tensor([4, 5, 6]), torch.tensor([0, 1, 2]), chunk=4)
+    assert codes.shape == (6, 256) and labels.tolist() == [4, 4, 5, 5, 6, 6] and styles.tolist() == [0, 0, 1, 1, 2, 2]
+    from coolsd.train.vq import encode_tokens
+
+    assert torch.equal(codes[3], encode_tokens(vq, pictures[1, 1:].float() / 127.5 - 1).flatten())
