@@ -15,7 +15,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import LEAN, LeanLinear
+from coolsd.models.lean import LEAN_PATHS, LeanLinear
 from coolsd.models.llama import LayerStack, set_path
 
 
@@ -67,9 +67,12 @@ class EagleDrafter:
         return self.stack.length
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layer: "eager", "static", "cuda-graphs" or "lean" (see `coolsd.models.graphs`)."""
+        """Execution path of the layer: "eager", "static", "cuda-graphs", "lean" or "lean-packed" (see
+        `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
-        self.lean = (LeanLinear(self.fc_t, self.fc_b), LeanLinear(self.head_t)) if path == LEAN else None
+        plain = LEAN_PATHS.get(path)
+        self.lean = None if plain is None else (LeanLinear(self.fc_t, self.fc_b, plain),
+                                                LeanLinear(self.head_t, None, plain))
 
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""

@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import LEAN, LeanHead
+from coolsd.models.lean import LEAN_PATHS, LeanHead
 from coolsd.models.llama import LayerStack, set_path
 from coolsd.util.checks import check_int
 
@@ -122,9 +122,11 @@ class LlamaClassTarget:
         return self.stack.length - self.prefix_len
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layers: "eager", "static", "cuda-graphs" or "lean" (see `coolsd.models.graphs`)."""
+        """Execution path of the layers: "eager", "static", "cuda-graphs", "lean" or "lean-packed" (see
+        `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
-        self.lean_head = LeanHead(self.norm_w, self.head_t, self.stack.eps) if path == LEAN else None
+        self.lean_head = (LeanHead(self.norm_w, self.head_t, self.stack.eps, LEAN_PATHS[path]) if path in LEAN_PATHS
+                          else None)
 
     def fork(self) -> LlamaClassTarget:
         """Same weights, own empty cache."""

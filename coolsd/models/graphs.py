@@ -5,13 +5,14 @@
   (`LayerStack.forward_static`); runs anywhere, used by the CPU tests of the GPU path.
 - "cuda-graphs": the static path with each (rows, block size) captured once as a CUDA graph at
   load (warm-up) and replayed: one launch per layer stack instead of ~15 per layer.
-- "lean": the eager maths with packed products and fp32 activations, for a CPU (`coolsd.models.lean`);
-  models without a lean path of their own (LlamaGen) run eager on it.
+- "lean", "lean-packed": the eager maths with products prepared once and fp32 activations, for a CPU
+  (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights); models without a
+  lean path of their own (LlamaGen) run eager on them.
 
 `prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | static |
-cuda-graphs | lean), else the choice stored with the model (`execution.json` beside its parts, {"cpu": "lean"},
-written by `python -m coolsd.bench.limit --store`), else auto = cuda-graphs on CUDA, eager elsewhere. It warms
-every captured shape, falls back to eager when capture fails, and logs which path runs and why.
+cuda-graphs | lean | lean-packed), else the choice stored with the model (`execution.json` beside its parts,
+{"cpu": "lean"}, written by `python -m coolsd.bench.limit --store`), else auto = cuda-graphs on CUDA, eager
+elsewhere. It warms every captured shape, falls back to eager when capture fails, and logs which path runs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import Tensor
 from coolsd.models.static import STATIC_BLOCKS
 
 log = logging.getLogger("coolsd")
-PATHS = ("eager", "static", "cuda-graphs", "lean")
+PATHS = ("eager", "static", "cuda-graphs", "lean", "lean-packed")
 ENV_VAR = "COOLSD_EXECUTION"
 EXECUTION_FILE = "execution.json"  # {"cpu": "lean", ...}: the path a model folder runs on each device type
 
@@ -109,7 +110,7 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
     r guidance rows and every block size is captured for it (the warm-up)."""
     if path not in PATHS:
         raise ValueError(f"unknown execution path {path!r}; choose one of {PATHS}")
-    if path in ("eager", "lean"):  # lean: the layer stack runs it itself (`coolsd.models.lean`); others run eager
+    if path in ("eager", "lean", "lean-packed"):  # lean: the layer stack runs it (`coolsd.models.lean`); others eager
         return (), None
     if path == "static":
         return STATIC_BLOCKS, None

@@ -26,74 +26,111 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-LEAN = "lean"  # the execution path's name (`coolsd.models.graphs.PATHS`)
+# The lean paths (`coolsd.models.graphs.PATHS`) -> products of up to this many rows run plain fp32 BLAS, the rest
+# oneDNN on packed bf16 weights (bf16 models only). "lean": one-row calls (a step without CFG, a head step) on
+# fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
+# (half the bytes: better where the weights do not stay in the cache). `python -m coolsd.bench.limit` measures both.
+LEAN_PATHS = {"lean": 1, "lean-packed": 0}
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
 
 
-def packs(dtype: torch.dtype) -> bool:
-    """Whether weights of `dtype` are packed for oneDNN here (bf16 on a CPU whose oneDNN has bf16)."""
-    return (dtype in PACKED_DTYPES and torch.backends.mkldnn.is_available()
-            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+def packs(dtype: torch.dtype, device=None) -> bool:
+    """Whether weights of `dtype` on `device` (default CPU) are packed for oneDNN here: bf16 on a CPU whose
+    oneDNN has bf16."""
+    return (dtype in PACKED_DTYPES and torch.device(device or "cpu").type == "cpu"
+            and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-class LeanLinear:
-    """y = x @ w (+ bias) over a weight packed once: w_t (K, N) as the eager path stores it (`x @ w_t`).
+class PlainLinear:
+    """y = x @ w (+ bias) by plain fp32 BLAS: w_t (K, N) converted to fp32 once here (never per call).
+    x (M, K) any float dtype -> (M, N) fp32."""
 
-    Every method takes x (M, K) in any float dtype (converted to the weight's) and returns (M, N) in the
-    weight's dtype, except `add_to`, which adds into an fp32 residual in place and returns it.
-    """
+    dtype = torch.float32  # what its inputs are converted to, and what it returns
 
     def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
-        self.dtype = w_t.dtype
-        self.bias = None if bias is None else bias.detach().to(w_t.dtype)
-        self.is_packed = packs(w_t.dtype) and w_t.device.type == "cpu"
-        if self.is_packed:
-            self.w = torch.ops.mkldnn._reorder_linear_weight(w_t.detach().T.contiguous(), 1)  # oneDNN layout
-        else:
-            self.w = w_t.detach()  # (K, N)
+        self.w = w_t.detach().float()  # (K, N) (the same tensor for fp32 weights)
+        self.bias = None if bias is None else bias.detach().float()
 
     def __call__(self, x: Tensor) -> Tensor:
-        x = x.to(self.dtype)
-        if self.is_packed:
-            return torch.ops.mkldnn._linear_pointwise(x, self.w, self.bias, "none", _NONE, "")
+        x = x.float()
         return x @ self.w if self.bias is None else torch.addmm(self.bias, x, self.w)
-
-    def silu(self, x: Tensor) -> Tensor:
-        """SiLU(x @ w), one call when packed."""
-        x = x.to(self.dtype)
-        if self.is_packed:
-            return torch.ops.mkldnn._linear_pointwise(x, self.w, self.bias, "swish", _NONE, "")
-        return F.silu(self(x), inplace=True)
-
-    def times(self, x: Tensor, other: Tensor) -> Tensor:
-        """(x @ w) * other, other (M, N) in the weight's dtype; one call when packed."""
-        x = x.to(self.dtype)
-        if self.is_packed:
-            return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.w, self.bias, "mul")
-        return self(x).mul_(other)
 
     def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
         """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
-        if self.is_packed or self.dtype != residual.dtype:
-            return residual.add_(self(x))
-        return residual.addmm_(x, self.w)
+        return residual.addmm_(x.float(), self.w)
 
 
-def rms(x: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
-    """RMSNorm over the last dim in x's dtype (fp32 on this path): x / sqrt(mean(x^2) + eps) [* weight]."""
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+class PackedLinear:
+    """y = x @ w (+ bias) by oneDNN over bf16 weights packed once here (`_reorder_linear_weight`), with SiLU,
+    a product by another tensor and a residual add as post-ops. x (M, K) -> (M, N) in the weights' dtype."""
+
+    def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
+        self.dtype = w_t.dtype
+        self.w = torch.ops.mkldnn._reorder_linear_weight(w_t.detach().T.contiguous(), 1)  # oneDNN's layout
+        self.bias = None if bias is None else bias.detach().to(w_t.dtype)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.w, self.bias, "none", _NONE, "")
+
+    def silu(self, x: Tensor) -> Tensor:
+        """SiLU(x @ w) in one call."""
+        return torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.w, self.bias, "swish", _NONE, "")
+
+    def times(self, x: Tensor, other: Tensor) -> Tensor:
+        """(x @ w) * other in one call; other (M, N) in the weights' dtype."""
+        return torch.ops.mkldnn._linear_pointwise.binary(x.to(self.dtype), other, self.w, self.bias, "mul")
+
+    def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
+        """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
+        return residual.add_(self(x))
 
 
-class LeanLayer:
-    """One decoder layer's products: qkv (D -> (hq + 2 hk) hd), o (hq hd -> D), gate and up (D -> I), down
-    (I -> D), from the eager path's fused transposed copies (RMSNorm weights already folded in)."""
+class LeanLinear:
+    """A product that picks its kind by the rows of each call: up to `plain_rows` rows run `PlainLinear`,
+    more rows `PackedLinear` when the weights are bf16 (`packs`), else `PlainLinear` (see LEAN_PATHS).
+    w_t (K, N); bias (N,) or None. `for_rows(M)` is the one a call of M rows uses."""
+
+    def __init__(self, w_t: Tensor, bias: Tensor | None = None, plain_rows: int = 1) -> None:
+        self.packed = PackedLinear(w_t, bias) if packs(w_t.dtype, w_t.device) else None
+        self.plain = PlainLinear(w_t, bias) if self.packed is None or plain_rows > 0 else None
+        self.plain_rows = plain_rows
+
+    def for_rows(self, rows: int) -> PlainLinear | PackedLinear:
+        return self.packed if self.packed is not None and rows > self.plain_rows else self.plain
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (M, K) -> (M, N) in `for_rows(M).dtype`."""
+        return self.for_rows(x.shape[0])(x)
+
+
+class PlainLayer:
+    """One decoder layer's products by `PlainLinear`: qkv (D -> (hq + 2 hk) hd), o (hq hd -> D), gate_up
+    (D -> 2 I: gate and up in one product), down (I -> D). Weights: the eager path's fused transposed
+    copies (RMSNorm weights folded in)."""
+
+    def __init__(self, w_qkv: Tensor, w_o: Tensor, w_gate_up: Tensor, w_down: Tensor) -> None:
+        self.qkv, self.o, self.gate_up, self.down = (PlainLinear(w) for w in (w_qkv, w_o, w_gate_up, w_down))
+        self.dtype = torch.float32
+
+    def mlp_add_to(self, h: Tensor, residual: Tensor) -> None:
+        """residual += down(SiLU(h @ gate) * (h @ up)); h (M, D) fp32."""
+        gate, up = self.gate_up(h).chunk(2, dim=-1)
+        self.down.add_to(F.silu(gate).mul_(up), residual)
+
+
+class PackedLayer:
+    """The same products by `PackedLinear`, gate and up apart so that SiLU and the product ride on them."""
 
     def __init__(self, w_qkv: Tensor, w_o: Tensor, w_gate_up: Tensor, w_down: Tensor) -> None:
         gate, up = w_gate_up.chunk(2, dim=1)
-        self.qkv, self.o = LeanLinear(w_qkv), LeanLinear(w_o)
-        self.gate, self.up = LeanLinear(gate.contiguous()), LeanLinear(up.contiguous())
-        self.down = LeanLinear(w_down)
+        self.qkv, self.o, self.gate, self.up, self.down = (PackedLinear(w.contiguous()) for w in
+                                                           (w_qkv, w_o, gate, up, w_down))
+        self.dtype = w_qkv.dtype
+
+    def mlp_add_to(self, h: Tensor, residual: Tensor) -> None:
+        """residual += down(SiLU(h @ gate) * (h @ up)); h (M, D) bf16: three oneDNN calls."""
+        self.down.add_to(self.up.times(h, self.gate.silu(h)), residual)
 
 
 class LeanLayers:
@@ -104,15 +141,18 @@ class LeanLayers:
             `LayerStack.blocks` holds them; read once (packed copies), never changed.
         n_heads, n_kv, head_dim: hq, hk, hd; theta: RoPE base; eps: RMSNorm epsilon;
         positions: RoPE table rows (every position a call may use).
+        plain_rows: calls of up to this many rows (G n) run the plain fp32 products (LEAN_PATHS).
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
 
     def __init__(self, blocks, n_heads: int, n_kv: int, head_dim: int, theta: float, eps: float,
-                 positions: int) -> None:
-        self.layers = [LeanLayer(*b) for b in blocks]
-        self.n_heads, self.n_kv, self.head_dim, self.eps = n_heads, n_kv, head_dim, eps
+                 positions: int, plain_rows: int = 1) -> None:
         device = blocks[0][0].device
+        self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) else None
+        self.plain = [PlainLayer(*b) for b in blocks] if self.packed is None or plain_rows > 0 else None
+        self.plain_rows = plain_rows
+        self.n_heads, self.n_kv, self.head_dim, self.eps = n_heads, n_kv, head_dim, eps
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
         angles = torch.arange(positions, dtype=torch.float64, device=device)[:, None] * inv  # (P, hd/2)
         angles = torch.cat([angles, angles], dim=-1)
@@ -137,8 +177,9 @@ class LeanLayers:
         pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)  # [x, -x]: RMSNorm as LayerNorm
         x = pair[:, :d]  # (M, D) the residual stream, updated in place
         x.copy_(x_in.reshape(g * n, d))
-        for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(self.norm(pair, layer.qkv.dtype)).view(g, n, hq + 2 * hk, hd)
+        layers = self.packed if self.packed is not None and g * n > self.plain_rows else self.plain
+        for i, layer in enumerate(layers):
+            qkv = layer.qkv(self.norm(pair, layer.dtype)).view(g, n, hq + 2 * hk, hd)
             qk = qkv[:, :, : hq + hk]
             qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)  # (G, n, hq + hk, hd) fp32, q scaled
             k[i, :, :, start:end] = qk[:, :, hq:].transpose(1, 2)
@@ -146,8 +187,7 @@ class LeanLayers:
             att = F.scaled_dot_product_attention(qk[:, :, :hq].transpose(1, 2), k[i, :, :, :end], v[i, :, :, :end],
                                                  attn_mask=mask, scale=1.0, enable_gqa=hk != hq)  # (G, hq, n, hd)
             layer.o.add_to(att.transpose(1, 2).reshape(g * n, hq * hd), x)
-            h = self.norm(pair, layer.up.dtype)  # converted once for both products
-            layer.down.add_to(layer.up.times(h, layer.gate.silu(h)), x)
+            layer.mlp_add_to(self.norm(pair, layer.dtype), x)
         return x.view(g, n, d)
 
     def norm(self, pair: Tensor, dtype: torch.dtype) -> Tensor:
@@ -161,13 +201,17 @@ class LeanLayers:
 class LeanHead:
     """RMSNorm (with its weight) and the codebook head of a target on the lean path.
 
-    Args: norm_w (D,), head_t (D, V) as the eager target holds them; eps: RMSNorm epsilon."""
+    Args: norm_w (D,), head_t (D, V) as the eager target holds them; eps: RMSNorm epsilon; plain_rows: see
+    `LeanLinear`."""
 
-    def __init__(self, norm_w: Tensor, head_t: Tensor, eps: float) -> None:
-        self.norm_w, self.head, self.eps = norm_w.detach().float(), LeanLinear(head_t), eps
+    def __init__(self, norm_w: Tensor, head_t: Tensor, eps: float, plain_rows: int = 1) -> None:
+        norm_w = norm_w.detach().float()
+        self.norm_w = torch.cat([norm_w, torch.zeros_like(norm_w)])  # (2 D,): LayerNorm's weight over [h, -h]
+        self.head, self.eps = LeanLinear(head_t, plain_rows=plain_rows), eps
 
     def __call__(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """h (G, n, D) last layer output -> (logits (G, n, V) fp32, features (G, n, D) fp32)."""
         g, n, d = h.shape
-        feat = rms(h.float(), self.eps, self.norm_w)
-        return self.head(feat.view(g * n, d)).view(g, n, -1).float(), feat
+        h = h.float()
+        feat = F.layer_norm(torch.cat([h, -h], dim=-1), (2 * d,), self.norm_w, None, self.eps)[..., :d]  # RMSNorm
+        return self.head(feat.reshape(g * n, d)).view(g, n, -1).float(), feat

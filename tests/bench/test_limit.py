@@ -31,7 +31,7 @@ def test_step_bytes_count_every_matrix_once(tiny):
 
 def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     result = limit.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4)
-    assert set(result["paths"]) == {"eager", "lean"} and result["rows"] == 2 and result["draft_len"] == 2
+    assert set(result["paths"]) == {"eager", "lean", "lean-packed"} and result["rows"] == 2 and result["draft_len"] == 2
     for path, times in result["paths"].items():
         assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
         r = result["ratios"][path]
@@ -40,7 +40,7 @@ def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     assert result["bandwidth_gbs"]["memory"] > 0 and result["implied_ms"]["target_memory"] > 0
     assert tiny.target.stack.lean is None and tiny.drafter.lean is None  # forks were measured, not the bundle
     table = limit.markdown(result)
-    assert "| eager |" in table and "| lean |" in table and "GB/s" in table
+    assert "| eager |" in table and "| lean |" in table and "| lean-packed |" in table and "GB/s" in table
 
 
 def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, monkeypatch):

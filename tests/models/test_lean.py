@@ -22,7 +22,7 @@ from coolsd.models.bundle import load_vq_llama
 from coolsd.models.eagle import EagleDrafter
 from coolsd.models.embedded import LlamaClassTarget
 from coolsd.models.graphs import ENV_VAR, EXECUTION_FILE, choose_path, prepare, stored_path
-from coolsd.models.lean import LeanLinear, packs
+from coolsd.models.lean import LEAN_PATHS, LeanLinear, PackedLinear, packs
 
 
 def _pair(b, path):
@@ -40,9 +40,10 @@ def _calls(old: int, ids: torch.Tensor):
             (ids[4:5], torch.arange(old + 4, old + 5), None), (ids[5:9], tree_pos, tree)]
 
 
+@pytest.mark.parametrize("path", LEAN_PATHS)
 @pytest.mark.parametrize("guidance", [True, False])
-def test_lean_equals_eager_in_fp32_for_step_verify_tree_and_crop(tiny, guidance):
-    (eager, eager_d), (lean, lean_d) = _pair(tiny, "eager"), _pair(tiny, "lean")
+def test_lean_equals_eager_in_fp32_for_step_verify_tree_and_crop(tiny, guidance, path):
+    (eager, eager_d), (lean, lean_d) = _pair(tiny, "eager"), _pair(tiny, path)
     assert lean.stack.lean is not None and eager.stack.lean is None
     a, b = eager.start(3, guidance), lean.start(3, guidance)
     torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
@@ -74,13 +75,14 @@ def test_lean_equals_eager_in_fp32_for_step_verify_tree_and_crop(tiny, guidance)
 def test_same_tokens_on_lean_and_eager_for_every_rule(tiny, tree, build_rule):
     """Vanilla AR (rule None) included: it runs on the same path as the speculative decoders."""
     config = DecodeConfig(draft_len=3, tree=tree)
-    lanes = {path: _pair(tiny, path) for path in ("eager", "lean")}
+    lanes = {path: _pair(tiny, path) for path in ("eager", "lean", "lean-packed")}
     for name in [*RULES, None]:
         rule = build_rule(name, codebook=tiny.tokenizer.codebook) if name else None
         out = {path: run(t, d, rule, cond=2, num_tokens=tiny.num_tokens, sampling=tiny.default_sampling,
                          config=config, seed=13) for path, (t, d) in lanes.items()}
-        assert out["lean"].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree)
-        assert out["lean"].target_forwards == out["eager"].target_forwards
+        for path in LEAN_PATHS:
+            assert out[path].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree, path)
+            assert out[path].target_forwards == out["eager"].target_forwards
     assert lanes["lean"][0].stack.lean is not None and lanes["lean"][1].stack.lean is not None
 
 
@@ -93,18 +95,20 @@ def _bf16_models(b):
                                                  b.num_tokens)
 
 
-def test_bf16_lean_logits_within_the_eager_bf16_error(tiny):
-    """The bf16 lean path is no further from the fp32 logits than the eager bf16 path (x 2, plus rounding)."""
+@pytest.mark.parametrize("path", LEAN_PATHS)
+@pytest.mark.parametrize("guidance", [True, False])
+def test_bf16_lean_logits_within_the_eager_bf16_error(tiny, guidance, path):
+    """The bf16 lean paths are no further from the fp32 logits than the eager bf16 path (x 2, plus rounding)."""
     reference = fork_models(tiny.target, tiny.drafter)
     paths = {"eager": _bf16_models(tiny), "lean": _bf16_models(tiny)}
-    prepare(paths["lean"], path="lean")
+    prepare(paths["lean"], path=path)
     prepare(paths["eager"], path="eager")
-    assert all(lin.is_packed == packs(torch.bfloat16) for lin in paths["lean"][1].lean)
+    assert all((lin.packed is not None) == packs(torch.bfloat16) for lin in paths["lean"][1].lean)
     ids = torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])
     logits = {}
     for key, (t, d) in {"fp32": reference, **paths}.items():
-        out = [t.start(1, True)]
-        d.start(1, True)
+        out = [t.start(1, guidance)]
+        d.start(1, guidance)
         for x, pos, mask in _calls(0, ids):
             out.append(t.forward(x, pos, mask))
             out.append(d.forward(x, out[-1].hidden, pos, mask))
@@ -114,22 +118,31 @@ def test_bf16_lean_logits_within_the_eager_bf16_error(tiny):
     assert 0 < lean_err <= 2 * eager_err + 1e-2, (lean_err, eager_err)
 
 
+@pytest.mark.parametrize("plain_rows", [0, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lean_linear_post_ops_equal_their_plain_maths(dtype):
+@pytest.mark.parametrize("rows", [1, 3])
+def test_lean_products_equal_their_plain_maths_for_one_row_and_many(dtype, rows, plain_rows):
+    """One row: fp32 BLAS on weights converted once (exact products of the stored weights); many rows: the
+    packed bf16 weights with their post-ops (bf16 rounding), or fp32 BLAS for fp32 weights."""
     g = torch.Generator().manual_seed(0)
-    w_t, x = torch.randn(16, 24, generator=g).to(dtype), torch.randn(3, 16, generator=g)
-    other, residual = torch.randn(3, 24, generator=g).to(dtype), torch.randn(3, 24, generator=g)
+    w_t, x = torch.randn(16, 24, generator=g).to(dtype), torch.randn(rows, 16, generator=g)
+    other, residual = torch.randn(rows, 24, generator=g), torch.randn(rows, 24, generator=g)
     bias = torch.randn(24, generator=g)
-    y = x.to(dtype).double() @ w_t.double()
-    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
-    lin = LeanLinear(w_t)
-    torch.testing.assert_close(lin(x).double(), y, **tol)
-    torch.testing.assert_close(lin.silu(x).double(), torch.nn.functional.silu(y), **tol)
-    torch.testing.assert_close(lin.times(x, other).double(), y * other.double(), **tol)
+    lin = LeanLinear(w_t, bias, plain_rows)
+    chosen = lin.for_rows(rows)
+    assert isinstance(chosen, PackedLinear) == (rows > plain_rows and packs(dtype))
+    y = x.to(chosen.dtype).double() @ w_t.double()
+    tol = dict(atol=1e-5, rtol=1e-5) if chosen.dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
+    assert lin(x).dtype == chosen.dtype
+    torch.testing.assert_close(lin(x).double(), y + bias.to(chosen.dtype).double(), **tol)
+    plain = LeanLinear(w_t, None, plain_rows).for_rows(rows)
     expected = residual.double() + y
-    assert lin.add_to(x, residual) is residual
+    assert plain.add_to(x, residual) is residual
     torch.testing.assert_close(residual.double(), expected, **tol)
-    torch.testing.assert_close(LeanLinear(w_t, bias)(x).double(), y + bias.to(dtype).double(), **tol)
+    if isinstance(plain, PackedLinear):
+        other = other.to(dtype)
+        torch.testing.assert_close(plain.silu(x).double(), torch.nn.functional.silu(y), **tol)
+        torch.testing.assert_close(plain.times(x, other).double(), y * other.double(), **tol)
 
 
 @pytest.fixture(scope="module")
