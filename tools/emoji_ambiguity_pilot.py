@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 # name -> (framings per picture, scale range, largest offset in px, input substitution probability)
-SETUPS = {"shipped": None,
+SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2": dict(temperature=2.0),
           "mild": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.0),
           "strong": dict(per_icon=32, scales=(0.7, 1.0), shift=2.5, substitute=0.0),
           "mild+subst": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.1)}
@@ -51,8 +51,11 @@ def model_folder(target_dir: Path | None, out: Path) -> Path:
     return out
 
 
-def measure(folder: Path, conds: list[int], draft_len: int = 2) -> dict:
-    """Ambiguity, tau per rule and recognisability on `conds` (condition ids), seed = index."""
+def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: float | None = None) -> dict:
+    """Ambiguity, tau per rule and recognisability on `conds` (condition ids), seed = index; `temperature`: the
+    target sampled at this temperature instead of its stored sampling's."""
+    import dataclasses
+
     from coolsd.bench.runner import token_scores
     from coolsd.decoding.engine import DecodeConfig, run
     from coolsd.decoding.rules import make_rule
@@ -62,6 +65,8 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2) -> dict:
 
     bundle = load_emoji(folder)
     sampling, config = bundle.default_sampling, DecodeConfig(draft_len=draft_len)
+    if temperature is not None:
+        sampling = dataclasses.replace(sampling, temperature=temperature)
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd d2": make_rule("cool-sd", delta=2.0, nu=0.7),
              "cool-sd d8": make_rule("cool-sd", delta=8.0, nu=0.7)}
     scores, images, forwards = [], [], {name: 0 for name in rules}
@@ -73,10 +78,12 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2) -> dict:
         for name, rule in rules.items():
             forwards[name] += run(bundle.target, bundle.drafter, rule, cond=cond, num_tokens=bundle.num_tokens,
                                   sampling=sampling, config=config, seed=seed).target_forwards
-    d = load_dataset()
+    from emoji_recognition import real_bank
+
     styles = len(bundle.style_names)
     asked = torch.tensor(conds) // styles
-    hits = recognised(torch.stack(images), asked, d["images"].float() / 255, d["labels"])
+    hits = recognised(torch.stack(images), asked, *real_bank(load_dataset()))
+    framed_hits = recognised(torch.stack(images), asked, *real_bank(load_dataset(), 8))
     fg = sum(s["fg_tokens"] for s in scores)
     return {"top1": sum(s["top1"] for s in scores) / len(scores),
             "entropy": sum(s["entropy"] for s in scores) / len(scores),
@@ -84,7 +91,7 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2) -> dict:
             "entropy_fg": sum(s["entropy_fg"] * s["fg_tokens"] for s in scores) / fg,
             "nll": sum(s["nll"] for s in scores) / len(scores),
             **{f"tau {name}": len(conds) * bundle.num_tokens / f for name, f in forwards.items()},
-            "recognised": hits.float().mean().item()}
+            "recognised": hits.float().mean().item(), "recognised_framed_bank": framed_hits.float().mean().item()}
 
 
 def main() -> int:
@@ -111,17 +118,17 @@ def main() -> int:
     for name in args.setups:
         t0 = time.perf_counter()
         setup = SETUPS[name]
-        target_dir = None
-        if setup is not None:
+        target_dir, temperature = None, (setup or {}).get("temperature")
+        if setup is not None and "per_icon" in setup:
             framed = load_framed(setup["per_icon"], 0, setup["scales"], setup["shift"])
             train_emoji_target(vq, data, args.out / name, args.minutes * 60, lr=args.lr, init=SHIPPED / "target",
                                framed=framed, substitute=setup["substitute"])
             target_dir = args.out / name / "target"
-        state = torch.load(args.out / name / "target_state.pt", weights_only=False) if setup else {}
+        state = torch.load(args.out / name / "target_state.pt", weights_only=False) if target_dir else {}
         s0 = time.perf_counter()
-        rows[name] = {"setup": setup, "minutes": args.minutes if setup else 0, "steps": state.get("step", 0),
+        rows[name] = {"setup": setup, "minutes": state.get("elapsed", 0) / 60, "steps": state.get("step", 0),
                       "val_nll_framed": state.get("final", {}).get("val_nll"),
-                      **measure(model_folder(target_dir, args.out / name / "model"), conds),
+                      **measure(model_folder(target_dir, args.out / name / "model"), conds, temperature=temperature),
                       "measure_s": time.perf_counter() - s0, "wall_s": time.perf_counter() - t0}
         print(json.dumps({name: rows[name]}), flush=True)
         args.out.mkdir(parents=True, exist_ok=True)

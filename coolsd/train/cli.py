@@ -45,6 +45,15 @@ def parser() -> argparse.ArgumentParser:
                          "conv: a diffusers VQModel")
     vq.add_argument("--vq-local", type=float, default=0.0,
                     help="weight of the same-patch term (train.vq.same_patch_spread): equal patches, equal codes")
+    tg = ap.add_argument_group("target stage (emoji)")
+    tg.add_argument("--framed", type=int, default=0,
+                    help="learn this many random framings of every picture (emoji_data.Framing; 0: the centred "
+                         "pictures as they are)")
+    tg.add_argument("--framed-scales", type=float, nargs=2, default=(0.85, 1.0), metavar=("LOW", "HIGH"),
+                    help="range of the content's scale in the box")
+    tg.add_argument("--framed-shift", type=float, default=1.0, help="largest offset from the centre, pixels")
+    tg.add_argument("--substitute", type=float, default=0.0,
+                    help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")
     dr.add_argument("--init", type=Path, default=None,
                     help="warm-start the head (drafter stage) or the emoji target (target stage) from this "

@@ -72,7 +72,13 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
         return 0
     vq = load_vq(part_path(args, "vq"), torch_dtype=torch.float32).eval()
     if args.stage == "target":
-        emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, **kw)
+        framed = None
+        if args.framed:
+            from coolsd.train.emoji_data import load_framed
+
+            framed = load_framed(args.framed, args.seed, tuple(args.framed_scales), args.framed_shift)
+        emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, framed=framed,
+                                 substitute=args.substitute, **kw)
         return 0
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)
