@@ -24,6 +24,7 @@ from coolsd.app import share
 from coolsd.app.after_race import AfterRace
 from coolsd.app.context import Context, gpu, log, unexpected_errors
 from coolsd.app.controls import Controls
+from coolsd.app.lesson import lesson_markdown
 from coolsd.app.plots import overlay_legend_html, stats_markdown
 from coolsd.app.race_view import RaceFrame, RaceOutputs, images, label_of, numbers, plots, release_trace
 from coolsd.app.racers import slot_keys
@@ -225,6 +226,7 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int) -> tuple[RaceOutpu
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     gr.HTML(overlay_legend_html(), elem_id="legend")
+    gr.Markdown(lesson_markdown(), elem_id="lesson")  # when relaxation pays, with the shipped benchmarks' numbers
     stats_md = gr.Markdown(first.stats_md if first else stats_markdown([]), elem_id="stats")
     replay = gr.Slider(0, max(steps, 1), value=steps, step=1, label="Replay: race step (after a race or a stop)",
                        interactive=first is not None, elem_id="replay")
