@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from coolsd.bench import limit, report
+from coolsd.bench import limit_table, report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
 from coolsd.compare.metrics import load_real_stats
@@ -239,7 +239,7 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         "targets": "Targets (issue 11):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
         "claims": "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
         "table": report.table(rows),
-        "limit": "Step against the machine's limit, eager and lean paths:\n\n" + limit.markdown(config["limit"])
+        "limit": "Step against the machine's limit, eager and lean paths:\n\n" + limit_table.markdown(config["limit"])
                  if config.get("limit") else "",
     }
     (out / "results.md").write_text("\n\n".join(parts.values()) + "\n")
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     if procs.is_main:
         config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
                   "model": bundle.name, "execution": bundle.execution,
-                  "limit": limit.measure(bundle, args.draft_len) if device.type == "cpu" else None,  # issue 35
+                  "limit": limit_table.measure(bundle, args.draft_len) if device.type == "cpu" else None,  # issue 35
                   "other_path": other_path_vanilla(args, bundle, sampling, items, device), "args": vars(args),
                   "sampling": dataclasses.asdict(sampling),
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,

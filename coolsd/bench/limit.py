@@ -1,179 +1,22 @@
-"""`python -m coolsd.bench.limit`: a decode step against the machine's memory limit, eager path against lean (issue 35).
+"""`python -m coolsd.bench.limit`: the limit table of a shipped model (`coolsd.bench.limit_table`), written and stored.
 
-For one shipped model, in its stored precision, at one torch thread (as the app decodes):
-- the weight bytes one target step and one drafter (head) step read (every product's matrix once);
-- the machine's memory bandwidth, measured by a plain copy of a large buffer (256 MB, far past any cache),
-  and the rate of the same copy at the target's weight size (what a step gets when its weights stay in
-  the last-level cache); the times those imply for a step's weights;
-- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed), in alternating turns: one target
-  step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the verify), each after
-  `context` cached tokens, and the time to put the models on the path (packing, at start-up).
+Writes limit.json and limit.md (the table) into --out (default: the model's bench folder); `--store` writes the
+path with the fastest round into the model folder's execution.json, which the loader reads
+(`coolsd.models.graphs.stored_path`; $COOLSD_EXECUTION and a loader's argument override it).
 
-Writes limit.json and limit.md (the table) into --out; `--store` writes the faster path by round time into
-the model folder's execution.json, which the loader reads (`coolsd.models.graphs.stored_path`). The benchmark
-(`python -m coolsd.bench`) records the same measurement with every run.
-
-    python -m coolsd.bench.limit --model emoji
+    python -m coolsd.bench.limit --model emoji --store
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from coolsd.compare.race import fork_models
-from coolsd.decoding.engine import DecodeConfig
-from coolsd.models.bundle import load_embedded
-from coolsd.models.emoji import load_emoji
-from coolsd.models.graphs import EXECUTION_FILE, prepare
-from coolsd.models.timing import interleaved_medians
-from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
-
-PATHS = ("eager", "lean", "lean-packed")  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
-BIG_BUFFER = 256 * 2**20  # bytes copied to measure the memory's bandwidth
-CONTEXT = 128  # image tokens cached before every timed call (half the emoji image)
-# --model: (loader(folder, device=...), model folder, default output folder)
-MODELS = {"emoji": (load_emoji, EMOJI_DIR, EMOJI_DIR / "bench"), "embedded": (load_embedded, EMBEDDED_DIR, BENCH_DIR)}
-
-
-def matrix_bytes(*tensors) -> int:
-    """Bytes of the given tensors (a step reads each product's matrix once)."""
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def step_bytes(target, drafter) -> dict[str, int]:
-    """{"target": bytes of the target's layer matrices and codebook head, "drafter": the head's fc, layer and
-    head}: what one step of each reads, caches and activations aside (embedded Llama target + Eagle head)."""
-    layers = [w for block in target.stack.blocks for w in block]
-    head_layers = [w for block in drafter.stack.blocks for w in block]
-    return {"target": matrix_bytes(*layers, target.head_t),
-            "drafter": matrix_bytes(*head_layers, drafter.fc_t, drafter.head_t)}
-
-
-def copy_rate(nbytes: int, repeats: int = 7) -> float:
-    """Bytes per second a plain `dst.copy_(src)` of `nbytes` moves (read + write counted), median of `repeats`."""
-    src = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # touch every page once
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - t0)
-    return 2 * src.numel() * 4 / statistics.median(times)
-
-
-def path_calls(bundle, path: str, draft_len: int, context: int = CONTEXT) -> tuple[dict[str, Callable], float]:
-    """({"step", "verify", "head", "round": call}, seconds to prepare the path) on fresh forks of the bundle's
-    models: the calls append after `context` cached tokens and crop back, so each can repeat."""
-    target, drafter = fork_models(bundle.target, bundle.drafter)
-    t0 = time.perf_counter()
-    prepare([target, drafter], path=path, rows=(bundle.default_sampling.rows,))
-    ready_s = time.perf_counter() - t0
-    guidance = bundle.default_sampling.guidance
-    ids = torch.zeros(context + draft_len + 1, dtype=torch.long, device=target.device)
-    with torch.no_grad():
-        first = target.start(0, guidance)
-        drafter.start(0, guidance)
-        pre = target.forward(ids[:context], torch.arange(context, device=target.device))
-        drafter.forward(ids[:context], torch.cat([first.hidden, pre.hidden[:, :-1]], dim=1),
-                        torch.arange(context, device=target.device))
-    feature = pre.hidden[:, -1:]
-    positions = torch.arange(context, context + draft_len + 1, device=target.device)
-
-    def verify(n: int = draft_len + 1) -> None:
-        target.forward(ids[:n], positions[:n])
-        target.crop(context)
-
-    def heads(n: int) -> None:
-        hidden = feature
-        for j in range(n):
-            hidden = drafter.forward(ids[:1], hidden, positions[j : j + 1]).hidden
-        drafter.crop(context)
-
-    calls = {"step": lambda: verify(1), "verify": verify, "head": lambda: heads(1),
-             "round": lambda: (heads(draft_len), verify())}
-    return calls, ready_s
-
-
-def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int = 5,
-            context: int = CONTEXT) -> dict:
-    """The limit and the measured calls of `bundle` on each path of PATHS (see the module docstring).
-    Times in ms, bytes in MB (2^20), rates in GB/s (10^9 bytes); `context` is capped at half the image."""
-    draft_len = draft_len or DecodeConfig().draft_len
-    context = min(context, bundle.num_tokens // 2)
-    sizes = step_bytes(bundle.target, bundle.drafter)
-    memory, cached = copy_rate(BIG_BUFFER), copy_rate(sizes["target"])
-    calls, ready = {}, {}
-    for path in PATHS:
-        each, ready[path] = path_calls(bundle, path, draft_len, context)
-        calls |= {f"{path}/{name}": fn for name, fn in each.items()}
-    with torch.no_grad():
-        ms = {key: 1e3 * s for key, s in interleaved_medians(calls, repeats, warmup).items()}
-    paths = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
-             | {"ready_s": round(ready[path], 3)} for path in PATHS}
-    return {
-        "model": bundle.name, "execution": bundle.execution, "stored_path": bundle.path, "cpu": cpu_name(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "draft_len": draft_len, "context": context,
-        "rows": bundle.default_sampling.rows, "turns": repeats,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),  # noqa: UP017 - Python 3.10
-        "weights_mb": {k: round(v / 2**20, 3) for k, v in sizes.items()},
-        "bandwidth_gbs": {"memory": round(memory / 1e9, 2), "cache": round(cached / 1e9, 2)},
-        "implied_ms": {f"{k}_{where}": round(1e3 * v / rate, 3) for k, v in sizes.items()
-                       for where, rate in (("memory", memory), ("cache", cached))},
-        "paths": paths,
-        "ratios": {path: ratios(paths[path], paths["eager"]) for path in PATHS},
-    }
-
-
-def ratios(times: dict, eager: dict) -> dict[str, float]:
-    """A path's head / step, round / step (in its own steps) and step / the eager step."""
-    return {"head_per_step": round(times["head"] / times["step"], 3),
-            "round_per_step": round(times["round"] / times["step"], 3),
-            "step_vs_eager": round(times["step"] / eager["step"], 3)}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
-
-
-def markdown(result: dict) -> str:
-    """The limit table: bytes, bandwidth and implied times, then one row per path."""
-    w, bw, implied = result["weights_mb"], result["bandwidth_gbs"], result["implied_ms"]
-    head = (f"{result['model']}, {result['execution']}, {result['cpu']}, {result['threads']} thread(s), torch "
-            f"{result['torch']}, {result['date']}; L = {result['draft_len']}, {result['rows']} guidance row(s), after "
-            f"{result['context']} cached tokens, medians of {result['turns']} alternating turns "
-            "(`python -m coolsd.bench.limit`).\n\n"
-            f"Weights read per step: target {w['target']:.2f} MB, head {w['drafter']:.2f} MB. Copy rate: "
-            f"{bw['memory']:.1f} GB/s through memory (256 MB buffer), {bw['cache']:.1f} GB/s at the target's weight "
-            f"size. Implied target step: {implied['target_memory']:.3f} ms (memory), {implied['target_cache']:.3f} ms "
-            f"(cache); head step {implied['drafter_memory']:.3f} / {implied['drafter_cache']:.3f} ms.\n\n")
-    rows = ["| path | step ms | verify L+1 ms | head step ms | round ms | head / step | round / step "
-            "| step / eager step | ready s |", "|---|---|---|---|---|---|---|---|---|"]
-    for path, t in result["paths"].items():
-        r = result["ratios"][path]
-        rows.append(f"| {path} | {t['step']:.3f} | {t['verify']:.3f} | {t['head']:.3f} | {t['round']:.3f} "
-                    f"| {r['head_per_step']:.2f} | {r['round_per_step']:.2f} | {r['step_vs_eager']:.2f} "
-                    f"| {t['ready_s']:.2f} |")
-    return head + "\n".join(rows) + "\n"
-
-
-def fastest_path(result: dict) -> str:
-    """The path whose round is fastest."""
-    return min(result["paths"], key=lambda p: result["paths"][p]["round"])
+from coolsd.bench.limit_table import BIG_BUFFER, MODELS, fastest_path, markdown, measure
+from coolsd.models.graphs import EXECUTION_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-len", type=int, default=None, help="L of the round (default: the engine's)")
     parser.add_argument("--repeats", type=int, default=30, help="timed turns per call")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the app decodes at 1)")
+    parser.add_argument("--buffer-mb", type=int, default=BIG_BUFFER // 2**20,
+                        help="MB copied to measure the memory's bandwidth (past every cache)")
     parser.add_argument("--store", action="store_true", help="write the faster path into the model folder's "
                                                              f"{EXECUTION_FILE}")
     args = parser.parse_args(argv)
@@ -191,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     load, root, out = MODELS[args.model]
     out = args.out or out
     bundle = load(root, device="cpu")
-    result = measure(bundle, args.draft_len, args.repeats)
+    result = measure(bundle, args.draft_len, args.repeats, buffer_bytes=args.buffer_mb * 2**20)
     out.mkdir(parents=True, exist_ok=True)
     (out / "limit.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (out / "limit.md").write_text(markdown(result), encoding="utf-8")

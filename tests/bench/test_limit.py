@@ -1,4 +1,5 @@
-"""`python -m coolsd.bench.limit` on the tiny model: what it counts, what it writes, what --store stores.
+"""The limit table (`coolsd.bench.limit_table`) and `python -m coolsd.bench.limit` on the tiny model: what it
+counts, what it writes, what --store stores.
 
 No timed assert: the numbers are whatever this machine gives; only their presence and consistency are checked.
 """
@@ -9,7 +10,7 @@ import json
 
 import pytest
 
-from coolsd.bench import limit
+from coolsd.bench import limit, limit_table
 from coolsd.models.graphs import EXECUTION_FILE, stored_path
 
 
@@ -24,13 +25,13 @@ def test_step_bytes_count_every_matrix_once(tiny):
     cfg = tiny.target.model.config
     d, i, v, layers = cfg.hidden_size, cfg.intermediate_size, tiny.target.vocab_size, cfg.num_hidden_layers
     per_layer = d * 3 * d + d * d + d * 2 * i + i * d  # qkv, o, gate+up, down (as many heads as kv heads)
-    sizes = limit.step_bytes(tiny.target, tiny.drafter)
+    sizes = limit_table.step_bytes(tiny.target, tiny.drafter)
     assert sizes["target"] == 4 * (layers * per_layer + d * v)  # fp32
     assert sizes["drafter"] == 4 * (per_layer + 2 * d * d + d * v)  # one layer, fc (2D -> D), head
 
 
 def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
-    result = limit.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4)
+    result = limit_table.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4, buffer_bytes=2**20)
     assert set(result["paths"]) == {"eager", "lean", "lean-packed"} and result["rows"] == 2 and result["draft_len"] == 2
     for path, times in result["paths"].items():
         assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
@@ -39,14 +40,14 @@ def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     assert result["ratios"]["eager"]["step_vs_eager"] == 1.0
     assert result["bandwidth_gbs"]["memory"] > 0 and result["implied_ms"]["target_memory"] > 0
     assert tiny.target.stack.lean is None and tiny.drafter.lean is None  # forks were measured, not the bundle
-    table = limit.markdown(result)
+    table = limit_table.markdown(result)
     assert "| eager |" in table and "| lean |" in table and "| lean-packed |" in table and "GB/s" in table
 
 
 def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, monkeypatch):
     monkeypatch.setitem(limit.MODELS, "emoji", (lambda root, device: tiny, tmp_path, tmp_path / "out"))
-    assert limit.main(["--model", "emoji", "--repeats", "1", "--store"]) == 0
+    assert limit.main(["--model", "emoji", "--repeats", "1", "--store", "--buffer-mb", "1"]) == 0
     result = json.loads((tmp_path / "out" / "limit.json").read_text())
-    assert (tmp_path / "out" / "limit.md").read_text() == limit.markdown(result)
+    assert (tmp_path / "out" / "limit.md").read_text() == limit_table.markdown(result)
     stored = json.loads((tmp_path / EXECUTION_FILE).read_text())
-    assert stored["cpu"] == limit.fastest_path(result) == stored_path(tmp_path, "cpu")
+    assert stored["cpu"] == limit_table.fastest_path(result) == stored_path(tmp_path, "cpu")
