@@ -53,6 +53,12 @@ def _race(key: str, stat: str) -> Callable[[dict], list[tuple[str, float | None]
     return answer
 
 
+def _races(keys: tuple[str, ...], stat: str) -> Callable[[dict], list[tuple[str, float | None]]]:
+    def answer(payload: dict):
+        return [pair for key in keys for pair in _race(key, stat)(payload)]
+    return answer
+
+
 def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dict], list[tuple[str, float | None]]]:
     def answer(payload: dict):
         rows = (payload or {}).get("decoders") or []
@@ -94,6 +100,15 @@ STEPS = [
          "plot.",
          "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your answer to the previous step)?",
          _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
+    Step("Look-alikes",
+         "Relaxation pays only where the target hesitates. An image model spreads its probability over look-alike "
+         "codes (many almost identical ways to draw an edge); a draft that picks a look-alike of the target's "
+         "favourite fails Eagle-1's test and passes a relaxed one. A target sure of one code at every position (one "
+         "that memorised its pictures) leaves nothing to relax. The line under the images gives the shipped models' "
+         "benchmark; watch the **τ** column here.",
+         "COOL-SD's τ at δ = 2 (Eagle-1's is shown beside it)?",
+         _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
+         race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab decodes the same samples, each of another "
          "class, with vanilla AR, Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether "

@@ -118,13 +118,24 @@ def test_the_reveal_puts_the_runs_measured_value_beside_the_guess(j):
     step = tour.STEPS[j]
     _, shown, stats = _run_step(j, 2.25)
     (key,) = [key for name, key in DECODERS.items() if step.question.startswith(name)]
-    d, vanilla = stats["decoders"][key], stats["decoders"]["vanilla"]
-    if "τ" in step.question:  # recomputed from the run's counts
-        value = d["tokens"] / d["target_forwards"]
-    else:
-        assert "speed-up" in step.question
-        value = (d["tokens"] / d["compute_seconds"]) / (vanilla["tokens"] / vanilla["compute_seconds"])
-    assert shown == f"Your guess: **2.25**. Measured just now: {d['decoder']}: **{value:.2f}**."
+    # a question may name a second decoder "shown beside it" (the Look-alikes step): its value follows
+    beside = [key for name, key in DECODERS.items() if f"{name}'s" in step.question and key != key_first(step)]
+    vanilla = stats["decoders"]["vanilla"]
+    parts = []
+    for k in (key, *beside):
+        d = stats["decoders"][k]
+        if "τ" in step.question:  # recomputed from the run's counts
+            value = d["tokens"] / d["target_forwards"]
+        else:
+            assert "speed-up" in step.question
+            value = (d["tokens"] / d["compute_seconds"]) / (vanilla["tokens"] / vanilla["compute_seconds"])
+        parts.append(f"{d['decoder']}: **{value:.2f}**")
+    assert shown == f"Your guess: **2.25**. Measured just now: {'; '.join(parts)}."
+
+
+def key_first(step) -> str:
+    """The decoder a question starts with (the one the guess is about)."""
+    return next(key for name, key in DECODERS.items() if step.question.startswith(name))
 
 
 def test_the_reveal_reads_the_payload_and_says_when_nothing_is_measured():
