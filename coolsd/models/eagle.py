@@ -90,12 +90,12 @@ class EagleDrafter:
             raise ValueError("an Eagle drafter needs the feature before every token")
         g, n, d = hidden.shape
         e = self.embed[ids][None].expand(g, -1, -1)
-        pairs = torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d)
-        if self.lean is not None:  # packed products, fp32 features
+        if self.lean is not None:  # products prepared once (`coolsd.models.lean`), fp32 pairs and features
             fc, head = self.lean
-            out = self.stack.forward(fc(pairs).view(g, n, d), positions + 1, mask)  # (G, n, D) fp32
+            x = fc(torch.cat([e.float(), hidden.float()], dim=-1).view(g * n, 2 * d))
+            out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) fp32
             return ModelStep(logits=head(out.view(g * n, d)).view(g, n, -1).float(), hidden=out)
-        x = torch.addmm(self.fc_b, pairs, self.fc_t)
+        x = torch.addmm(self.fc_b, torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d), self.fc_t)
         out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) predicted features
         return ModelStep(logits=(out @ self.head_t).float(), hidden=out)  # fp32 logits on a bf16 path
 

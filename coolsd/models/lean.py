@@ -174,28 +174,25 @@ class LeanLayers:
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)  # (n, hq + hk, hd)
         if mask is None and n > 1:
             mask = torch.ones(n, end, dtype=torch.bool, device=x_in.device).tril(start)
-        pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)  # [x, -x]: RMSNorm as LayerNorm
-        x = pair[:, :d]  # (M, D) the residual stream, updated in place
+        # RMSNorm (its weight folded into the products) as the CPU's one fused LayerNorm kernel: over [x, -x]
+        # the mean is 0 and the variance mean(x^2), so the first half of LayerNorm([x, -x]) is RMSNorm(x)
+        pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)
+        x, minus = pair[:, :d], pair[:, d:]  # (M, D) the residual stream, updated in place; its negative
         x.copy_(x_in.reshape(g * n, d))
         layers = self.packed if self.packed is not None and g * n > self.plain_rows else self.plain
-        for i, layer in enumerate(layers):
-            qkv = layer.qkv(self.norm(pair, layer.dtype)).view(g, n, hq + 2 * hk, hd)
-            qk = qkv[:, :, : hq + hk]
+        for layer, kc, vc in zip(layers, k.unbind(0), v.unbind(0)):
+            torch.neg(x, out=minus)
+            qkv = layer.qkv(F.layer_norm(pair, (2 * d,), None, None, self.eps)[:, :d].to(layer.dtype))
+            qk, new_v = qkv.view(g, n, hq + 2 * hk, hd).split([hq + hk, hk], 2)
             qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)  # (G, n, hq + hk, hd) fp32, q scaled
-            k[i, :, :, start:end] = qk[:, :, hq:].transpose(1, 2)
-            v[i, :, :, start:end] = qkv[:, :, hq + hk :].transpose(1, 2)
-            att = F.scaled_dot_product_attention(qk[:, :, :hq].transpose(1, 2), k[i, :, :, :end], v[i, :, :, :end],
+            kc[:, :, start:end] = qk[:, :, hq:].transpose(1, 2)
+            vc[:, :, start:end] = new_v.transpose(1, 2)
+            att = F.scaled_dot_product_attention(qk[:, :, :hq].transpose(1, 2), kc[:, :, :end], vc[:, :, :end],
                                                  attn_mask=mask, scale=1.0, enable_gqa=hk != hq)  # (G, hq, n, hd)
             layer.o.add_to(att.transpose(1, 2).reshape(g * n, hq * hd), x)
-            layer.mlp_add_to(self.norm(pair, layer.dtype), x)
+            torch.neg(x, out=minus)
+            layer.mlp_add_to(F.layer_norm(pair, (2 * d,), None, None, self.eps)[:, :d].to(layer.dtype), x)
         return x.view(g, n, d)
-
-    def norm(self, pair: Tensor, dtype: torch.dtype) -> Tensor:
-        """RMSNorm of x = pair[:, :D] (no weight, folded into the products) in `dtype`: LayerNorm of
-        [x, -x] (M, 2 D), whose mean is 0 and variance mean(x^2), is the CPU's one fused kernel for it."""
-        d = pair.shape[1] // 2
-        torch.neg(pair[:, :d], out=pair[:, d:])
-        return F.layer_norm(pair, (2 * d,), None, None, self.eps)[:, :d].to(dtype)
 
 
 class LeanHead:
