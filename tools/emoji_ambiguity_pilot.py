@@ -23,11 +23,13 @@ from pathlib import Path
 
 import torch
 
-# name -> (framings per picture, scale range, largest offset in px, input substitution probability)
+# name -> (framings per picture, scale range, largest offset in px, input substitution probability), or a
+temperature the shipped target is sampled at, or the stochastic quantisation's sigma^2 (`emoji.soft_candidates`)
 SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2": dict(temperature=2.0),
           "mild": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.0),
           "strong": dict(per_icon=32, scales=(0.7, 1.0), shift=2.5, substitute=0.0),
-          "mild+subst": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.1)}
+          "mild+subst": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.1),
+          "soft 0.02": dict(soft_sigma2=0.02), "soft 0.01": dict(soft_sigma2=0.01)}
 SHIPPED = Path("assets/emoji")
 
 
@@ -51,7 +53,8 @@ def model_folder(target_dir: Path | None, out: Path) -> Path:
     return out
 
 
-def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: float | None = None) -> dict:
+def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: float | None = None,
+            top_k: int = 0, rules: bool = True) -> dict:
     """Ambiguity, tau per rule and recognisability on `conds` (condition ids), seed = index; `temperature`: the
     target sampled at this temperature instead of its stored sampling's."""
     import dataclasses
@@ -66,9 +69,9 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: flo
     bundle = load_emoji(folder)
     sampling, config = bundle.default_sampling, DecodeConfig(draft_len=draft_len)
     if temperature is not None:
-        sampling = dataclasses.replace(sampling, temperature=temperature)
+        sampling = dataclasses.replace(sampling, temperature=temperature, top_k=top_k)
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd d2": make_rule("cool-sd", delta=2.0, nu=0.7),
-             "cool-sd d8": make_rule("cool-sd", delta=8.0, nu=0.7)}
+             "cool-sd d8": make_rule("cool-sd", delta=8.0, nu=0.7)} if rules else {}
     scores, images, forwards = [], [], {name: 0 for name in rules}
     for seed, cond in enumerate(conds):
         result = run(bundle.target, None, None, cond=cond, num_tokens=bundle.num_tokens, sampling=sampling, seed=seed)
@@ -90,7 +93,8 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: flo
             "top1_fg": sum(s["top1_fg"] * s["fg_tokens"] for s in scores) / fg,
             "entropy_fg": sum(s["entropy_fg"] * s["fg_tokens"] for s in scores) / fg,
             "nll": sum(s["nll"] for s in scores) / len(scores),
-            **{f"tau {name}": len(conds) * bundle.num_tokens / f for name, f in forwards.items()},
+            **{f"tau {name}": len(conds) * bundle.num_tokens / f if f else float("nan")
+               for name, f in forwards.items()},
             "recognised": hits.float().mean().item(), "recognised_framed_bank": framed_hits.float().mean().item()}
 
 
@@ -105,6 +109,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/work/runs/pilot34"))
     ap.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--target-dir", type=Path, default=None,
+                    help="instead of the set-ups: sample this trained target at each --temperatures (vanilla only)")
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--top-k", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(2)
     data = splits()
@@ -113,6 +121,12 @@ def main() -> int:
     styles = len(data["style_names"])
     conds = (data["train"][1][tr] * styles + data["train"][2][tr]).tolist()
     vq = load_vq(SHIPPED / "vq", torch_dtype=torch.float32).eval()
+    if args.target_dir is not None:
+        folder = model_folder(args.target_dir, args.out / "sweep_model")
+        for t in args.temperatures:
+            row = measure(folder, conds, temperature=t, top_k=args.top_k, rules=False)
+            print(json.dumps({f"T={t:g} top-k={args.top_k}": row}), flush=True)
+        return 0
     path = args.out / "pilot.json"
     rows = json.loads(path.read_text()) if path.is_file() else {}
     for name in args.setups:
@@ -123,6 +137,10 @@ def main() -> int:
             framed = load_framed(setup["per_icon"], 0, setup["scales"], setup["shift"])
             train_emoji_target(vq, data, args.out / name, args.minutes * 60, lr=args.lr, init=SHIPPED / "target",
                                framed=framed, substitute=setup["substitute"])
+            target_dir = args.out / name / "target"
+        elif setup is not None and "soft_sigma2" in setup:
+            train_emoji_target(vq, data, args.out / name, args.minutes * 60, lr=args.lr, init=SHIPPED / "target",
+                               soft_sigma2=setup["soft_sigma2"])
             target_dir = args.out / name / "target"
         state = torch.load(args.out / name / "target_state.pt", weights_only=False) if target_dir else {}
         s0 = time.perf_counter()

@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     tg.add_argument("--framed-scales", type=float, nargs=2, default=(0.85, 1.0), metavar=("LOW", "HIGH"),
                     help="range of the content's scale in the box")
     tg.add_argument("--framed-shift", type=float, default=1.0, help="largest offset from the centre, pixels")
+    tg.add_argument("--soft-sigma2", type=float, default=0.0,
+                    help="stochastic quantisation: every step draws each patch's code among its 8 nearest, "
+                         "weights exp(-d^2 / (2 sigma2)) (plain white stays on its code); 0: nearest code")
     tg.add_argument("--substitute", type=float, default=0.0,
                     help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")

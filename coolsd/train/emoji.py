@@ -90,15 +90,46 @@ def framed_codes(vq, pictures: torch.Tensor, labels: torch.Tensor, styles: torch
     return codes, labels.repeat_interleave(v), styles.repeat_interleave(v)
 
 
+PLAIN = 250 / 127.5 - 1  # a patch whose every value is above this (pixels >= 250 of 255) is plain white background
+
+
+@torch.no_grad()
+def soft_candidates(vq, images: torch.Tensor, sigma2: float, k: int = 8, chunk: int = 256):
+    """Stochastic quantisation (issue 34): each patch of images (N, 3, 32, 32) in [-1, 1] may take any of its k
+    nearest codes, code c with probability proportional to exp(-|z - c|^2 / (2 sigma2)) (z the patch, in the
+    codebook's space): a patch between look-alike codes gets either, a patch on one code keeps it. Plain white
+    patches (`PLAIN`) keep their nearest code. -> ids (N, T, k) int64 nearest first, probs (N, T, k) float."""
+    ids, probs = [], []
+    book = vq.quantize.embedding.weight.float()
+    for i in range(0, len(images), chunk):
+        z = vq.encode(images[i : i + chunk]).latents.flatten(2).transpose(1, 2)  # (n, T, C)
+        d = torch.cdist(z, book[None]) ** 2  # (n, T, K)
+        dk, ik = d.topk(k, dim=-1, largest=False)  # nearest first
+        p = torch.softmax(-(dk - dk[..., :1]) / (2 * sigma2), dim=-1)
+        plain = (z > PLAIN).all(-1)
+        p[plain] = F.one_hot(torch.zeros(int(plain.sum()), dtype=torch.long), k).float()
+        ids.append(ik)
+        probs.append(p)
+    return torch.cat(ids), torch.cat(probs)
+
+
+def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One stochastic quantisation: ids, probs (B, T, k) from `soft_candidates` -> codes (B, T)."""
+    pick = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen).view(probs.shape[:2])
+    return ids.gather(-1, pick[..., None])[..., 0]
+
+
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
-                       **size) -> LlamaForCausalLM:
+                       soft_sigma2: float = 0.0, **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
     `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
     32, 32) uint8}, `emoji_data.load_framed`): learn V random framings of every picture instead of the one
     centred picture, and report the held-out NLL on the framed held-out pairs; `substitute`: the probability
-    that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged)."""
+    that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged);
+    `soft_sigma2` > 0: every step quantises its pictures afresh by `soft_candidates` (the held-out NLL on one such
+    quantisation of the held-out pairs)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
@@ -106,7 +137,13 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         warm_start(model, init)
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
     vx, vy, vs, _ = data["val"]
-    if framed is None:
+    soft = None
+    if soft_sigma2 > 0:
+        x, ys, ss, _ = data["train"]
+        soft = soft_candidates(vq, x, soft_sigma2)
+        codes = soft[0][..., 0]  # nearest codes: the shape and count; each step draws its own
+        val_codes = draw_codes(*soft_candidates(vq, vx, soft_sigma2), torch.Generator().manual_seed(seed + 1))
+    elif framed is None:
         codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
         val_codes = encode_tokens(vq, vx).flatten(1)
     else:
@@ -120,7 +157,8 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
 
     def step(i: int) -> dict[str, float]:
         rows = torch.randint(len(codes), (batch,), generator=gen)
-        ids = sequences(codes[rows], ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
+        picked = codes[rows] if soft is None else draw_codes(soft[0][rows], soft[1][rows], gen)
+        ids = sequences(picked, ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
         inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = code_nll(model, ids, inputs)

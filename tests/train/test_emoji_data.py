@@ -285,3 +285,41 @@ def test_framed_codes_keep_each_framing_with_its_labels():
     from coolsd.train.vq import encode_tokens
 
     assert torch.equal(codes[3], encode_tokens(vq, pictures[1, 1:].float() / 127.5 - 1).flatten())
+
+
+def _vq_with_codebook(book: torch.Tensor):
+    from coolsd.models.patch_vq import PatchVQModel
+
+    vq = PatchVQModel(num_vq_embeddings=len(book), block_out_channels=(8, 8), norm_num_groups=4).eval()
+    with torch.no_grad():
+        vq.quantize.embedding.weight.copy_(book)
+    return vq
+
+
+def test_soft_candidates_weigh_look_alike_codes_by_distance_and_keep_plain_white():
+    from coolsd.train.emoji import soft_candidates
+
+    grey, dark, white = torch.full((12,), 0.2), torch.full((12,), -0.6), torch.ones(12)
+    book = torch.stack([grey, grey + 0.1, dark, white, white - 0.01])  # codes 0 and 1 look alike, 3 and 4 too
+    vq = _vq_with_codebook(book)
+    image = torch.ones(1, 3, 32, 32)  # plain white, except two patches
+    image[0, :, 0:2, 0:2] = 0.25  # patch 0: halfway between codes 0 and 1
+    image[0, :, 0:2, 2:4] = -0.6  # patch 1: on code 2, far from every other
+    ids, probs = soft_candidates(vq, image, sigma2=0.02, k=3)
+    assert ids.shape == probs.shape == (1, 256, 3)
+    assert set(ids[0, 0, :2].tolist()) == {0, 1} and probs[0, 0, :2].tolist() == pytest.approx([0.5, 0.5], abs=1e-4)
+    assert ids[0, 1, 0] == 2 and probs[0, 1, 0] > 0.999
+    assert ids[0, 2, 0] == 3 and probs[0, 2].tolist() == [1.0, 0.0, 0.0]  # plain white keeps its nearest code
+    # a larger sigma^2 spreads the far patch too; probabilities always sum to one
+    _, wide = soft_candidates(vq, image, sigma2=5.0, k=3)
+    assert wide[0, 1, 0] < 0.9 and torch.allclose(wide.sum(-1), torch.ones(1, 256))
+
+
+def test_draw_codes_follows_the_probabilities():
+    from coolsd.train.emoji import draw_codes
+
+    ids = torch.tensor([[[7, 8], [5, 6]]]).repeat(4000, 1, 1)  # (4000, T = 2, k = 2)
+    probs = torch.tensor([[[0.25, 0.75], [1.0, 0.0]]]).repeat(4000, 1, 1)
+    codes = draw_codes(ids, probs, torch.Generator().manual_seed(0))
+    assert codes.shape == (4000, 2) and set(codes[:, 0].tolist()) == {7, 8} and (codes[:, 1] == 5).all()
+    assert (codes[:, 0] == 8).float().mean() == pytest.approx(0.75, abs=0.03)
