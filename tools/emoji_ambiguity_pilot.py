@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 # name -> (framings per picture, scale range, largest offset in px, input substitution probability), or a
-temperature the shipped target is sampled at, or the stochastic quantisation's sigma^2 (`emoji.soft_candidates`)
+# temperature the shipped target is sampled at, or the stochastic quantisation's sigma^2 (`emoji.soft_candidates`)
 SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2": dict(temperature=2.0),
           "mild": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.0),
           "strong": dict(per_icon=32, scales=(0.7, 1.0), shift=2.5, substitute=0.0),
