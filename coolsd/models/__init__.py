@@ -2,8 +2,8 @@
 
 Start reading at `bundle.py` (`ModelBundle`, `load_embedded`: the shipped digit
 model). `llama.py` is the fused Llama layer stack with its KV cache, `embedded.py` the target on it,
-`eagle.py` the Eagle-1 drafter head, `graphs.py` / `static.py` the execution paths (eager, static
-shapes, CUDA graphs), `tiny.py` a random-weight bundle for tests, `llamagen/` the LlamaGen T2I model
+`eagle.py` the Eagle-1 drafter head, `graphs.py` / `static.py` / `lean.py` the execution paths (eager, static
+shapes, CUDA graphs, lean CPU), `tiny.py` a random-weight bundle for tests, `llamagen/` the LlamaGen T2I model
 (GPU) with its downloader (`llamagen/fetch.py`, `python -m coolsd.fetch`). `timing.py` measures how long a
 model's calls take through the protocol (the one home of forward timing: cost model, path choice, cost curves).
 """

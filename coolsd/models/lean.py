@@ -1,20 +1,26 @@
-"""The lean CPU path (issue 35): the eager layer stack's maths with fewer, cheaper calls per decode step.
+"""The lean CPU paths (issue 35): the eager layer stack's maths with products prepared once and fewer calls a step.
 
-What it changes against the eager path (`coolsd.models.llama.LayerStack._layers`), each chosen by
-measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16, `python -m coolsd.bench.limit`):
-- products: bf16 weights are packed once for oneDNN (`torch.ops.mkldnn._reorder_linear_weight`), so a
-  1-row product reads its weights at about the memory's speed (a plain bf16 `x @ w` of one row runs 2-3x
-  slower); SiLU, the gate-times-up product and the residual add ride on the products as oneDNN post-ops.
-  fp32 weights keep plain `x @ w` (oneDNN packing measured slower in fp32 for one row);
-- activations in fp32 whatever the weights: the residual stream, RMSNorm, RoPE, attention and the KV cache
-  (a bf16 `bmm` of one query ran 4x slower than fp32, bf16 RMSNorm converts on every call);
-- attention as two `matmul`s and a softmax over the slots in use (one fused call of the CPU's
-  `scaled_dot_product_attention` for one query costs more than the three), the causal or tree mask added
-  once per call as a bias shared by every layer;
-- RoPE tables per head built once with the attention scale 1/sqrt(hd) folded into the query heads' rows.
+What they change against the eager path (`coolsd.models.llama.LayerStack._layers`), each chosen by
+interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16, a shared 2-core VM;
+`python -m coolsd.bench.limit` measures the paths side by side on any machine):
+- products: one-row calls (a decode step without CFG, a head step) run plain fp32 BLAS on weights converted
+  once at load (bf16 weights too: a bf16 product of one row goes through oneDNN, which costs ~20 us a call
+  whatever its size, against ~3 us for fp32 BLAS, and the old path converted operands on every call);
+  calls of more rows (a verify, CFG's two rows) run oneDNN on bf16 weights packed once
+  (`_reorder_linear_weight`), SiLU, gate-times-up and the residual add riding on them as post-ops.
+  Path "lean-packed" runs one-row calls on the packed weights too (half the bytes a step reads: better
+  where the weights do not stay in the cache). fp32 models run fp32 BLAS throughout (exact);
+- activations in fp32 whatever the weights: the residual stream, norms, RoPE, attention and the KV cache
+  (bf16 RMSNorm and a bf16 attention of one query convert on every call);
+- RMSNorm as one fused LayerNorm call over [x, -x] (whose mean is 0 and variance mean(x^2)), where
+  `F.rms_norm` on a CPU is about eight calls; its weight stays folded into the next product;
+- RoPE tables per head built once, the attention scale 1/sqrt(hd) folded into the query heads' rows;
+  views (cache layers, halves, q / k / v) made once a call; the fp32 fused attention (`F.sdpa`: a
+  hand-written one for one query measured no faster).
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
-The eager path stays the reference: in fp32 both give the same logits up to float rounding
+The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
+tokens for a seed; in bf16 the lean logits are no further from fp32 than the eager bf16 ones
 (`tests/models/test_lean.py`).
 """
 
