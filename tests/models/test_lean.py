@@ -188,3 +188,19 @@ def test_choose_path_order():
     assert choose_path(cpu, "eager", "lean") == "eager"
     assert choose_path(cpu, None, "cuda-graphs") == "eager"  # a CUDA choice stored for a CPU: auto
     assert choose_path(cpu, "lean") == "lean"
+
+
+def test_shipped_model_same_tokens_on_lean_and_eager(build_rule):
+    """The embedded MNIST model (fp32 on a CPU, where both lean paths run fp32 BLAS; CFG: two rows a call)
+    gives the eager path's tokens on the lean path: chain, tree and vanilla AR."""
+    from coolsd.models.bundle import load_embedded
+
+    b = load_embedded(device="cpu", execution_path="eager")
+    lanes = {path: _pair(b, path) for path in ("eager", "lean")}
+    settings = [("cool-sd", DecodeConfig(draft_len=5)), ("eagle-1", DecodeConfig(draft_len=4, tree="eagle-25")),
+                (None, DecodeConfig())]
+    for name, config in settings:
+        rule = build_rule(name, codebook=b.tokenizer.codebook) if name else None
+        tokens = {path: run(t, d, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling, config=config,
+                            seed=1).tokens.tolist() for path, (t, d) in lanes.items()}
+        assert tokens["lean"] == tokens["eager"], name
