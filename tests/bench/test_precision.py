@@ -1,0 +1,21 @@
+"""`python -m coolsd.bench.precision` times its rounds on the execution path stored with the model (issue 35)."""
+
+from __future__ import annotations
+
+import json
+
+from coolsd.bench import precision
+from coolsd.models.graphs import EXECUTION_FILE
+
+
+def test_precision_is_measured_on_the_stored_path(tmp_path):
+    from coolsd.models.tiny import tiny_bundle
+
+    b = tiny_bundle()
+    b.target.model.save_pretrained(tmp_path / "target")
+    b.drafter.head.save_pretrained(tmp_path / "drafter")
+    first = precision.measure(tmp_path, draft_len=2, repeats=1, warmup=0)
+    assert first["path"] == "eager" and first["cpu"] in ("fp32", "bf16")
+    (tmp_path / EXECUTION_FILE).write_text(json.dumps({"cpu": "lean"}))
+    stored = precision.measure(tmp_path, draft_len=2, repeats=1, warmup=0)
+    assert stored["path"] == "lean" and set(stored["measured_ms_per_round"]) == {"fp32", "bf16"}
