@@ -184,7 +184,7 @@ class LeanLayers:
         # the mean is 0 and the variance mean(x^2), so the first half of LayerNorm([x, -x]) is RMSNorm(x)
         pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)
         x, minus = pair[:, :d], pair[:, d:]  # (M, D) the residual stream, updated in place; its negative
-        x.copy_(x_in.reshape(g * n, d))
+        x.view(g, n, d).copy_(x_in)  # one copy, also from an expanded (G, n, D) input
         layers = self.packed if self.packed is not None and g * n > self.plain_rows else self.plain
         for layer, kc, vc in zip(layers, k.unbind(0), v.unbind(0)):
             torch.neg(x, out=minus)
