@@ -29,7 +29,8 @@ SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2"
           "mild": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.0),
           "strong": dict(per_icon=32, scales=(0.7, 1.0), shift=2.5, substitute=0.0),
           "mild+subst": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.1),
-          "soft 0.02": dict(soft_sigma2=0.02), "soft 0.01": dict(soft_sigma2=0.01)}
+          "soft 0.02": dict(soft_sigma2=0.02), "soft 0.01": dict(soft_sigma2=0.01),
+          "soft 0.04": dict(soft_sigma2=0.04)}
 SHIPPED = Path("assets/emoji")
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.train.emoji_data import CREDITS, load_dataset, splits
+from coolsd.train.emoji_data import CREDITS, load_dataset, load_framed, splits
 from coolsd.train.emoji_eval import evaluate_emoji
 from coolsd.train.export import export_bundle, export_real_stats
 from coolsd.train.loop import part_path
@@ -74,8 +74,6 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
     if args.stage == "target":
         framed = None
         if args.framed:
-            from coolsd.train.emoji_data import load_framed
-
             framed = load_framed(args.framed, args.seed, tuple(args.framed_scales), args.framed_shift)
         emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, framed=framed,
                                  substitute=args.substitute, soft_sigma2=args.soft_sigma2, **kw)

@@ -264,13 +264,7 @@ def to_square_rgb(img, size: int = IMAGE_SIZE) -> np.ndarray:
     """RGBA PIL image -> (3, size, size) uint8: cropped to its content, padded square, on white."""
     from PIL import Image
 
-    img = img.convert("RGBA")
-    box = img.getchannel("A").getbbox()
-    if box:
-        img = img.crop(box)
-    side = max(img.size)
-    canvas = Image.new("RGBA", (side, side), (255, 255, 255, 0))
-    canvas.paste(img, ((side - img.width) // 2, (side - img.height) // 2))
+    canvas = square_rgba(img)
     white = Image.new("RGBA", canvas.size, (255, 255, 255, 255))
     rgb = Image.alpha_composite(white, canvas).convert("RGB").resize((size, size), Image.LANCZOS)
     return np.asarray(rgb).transpose(2, 0, 1).copy()

@@ -249,8 +249,10 @@ def test_an_unknown_model_is_one_clear_line(call):
 
 
 def test_api_arguments_keep_their_order_with_model_and_style_last():
+    """Arguments added later come after the others, so older calls keep working: model and style, then SJD's
+    window."""
     names = RaceSettings.names()
-    assert names[-3:] == ["resolution", "model", "style"]
+    assert names[-4:] == ["resolution", "model", "style", "sjd_window"]
     assert list(RaceSettings.signature(APP.ctx).parameters)[:-1] == names
     # a call with the app's defaults for another model's arguments: they follow the model
     emoji_keys = [k for k in APP.ctx.catalogue.keys if k != "tiny"]
