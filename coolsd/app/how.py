@@ -32,7 +32,8 @@ OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
         ("COOL-SD δ = 1.1", "cool-sd", {"delta": 1.1}), ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0})]
 EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
               ("LANTERN++ (k = 10, λ = 20)", "lantern++", {"k": 10, "lam": 20.0}),
-              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0})]
+              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}),
+              ("SJD (W = 8, no drafter)", "sjd", {"window": 8}), ("SJD + reuse (W = 8)", "sjd-reuse", {"window": 8})]
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
 BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
            "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}

@@ -22,6 +22,8 @@ from coolsd.models.graphs import EXECUTION_FILE
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coolsd.bench.limit", description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="emoji")
+    parser.add_argument("--model-dir", type=Path, default=None, help="another folder of that model's kind (e.g. "
+                                                                      "an earlier emoji model) instead of the shipped one")
     parser.add_argument("--out", type=Path, default=None, help="folder for limit.json / limit.md (default: the "
                                                                "model's bench folder)")
     parser.add_argument("--draft-len", type=int, default=None, help="L of the round (default: the engine's)")
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load, root, out = MODELS[args.model]
-    out = args.out or out
+    root, out = args.model_dir or root, args.out or (args.model_dir / "bench" if args.model_dir else out)
     bundle = load(root, device="cpu")
     result = measure(bundle, args.draft_len, args.repeats, buffer_bytes=args.buffer_mb * 2**20)
     out.mkdir(parents=True, exist_ok=True)
