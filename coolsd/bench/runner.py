@@ -13,13 +13,14 @@ import gc
 import hashlib
 import os
 import time
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
 
 from coolsd.bench.settings import Setting
-from coolsd.compare.metrics import ambiguity, classifier_outputs, nll_of, plain_background, predicted, token_probs
+from coolsd.compare.metrics import ambiguity, classifier_outputs, nll_of, plain_background, predicted, token_logits
 from coolsd.decoding.engine import run
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import ModelBundle
@@ -92,13 +93,17 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
 
 
 def token_scores(bundle: ModelBundle, sampling: SamplingConfig, cls, tokens, image01) -> dict:
-    """The target's view of a decoded image: NLL of its tokens (nats/token) and how sure the target was before
-    each (mean top-1 probability and entropy, `ambiguity`), over all tokens and over those whose patch is not
-    plain background (`plain_background` of the decoded image, "_fg")."""
-    p = token_probs(bundle.target, sampling, cls, tokens)
+    """The target's view of a decoded image: NLL of its tokens (nats/token) under the target's untruncated
+    distribution (CFG and temperature of `sampling`, no top-k/top-p: a truncated p gives a token that crossed its
+    boundary between two numeric paths an infinite NLL), and how sure the target was before each under the
+    processed p the decoders aim to sample (mean top-1 probability and entropy, `ambiguity`), over all tokens and
+    over those whose patch is not plain background (`plain_background` of the decoded image, "_fg")."""
+    logits = token_logits(bundle.target, sampling.guidance, cls, tokens).double()
+    p = sampling.probs(logits)
     fg = ~plain_background(image01, bundle.tokenizer.grid)
     whole, ink = ambiguity(p), ambiguity(p, fg)
-    return {"nll": nll_of(p, tokens), "top1": whole["top1"], "entropy": whole["entropy"],
+    untruncated = dataclasses.replace(sampling, top_k=0, top_p=1.0).probs(logits)
+    return {"nll": nll_of(untruncated, tokens), "top1": whole["top1"], "entropy": whole["entropy"],
             "top1_fg": ink["top1"], "entropy_fg": ink["entropy"], "fg_tokens": ink["positions"]}
 
 

@@ -140,18 +140,23 @@ def load_real_stats(path: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
 
 # ---------------------------------------------------------------- likelihood under the target
 @torch.no_grad()
-def token_probs(target, sampling, cond, tokens: Tensor) -> Tensor:
-    """The target's processed p (CFG mix, temperature, top-k/top-p of `sampling`: the distribution every decoder
-    aims to sample) before each of `tokens` (T,): (T, V) float64. One prefix step plus one forward over
-    tokens[:-1] (the TokenModel protocol)."""
+def token_logits(target, guidance: bool, cond, tokens: Tensor) -> Tensor:
+    """The target's logits before each of `tokens` (T,): (G, T, V), G = 2 with classifier-free guidance (cond row,
+    then the unconditional one). One prefix step plus one forward over tokens[:-1] (the TokenModel protocol)."""
     tokens = tokens.reshape(-1)
-    first = target.start(cond, sampling.guidance)
+    first = target.start(cond, guidance)
     logits = first.logits
     if len(tokens) > 1:
         ids = tokens[:-1].to(logits.device)
         step = target.forward(ids, torch.arange(len(ids), device=logits.device))
         logits = torch.cat([first.logits, step.logits], dim=1)  # (G, T, V)
-    return sampling.probs(logits.double())
+    return logits
+
+
+def token_probs(target, sampling, cond, tokens: Tensor) -> Tensor:
+    """The target's processed p (CFG mix, temperature, top-k/top-p of `sampling`: the distribution every decoder
+    aims to sample) before each of `tokens` (T,): (T, V) float64."""
+    return sampling.probs(token_logits(target, sampling.guidance, cond, tokens).double())
 
 
 def token_nll(target, sampling, cond, tokens: Tensor) -> float:

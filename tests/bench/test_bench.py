@@ -299,3 +299,24 @@ def test_two_process_split_matches_one_process(scorer, tmp_path):
     assert {r["rank"] for r in items} == {0, 1}
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert config["world"] == 2 and config["command"].startswith("torchrun --standalone --nproc_per_node 2 -m coolsd")
+
+
+def test_token_scores_take_the_nll_untruncated_and_the_ambiguity_under_the_processed_p(tiny):
+    """With top-k, a token outside the k most likely (a boundary a second numeric path may cross) still has a
+    finite NLL: the NLL is under the untruncated p (same temperature), the top-1/entropy under the top-k p."""
+    import dataclasses
+
+    from coolsd.bench.runner import token_scores
+    from coolsd.compare.metrics import ambiguity, token_nll, token_probs
+
+    bundle = tiny
+    base = dataclasses.replace(bundle.default_sampling, temperature=1.3, top_k=0, top_p=1.0)
+    topk = dataclasses.replace(base, top_k=2)
+    full = token_probs(bundle.target, base, 1, torch.zeros(bundle.num_tokens, dtype=torch.long))
+    tokens = full.argmin(-1)  # the least likely code at each position: outside every top-2
+    image = bundle.tokenizer.decode(tokens)
+    scores = token_scores(bundle, topk, 1, tokens, image)
+    assert math.isinf(token_nll(bundle.target, topk, 1, tokens))
+    assert scores["nll"] == pytest.approx(token_nll(bundle.target, base, 1, tokens), rel=1e-9)
+    assert scores["top1"] == pytest.approx(ambiguity(token_probs(bundle.target, topk, 1, tokens))["top1"], rel=1e-9)
+    assert scores["top1"] > ambiguity(token_probs(bundle.target, base, 1, tokens))["top1"]
