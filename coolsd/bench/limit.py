@@ -17,13 +17,14 @@ import torch
 
 from coolsd.bench.limit_table import BIG_BUFFER, MODELS, fastest_path, markdown, measure
 from coolsd.models.graphs import EXECUTION_FILE
+from coolsd.util.machine import record_choice
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coolsd.bench.limit", description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="emoji")
-    parser.add_argument("--model-dir", type=Path, default=None, help="another folder of that model's kind (e.g. "
-                                                                      "an earlier emoji model) instead of the shipped one")
+    parser.add_argument("--model-dir", type=Path, default=None,
+                        help="another folder of that model's kind (an earlier emoji model) instead of the shipped one")
     parser.add_argument("--out", type=Path, default=None, help="folder for limit.json / limit.md (default: the "
                                                                "model's bench folder)")
     parser.add_argument("--draft-len", type=int, default=None, help="L of the round (default: the engine's)")
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.store:
         choice = {"cpu": fastest_path(result), "round_ms": {p: t["round"] for p, t in result["paths"].items()},
                   "date": result["date"]}
-        (root / EXECUTION_FILE).write_text(json.dumps(choice, indent=1) + "\n", encoding="utf-8")
+        record_choice(root / EXECUTION_FILE, choice)
         print(f"stored {choice['cpu']} in {root / EXECUTION_FILE}")
     return 0
 

@@ -16,11 +16,9 @@ For one shipped model, in its stored precision, at one torch thread (as the app 
 from __future__ import annotations
 
 import datetime
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -30,6 +28,7 @@ from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
 from coolsd.models.graphs import prepare
 from coolsd.models.timing import interleaved_medians
+from coolsd.util.machine import cpu_name
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
 
 PATHS = ("eager", "lean", "lean-packed")  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
@@ -137,15 +136,6 @@ def ratios(times: dict, eager: dict) -> dict[str, float]:
     return {"head_per_step": round(times["head"] / times["step"], 3),
             "round_per_step": round(times["round"] / times["step"], 3),
             "step_vs_eager": round(times["step"] / eager["step"], 3)}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
 
 
 def markdown(result: dict) -> str:

@@ -23,6 +23,7 @@ from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.emoji import DTYPES, PRECISION_FILE
 from coolsd.models.graphs import prepare, stored_path
 from coolsd.models.timing import interleaved_medians
+from coolsd.util.machine import record_choice
 from coolsd.util.paths import EMOJI_DIR
 
 WARMUP, REPEATS = 4, 15  # untimed and timed turns (each a round of each precision)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     choice = measure(root)
     print(json.dumps(choice))
     if not args.dry_run:
-        (root / PRECISION_FILE).write_text(json.dumps(choice, indent=1) + "\n", encoding="utf-8")
+        record_choice(root / PRECISION_FILE, choice)
     return 0
 
 

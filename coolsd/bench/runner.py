@@ -9,11 +9,11 @@ contiguous, deterministic slice of that list; `gather` merges the records on eve
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import os
 import time
-import dataclasses
 from dataclasses import dataclass
 
 import torch

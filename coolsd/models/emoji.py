@@ -16,6 +16,7 @@ import torch
 
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
+from coolsd.util.machine import stored_choice
 from coolsd.util.paths import EMOJI_DIR
 
 # Sampling an emoji model is shown with, unless its target config stores its own (`default_sampling`): CFG over
@@ -32,16 +33,14 @@ PRECISION_FILE = "precision.json"  # {"cpu": "bf16"}: written once by `python -m
 
 def stored_precision(root: Path, device: torch.device) -> tuple[torch.dtype, str]:
     """(dtype, description) target and drafter run in: $COOLSD_DTYPE when set to fp32 / bf16; else the choice
-    stored beside the model for this device type (PRECISION_FILE); else fp32 on CPU, fp16 on CUDA."""
+    stored beside the model for this device type (PRECISION_FILE; on a CPU this CPU model's own entry first,
+    `coolsd.util.machine`); else fp32 on CPU, fp16 on CUDA."""
     choice = os.environ.get(DTYPE_ENV, "auto").strip().lower() or "auto"
     if choice not in (*DTYPES, "auto"):
         raise BundleError(f"{DTYPE_ENV} must be fp32, bf16 or auto, got {choice!r}")
     if choice != "auto":
         return DTYPES[choice], f"{choice} (set by {DTYPE_ENV})"
-    try:
-        stored = json.loads((root / PRECISION_FILE).read_text(encoding="utf-8")).get(device.type)
-    except (OSError, ValueError, AttributeError):
-        stored = None
+    stored = stored_choice(root / PRECISION_FILE, device.type)
     if stored in DTYPES:
         return DTYPES[stored], f"{stored} (stored with the model)"
     return (torch.float16, "fp16 (CUDA)") if device.type == "cuda" else (torch.float32, "fp32")

@@ -17,7 +17,6 @@ elsewhere. It warms every captured shape, falls back to eager when capture fails
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor
 
 from coolsd.models.static import STATIC_BLOCKS
+from coolsd.util.machine import stored_choice
 
 log = logging.getLogger("coolsd")
 PATHS = ("eager", "static", "cuda-graphs", "lean", "lean-packed")
@@ -123,12 +123,10 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
 
 
 def stored_path(root: str | Path, device: torch.device) -> str | None:
-    """The path stored with the model folder `root` for `device`'s type (EXECUTION_FILE), or None when there
-    is no file, no entry or an unknown name (the stored choice is advice; a bad one is ignored)."""
-    try:
-        stored = json.loads((Path(root) / EXECUTION_FILE).read_text(encoding="utf-8")).get(torch.device(device).type)
-    except (OSError, ValueError, AttributeError):
-        return None
+    """The path stored with the model folder `root` for `device`'s type (EXECUTION_FILE; on a CPU this CPU
+    model's own entry first, `coolsd.util.machine`), or None when there is no file, no entry or an unknown name
+    (the stored choice is advice; a bad one is ignored)."""
+    stored = stored_choice(Path(root) / EXECUTION_FILE, torch.device(device).type)
     return stored if stored in PATHS else None
 
 

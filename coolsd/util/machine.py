@@ -1,0 +1,59 @@
+"""Per-machine choices stored with a model folder: which CPU this is, and the choice measured on it.
+
+CPUs differ in what is fast on them (measured on the emoji model, one thread: a bf16 round beat fp32 on an AMD
+EPYC with avx512_bf16, 5.53 vs 5.94 ms; on an Intel Xeon with AMX it lost, 5.58 vs 4.29 ms). So a choice file
+beside a model (`precision.json`, `execution.json`) keeps, beside the device-type entry (`{"cpu": "bf16"}`, the
+last measured machine's choice and the fallback), one entry per CPU model name it was measured on:
+
+    {"cpu": "fp32", "by_cpu": {"AMD EPYC": "bf16", "Intel(R) Xeon(R) Processor": "fp32"}, ...}
+
+`stored_choice` reads this machine's entry first; `record_choice` writes a new measurement, keeping the other
+machines' entries.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+BY_CPU = "by_cpu"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one; else what the platform module says)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
+
+
+def stored_choice(file: Path, device_type: str) -> str | None:
+    """The choice stored in the JSON `file` for a device of `device_type` ("cpu", "cuda"): on a CPU this CPU's
+    own entry (`by_cpu`) when there is one, else the device-type entry; None when the file, the entry or its
+    JSON is missing or not a text (the caller checks the name)."""
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    mine = data.get(BY_CPU) if device_type == "cpu" else None
+    choice = mine.get(cpu_name()) if isinstance(mine, dict) and cpu_name() in mine else data.get(device_type)
+    return choice if isinstance(choice, str) else None
+
+
+def record_choice(file: Path, choice: dict, device_type: str = "cpu") -> dict:
+    """Write `choice` (its `device_type` entry the choice just measured, the rest what was measured) to the JSON
+    `file`, adding this CPU's entry to the `by_cpu` entries already there. -> what was written."""
+    try:
+        old = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    machines = old.get(BY_CPU) if isinstance(old, dict) and isinstance(old.get(BY_CPU), dict) else {}
+    written = dict(choice)
+    if device_type == "cpu":
+        written[BY_CPU] = {**machines, cpu_name(): choice[device_type]}
+    Path(file).write_text(json.dumps(written, indent=1) + "\n", encoding="utf-8")
+    return written
