@@ -149,7 +149,7 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
     except (OSError, ValueError, KeyError):
         lines += _group(f"Ours: not measured (`{folder.name}/` is missing)", quality)
         return "\n".join(lines)
-    later = _later_runs(folder)
+    later = later_runs(folder)
     rows += [r for _, more in later for r in more if r.get("family") != "vanilla"]
     model, machine = config.get("model", "embedded model"), config.get("machine", "not recorded")
     machine = machine.split(";")[0] + (", CPU only" if "+cpu" in machine else "")  # "AMD EPYC, 2 cores, CPU only"
@@ -186,7 +186,7 @@ def _bench(folder: Path) -> tuple[dict, list[dict]]:
     return config, [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
 
 
-def _later_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
+def later_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
     """The (config, rows) of each later run found beside the main benchmark in `folder` (`LATER_RUNS`)."""
     found = []
     for name in LATER_RUNS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coolsd.app.how import find_row
+from coolsd.app.how import find_row, later_runs
 from coolsd.util.format import number
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
 
@@ -23,21 +23,25 @@ LEAD = ("**When relaxation pays:** when the target hesitates between look-alike 
 
 
 def read_rows(folder: Path) -> list[dict]:
-    """The rows of a benchmark folder's results.jsonl ([] when it is missing or unreadable)."""
+    """The rows of a benchmark folder's results.jsonl ([] when it is missing or unreadable), then those of the
+    later runs beside it (`how.later_runs`: their vanilla AR rows may hold the target's top-1 the main run did
+    not record)."""
     try:
-        return [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
+        rows = [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
     except (OSError, ValueError):
         return []
+    return rows + [r for _, more in later_runs(folder) for r in more]
 
 
 def model_clause(name: str, rows: list[dict], delta: float) -> str | None:
     """"on emoji (target top-1 0.62 on its own samples) COOL-SD δ = 2 accepts τ 3.10 vs Eagle-1's 2.30", or None
-    when a number is missing. The top-1 part is left out for benchmarks run before it was recorded."""
-    vanilla, eagle = find_row(rows, "vanilla", {}), find_row(rows, "eagle-1", {})
+    when a number is missing. The top-1 (of the first vanilla AR row that has it) is left out when no run
+    recorded it."""
+    eagle = find_row(rows, "eagle-1", {})
     cool = find_row(rows, "cool-sd", {"delta": delta})
     if eagle is None or cool is None or eagle.get("tau") is None or cool.get("tau") is None:
         return None
-    sure = (vanilla or {}).get("top1")
+    sure = next((r["top1"] for r in rows if r.get("top1") is not None and find_row([r], "vanilla", {})), None)
     hesitation = f" (target top-1 probability {number(sure, '.2f')} on its own samples)" if sure is not None else ""
     return (f"on {name}{hesitation} COOL-SD δ = {delta:g} accepts τ {number(cool['tau'])} "
             f"vs Eagle-1's {number(eagle['tau'])}")

@@ -37,3 +37,17 @@ def test_the_line_reads_each_folder_and_skips_missing_ones(tmp_path):
     line = lesson_markdown((("emoji", tmp_path / "a", 2.0), ("MNIST", tmp_path / "missing", 2.0)))
     assert line.startswith(LEAD) and "0.50" in line and "τ 3.00 vs Eagle-1's 2.00" in line and "MNIST" not in line
     assert lesson_markdown((("MNIST", tmp_path / "missing", 2.0),)) == LEAD + "."
+
+
+def test_the_top1_may_come_from_a_later_run_beside_the_benchmark(tmp_path):
+    """The main benchmark ran before the top-1 was recorded; a later run in its sjd/ subfolder recorded it: the line
+    quotes that run's vanilla top-1 and still the main run's taus."""
+    old = [r | {"top1": None} for r in rows()]
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in old))
+    (tmp_path / "sjd").mkdir()
+    (tmp_path / "sjd" / "config.json").write_text("{}")
+    later = [{"setting": "vanilla", "rule_config": None, "tree": None, "tau": 1.0, "top1": 0.95},
+             {"setting": "eagle-1", "rule_config": {"rule": "eagle-1"}, "tree": None, "tau": 9.0}]
+    (tmp_path / "sjd" / "results.jsonl").write_text("\n".join(json.dumps(r) for r in later))
+    clause = model_clause("emoji", read_rows(tmp_path), 2.0)
+    assert "top-1 probability 0.95" in clause and "Eagle-1's 2.20" in clause, clause
