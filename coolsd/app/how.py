@@ -176,7 +176,8 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
               "ours until the real weights are fetched."]
     lines += [f"SJD rows: a later run ({c.get('machine', 'machine not recorded').split(';')[0]}), "
               f"`{short_command(c.get('command', 'python -m coolsd.bench'))}`, {more[0].get('n_images', '?')} images "
-              "per setting, its speed-ups against its own vanilla AR run." for c, more in later if more]
+              f"per setting, its speed-ups against its own vanilla AR run (FID there {_vanilla_fid(more)}: FIDs of "
+              "runs with other images or another N are not comparable)." for c, more in later if more]
     return "\n".join(lines)
 
 
@@ -184,6 +185,11 @@ def _bench(folder: Path) -> tuple[dict, list[dict]]:
     """A benchmark folder's config.json and results.jsonl rows (OSError / ValueError when missing or broken)."""
     config = json.loads((folder / "config.json").read_text())
     return config, [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
+
+
+def _vanilla_fid(rows: list[dict]) -> str:
+    """The FID of a run's vanilla AR row, formatted ("-" when it has none)."""
+    return number(next((r.get("fid") for r in rows if find_row([r], "vanilla", {})), None))
 
 
 def later_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
