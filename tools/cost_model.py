@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 
 import torch
 
@@ -28,15 +26,7 @@ from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
 from coolsd.models.timing import forward_times
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return platform.processor() or "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                "unknown")
+from coolsd.util.machine import cpu_name
 
 
 def one_race(bundle, keys: list[str], cond: int, seed: int, config: DecodeConfig) -> list[Racer]:

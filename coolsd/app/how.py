@@ -150,7 +150,7 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         lines += _group(f"Ours: not measured (`{folder.name}/` is missing)", quality)
         return "\n".join(lines)
     later = later_runs(folder)
-    rows += [r for _, more in later for r in more if r.get("family") != "vanilla"]
+    rows += [r for _, more in later for r in more if not find_row([r], "vanilla", {})]  # their vanilla: theirs
     model, machine = config.get("model", "embedded model"), config.get("machine", "not recorded")
     machine = machine.split(";")[0] + (", CPU only" if "+cpu" in machine else "")  # "AMD EPYC, 2 cores, CPU only"
     lines += _group(f"Ours: {model}, {machine}", quality)

@@ -5,7 +5,7 @@
 
 Runs the Race tab's own handler with every control at its default (`coolsd.app.settings.RaceSettings.defaults`),
 so the recording is exactly what Generate gives, and writes `assets/traces/<model slug>.json.gz`: the
-trace (`coolsd.compare.trace` format) plus where and when it ran (CPU model from lscpu, date, load) and
+trace (`coolsd.compare.trace` format) plus where and when it ran (CPU model name, date, load) and
 the defaults it used. The app shows it only while the model and the defaults still match
 (`coolsd.app.shipped`); a change of defaults means recording again with this command.
 """

@@ -1,7 +1,7 @@
 """The recorded default race the Race tab shows at page open (issue 17 part 5): files under assets/traces/.
 
 One gzipped JSON file per model (`<model slug>.json.gz`): a `coolsd.compare.trace` trace plus
-"recorded": the machine (CPU model from lscpu), date, load average, command, and the control defaults
+"recorded": the machine (CPU model name), date, load average, command, and the control defaults
 the race ran with. `load(ctx)` returns it only when the file's model is the loaded model and its
 defaults are the app's current ones; otherwise None (the page opens empty, as without a file).
 Write one with `python -m coolsd.app.record_default`.
@@ -14,14 +14,13 @@ import gzip
 import json
 import logging
 import os
-import platform
 import re
-import subprocess
 from pathlib import Path
 
 from coolsd.app.context import Context
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import RaceTrace
+from coolsd.util.machine import cpu_name
 from coolsd.util.paths import ASSETS
 
 TRACES_DIR = ASSETS / "traces"
@@ -40,13 +39,8 @@ def path_for(ctx: Context, folder: Path | None = None) -> Path:
 
 
 def machine() -> str:
-    """"<CPU model from lscpu>, <n> cores" (platform's processor name where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5, check=False).stdout
-        name = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    except (OSError, subprocess.SubprocessError):
-        name = ""
-    return f"{name or platform.processor() or 'unknown CPU'}, {os.cpu_count()} cores"
+    """"<CPU model name>, <n> cores" (`coolsd.util.machine.cpu_name`)."""
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 def defaults_json(ctx: Context) -> dict:

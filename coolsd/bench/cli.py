@@ -35,6 +35,7 @@ from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import DTYPE_ENV, load_emoji
 from coolsd.models.tiny import tiny_bundle
 from coolsd.util.jsonsafe import dumps
+from coolsd.util.machine import bf16_units, cpu_name
 from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, ROOT
 
 log = logging.getLogger("coolsd.bench")
@@ -170,11 +171,8 @@ def machine(device: torch.device, world: int) -> str:
     if device.type == "cuda":
         hw = torch.cuda.get_device_name(device)
     else:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
-                    if ln.startswith("model name")), platform.processor() or platform.machine())
-        flags = next((ln for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("flags")), "").split()
-        units = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
-        hw = f"{cpu}, {os.cpu_count()} cores, bf16 units: {'yes (' + ', '.join(units) + ')' if units else 'no'}"
+        units = bf16_units()
+        hw = f"{cpu_name()}, {os.cpu_count()} cores, bf16 units: {'yes (' + ', '.join(units) + ')' if units else 'no'}"
     return (f"{hw}; {world} process(es) x {torch.get_num_threads()} torch thread(s); "
             f"torch {torch.__version__}, Python {platform.python_version()}")
 

@@ -13,31 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 from pathlib import Path
 
 import torch
 
 from coolsd.models.timing import forward_times
+from coolsd.util.machine import bf16_units, cpu_name
 
 DEFAULT_SIZES = ("256x6", "384x8", "512x8")
 
 
 def cpu_info() -> dict:
     """CPU model name, whether it lists bf16 units (amx_bf16 / avx512_bf16), torch threads."""
-    name, flags = platform.processor() or "unknown", ""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-        for line in text.splitlines():
-            if line.startswith("Model name:"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("Flags:"):
-                flags = line
-    except (OSError, subprocess.SubprocessError):
-        pass
-    units = [f for f in ("amx_bf16", "avx512_bf16") if f in flags.split()]
-    return {"cpu": name, "bf16_units": units, "threads": torch.get_num_threads()}
+    return {"cpu": cpu_name(), "bf16_units": bf16_units(), "threads": torch.get_num_threads()}
 
 
 def parse_size(size: str) -> tuple[int, int]:

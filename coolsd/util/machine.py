@@ -1,4 +1,5 @@
-"""Per-machine choices stored with a model folder: which CPU this is, and the choice measured on it.
+"""Per-machine choices stored with a model folder: which CPU this is (its name, its bf16 units), and the choice
+measured on it.
 
 CPUs differ in what is fast on them (measured on the emoji model, one thread: a bf16 round beat fp32 on an AMD
 EPYC with avx512_bf16, 5.53 vs 5.94 ms; on an Intel Xeon with AMX it lost, 5.58 vs 4.29 ms). So a choice file
@@ -20,13 +21,26 @@ from pathlib import Path
 BY_CPU = "by_cpu"
 
 
+def _cpuinfo() -> list[str] | None:
+    """The lines of /proc/cpuinfo (None where there is none)."""
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+
+
 def cpu_name() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one; else what the platform module says)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
+    lines = _cpuinfo()
+    if lines is None:
         return platform.processor() or platform.machine()
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
+
+
+def bf16_units() -> list[str]:
+    """The bf16 units the CPU lists (amx_bf16, avx512_bf16; [] when none or no /proc/cpuinfo)."""
+    flags = next((ln for ln in _cpuinfo() or [] if ln.startswith("flags")), "").split()
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 
 def stored_choice(file: Path, device_type: str) -> str | None:

@@ -55,3 +55,10 @@ def test_recording_keeps_the_other_machines_and_sets_the_fallback(tmp_path, on_c
 
 def test_cpu_name_is_a_nonempty_text():
     assert isinstance(machine.cpu_name(), str) and machine.cpu_name()
+
+
+def test_bf16_units_are_the_flags_cpuinfo_lists(monkeypatch):
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: ["model name\t: X", "flags\t\t: fpu avx512_bf16 sse"])
+    assert machine.bf16_units() == ["avx512_bf16"] and machine.cpu_name() == "X"
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: None)
+    assert machine.bf16_units() == [] and machine.cpu_name()
