@@ -30,7 +30,9 @@ SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2"
           "strong": dict(per_icon=32, scales=(0.7, 1.0), shift=2.5, substitute=0.0),
           "mild+subst": dict(per_icon=32, scales=(0.85, 1.0), shift=1.0, substitute=0.1),
           "soft 0.02": dict(soft_sigma2=0.02), "soft 0.01": dict(soft_sigma2=0.01),
-          "soft 0.04": dict(soft_sigma2=0.04)}
+          "soft 0.04": dict(soft_sigma2=0.04),
+          "soft 0.04 expected": dict(soft_sigma2=0.04, soft_expected=True),
+          "soft 0.03 expected": dict(soft_sigma2=0.03, soft_expected=True)}
 SHIPPED = Path("assets/emoji")
 
 
@@ -114,6 +116,7 @@ def main() -> int:
                     help="instead of the set-ups: sample this trained target at each --temperatures (vanilla only)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0])
     ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--with-rules", action="store_true", help="with --target-dir: tau of the rules too")
     args = ap.parse_args()
     torch.set_num_threads(2)
     data = splits()
@@ -125,7 +128,7 @@ def main() -> int:
     if args.target_dir is not None:
         folder = model_folder(args.target_dir, args.out / "sweep_model")
         for t in args.temperatures:
-            row = measure(folder, conds, temperature=t, top_k=args.top_k, rules=False)
+            row = measure(folder, conds, temperature=t, top_k=args.top_k, rules=args.with_rules)
             print(json.dumps({f"T={t:g} top-k={args.top_k}": row}), flush=True)
         return 0
     path = args.out / "pilot.json"
@@ -141,7 +144,7 @@ def main() -> int:
             target_dir = args.out / name / "target"
         elif setup is not None and "soft_sigma2" in setup:
             train_emoji_target(vq, data, args.out / name, args.minutes * 60, lr=args.lr, init=SHIPPED / "target",
-                               soft_sigma2=setup["soft_sigma2"])
+                               soft_sigma2=setup["soft_sigma2"], soft_expected=setup.get("soft_expected", False))
             target_dir = args.out / name / "target"
         state = torch.load(args.out / name / "target_state.pt", weights_only=False) if target_dir else {}
         s0 = time.perf_counter()

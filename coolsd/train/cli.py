@@ -55,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     tg.add_argument("--soft-sigma2", type=float, default=0.0,
                     help="stochastic quantisation: every step draws each patch's code among its 8 nearest, "
                          "weights exp(-d^2 / (2 sigma2)) (plain white stays on its code); 0: nearest code")
+    tg.add_argument("--soft-expected", action="store_true",
+                    help="with --soft-sigma2: the loss against each patch's whole soft label, not one drawn code")
     tg.add_argument("--substitute", type=float, default=0.0,
                     help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")

@@ -25,7 +25,7 @@ from coolsd.decoding.neighbours import neighbour_table
 from coolsd.models.embedded import prefix_len, target_config
 from coolsd.train.classifier import classifier_config, shift
 from coolsd.train.loop import run_budgeted, update
-from coolsd.train.target import code_nll, sequences, substitute_neighbours
+from coolsd.train.target import code_nll, sequences, soft_code_nll, substitute_neighbours
 from coolsd.train.vq import encode_tokens, flip_where
 
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
@@ -122,14 +122,15 @@ def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> 
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
-                       soft_sigma2: float = 0.0, **size) -> LlamaForCausalLM:
+                       soft_sigma2: float = 0.0, soft_expected: bool = False, **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
     `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
     32, 32) uint8}, `emoji_data.load_framed`): learn V random framings of every picture instead of the one
     centred picture, and report the held-out NLL on the framed held-out pairs; `substitute`: the probability
     that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged);
     `soft_sigma2` > 0: every step quantises its pictures afresh by `soft_candidates` (the held-out NLL on one such
-    quantisation of the held-out pairs)."""
+    quantisation of the held-out pairs); `soft_expected`: the loss is the cross-entropy against each position's
+    whole soft label (`soft_code_nll`) rather than against the one code drawn (same optimum, less noise)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
@@ -161,7 +162,10 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         ids = sequences(picked, ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
         inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = code_nll(model, ids, inputs)
+            if soft is not None and soft_expected:
+                loss = soft_code_nll(model, ids if inputs is None else inputs, soft[0][rows], soft[1][rows])
+            else:
+                loss = code_nll(model, ids, inputs)
         return {"loss": update(model, opt, loss)}
 
     def evaluate() -> dict[str, float]:

@@ -54,6 +54,15 @@ def code_nll(model, ids: torch.Tensor, inputs: torch.Tensor | None = None) -> to
     return F.cross_entropy(logits.reshape(-1, k).float(), ids[:, p:].reshape(-1))
 
 
+def soft_code_nll(model, inputs: torch.Tensor, cand_ids: torch.Tensor, cand_probs: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats/token) of the model's next-code distribution against a soft label at every image
+    position: inputs (B, P+T) ids the model reads; cand_ids, cand_probs (B, T, k) each position's candidate
+    codes and their probabilities (rows sum to 1). Equals `code_nll` when every row is one-hot on the read code."""
+    k, p = model.config.codebook_size, prefix_len(model.config)
+    logp = model(input_ids=inputs[:, :-1]).logits[:, p - 1 :, :k].float().log_softmax(-1)  # (B, T, K)
+    return -(cand_probs * logp.gather(-1, cand_ids)).sum(-1).mean()
+
+
 def substitute_neighbours(ids: torch.Tensor, neighbours: torch.Tensor, prob: float, start: int,
                           gen: torch.Generator) -> torch.Tensor:
     """A copy of ids (B, L) whose codes from column `start` on are each, with probability `prob`, replaced by

@@ -323,3 +323,21 @@ def test_draw_codes_follows_the_probabilities():
     codes = draw_codes(ids, probs, torch.Generator().manual_seed(0))
     assert codes.shape == (4000, 2) and set(codes[:, 0].tolist()) == {7, 8} and (codes[:, 1] == 5).all()
     assert (codes[:, 0] == 8).float().mean() == pytest.approx(0.75, abs=0.03)
+
+
+def test_soft_code_nll_is_the_cross_entropy_against_each_soft_label():
+    from transformers import LlamaForCausalLM
+
+    from coolsd.models.embedded import target_config
+    from coolsd.train.target import code_nll, soft_code_nll
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(target_config(16, hidden=16, layers=1, heads=2, intermediate=32, grid=(2, 2))).eval()
+    ids = torch.tensor([[16 + 3, 1, 5, 9, 2], [16 + 1, 7, 7, 0, 15]])  # [class, 4 codes] x 2
+    logp = model(input_ids=ids[:, :-1]).logits[:, :, :16].float().log_softmax(-1)  # (2, 4, 16)
+    one_hot_ids, one = ids[:, 1:, None], torch.ones(2, 4, 1)
+    assert soft_code_nll(model, ids, one_hot_ids, one).item() == pytest.approx(code_nll(model, ids).item(), abs=1e-6)
+    cand = torch.tensor([5, 6, 4]).repeat(2, 4, 1)  # (2, 4, 3) the same three candidates everywhere
+    probs = torch.tensor([0.5, 0.3, 0.2]).repeat(2, 4, 1)
+    by_hand = -sum(w * logp[b, t, c] for b in range(2) for t in range(4) for c, w in zip([5, 6, 4], [0.5, 0.3, 0.2]))
+    assert soft_code_nll(model, ids, cand, probs).item() == pytest.approx(by_hand.item() / 8, abs=1e-5)
