@@ -143,6 +143,7 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     """
     from transformers import LlamaForCausalLM
 
+    from coolsd.models.channel import ChannelTarget, channel_config, lookalike_kernel
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
     from coolsd.models.patch_vq import load_vq
@@ -166,6 +167,9 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     tokenizer = VQTokenizer(vq, grid)
     # execution path (argument / env / execution.json under root / auto: CUDA graphs on a GPU) + warm-up; logs it
     path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
+    channel = channel_config(cfg)
+    if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
+        target = ChannelTarget(target, lookalike_kernel(tokenizer.codebook, **channel))
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification

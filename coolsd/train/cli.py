@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
                          "weights exp(-d^2 / (2 sigma2)) (plain white stays on its code); 0: nearest code")
     tg.add_argument("--soft-expected", action="store_true",
                     help="with --soft-sigma2: the loss against each patch's whole soft label, not one drawn code")
+    tg.add_argument("--channel-sigma2", type=float, default=0.0,
+                    help="inputs through the look-alike channel of this sigma^2 (coolsd.models.channel), targets "
+                         "the clean codes: a target robust to its own channel's draws; 0: off")
     tg.add_argument("--substitute", type=float, default=0.0,
                     help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")

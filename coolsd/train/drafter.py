@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from coolsd.models.bundle import EMBEDDED_SAMPLING
+from coolsd.models.channel import channel_config, lookalike_kernel
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import condition_prefix, prefix_len
 from coolsd.train.loop import run_budgeted, update
@@ -174,7 +175,8 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     recipe's loss (Eagle-1: reg + 0.1 x ce_raw); see assets/embedded/README.md for the shipped one.
     `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
     `sampling`: the sampling the self-samples use (default the embedded MNIST one); `bf16`: the losses under
-    bf16 autocast (the head's weights and optimiser stay fp32).
+    bf16 autocast (the head's weights and optimiser stay fp32). A target config with a look-alike channel
+    (`coolsd.models.channel`) draws its self-samples through it, as the engine's target does.
     """
     sampling = sampling or EMBEDDED_SAMPLING
     torch.manual_seed(seed)
@@ -184,9 +186,11 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     gen = torch.Generator().manual_seed(seed)
     tokens = tokens or mnist_tokens(vq, data, n_val)
     real_ids, real_feats = _real_pool(target, *tokens["train"], n_real, out / "real_pool.pt", gen)
-    pool = SampleShards(target, out / "self_samples", seed, shard, sampling)
+    channel = channel_config(config)
+    kernel = None if channel is None else lookalike_kernel(vq.quantize.embedding.weight, **channel)
+    pool = SampleShards(target, out / "self_samples", seed, shard, sampling, kernel)
     pool.fill(min(n_self, n_start))
-    val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling)
+    val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling, kernel)
     val.fill(n_val)
     head = load_head(config, init)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)

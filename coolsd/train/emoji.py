@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM, ResNetForImageClassification
 
 from coolsd.decoding.neighbours import neighbour_table
+from coolsd.models.channel import CHANNEL_K, PLAIN, emit, lookalike_kernel
 from coolsd.models.embedded import prefix_len, target_config
 from coolsd.train.classifier import classifier_config, shift
 from coolsd.train.loop import run_budgeted, update
@@ -90,11 +91,10 @@ def framed_codes(vq, pictures: torch.Tensor, labels: torch.Tensor, styles: torch
     return codes, labels.repeat_interleave(v), styles.repeat_interleave(v)
 
 
-PLAIN = 250 / 127.5 - 1  # a patch whose every value is above this (pixels >= 250 of 255) is plain white background
 
 
 @torch.no_grad()
-def soft_candidates(vq, images: torch.Tensor, sigma2: float, k: int = 8, chunk: int = 256):
+def soft_candidates(vq, images: torch.Tensor, sigma2: float, k: int = CHANNEL_K, chunk: int = 256):
     """Stochastic quantisation (issue 34): each patch of images (N, 3, 32, 32) in [-1, 1] may take any of its k
     nearest codes, code c with probability proportional to exp(-|z - c|^2 / (2 sigma2)) (z the patch, in the
     codebook's space): a patch between look-alike codes gets either, a patch on one code keeps it. Plain white
@@ -122,7 +122,8 @@ def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> 
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
-                       soft_sigma2: float = 0.0, soft_expected: bool = False, **size) -> LlamaForCausalLM:
+                       soft_sigma2: float = 0.0, soft_expected: bool = False, channel_sigma2: float = 0.0,
+                       **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
     `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
     32, 32) uint8}, `emoji_data.load_framed`): learn V random framings of every picture instead of the one
@@ -130,12 +131,17 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged);
     `soft_sigma2` > 0: every step quantises its pictures afresh by `soft_candidates` (the held-out NLL on one such
     quantisation of the held-out pairs); `soft_expected`: the loss is the cross-entropy against each position's
-    whole soft label (`soft_code_nll`) rather than against the one code drawn (same optimum, less noise)."""
+    whole soft label (`soft_code_nll`) rather than against the one code drawn (same optimum, less noise);
+    `channel_sigma2` > 0: every input code is passed through the look-alike channel of that sigma^2
+    (`coolsd.models.channel`, k = 8), the targets stay the clean codes, so the target learns to follow the
+    pictures its channel draws."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
     if init is not None:
         warm_start(model, init)
+    if channel_sigma2 > 0:  # the saved target carries the channel it learned to follow
+        config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K}
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
     vx, vy, vs, _ = data["val"]
     soft = None
@@ -152,6 +158,7 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         val_codes, vy, vs = framed_codes(vq, framed["val"][:, :4], vy, vs)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
     neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
+    kernel = lookalike_kernel(vq.quantize.embedding.weight, channel_sigma2, CHANNEL_K) if channel_sigma2 > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
     gen = torch.Generator().manual_seed(seed)
     p = prefix_len(config)
@@ -161,6 +168,8 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         picked = codes[rows] if soft is None else draw_codes(soft[0][rows], soft[1][rows], gen)
         ids = sequences(picked, ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
         inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
+        if kernel is not None:
+            inputs = torch.cat([ids[:, :p], emit(ids[:, p:], kernel, gen)], dim=1)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             if soft is not None and soft_expected:
                 loss = soft_code_nll(model, ids if inputs is None else inputs, soft[0][rows], soft[1][rows])

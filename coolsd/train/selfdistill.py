@@ -13,18 +13,20 @@ from pathlib import Path
 import torch
 
 from coolsd.models.bundle import EMBEDDED_SAMPLING
+from coolsd.models.channel import emit
 from coolsd.models.embedded import condition_prefix, num_conditions
 from coolsd.models.llama import LayerStack
 
 
 @torch.no_grad()
 def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Generator,
-                 with_features: bool = False):
+                 with_features: bool = False, kernel: torch.Tensor | None = None):
     """Vanilla AR samples of a whole batch: condition ids (B,) -> codes (B, T) int64
     [, features (B, G, T, D) fp16: post-norm feature before each image token (after the last prefix
     token, then after codes[:-1])].
 
-    Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows).
+    Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows); `kernel`
+    (V, V): the target's look-alike channel (`coolsd.models.channel`), each drawn code passed through it.
     """
     cfg = target_model.config
     k, (h, w) = cfg.codebook_size, cfg.image_grid
@@ -45,6 +47,8 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
             feats.append(feat[:, -1].half())
         logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k)  # (G, B, K)
         ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
+        if kernel is not None:
+            ids = emit(ids, kernel, gen)
         codes.append(ids)
         x = embed[ids.repeat(len(rows) // b)][:, None]
     codes = torch.stack(codes, dim=1)
@@ -62,8 +66,9 @@ class SampleShards:
     `seed * 100003 + i`, so its content does not depend on when (or after how many resumes) it is made.
     """
 
-    def __init__(self, target_model, folder: Path, seed: int = 0, batch: int = 50, sampling=None) -> None:
-        self.model, self.folder, self.seed, self.batch = target_model, Path(folder), seed, batch
+    def __init__(self, target_model, folder: Path, seed: int = 0, batch: int = 50, sampling=None,
+                 kernel: torch.Tensor | None = None) -> None:
+        self.model, self.folder, self.seed, self.batch, self.kernel = target_model, Path(folder), seed, batch, kernel
         self.sampling = sampling or EMBEDDED_SAMPLING
         self.folder.mkdir(parents=True, exist_ok=True)
         self.codes, self.labels, self.features = [], [], []
@@ -79,7 +84,7 @@ class SampleShards:
         i = len(self.codes)
         labels = (torch.arange(self.batch) + i * self.batch) % num_conditions(self.model.config)
         gen = torch.Generator().manual_seed(self.seed * 100003 + i)
-        codes, feats = sample_batch(self.model, labels, self.sampling, gen, with_features=True)
+        codes, feats = sample_batch(self.model, labels, self.sampling, gen, with_features=True, kernel=self.kernel)
         tmp = self.folder / "shard.tmp"
         torch.save({"codes": codes, "labels": labels, "features": feats}, tmp)
         tmp.replace(self.folder / f"shard_{i:05d}.pt")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from coolsd.compare.race import Race, Racer, fork_models
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import BundleError
+from coolsd.models.channel import ChannelTarget, lookalike_kernel
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import LlamaClassTarget, condition_prefix, num_conditions, target_config, vq_config
 from coolsd.models.emoji import DTYPE_ENV, load_emoji
@@ -205,3 +208,20 @@ def test_a_model_folder_may_store_its_own_sampling(tmp_path):
     config.write_text('{"default_sampling": {"cfg_scale": 1.0, "temperature": -1}}')
     with pytest.raises(ValueError, match="temperature"):
         stored_sampling(tmp_path)
+
+
+def test_a_folder_with_a_channel_loads_a_hesitating_target_that_races_exactly(emoji_dir, fp32_env, tmp_path):
+    root = tmp_path / "m"
+    shutil.copytree(emoji_dir, root)
+    config = json.loads((root / "target" / "config.json").read_text())
+    (root / "target" / "config.json").write_text(json.dumps(config | {"lookalike_channel": {"sigma2": 0.5, "k": 4}}))
+    plain, wrapped = load_emoji(emoji_dir, device="cpu"), load_emoji(root, device="cpu")
+    assert not isinstance(plain.target, ChannelTarget) and isinstance(wrapped.target, ChannelTarget)
+    kernel = lookalike_kernel(wrapped.tokenizer.codebook, 0.5, 4)
+    a, b = plain.target.start(3, False), wrapped.target.start(3, False)
+    assert torch.allclose(b.logits.exp(), torch.softmax(a.logits.float(), -1) @ kernel, atol=1e-6)
+    for rule in (None, make_rule("eagle-1"), make_rule("cool-sd", delta=2.0)):
+        out = [run(wrapped.target.fork(), wrapped.drafter.fork(wrapped.target) if rule else None, rule, cond=3,
+                   num_tokens=wrapped.num_tokens, sampling=wrapped.default_sampling, config=DecodeConfig(draft_len=2),
+                   seed=s) for s in (1, 1, 2)]
+        assert out[0].tokens.tolist() == out[1].tokens.tolist()  # a seed fixes the tokens

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -225,3 +227,40 @@ def test_warm_start_keeps_what_each_emoji_and_style_predicts(tmp_path):
     missing = LlamaForCausalLM(target_config(K, class_names=["e"], style_names=["x", "y"], **size))
     with pytest.raises(KeyError, match="'e'"):
         warm_start(missing, tmp_path / "old")
+
+
+def test_self_samples_pass_through_the_targets_channel(target):
+    """`sample_batch` with a kernel draws each code through it: a kernel sending every code to code 5 gives only
+    5s (the target alone does not)."""
+    labels, gen = torch.tensor([3, 8]), lambda: torch.Generator().manual_seed(4)
+    to_five = torch.zeros(K, K)
+    to_five[:, 5] = 1
+    assert (sample_batch(target, labels, EMBEDDED_SAMPLING, gen(), kernel=to_five) == 5).all()
+    assert not (sample_batch(target, labels, EMBEDDED_SAMPLING, gen()) == 5).all()
+
+
+def test_a_target_trained_through_its_channel_reads_drawn_codes_and_stores_the_channel(tmp_path, monkeypatch):
+    """`channel_sigma2`: the model reads codes passed through the channel, is scored on the clean codes, and the
+    saved config names the channel (so the loader wraps it)."""
+    from diffusers import VQModel
+
+    from coolsd.models.embedded import vq_config
+    from coolsd.train import emoji
+
+    torch.manual_seed(0)
+    vq = VQModel(**(vq_config(K, channels=3) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
+    images = torch.rand(4, 3, 32, 32) * 2 - 1
+    labels, styles, flippable = torch.arange(4) % 2, torch.arange(4) % 3, torch.tensor([1, 0, 1, 0])
+    data = {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
+            "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
+    seen = []
+    real_nll = emoji.code_nll
+    monkeypatch.setattr(emoji, "code_nll", lambda model, ids, inputs=None: seen.append((ids, inputs))
+                        or real_nll(model, ids, inputs))
+    emoji.train_emoji_target(vq, data, tmp_path, budget_s=0.3, batch=2, bf16=False, channel_sigma2=0.5,
+                             hidden=32, layers=2, heads=2, intermediate=64)
+    ids, inputs = next((i, x) for i, x in seen if x is not None)  # a training step (evaluation reads clean ids)
+    p = ids.shape[1] - 256
+    assert torch.equal(inputs[:, :p], ids[:, :p]) and not torch.equal(inputs[:, p:], ids[:, p:])
+    saved = json.loads((tmp_path / "target" / "config.json").read_text())
+    assert saved["lookalike_channel"] == {"sigma2": 0.5, "k": 8}

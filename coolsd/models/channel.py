@@ -1,0 +1,102 @@
+"""The look-alike channel (issue 34): a target that hesitates between codes that look alike, by construction.
+
+A VQ image model's target spreads its mass over look-alike codes because an image has many almost identical
+token grids. The emoji target memorised one grid per picture, so it is certain. The channel restores the
+hesitation after its LM head: the transformer predicts a code c, and the image takes c or one of its k nearest
+codebook entries x, with probability proportional to exp(-|e_x - e_c|^2 / (2 sigma2)) (e the codebook vectors:
+a patch's pixels in [-1, 1] for `PatchVQModel`). So the target's distribution over the next token is
+
+    p(x | prefix) = sum_c p_model(c | prefix) K[c, x]
+
+the same law as a model trained to the floor on pictures quantised stochastically (`coolsd.train.emoji
+.soft_candidates`), which a CPU could not train (assets/emoji/README.md). A plain white patch (every value above
+`PLAIN`) keeps its code: background stays certain. The Eagle-1 head drafts through the target's LM head, before
+the channel (it reads the transformer's features, as Eagle does); the rules see the channel's p.
+
+Stored with a model as `lookalike_channel: {"sigma2": ..., "k": ...}` in its target config.json
+(`channel_config`); `ChannelTarget` wraps any `TokenModel`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from coolsd.decoding.protocol import ModelStep
+from coolsd.util.checks import check_int, check_number
+
+PLAIN = 250 / 127.5 - 1  # a patch whose every value is above this (pixels >= 250 of 255) is plain white background
+CONFIG_KEY = "lookalike_channel"  # target config.json entry: {"sigma2": float, "k": int}
+CHANNEL_K = 8  # look-alikes a code may become (itself included): the size of `soft_candidates`' sets
+
+
+def lookalike_kernel(codebook: Tensor, sigma2: float, k: int = CHANNEL_K) -> Tensor:
+    """K (V, V) float32, rows summing to 1: K[c, x] the probability that predicted code c is emitted as code x.
+
+    codebook (V, C) in the patch space; x ranges over c's k nearest codes (c itself included, at distance 0),
+    weighted exp(-d^2 / (2 sigma2)); a plain white code (every value above PLAIN) emits itself only."""
+    sigma2 = check_number("sigma2", sigma2, 0.0, low_open=True)
+    book = codebook.detach().float().cpu()
+    k = check_int("k", k, 1, book.shape[0])
+    d = torch.cdist(book, book) ** 2  # (V, V)
+    dk, ik = d.topk(k, dim=-1, largest=False)  # nearest first: ik[:, 0] is c itself
+    w = torch.softmax(-(dk - dk[:, :1]) / (2 * sigma2), dim=-1)
+    plain = (book > PLAIN).all(-1)
+    w[plain] = torch.nn.functional.one_hot(torch.zeros(int(plain.sum()), dtype=torch.long), k).float()
+    kernel = torch.zeros_like(d)
+    kernel.scatter_(1, ik, w)
+    return kernel
+
+
+def channel_config(config: Any) -> dict | None:
+    """The channel a target config stores ({"sigma2", "k"}), or None (no channel)."""
+    stored = getattr(config, CONFIG_KEY, None)
+    return dict(stored) if isinstance(stored, dict) and stored else None
+
+
+class ChannelTarget:
+    """TokenModel: `target`'s logits passed through the look-alike channel (module doc); cache, features and
+    execution path are the wrapped target's. kernel (V, V) from `lookalike_kernel`."""
+
+    def __init__(self, target, kernel: Tensor) -> None:
+        self.inner = target
+        self.kernel = kernel.to(target.device)
+        self.vocab_size = target.vocab_size
+        self.device = target.device
+
+    def __getattr__(self, name: str):  # model, prefix_len, use_path, class_ids...: the wrapped target's
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def emit(self, step: ModelStep) -> ModelStep:
+        """logits (G, n, V) -> log(softmax(logits) @ K) (G, n, V) float32; features unchanged."""
+        probs = torch.softmax(step.logits.float(), dim=-1) @ self.kernel
+        return ModelStep(logits=probs.clamp_min(1e-30).log(), hidden=step.hidden)
+
+    def fork(self) -> ChannelTarget:
+        new = copy.copy(self)
+        new.inner = self.inner.fork()
+        return new
+
+    def start(self, cond: Any, guidance: bool) -> ModelStep:
+        return self.emit(self.inner.start(cond, guidance))
+
+    def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None = None) -> ModelStep:
+        return self.emit(self.inner.forward(ids, positions, mask))
+
+    def crop(self, length: int, keep: Tensor | None = None) -> None:
+        self.inner.crop(length, keep)
+
+
+def emit(codes: Tensor, kernel: Tensor, gen: torch.Generator) -> Tensor:
+    """Pass codes (any shape, int64) through the channel once: each code c becomes x ~ K[c] (same shape)."""
+    flat = codes.reshape(-1)
+    return torch.multinomial(kernel[flat], 1, generator=gen).view(codes.shape)

@@ -1,0 +1,63 @@
+"""The look-alike channel (issue 34): its kernel against a hand computation, the wrapped target's distribution
+against the mixture sum_c p(c) K[c, x], the draws against the kernel (a model folder that stores one: tests/models/test_emoji.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from coolsd.models.channel import PLAIN, ChannelTarget, emit, lookalike_kernel
+
+
+def test_the_kernel_weighs_the_k_nearest_codes_by_their_squared_distance():
+    book = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.0, 0.3], [-0.9, -0.9], [1.0, 1.0]])  # code 4: plain white
+    kernel = lookalike_kernel(book, sigma2=0.02, k=3)
+    # code 0: nearest itself (d2 0), code 1 (d2 0.01), code 2 (d2 0.09); weights exp(-d2 / 0.04)
+    w = torch.tensor([1.0, math.exp(-0.01 / 0.04), math.exp(-0.09 / 0.04)])
+    assert torch.allclose(kernel[0, :3], w / w.sum(), atol=1e-6) and kernel[0, 3:].abs().sum() == 0
+    # code 3's three nearest are 3 (0), 0 (1.62), 1 (1.81): far, so nearly all mass stays on itself
+    assert kernel[3, 3] > 0.999 and kernel[3, 2] == 0 and kernel[3, 4] == 0
+    assert (book[4] > PLAIN).all() and kernel[4].tolist() == [0, 0, 0, 0, 1]  # background stays certain
+    assert torch.allclose(kernel.sum(1), torch.ones(5))
+    with pytest.raises(ValueError, match="sigma2"):
+        lookalike_kernel(book, sigma2=0.0)
+
+
+class _Fixed:
+    """A TokenModel stand-in whose every step returns the same logits (G, n, V) over V = 3."""
+
+    vocab_size, device, length = 3, torch.device("cpu"), 0
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def start(self, cond, guidance):
+        from coolsd.decoding.protocol import ModelStep
+        return ModelStep(logits=self.logits[None, None], hidden=torch.zeros(1, 1, 2))
+
+    forward = lambda self, ids, positions, mask=None: self.start(None, False)  # noqa: E731
+
+    def fork(self):
+        return _Fixed(self.logits)
+
+
+def test_the_wrapped_target_returns_the_mixture_of_the_kernel_rows():
+    kernel = torch.tensor([[0.7, 0.3, 0.0], [0.2, 0.8, 0.0], [0.0, 0.0, 1.0]])
+    inner = _Fixed(torch.tensor([2.0, 0.0, -1.0]))
+    target = ChannelTarget(inner, kernel)
+    p = torch.softmax(torch.tensor([2.0, 0.0, -1.0]), -1)
+    want = [p[0] * 0.7 + p[1] * 0.2, p[0] * 0.3 + p[1] * 0.8, p[2]]
+    step = target.start(0, False)
+    assert torch.allclose(step.logits.exp()[0, 0], torch.stack(want), atol=1e-6)
+    assert step.hidden.shape == (1, 1, 2)  # features pass through: the drafter reads the transformer's
+    assert isinstance(target.fork(), ChannelTarget) and target.fork().inner is not inner
+
+
+def test_emit_draws_each_code_from_its_kernel_row():
+    kernel = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.1, 0.9], [0.0, 0.0, 1.0]])
+    codes = torch.tensor([0, 1, 2]).repeat(20000)
+    out = emit(codes, kernel, torch.Generator().manual_seed(0)).view(-1, 3)
+    freq = torch.stack([torch.bincount(out[:, c], minlength=3) for c in range(3)]).float() / len(out)
+    assert (freq - kernel).abs().max() < 0.015  # 20,000 draws a row: 3 sigma of p = 0.5 is 0.011
