@@ -1,5 +1,6 @@
 """The look-alike channel (issue 34): its kernel against a hand computation, the wrapped target's distribution
-against the mixture sum_c p(c) K[c, x], the draws against the kernel (a model folder that stores one: tests/models/test_emoji.py)."""
+against the mixture sum_c p(c) K[c, x], the draws against the kernel (a model folder that stores one:
+tests/models/test_emoji.py)."""
 
 from __future__ import annotations
 
