@@ -169,7 +169,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
     channel = channel_config(cfg)
     if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
-        target = ChannelTarget(target, lookalike_kernel(tokenizer.codebook, **channel))
+        target = ChannelTarget(target, lookalike_kernel(tokenizer.codebook, channel["sigma2"], channel.get("k", 8)),
+                               channel.get("temperature", 1.0))
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification

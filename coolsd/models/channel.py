@@ -52,18 +52,23 @@ def lookalike_kernel(codebook: Tensor, sigma2: float, k: int = CHANNEL_K) -> Ten
 
 
 def channel_config(config: Any) -> dict | None:
-    """The channel a target config stores ({"sigma2", "k"}), or None (no channel)."""
+    """The channel a target config stores ({"sigma2", "k"[, "temperature"]}), or None (no channel)."""
     stored = getattr(config, CONFIG_KEY, None)
     return dict(stored) if isinstance(stored, dict) and stored else None
 
 
 class ChannelTarget:
     """TokenModel: `target`'s logits passed through the look-alike channel (module doc); cache, features and
-    execution path are the wrapped target's. kernel (V, V) from `lookalike_kernel`."""
+    execution path are the wrapped target's. kernel (V, V) from `lookalike_kernel`; temperature: the transformer's
+    logits are divided by it before the channel (1: as trained)."""
 
-    def __init__(self, target, kernel: Tensor) -> None:
+    def __init__(self, target, kernel: Tensor, temperature: float = 1.0) -> None:
         self.inner = target
         self.kernel = kernel.to(target.device)
+        self.temperature = check_number("temperature", temperature, 0.0, low_open=True)
+        # the kernel's non-zeros, row by row: weights (V, k) to codes ids (V, k); a step reads these, not (V, V)
+        k = int((kernel > 0).sum(1).max())
+        self.weights, self.ids = self.kernel.topk(k, dim=1)
         self.vocab_size = target.vocab_size
         self.device = target.device
 
@@ -78,8 +83,10 @@ class ChannelTarget:
 
     def emit(self, step: ModelStep) -> ModelStep:
         """logits (G, n, V) -> log(softmax(logits) @ K) (G, n, V) float32; features unchanged."""
-        probs = torch.softmax(step.logits.float(), dim=-1) @ self.kernel
-        return ModelStep(logits=probs.clamp_min(1e-30).log(), hidden=step.hidden)
+        probs = torch.softmax(step.logits.float() / self.temperature, dim=-1)  # (G, n, V) over the predicted code
+        shares = (probs[..., None] * self.weights).flatten(-2)  # (G, n, V k): p(c) K[c, x] for each non-zero
+        out = torch.zeros_like(probs).scatter_add_(-1, self.ids.flatten().expand_as(shares), shares)
+        return ModelStep(logits=out.clamp_min(1e-30).log(), hidden=step.hidden)
 
     def fork(self) -> ChannelTarget:
         new = copy.copy(self)

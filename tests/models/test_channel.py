@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from coolsd.decoding.protocol import ModelStep
 from coolsd.models.channel import PLAIN, ChannelTarget, emit, lookalike_kernel
 
 
@@ -35,7 +36,6 @@ class _Fixed:
         self.logits = logits
 
     def start(self, cond, guidance):
-        from coolsd.decoding.protocol import ModelStep
         return ModelStep(logits=self.logits[None, None], hidden=torch.zeros(1, 1, 2))
 
     forward = lambda self, ids, positions, mask=None: self.start(None, False)  # noqa: E731
@@ -62,3 +62,18 @@ def test_emit_draws_each_code_from_its_kernel_row():
     out = emit(codes, kernel, torch.Generator().manual_seed(0)).view(-1, 3)
     freq = torch.stack([torch.bincount(out[:, c], minlength=3) for c in range(3)]).float() / len(out)
     assert (freq - kernel).abs().max() < 0.015  # 20,000 draws a row: 3 sigma of p = 0.5 is 0.011
+
+
+def test_a_step_of_the_channel_equals_the_dense_mixture_at_any_temperature():
+    """The wrapper reads only the kernel's non-zeros; its result is softmax(logits / T) @ K on (G, n, V) logits."""
+    gen = torch.Generator().manual_seed(3)
+    book = torch.rand(40, 4, generator=gen) * 2 - 1
+    book[0] = 1.0  # a plain white code
+    kernel = lookalike_kernel(book, sigma2=0.05, k=5)
+    logits = torch.randn(2, 3, 40, generator=gen) * 3
+    for temperature in (1.0, 0.4):
+        target = ChannelTarget(_Fixed(logits[0, 0]), kernel, temperature)
+        got = target.emit(ModelStep(logits=logits)).logits.exp()
+        torch.testing.assert_close(got, torch.softmax(logits / temperature, -1) @ kernel, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="temperature"):
+        ChannelTarget(_Fixed(logits[0, 0]), kernel, 0.0)
