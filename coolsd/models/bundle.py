@@ -18,6 +18,7 @@ from torch import Tensor
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models.channel import CHANNEL_K, ChannelTarget, channel_config, lookalike_kernel
 from coolsd.models.conditions import STYLE_SEP, Conditions
 from coolsd.models.graphs import prepare, stored_path
 from coolsd.util.paths import EMBEDDED_DIR
@@ -143,7 +144,6 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     """
     from transformers import LlamaForCausalLM
 
-    from coolsd.models.channel import ChannelTarget, channel_config, lookalike_kernel
     from coolsd.models.eagle import EagleDrafter, EagleHead
     from coolsd.models.embedded import LlamaClassTarget
     from coolsd.models.patch_vq import load_vq
@@ -169,8 +169,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
     channel = channel_config(cfg)
     if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
-        target = ChannelTarget(target, lookalike_kernel(tokenizer.codebook, channel["sigma2"], channel.get("k", 8)),
-                               channel.get("temperature", 1.0))
+        kernel = lookalike_kernel(tokenizer.codebook, channel["sigma2"], channel.get("k", CHANNEL_K))
+        target = ChannelTarget(target, kernel, channel.get("temperature", 1.0))
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification

@@ -119,6 +119,21 @@ def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> 
     return ids.gather(-1, pick[..., None])[..., 0]
 
 
+def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: float, seed: int):
+    """The target's training and held-out sequences (see `train_emoji_target`): ((codes (N, T), classes (N,),
+    styles (N,), soft candidates (ids, probs) or None), (held-out codes (M, T), classes (M,), styles (M,)))."""
+    vx, vy, vs, _ = data["val"]
+    if soft_sigma2 > 0:
+        x, ys, ss, _ = data["train"]
+        soft = soft_candidates(vq, x, soft_sigma2)
+        val_codes = draw_codes(*soft_candidates(vq, vx, soft_sigma2), torch.Generator().manual_seed(seed + 1))
+        return (soft[0][..., 0], ys, ss, soft), (val_codes, vy, vs)  # nearest codes: each step draws its own
+    if framed is None:
+        return (*emoji_token_dataset(vq, *data["train"], flips=flips), None), (encode_tokens(vq, vx).flatten(1), vy, vs)
+    held_out = framed_codes(vq, framed["val"][:, :4], vy, vs)
+    return (*framed_codes(vq, framed["train"], *data["train"][1:3]), None), held_out
+
+
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
@@ -143,19 +158,7 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     if channel_sigma2 > 0:  # the saved target carries the channel it learned to follow
         config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K}
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
-    vx, vy, vs, _ = data["val"]
-    soft = None
-    if soft_sigma2 > 0:
-        x, ys, ss, _ = data["train"]
-        soft = soft_candidates(vq, x, soft_sigma2)
-        codes = soft[0][..., 0]  # nearest codes: the shape and count; each step draws its own
-        val_codes = draw_codes(*soft_candidates(vq, vx, soft_sigma2), torch.Generator().manual_seed(seed + 1))
-    elif framed is None:
-        codes, ys, ss = emoji_token_dataset(vq, *data["train"], flips=flips)
-        val_codes = encode_tokens(vq, vx).flatten(1)
-    else:
-        codes, ys, ss = framed_codes(vq, framed["train"], *data["train"][1:3])
-        val_codes, vy, vs = framed_codes(vq, framed["val"][:, :4], vy, vs)
+    (codes, ys, ss, soft), (val_codes, vy, vs) = target_codes(vq, data, flips, framed, soft_sigma2, seed)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
     neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
     kernel = lookalike_kernel(vq.quantize.embedding.weight, channel_sigma2, CHANNEL_K) if channel_sigma2 > 0 else None

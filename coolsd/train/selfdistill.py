@@ -20,13 +20,15 @@ from coolsd.models.llama import LayerStack
 
 @torch.no_grad()
 def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Generator,
-                 with_features: bool = False, kernel: torch.Tensor | None = None):
+                 with_features: bool = False, kernel: torch.Tensor | None = None, channel_temperature: float = 1.0):
     """Vanilla AR samples of a whole batch: condition ids (B,) -> codes (B, T) int64
     [, features (B, G, T, D) fp16: post-norm feature before each image token (after the last prefix
     token, then after codes[:-1])].
 
     Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows); `kernel`
-    (V, V): the target's look-alike channel (`coolsd.models.channel`), each drawn code passed through it.
+    (V, V): the target's look-alike channel (`coolsd.models.channel`), each drawn code passed through it, the
+    logits divided by `channel_temperature` first (the engine's channel target, under the emoji model's plain
+    sampling: T 1, no top-k).
     """
     cfg = target_model.config
     k, (h, w) = cfg.codebook_size, cfg.image_grid
@@ -45,7 +47,7 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
         feat = torch.nn.functional.rms_norm(out, (out.shape[-1],), target_model.model.norm.weight, stack.eps)
         if with_features:
             feats.append(feat[:, -1].half())
-        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k)  # (G, B, K)
+        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k) / channel_temperature
         ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
         if kernel is not None:
             ids = emit(ids, kernel, gen)
@@ -67,8 +69,9 @@ class SampleShards:
     """
 
     def __init__(self, target_model, folder: Path, seed: int = 0, batch: int = 50, sampling=None,
-                 kernel: torch.Tensor | None = None) -> None:
+                 kernel: torch.Tensor | None = None, channel_temperature: float = 1.0) -> None:
         self.model, self.folder, self.seed, self.batch, self.kernel = target_model, Path(folder), seed, batch, kernel
+        self.channel_temperature = channel_temperature
         self.sampling = sampling or EMBEDDED_SAMPLING
         self.folder.mkdir(parents=True, exist_ok=True)
         self.codes, self.labels, self.features = [], [], []
@@ -84,7 +87,8 @@ class SampleShards:
         i = len(self.codes)
         labels = (torch.arange(self.batch) + i * self.batch) % num_conditions(self.model.config)
         gen = torch.Generator().manual_seed(self.seed * 100003 + i)
-        codes, feats = sample_batch(self.model, labels, self.sampling, gen, with_features=True, kernel=self.kernel)
+        codes, feats = sample_batch(self.model, labels, self.sampling, gen, with_features=True, kernel=self.kernel,
+                                    channel_temperature=self.channel_temperature)
         tmp = self.folder / "shard.tmp"
         torch.save({"codes": codes, "labels": labels, "features": feats}, tmp)
         tmp.replace(self.folder / f"shard_{i:05d}.pt")
