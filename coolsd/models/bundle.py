@@ -171,6 +171,7 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
         kernel = lookalike_kernel(tokenizer.codebook, channel["sigma2"], channel.get("k", CHANNEL_K))
         target = ChannelTarget(target, kernel, channel.get("temperature", 1.0))
+        drafter.temperature = target.temperature  # drafts from the transformer's logits at the same temperature
     classifier = None
     if with_classifier:
         from transformers import ResNetForImageClassification

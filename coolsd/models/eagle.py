@@ -61,6 +61,9 @@ class EagleDrafter:
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
         self.lean: tuple[LeanLinear, LeanLinear] | None = None  # (fc, head) on the lean path, None on others
+        # the head mimics the target transformer's logits; a target that divides them by a temperature before its
+        # look-alike channel (`coolsd.models.channel`) has its drafter divide by the same (set by the loader)
+        self.temperature = 1.0
 
     @property
     def length(self) -> int:
@@ -94,10 +97,10 @@ class EagleDrafter:
             fc, head = self.lean
             x = fc(torch.cat([e.float(), hidden.float()], dim=-1).view(g * n, 2 * d))
             out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) fp32
-            return ModelStep(logits=head(out.view(g * n, d)).view(g, n, -1).float(), hidden=out)
+            return ModelStep(logits=head(out.view(g * n, d)).view(g, n, -1).float() / self.temperature, hidden=out)
         x = torch.addmm(self.fc_b, torch.cat([e, hidden.to(e.dtype)], dim=-1).view(g * n, 2 * d), self.fc_t)
         out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) predicted features
-        return ModelStep(logits=(out @ self.head_t).float(), hidden=out)  # fp32 logits on a bf16 path
+        return ModelStep(logits=(out @ self.head_t).float() / self.temperature, hidden=out)  # fp32 on a bf16 path
 
     def crop(self, length: int, keep: Tensor | None = None) -> None:
         self.stack.crop(length, keep)

@@ -60,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
     tg.add_argument("--channel-sigma2", type=float, default=0.0,
                     help="inputs through the look-alike channel of this sigma^2 (coolsd.models.channel), targets "
                          "the clean codes: a target robust to its own channel's draws; 0: off")
+    tg.add_argument("--channel-temperature", type=float, default=1.0,
+                    help="with --channel-sigma2: the temperature the saved target's logits are divided by before "
+                         "its channel (stored in its config; sampling only, training unchanged)")
     tg.add_argument("--substitute", type=float, default=0.0,
                     help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")

@@ -138,6 +138,7 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
                        soft_sigma2: float = 0.0, soft_expected: bool = False, channel_sigma2: float = 0.0,
+                       channel_temperature: float = 1.0,
                        **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
     `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
@@ -149,14 +150,15 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     whole soft label (`soft_code_nll`) rather than against the one code drawn (same optimum, less noise);
     `channel_sigma2` > 0: every input code is passed through the look-alike channel of that sigma^2
     (`coolsd.models.channel`, k = 8), the targets stay the clean codes, so the target learns to follow the
-    pictures its channel draws."""
+    pictures its channel draws; `channel_temperature`: stored with the channel, the temperature its logits are
+    divided by before the channel when it is sampled (training unchanged)."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
     if init is not None:
         warm_start(model, init)
     if channel_sigma2 > 0:  # the saved target carries the channel it learned to follow
-        config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K}
+        config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K, "temperature": channel_temperature}
     print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
     (codes, ys, ss, soft), (val_codes, vy, vs) = target_codes(vq, data, flips, framed, soft_sigma2, seed)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)

@@ -78,7 +78,8 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
             framed = load_framed(args.framed, args.seed, tuple(args.framed_scales), args.framed_shift)
         emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, framed=framed,
                                  substitute=args.substitute, soft_sigma2=args.soft_sigma2,
-                                 soft_expected=args.soft_expected, channel_sigma2=args.channel_sigma2, **kw)
+                                 soft_expected=args.soft_expected, channel_sigma2=args.channel_sigma2,
+                                 channel_temperature=args.channel_temperature, **kw)
         return 0
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)

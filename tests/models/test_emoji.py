@@ -225,3 +225,23 @@ def test_a_folder_with_a_channel_loads_a_hesitating_target_that_races_exactly(em
                    num_tokens=wrapped.num_tokens, sampling=wrapped.default_sampling, config=DecodeConfig(draft_len=2),
                    seed=s) for s in (1, 1, 2)]
         assert out[0].tokens.tolist() == out[1].tokens.tolist()  # a seed fixes the tokens
+
+
+def test_a_channel_temperature_sharpens_the_target_and_its_drafter_alike(emoji_dir, fp32_env, tmp_path):
+    root = tmp_path / "m"
+    shutil.copytree(emoji_dir, root)
+    config = json.loads((root / "target" / "config.json").read_text())
+    channel = {"sigma2": 0.5, "k": 4, "temperature": 0.5}
+    (root / "target" / "config.json").write_text(json.dumps(config | {"lookalike_channel": channel}))
+    plain, wrapped = load_emoji(emoji_dir, device="cpu"), load_emoji(root, device="cpu")
+    kernel = lookalike_kernel(wrapped.tokenizer.codebook, 0.5, 4)
+    a, b = plain.target.start(3, False), wrapped.target.start(3, False)
+    assert torch.allclose(b.logits.exp(), torch.softmax(a.logits.float() / 0.5, -1) @ kernel, atol=1e-6)
+    assert plain.drafter.temperature == 1.0 and wrapped.drafter.temperature == 0.5
+    ids, positions = torch.tensor([5, 9]), torch.tensor([2, 3])
+    hidden = torch.randn(1, 2, plain.drafter.embed.shape[1])
+    steps = []
+    for bundle in (plain, wrapped):
+        bundle.drafter.start(3, False)
+        steps.append(bundle.drafter.forward(ids, hidden, positions).logits)
+    assert torch.allclose(steps[1], steps[0] / 0.5, atol=1e-5)

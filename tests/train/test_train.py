@@ -258,9 +258,9 @@ def test_a_target_trained_through_its_channel_reads_drawn_codes_and_stores_the_c
     monkeypatch.setattr(emoji, "code_nll", lambda model, ids, inputs=None: seen.append((ids, inputs))
                         or real_nll(model, ids, inputs))
     emoji.train_emoji_target(vq, data, tmp_path, budget_s=0.3, batch=2, bf16=False, channel_sigma2=0.5,
-                             hidden=32, layers=2, heads=2, intermediate=64)
+                             channel_temperature=0.6, hidden=32, layers=2, heads=2, intermediate=64)
     ids, inputs = next((i, x) for i, x in seen if x is not None)  # a training step (evaluation reads clean ids)
     p = ids.shape[1] - 256
     assert torch.equal(inputs[:, :p], ids[:, :p]) and not torch.equal(inputs[:, p:], ids[:, p:])
     saved = json.loads((tmp_path / "target" / "config.json").read_text())
-    assert saved["lookalike_channel"] == {"sigma2": 0.5, "k": 8}
+    assert saved["lookalike_channel"] == {"sigma2": 0.5, "k": 8, "temperature": 0.6}
