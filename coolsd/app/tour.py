@@ -103,9 +103,10 @@ STEPS = [
     Step("Look-alikes",
          "Relaxation pays only where the target hesitates. An image model spreads its probability over look-alike "
          "codes (many almost identical ways to draw an edge); a draft that picks a look-alike of the target's "
-         "favourite fails Eagle-1's test and passes a relaxed one. A target sure of one code at every position (one "
-         "that memorised its pictures) leaves nothing to relax. The line under the images gives the shipped models' "
-         "benchmark; watch the **τ** column here.",
+         "favourite fails Eagle-1's test and passes a relaxed one. The emoji target here passes each code it means "
+         "through a channel to its look-alikes, as such a model hesitates; a target sure of one code at every "
+         "position (the first emoji target, which memorised its pictures) leaves nothing to relax. The line under "
+         "the images gives the shipped models' benchmark; watch the **τ** column here.",
          "COOL-SD's τ at δ = 2 (Eagle-1's is shown beside it)?",
          _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7}),

@@ -10,11 +10,15 @@ a patch's pixels in [-1, 1] for `PatchVQModel`). So the target's distribution ov
 
 the same law as a model trained to the floor on pictures quantised stochastically (`coolsd.train.emoji
 .soft_candidates`), which a CPU could not train (assets/emoji/README.md). A plain white patch (every value above
-`PLAIN`) keeps its code: background stays certain. The Eagle-1 head drafts through the target's LM head, before
-the channel (it reads the transformer's features, as Eagle does); the rules see the channel's p.
+`PLAIN`) keeps its code: background stays certain. An optional temperature T divides the transformer's logits
+before the channel (p_model = softmax(z / T)): the shipped emoji model uses T = 0.6, which keeps its pictures
+recognisable while the channel keeps its hesitation. The Eagle-1 head drafts through the target's LM head, before
+the channel (it reads the transformer's features, as Eagle does), at the same T (`EagleDrafter.temperature`, set
+by the loader); the rules see the channel's p.
 
-Stored with a model as `lookalike_channel: {"sigma2": ..., "k": ...}` in its target config.json
-(`channel_config`); `ChannelTarget` wraps any `TokenModel`.
+Stored with a model as `lookalike_channel: {"sigma2": ..., "k": ..., "temperature": ...}` in its target
+config.json (`channel_config`; `python -m coolsd.train target --channel-sigma2 S --channel-temperature T`);
+`ChannelTarget` wraps any `TokenModel`.
 """
 
 from __future__ import annotations
