@@ -3,7 +3,7 @@
     python tools/draft_ratios.py --pairs 16        # the emoji model, Eagle-1 at L = 2, about a minute on 2 cores
 
 Decodes the first `--pairs` of the emoji pilot's 32 training pairs (`tools/emoji_ambiguity_pilot.py`'s draw: a
-seed-1 permutation of the training pairs; seed = index) with Eagle-1 and the rounds' detail
+seed-1 permutation of the training pairs, `pilot_conditions`; seed = index) with Eagle-1 and the rounds' detail
 (`coolsd.decoding.events.RoundDetail`), and prints per draft depth the share of drafts in each bucket of r and
 the acceptance a rule with a constant omega would give on the same drafts, mean min(1, omega r) for omega 1, 2, 8
 (Eagle-1, and roughly COOL-SD delta 2 and 8). Drafts with r below 1/64 are shapes the target does not want, which
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from emoji_ambiguity_pilot import pilot_conditions  # tools/ is on the path of a script run from it
 
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
@@ -22,13 +23,6 @@ from coolsd.models.emoji import load_emoji
 from coolsd.train.emoji_data import splits
 
 EDGES = (0.0, 1 / 64, 1 / 8, 1 / 4, 1 / 2, 1.0, float("inf"))
-
-
-def pilot_conditions(n: int) -> list[int]:
-    """The emoji pilot's pairs: condition ids (emoji * styles + style) of a seed-1 permutation of training pairs."""
-    data = splits()
-    order = torch.randperm(len(data["train"][1]), generator=torch.Generator().manual_seed(1))[:n]
-    return (data["train"][1][order] * len(data["style_names"]) + data["train"][2][order]).tolist()
 
 
 def draft_ratios(bundle, conds: list[int], draft_len: int) -> list[list[float]]:
@@ -52,7 +46,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    by_depth = draft_ratios(load_emoji(), pilot_conditions(args.pairs), args.draft_len)
+    by_depth = draft_ratios(load_emoji(), pilot_conditions(splits(), args.pairs), args.draft_len)
     for depth, ratios in enumerate(by_depth, 1):
         r = torch.tensor(ratios, dtype=torch.float64)
         shares = ", ".join(f"[{lo:.3g}, {hi:.3g}): {((r >= lo) & (r < hi)).double().mean():.2f}"

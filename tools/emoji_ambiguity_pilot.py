@@ -56,6 +56,13 @@ def model_folder(target_dir: Path | None, out: Path) -> Path:
     return out
 
 
+def pilot_conditions(data: dict, n: int) -> list[int]:
+    """The pilot's pairs: condition ids (emoji * styles + style) of the first n of a seed-1 permutation of the
+    training pairs of `data` (`coolsd.train.emoji_data.splits`)."""
+    order = torch.randperm(len(data["train"][1]), generator=torch.Generator().manual_seed(1))[:n]
+    return (data["train"][1][order] * len(data["style_names"]) + data["train"][2][order]).tolist()
+
+
 def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: float | None = None,
             top_k: int = 0, rules: bool = True) -> dict:
     """Ambiguity, tau per rule and recognisability on `conds` (condition ids), seed = index; `temperature`: the
@@ -120,10 +127,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(2)
     data = splits()
-    g = torch.Generator().manual_seed(1)
-    tr = torch.randperm(len(data["train"][1]), generator=g)[: args.pairs]
-    styles = len(data["style_names"])
-    conds = (data["train"][1][tr] * styles + data["train"][2][tr]).tolist()
+    conds = pilot_conditions(data, args.pairs)
     vq = load_vq(SHIPPED / "vq", torch_dtype=torch.float32).eval()
     if args.target_dir is not None:
         folder = model_folder(args.target_dir, args.out / "sweep_model")

@@ -18,7 +18,7 @@ from torch import Tensor
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.models.channel import CHANNEL_K, ChannelTarget, channel_config, lookalike_kernel
+from coolsd.models.channel import ChannelTarget, stored_channel
 from coolsd.models.conditions import STYLE_SEP, Conditions
 from coolsd.models.graphs import prepare, stored_path
 from coolsd.util.paths import EMBEDDED_DIR
@@ -167,10 +167,9 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     tokenizer = VQTokenizer(vq, grid)
     # execution path (argument / env / execution.json under root / auto: CUDA graphs on a GPU) + warm-up; logs it
     path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
-    channel = channel_config(cfg)
+    channel = stored_channel(cfg, tokenizer.codebook)
     if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
-        kernel = lookalike_kernel(tokenizer.codebook, channel["sigma2"], channel.get("k", CHANNEL_K))
-        target = ChannelTarget(target, kernel, channel.get("temperature", 1.0))
+        target = ChannelTarget(target, *channel)
         drafter.temperature = target.temperature  # drafts from the transformer's logits at the same temperature
     classifier = None
     if with_classifier:

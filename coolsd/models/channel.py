@@ -33,7 +33,7 @@ from coolsd.decoding.protocol import ModelStep
 from coolsd.util.checks import check_int, check_number
 
 PLAIN = 250 / 127.5 - 1  # a patch whose every value is above this (pixels >= 250 of 255) is plain white background
-CONFIG_KEY = "lookalike_channel"  # target config.json entry: {"sigma2": float, "k": int}
+CONFIG_KEY = "lookalike_channel"  # target config.json entry: {"sigma2": float, "k": int, "temperature": float}
 CHANNEL_K = 8  # look-alikes a code may become (itself included): the size of `soft_candidates`' sets
 
 
@@ -59,6 +59,16 @@ def channel_config(config: Any) -> dict | None:
     """The channel a target config stores ({"sigma2", "k"[, "temperature"]}), or None (no channel)."""
     stored = getattr(config, CONFIG_KEY, None)
     return dict(stored) if isinstance(stored, dict) and stored else None
+
+
+def stored_channel(config: Any, codebook: Tensor) -> tuple[Tensor, float] | None:
+    """(kernel (V, V) from `lookalike_kernel`, temperature) of the channel a target config stores (k and
+    temperature default to CHANNEL_K and 1), or None (no channel): what the loader and the drafter's self-samples
+    both read."""
+    channel = channel_config(config)
+    if channel is None:
+        return None
+    return lookalike_kernel(codebook, channel["sigma2"], channel.get("k", CHANNEL_K)), channel.get("temperature", 1.0)
 
 
 class ChannelTarget:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from coolsd.models.bundle import EMBEDDED_SAMPLING
-from coolsd.models.channel import CHANNEL_K, channel_config, lookalike_kernel
+from coolsd.models.channel import stored_channel
 from coolsd.models.eagle import EagleHead, eagle_config
 from coolsd.models.embedded import condition_prefix, prefix_len
 from coolsd.train.loop import run_budgeted, update
@@ -186,10 +186,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     gen = torch.Generator().manual_seed(seed)
     tokens = tokens or mnist_tokens(vq, data, n_val)
     real_ids, real_feats = _real_pool(target, *tokens["train"], n_real, out / "real_pool.pt", gen)
-    channel = channel_config(config)
-    kernel = None if channel is None else lookalike_kernel(vq.quantize.embedding.weight, channel["sigma2"],
-                                                           channel.get("k", CHANNEL_K))
-    heat = 1.0 if channel is None else channel.get("temperature", 1.0)
+    kernel, heat = stored_channel(config, vq.quantize.embedding.weight) or (None, 1.0)
     pool = SampleShards(target, out / "self_samples", seed, shard, sampling, kernel, heat)
     pool.fill(min(n_self, n_start))
     val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling, kernel, heat)
