@@ -6,7 +6,7 @@ For one shipped model, in its stored precision, at one torch thread (as the app 
 - the machine's memory bandwidth, measured by a plain copy of a large buffer (256 MB, far past any cache),
   and the rate of the same copy at the target's weight size (what a step gets when its weights stay in
   the last-level cache); the times those imply for a step's weights;
-- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed), in alternating turns: one target
+- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed, lean-q8), in alternating turns: one target
   step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the verify), each after
   `context` cached tokens, and the time to put the models on the path (packing, at start-up).
 
@@ -31,7 +31,7 @@ from coolsd.models.timing import interleaved_medians
 from coolsd.util.machine import cpu_name
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
 
-PATHS = ("eager", "lean", "lean-packed")  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
+PATHS = ("eager", "lean", "lean-packed", "lean-q8")  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
 BIG_BUFFER = 256 * 2**20  # bytes copied to measure the memory's bandwidth
 CONTEXT = 128  # image tokens cached before every timed call (half the emoji image)
 # --model: (loader(folder, device=...), model folder, default output folder)

@@ -15,7 +15,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import LEAN_PATHS, LeanLinear
+from coolsd.models.lean import INT8_DRAFTER_PATHS, LEAN_PATHS, Int8Linear, LeanLinear, int8_runs
 from coolsd.models.llama import LayerStack, set_path
 
 
@@ -60,7 +60,7 @@ class EagleDrafter:
         self.fc_b = head.fc.bias.detach()
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
-        self.lean: tuple[LeanLinear, LeanLinear] | None = None  # (fc, head) on the lean path, None on others
+        self.lean: tuple[LeanLinear | Int8Linear, ...] | None = None  # (fc, head) on a lean path, None on others
         # the head mimics the target transformer's logits; a target that divides them by a temperature before its
         # look-alike channel (`coolsd.models.channel`) has its drafter divide by the same (set by the loader)
         self.temperature = 1.0
@@ -70,12 +70,17 @@ class EagleDrafter:
         return self.stack.length
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layer: "eager", "static", "cuda-graphs", "lean" or "lean-packed" (see
-        `coolsd.models.graphs`)."""
-        set_path(self.stack, path, rows)
+        """Execution path of the layer: "eager", "static", "cuda-graphs" or a lean path ("lean-q8": every
+        product on int8 weights, `coolsd.models.lean`; see `coolsd.models.graphs`)."""
+        int8 = path in INT8_DRAFTER_PATHS and int8_runs(self.device)
+        set_path(self.stack, path, rows, int8=int8)
         plain = LEAN_PATHS.get(path)
-        self.lean = None if plain is None else (LeanLinear(self.fc_t, self.fc_b, plain),
-                                                LeanLinear(self.head_t, None, plain))
+        if plain is None:
+            self.lean = None
+        elif int8:
+            self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
+        else:
+            self.lean = (LeanLinear(self.fc_t, self.fc_b, plain), LeanLinear(self.head_t, None, plain))
 
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""

@@ -122,7 +122,7 @@ class LlamaClassTarget:
         return self.stack.length - self.prefix_len
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layers: "eager", "static", "cuda-graphs", "lean" or "lean-packed" (see
+        """Execution path of the layers: "eager", "static", "cuda-graphs" or a lean path (see
         `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
         self.lean_head = (LeanHead(self.norm_w, self.head_t, self.stack.eps, LEAN_PATHS[path]) if path in LEAN_PATHS

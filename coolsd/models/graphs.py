@@ -5,12 +5,13 @@
   (`LayerStack.forward_static`); runs anywhere, used by the CPU tests of the GPU path.
 - "cuda-graphs": the static path with each (rows, block size) captured once as a CUDA graph at
   load (warm-up) and replayed: one launch per layer stack instead of ~15 per layer.
-- "lean", "lean-packed": the eager maths with products prepared once and fp32 activations, for a CPU
-  (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights); models without a
-  lean path of their own (LlamaGen) run eager on them.
+- "lean", "lean-packed", "lean-q8": the eager maths with products prepared once and fp32 activations, for a CPU
+  (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights; "lean-q8": "lean"
+  with the drafter's products on int8 weights); models without a lean path of their own (LlamaGen) run eager
+  on them.
 
 `prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | static |
-cuda-graphs | lean | lean-packed), else the choice stored with the model (`execution.json` beside its parts,
+cuda-graphs | lean | lean-packed | lean-q8), else the choice stored with the model (`execution.json` beside its parts,
 {"cpu": "lean"}, written by `python -m coolsd.bench.limit --store`), else auto = cuda-graphs on CUDA, eager
 elsewhere. It warms every captured shape, falls back to eager when capture fails, and logs which path runs.
 """
@@ -27,11 +28,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from coolsd.models.lean import LEAN_PATHS
 from coolsd.models.static import STATIC_BLOCKS
 from coolsd.util.machine import stored_choice
 
 log = logging.getLogger("coolsd")
-PATHS = ("eager", "static", "cuda-graphs", "lean", "lean-packed")
+PATHS = ("eager", "static", "cuda-graphs", *LEAN_PATHS)
 ENV_VAR = "COOLSD_EXECUTION"
 EXECUTION_FILE = "execution.json"  # {"cpu": "lean", ...}: the path a model folder runs on each device type
 
@@ -110,7 +112,7 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
     r guidance rows and every block size is captured for it (the warm-up)."""
     if path not in PATHS:
         raise ValueError(f"unknown execution path {path!r}; choose one of {PATHS}")
-    if path in ("eager", "lean", "lean-packed"):  # lean: the layer stack runs it (`coolsd.models.lean`); others eager
+    if path == "eager" or path in LEAN_PATHS:  # lean: the layer stack runs it (`coolsd.models.lean`); others eager
         return (), None
     if path == "static":
         return STATIC_BLOCKS, None

@@ -10,6 +10,11 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   (`_reorder_linear_weight`), SiLU, gate-times-up and the residual add riding on them as post-ops.
   Path "lean-packed" runs one-row calls on the packed weights too (half the bytes a step reads: better
   where the weights do not stay in the cache). fp32 models run fp32 BLAS throughout (exact);
+- path "lean-q8": the target as on "lean"; the drafter's products (the Eagle head's fc, layer and LM head) on
+  int8 weights, one scale per output feature, bf16 inputs (`Int8Linear`): a quarter of the fp32 bytes. A drafter
+  only proposes, so any q it computes keeps every rule's maths exact (the rules see the q they sampled from);
+  its drafts, and so a relaxed rule's output, are those of a slightly different head (measured: tau in the
+  benchmark; `tests/models/test_lean.py` bounds its logits against fp32);
 - activations in fp32 whatever the weights: the residual stream, norms, RoPE, attention and the KV cache
   (bf16 RMSNorm and a bf16 attention of one query convert on every call);
 - RMSNorm as one fused LayerNorm call over [x, -x] (whose mean is 0 and variance mean(x^2)), where
@@ -36,7 +41,8 @@ from torch import Tensor
 # oneDNN on packed bf16 weights (bf16 models only). "lean": one-row calls (a step without CFG, a head step) on
 # fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
 # (half the bytes: better where the weights do not stay in the cache). `python -m coolsd.bench.limit` measures both.
-LEAN_PATHS = {"lean": 1, "lean-packed": 0}
+LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1}
+INT8_DRAFTER_PATHS = ("lean-q8",)  # lean paths whose drafter runs `Int8Linear` products (the target stays exact)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
 
@@ -92,6 +98,34 @@ class PackedLinear:
         return residual.add_(self(x))
 
 
+class Int8Linear:
+    """y = x @ w (+ bias) on int8 weights with one scale per output feature (symmetric, |w| max -> 127), by
+    `torch._weight_int8pack_mm` on bf16 inputs: a quarter of the fp32 bytes, for a drafter only (module doc).
+    w_t (K, N) -> x (M, K) any float dtype -> (M, N) fp32. CPU only (`int8_runs`)."""
+
+    dtype = torch.float32  # what it returns
+
+    def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
+        w = w_t.detach().float().T  # (N, K)
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
+        self.w = torch.round(w / scale[:, None]).to(torch.int8).contiguous()  # (N, K)
+        self.scale = scale.to(torch.bfloat16)
+        self.bias = None if bias is None else bias.detach().float()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.w, self.scale).float()
+        return y if self.bias is None else y.add_(self.bias)
+
+    def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
+        """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
+        return residual.add_(torch._weight_int8pack_mm(x.to(torch.bfloat16), self.w, self.scale))
+
+
+def int8_runs(device=None) -> bool:
+    """Whether `Int8Linear` runs on `device` (default CPU): torch's int8 weight-only product is a CPU kernel here."""
+    return torch.device(device or "cpu").type == "cpu"
+
+
 class LeanLinear:
     """A product that picks its kind by the rows of each call: up to `plain_rows` rows run `PlainLinear`,
     more rows `PackedLinear` when the weights are bf16 (`packs`), else `PlainLinear` (see LEAN_PATHS).
@@ -111,12 +145,12 @@ class LeanLinear:
 
 
 class PlainLayer:
-    """One decoder layer's products by `PlainLinear`: qkv (D -> (hq + 2 hk) hd), o (hq hd -> D), gate_up
-    (D -> 2 I: gate and up in one product), down (I -> D). Weights: the eager path's fused transposed
-    copies (RMSNorm weights folded in)."""
+    """One decoder layer's products by `PlainLinear` (or `Int8Linear`, `linear`): qkv (D -> (hq + 2 hk) hd),
+    o (hq hd -> D), gate_up (D -> 2 I: gate and up in one product), down (I -> D). Weights: the eager path's
+    fused transposed copies (RMSNorm weights folded in)."""
 
-    def __init__(self, w_qkv: Tensor, w_o: Tensor, w_gate_up: Tensor, w_down: Tensor) -> None:
-        self.qkv, self.o, self.gate_up, self.down = (PlainLinear(w) for w in (w_qkv, w_o, w_gate_up, w_down))
+    def __init__(self, w_qkv: Tensor, w_o: Tensor, w_gate_up: Tensor, w_down: Tensor, linear=PlainLinear) -> None:
+        self.qkv, self.o, self.gate_up, self.down = (linear(w) for w in (w_qkv, w_o, w_gate_up, w_down))
         self.dtype = torch.float32
 
     def mlp_add_to(self, h: Tensor, residual: Tensor) -> None:
@@ -148,15 +182,17 @@ class LeanLayers:
         n_heads, n_kv, head_dim: hq, hk, hd; theta: RoPE base; eps: RMSNorm epsilon;
         positions: RoPE table rows (every position a call may use).
         plain_rows: calls of up to this many rows (G n) run the plain fp32 products (LEAN_PATHS).
+        int8: every call runs `Int8Linear` products (a drafter on INT8_DRAFTER_PATHS; needs `int8_runs`).
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
 
     def __init__(self, blocks, n_heads: int, n_kv: int, head_dim: int, theta: float, eps: float,
-                 positions: int, plain_rows: int = 1) -> None:
+                 positions: int, plain_rows: int = 1, int8: bool = False) -> None:
         device = blocks[0][0].device
-        self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) else None
-        self.plain = [PlainLayer(*b) for b in blocks] if self.packed is None or plain_rows > 0 else None
+        self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) and not int8 else None
+        linear = Int8Linear if int8 else PlainLinear
+        self.plain = [PlainLayer(*b, linear=linear) for b in blocks] if self.packed is None or plain_rows > 0 else None
         self.plain_rows = plain_rows
         self.n_heads, self.n_kv, self.head_dim, self.eps = n_heads, n_kv, head_dim, eps
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))

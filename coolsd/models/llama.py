@@ -13,7 +13,7 @@ Two ways to run a call (same weights, same cache):
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
   graph and replayed (`coolsd.models.graphs`);
-- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean" and "lean-packed"): the eager path's maths
+- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8"): the eager path's maths
   with products prepared once (fp32 BLAS, packed bf16), fp32 activations and cache, for a CPU (issue 35).
 """
 
@@ -200,14 +200,14 @@ class LayerStack:
         self.length = length
 
 
-def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
+def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = False) -> None:
     """Put one LayerStack on `path` ("eager", "static", "cuda-graphs", captured for every `rows`, or a lean path:
-    `coolsd.models.lean.LEAN_PATHS`)."""
+    `coolsd.models.lean.LEAN_PATHS`); `int8`: its lean products on int8 weights (a drafter's, `LeanLayers`)."""
     stack.lean = None
     if path in LEAN_PATHS:
         stack.use_static((), None)
         stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
-                                stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path])
+                                stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8)
         stack.k = stack.v = None
         stack.length = 0
         return

@@ -32,7 +32,7 @@ def test_step_bytes_count_every_matrix_once(tiny):
 
 def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     result = limit_table.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4, buffer_bytes=2**20)
-    assert set(result["paths"]) == {"eager", "lean", "lean-packed"} and result["rows"] == 2 and result["draft_len"] == 2
+    assert set(result["paths"]) == {"eager", "lean", "lean-packed", "lean-q8"} and result["rows"] == 2 and result["draft_len"] == 2
     for path, times in result["paths"].items():
         assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
         r = result["ratios"][path]
