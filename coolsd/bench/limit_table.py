@@ -6,9 +6,10 @@ For one shipped model, in its stored precision, at one torch thread (as the app 
 - the machine's memory bandwidth, measured by a plain copy of a large buffer (256 MB, far past any cache),
   and the rate of the same copy at the target's weight size (what a step gets when its weights stay in
   the last-level cache); the times those imply for a step's weights;
-- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed, lean-q8), in alternating turns: one target
-  step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the verify), each after
-  `context` cached tokens, and the time to put the models on the path (packing, at start-up).
+- the step's matrix products alone (one row each, nothing around them): what its small ops add;
+- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed, lean-q8), in alternating
+  turns: one target step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the
+  verify), each after `context` cached tokens, and the time to put the models on the path (packing, at start-up).
 
     python -m coolsd.bench.limit --model emoji
 """
@@ -21,17 +22,19 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
 from coolsd.models.graphs import prepare
+from coolsd.models.lean import LEAN_PATHS, Int8Linear, PlainLinear
 from coolsd.models.timing import interleaved_medians
 from coolsd.util.machine import cpu_name
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
 
-PATHS = ("eager", "lean", "lean-packed", "lean-q8")  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
+PATHS = ("eager", *LEAN_PATHS)  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
 BIG_BUFFER = 256 * 2**20  # bytes copied to measure the memory's bandwidth
 CONTEXT = 128  # image tokens cached before every timed call (half the emoji image)
 # --model: (loader(folder, device=...), model folder, default output folder)
@@ -43,13 +46,30 @@ def matrix_bytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def step_matrices(target, drafter) -> dict[str, list[Tensor]]:
+    """{"target": the target's layer matrices and codebook head, "drafter": the head's fc, layer and head}, each
+    (K, N) as a step multiplies by it (embedded Llama target + Eagle head)."""
+    return {"target": [*(w for block in target.stack.blocks for w in block), target.head_t],
+            "drafter": [*(w for block in drafter.stack.blocks for w in block), drafter.fc_t, drafter.head_t]}
+
+
 def step_bytes(target, drafter) -> dict[str, int]:
-    """{"target": bytes of the target's layer matrices and codebook head, "drafter": the head's fc, layer and
-    head}: what one step of each reads, caches and activations aside (embedded Llama target + Eagle head)."""
-    layers = [w for block in target.stack.blocks for w in block]
-    head_layers = [w for block in drafter.stack.blocks for w in block]
-    return {"target": matrix_bytes(*layers, target.head_t),
-            "drafter": matrix_bytes(*head_layers, drafter.fc_t, drafter.head_t)}
+    """{"target", "drafter"}: the bytes of `step_matrices`, what one step of each reads (caches and activations
+    aside)."""
+    return {name: matrix_bytes(*ws) for name, ws in step_matrices(target, drafter).items()}
+
+
+def products_call(matrices: list[Tensor], linear=PlainLinear) -> Callable[[], None]:
+    """One call of every matrix's one-row product with nothing around it (`PlainLinear`: fp32 BLAS on weights
+    converted once, as the lean path runs them; `Int8Linear` as lean-q8's drafter): a step's floor in products."""
+    linears = [linear(w) for w in matrices]
+    rows = [torch.randn(1, w.shape[0], device=w.device) for w in matrices]
+
+    def call() -> None:
+        for lin, x in zip(linears, rows):
+            lin(x)
+
+    return call
 
 
 def copy_rate(nbytes: int, repeats: int = 7, clock: Callable[[], float] = time.process_time) -> float:
@@ -109,7 +129,11 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     context = min(context, bundle.num_tokens // 2)
     sizes = step_bytes(bundle.target, bundle.drafter)
     memory, cached = copy_rate(buffer_bytes, clock=clock), copy_rate(sizes["target"], clock=clock)
-    calls, ready = {}, {}
+    matrices = step_matrices(bundle.target, bundle.drafter)
+    calls = {"products/target": products_call(matrices["target"]),
+             "products/drafter": products_call(matrices["drafter"]),
+             "products/drafter_int8": products_call(matrices["drafter"], Int8Linear)}
+    ready = {}
     for path in PATHS:
         each, ready[path] = path_calls(bundle, path, draft_len, context)
         calls |= {f"{path}/{name}": fn for name, fn in each.items()}
@@ -126,6 +150,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
         "bandwidth_gbs": {"memory": round(memory / 1e9, 2), "cache": round(cached / 1e9, 2)},
         "implied_ms": {f"{k}_{where}": round(1e3 * v / rate, 3) for k, v in sizes.items()
                        for where, rate in (("memory", memory), ("cache", cached))},
+        "products_ms": {name: round(ms[f"products/{name}"], 3) for name in ("target", "drafter", "drafter_int8")},
         "paths": paths,
         "ratios": {path: ratios(paths[path], paths["eager"]) for path in PATHS},
     }
@@ -149,7 +174,8 @@ def markdown(result: dict) -> str:
             f"Weights read per step: target {w['target']:.2f} MB, head {w['drafter']:.2f} MB. Copy rate: "
             f"{bw['memory']:.1f} GB/s through memory (256 MB buffer), {bw['cache']:.1f} GB/s at the target's weight "
             f"size. Implied target step: {implied['target_memory']:.3f} ms (memory), {implied['target_cache']:.3f} ms "
-            f"(cache); head step {implied['drafter_memory']:.3f} / {implied['drafter_cache']:.3f} ms.\n\n")
+            f"(cache); head step {implied['drafter_memory']:.3f} / {implied['drafter_cache']:.3f} ms.\n\n"
+            + products_line(result))
     rows = ["| path | step ms | verify L+1 ms | head step ms | round ms | head / step | round / step "
             "| step / eager step | ready s |", "|---|---|---|---|---|---|---|---|---|"]
     for path, t in result["paths"].items():
@@ -158,6 +184,17 @@ def markdown(result: dict) -> str:
                     f"| {r['head_per_step']:.2f} | {r['round_per_step']:.2f} | {r['step_vs_eager']:.2f} "
                     f"| {t['ready_s']:.2f} |")
     return head + "\n".join(rows) + "\n"
+
+
+def products_line(result: dict) -> str:
+    """What a step's products alone take (`products_call`), against the lean step: the rest is its small ops."""
+    if "products_ms" not in result:  # a table written before the products were measured
+        return ""
+    prod, lean = result["products_ms"], result["paths"]["lean"]
+    return (f"The matrix products alone (one row each, nothing around them): target {prod['target']:.3f} ms "
+            f"({prod['target'] / lean['step']:.0%} of the lean step), head {prod['drafter']:.3f} ms fp32, "
+            f"{prod['drafter_int8']:.3f} ms int8 (lean-q8's drafter); the rest of a step is the small ops around "
+            "them (norms, RoPE, cache writes, attention, views).\n\n")
 
 
 def fastest_path(result: dict) -> str:

@@ -19,6 +19,7 @@ from coolsd.bench.report import SPEEDUP_NAME, claims, frontier_fid, pareto, summ
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.models.lean import LEAN_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,7 +256,7 @@ def test_command_end_to_end(scorer, tmp_path):
                                                    "gstar_improves_lantern"}
     assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 6
     limit = json.loads((out / "config.json").read_text())["limit"]  # issue 35: the limit table, with every run
-    assert set(limit["paths"]) == {"eager", "lean", "lean-packed", "lean-q8"} and "| lean |" in (out / "results.md").read_text()
+    assert set(limit["paths"]) == {"eager", *LEAN_PATHS} and "| lean |" in (out / "results.md").read_text()
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "| cool-sd delta=2 |" in text and "pareto.png" in text and "python -m coolsd.bench --model tiny" in text

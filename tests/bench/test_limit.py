@@ -12,6 +12,7 @@ import pytest
 
 from coolsd.bench import limit, limit_table
 from coolsd.models.graphs import EXECUTION_FILE, stored_path
+from coolsd.models.lean import LEAN_PATHS
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,9 @@ def test_step_bytes_count_every_matrix_once(tiny):
 
 def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     result = limit_table.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4, buffer_bytes=2**20)
-    assert set(result["paths"]) == {"eager", "lean", "lean-packed", "lean-q8"} and result["rows"] == 2 and result["draft_len"] == 2
+    assert set(result["paths"]) == {"eager", *LEAN_PATHS} and result["rows"] == 2 and result["draft_len"] == 2
+    assert set(result["products_ms"]) == {"target", "drafter", "drafter_int8"}
+    assert all(0 < ms < result["paths"]["eager"]["round"] for ms in result["products_ms"].values())
     for path, times in result["paths"].items():
         assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
         r = result["ratios"][path]
@@ -42,6 +45,7 @@ def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     assert tiny.target.stack.lean is None and tiny.drafter.lean is None  # forks were measured, not the bundle
     table = limit_table.markdown(result)
     assert "| eager |" in table and "| lean |" in table and "| lean-packed |" in table and "GB/s" in table
+    assert "| lean-q8 |" in table and "The matrix products alone" in table
 
 
 def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, monkeypatch):

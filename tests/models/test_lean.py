@@ -183,7 +183,7 @@ def test_int8_products_within_their_rounding(rows):
 @pytest.mark.parametrize("guidance", [True, False])
 def test_lean_q8_runs_the_drafter_only_on_int8(tiny, guidance):
     """On lean-q8 the target is the lean one (same weights, same logits); every drafter product is int8."""
-    (lean, lean_d), (q8, q8_d) = _pair(tiny, "lean"), _pair(tiny, "lean-q8")
+    (lean, _), (q8, q8_d) = _pair(tiny, "lean"), _pair(tiny, "lean-q8")
     assert all(isinstance(lin, Int8Linear) for lin in q8_d.lean)
     assert all(isinstance(lin, Int8Linear) for layer in q8_d.stack.lean.plain
                for lin in (layer.qkv, layer.o, layer.gate_up, layer.down))
