@@ -78,7 +78,7 @@ $\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$
 **Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than Eagle-1 (its
 table: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule cannot
 give: its late $\omega_i$ fall below 1, stricter than Eagle-1 there (embedded model, 100 images, this project's
-benchmark, `assets/bench/results.jsonl`: τ 2.81 unclipped vs 2.85 Eagle-1 vs 3.06 floored). With $G^*$ a depth with
+benchmark, `assets/bench/results.jsonl`: τ 2.83 unclipped vs 2.87 Eagle-1 vs 3.06 floored). With $G^*$ a depth with
 $\omega_i \le 1$ already has zero step error, so pushing $\omega_i$ below 1 buys no accuracy and only loses drafts:
 on 20 random tabular models (`python -m coolsd.theory --report`; V 4, T 5, L 3, δ 1.1) the floored schedule's mean
 exact TV was 0.1849 against 0.1854 unclipped while its τ was 2.03 against 1.83 (Eagle-1 1.85; at least Eagle-1's τ
