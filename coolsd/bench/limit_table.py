@@ -6,7 +6,7 @@ For one shipped model, in its stored precision, at one torch thread (as the app 
 - the machine's memory bandwidth, measured by a plain copy of a large buffer (256 MB, far past any cache),
   and the rate of the same copy at the target's weight size (what a step gets when its weights stay in
   the last-level cache); the times those imply for a step's weights;
-- the step's matrix products alone (one row each, nothing around them): what its small ops add;
+- the step's matrix products alone (its rows each, nothing around them): what its small ops add;
 - measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed, lean-q8), in alternating
   turns: one target step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the
   verify), each after `context` cached tokens, and the time to put the models on the path (packing, at start-up).
@@ -59,14 +59,15 @@ def step_bytes(target, drafter) -> dict[str, int]:
     return {name: matrix_bytes(*ws) for name, ws in step_matrices(target, drafter).items()}
 
 
-def products_call(matrices: list[Tensor], linear=PlainLinear) -> Callable[[], None]:
-    """One call of every matrix's one-row product with nothing around it (`PlainLinear`: fp32 BLAS on weights
-    converted once, as the lean path runs them; `Int8Linear` as lean-q8's drafter): a step's floor in products."""
+def products_call(matrices: list[Tensor], linear=PlainLinear, rows: int = 1) -> Callable[[], None]:
+    """One call of every matrix's product of `rows` rows (a step's: its guidance rows) with nothing around it
+    (`PlainLinear`: fp32 BLAS on weights converted once, as the lean path runs them; `Int8Linear` as lean-q8's
+    drafter): a step's floor in products."""
     linears = [linear(w) for w in matrices]
-    rows = [torch.randn(1, w.shape[0], device=w.device) for w in matrices]
+    inputs = [torch.randn(rows, w.shape[0], device=w.device) for w in matrices]
 
     def call() -> None:
-        for lin, x in zip(linears, rows):
+        for lin, x in zip(linears, inputs):
             lin(x)
 
     return call
@@ -130,9 +131,10 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     sizes = step_bytes(bundle.target, bundle.drafter)
     memory, cached = copy_rate(buffer_bytes, clock=clock), copy_rate(sizes["target"], clock=clock)
     matrices = step_matrices(bundle.target, bundle.drafter)
-    calls = {"products/target": products_call(matrices["target"]),
-             "products/drafter": products_call(matrices["drafter"]),
-             "products/drafter_int8": products_call(matrices["drafter"], Int8Linear)}
+    rows = bundle.default_sampling.rows
+    calls = {"products/target": products_call(matrices["target"], rows=rows),
+             "products/drafter": products_call(matrices["drafter"], rows=rows),
+             "products/drafter_int8": products_call(matrices["drafter"], Int8Linear, rows)}
     ready = {}
     for path in PATHS:
         each, ready[path] = path_calls(bundle, path, draft_len, context)
@@ -191,7 +193,8 @@ def products_line(result: dict) -> str:
     if "products_ms" not in result:  # a table written before the products were measured
         return ""
     prod, lean = result["products_ms"], result["paths"]["lean"]
-    return (f"The matrix products alone (one row each, nothing around them): target {prod['target']:.3f} ms "
+    return (f"The matrix products alone ({result['rows']} row(s) each, as a step, nothing around them): target "
+            f"{prod['target']:.3f} ms "
             f"({prod['target'] / lean['step']:.0%} of the lean step), head {prod['drafter']:.3f} ms fp32, "
             f"{prod['drafter_int8']:.3f} ms int8 (lean-q8's drafter); the rest of a step is the small ops around "
             "them (norms, RoPE, cache writes, attention, views).\n\n")

@@ -8,6 +8,7 @@ the target's, shared at run time by `EagleDrafter`, which implements the engine'
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +18,8 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from coolsd.decoding.protocol import ModelStep
 from coolsd.models.lean import INT8_DRAFTER_PATHS, LEAN_PATHS, Int8Linear, LeanLinear, int8_runs
 from coolsd.models.llama import LayerStack, set_path
+
+log = logging.getLogger("coolsd")
 
 
 class EagleHead(PreTrainedModel):
@@ -73,6 +76,9 @@ class EagleDrafter:
         """Execution path of the layer: "eager", "static", "cuda-graphs" or a lean path ("lean-q8": every
         product on int8 weights, `coolsd.models.lean`; see `coolsd.models.graphs`)."""
         int8 = path in INT8_DRAFTER_PATHS and int8_runs(self.device)
+        if path in INT8_DRAFTER_PATHS and not int8:
+            log.warning("coolsd: %s runs int8 products on a CPU only; the drafter on %s runs them as on lean",
+                        path, self.device)
         set_path(self.stack, path, rows, int8=int8)
         plain = LEAN_PATHS.get(path)
         if plain is None:

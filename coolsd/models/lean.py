@@ -11,8 +11,9 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   Path "lean-packed" runs one-row calls on the packed weights too (half the bytes a step reads: better
   where the weights do not stay in the cache). fp32 models run fp32 BLAS throughout (exact);
 - path "lean-q8": the target as on "lean"; the drafter's products (the Eagle head's fc, layer and LM head) on
-  int8 weights, one scale per output feature, bf16 inputs (`Int8Linear`): a quarter of the fp32 bytes. A drafter
-  only proposes, so any q it computes keeps every rule's maths exact (the rules see the q they sampled from);
+  int8 weights, one scale per output feature, bf16 inputs and outputs (`Int8Linear`): a quarter of the fp32
+  bytes. A drafter only proposes, so any q it computes keeps every rule's maths exact (the rules see the q they
+  sampled from);
   its drafts, and so a relaxed rule's output, are those of a slightly different head (measured: tau in the
   benchmark; `tests/models/test_lean.py` bounds its logits against fp32);
 - activations in fp32 whatever the weights: the residual stream, norms, RoPE, attention and the KV cache
@@ -40,7 +41,8 @@ from torch import Tensor
 # The lean paths (`coolsd.models.graphs.PATHS`) -> products of up to this many rows run plain fp32 BLAS, the rest
 # oneDNN on packed bf16 weights (bf16 models only). "lean": one-row calls (a step without CFG, a head step) on
 # fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
-# (half the bytes: better where the weights do not stay in the cache). `python -m coolsd.bench.limit` measures both.
+# (half the bytes: better where the weights do not stay in the cache); "lean-q8": "lean" with the drafter on
+# `Int8Linear`. `python -m coolsd.bench.limit` measures them side by side.
 LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1}
 INT8_DRAFTER_PATHS = ("lean-q8",)  # lean paths whose drafter runs `Int8Linear` products (the target stays exact)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
@@ -99,26 +101,30 @@ class PackedLinear:
 
 
 class Int8Linear:
-    """y = x @ w (+ bias) on int8 weights with one scale per output feature (symmetric, |w| max -> 127), by
-    `torch._weight_int8pack_mm` on bf16 inputs: a quarter of the fp32 bytes, for a drafter only (module doc).
-    w_t (K, N) -> x (M, K) any float dtype -> (M, N) fp32. CPU only (`int8_runs`)."""
+    """y = x @ w (+ bias) on int8 weights with one bf16 scale per output feature (symmetric, |w| max -> 127), by
+    `torch._weight_int8pack_mm`: bf16 inputs and outputs (fp32 sums inside), a quarter of the fp32 weight bytes,
+    for a drafter only (module doc). w_t (K, N) -> x (M, K) any float dtype -> (M, N) fp32. CPU only
+    (`int8_runs`)."""
 
     dtype = torch.float32  # what it returns
 
     def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
         w = w_t.detach().float().T  # (N, K)
-        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
-        self.w = torch.round(w / scale[:, None]).to(torch.int8).contiguous()  # (N, K)
-        self.scale = scale.to(torch.bfloat16)
+        self.scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127).to(torch.bfloat16)  # (N,) as the product reads it
+        self.w = torch.round(w / self.scale.float()[:, None]).clamp(-127, 127).to(torch.int8).contiguous()  # (N, K)
         self.bias = None if bias is None else bias.detach().float()
 
+    def _mm(self, x: Tensor) -> Tensor:
+        """x (M, K) -> x @ w (M, N) bf16 (`contiguous`: the kernel reads rows of x)."""
+        return torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w, self.scale)
+
     def __call__(self, x: Tensor) -> Tensor:
-        y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.w, self.scale).float()
+        y = self._mm(x).float()
         return y if self.bias is None else y.add_(self.bias)
 
     def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
         """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
-        return residual.add_(torch._weight_int8pack_mm(x.to(torch.bfloat16), self.w, self.scale))
+        return residual.add_(self._mm(x))
 
 
 def int8_runs(device=None) -> bool:

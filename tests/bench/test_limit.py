@@ -45,7 +45,9 @@ def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     assert tiny.target.stack.lean is None and tiny.drafter.lean is None  # forks were measured, not the bundle
     table = limit_table.markdown(result)
     assert "| eager |" in table and "| lean |" in table and "| lean-packed |" in table and "GB/s" in table
-    assert "| lean-q8 |" in table and "The matrix products alone" in table
+    assert "| lean-q8 |" in table and "The matrix products alone (2 row(s) each" in table
+    older = {k: v for k, v in result.items() if k != "products_ms"}  # a table written before products were timed
+    assert "products alone" not in limit_table.markdown(older) and "| lean-q8 |" in limit_table.markdown(older)
 
 
 def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, monkeypatch):

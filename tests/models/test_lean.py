@@ -97,6 +97,10 @@ def test_same_tokens_on_lean_and_eager_for_every_rule(tiny, tree, build_rule):
         for path in EXACT_PATHS if name else LEAN_PATHS:  # an int8 drafter drafts other tokens; vanilla has none
             assert out[path].tokens.tolist() == out["eager"].tokens.tolist(), (name, tree, path)
             assert out[path].target_forwards == out["eager"].target_forwards
+        for path in INT8_DRAFTER_PATHS:  # a whole image of codes, in fewer forwards than tokens where drafts pass
+            tokens = out[path].tokens
+            assert len(tokens) == tiny.num_tokens and 0 <= int(tokens.min()) and int(tokens.max()) < tiny.target.vocab_size
+            assert out[path].target_forwards <= tiny.num_tokens
     assert lanes["lean"][0].stack.lean is not None and lanes["lean"][1].stack.lean is not None
 
 
@@ -192,6 +196,37 @@ def test_lean_q8_runs_the_drafter_only_on_int8(tiny, guidance):
     ids = torch.tensor([5, 9, 1, 30])
     a, b = lean.forward(ids, torch.arange(4)), q8.forward(ids, torch.arange(4))
     torch.testing.assert_close(b.logits, a.logits, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("guidance", [True, False])
+def test_lean_q8_on_bf16_weights_keeps_the_lean_target_and_a_close_drafter(tiny, guidance):
+    """bf16 weights: lean-q8's target logits are lean's exactly; its drafter stays near the fp32 drafter (within
+    the int8 bound of `_close_drafter`, on top of bf16's own error)."""
+    reference = fork_models(tiny.target, tiny.drafter)
+    lean, q8 = _bf16_models(tiny), _bf16_models(tiny)
+    prepare(lean, path="lean")
+    prepare(q8, path="lean-q8")
+    assert all(isinstance(lin, Int8Linear) for lin in q8[1].lean)
+    ids = torch.tensor([5, 9, 1, 30])
+    for (t, d) in (reference, lean, q8):
+        t.start(1, guidance)
+        d.start(1, guidance)
+    steps = [t.forward(ids, torch.arange(4)) for t, _ in (reference, lean, q8)]
+    torch.testing.assert_close(steps[2].logits, steps[1].logits, atol=0, rtol=0)
+    drafts = [d.forward(ids, steps[0].hidden, torch.arange(4)) for _, d in (reference, lean, q8)]
+    _close_drafter(drafts[2], drafts[0], "lean-q8")
+
+
+def test_lean_q8_off_a_cpu_runs_the_drafter_as_lean(tiny, monkeypatch, caplog):
+    """Where the int8 product does not run (`int8_runs` false: a GPU), the drafter runs lean's products and says so."""
+    from coolsd.models import eagle
+
+    monkeypatch.setattr(eagle, "int8_runs", lambda device: False)
+    _, drafter = fork_models(tiny.target, tiny.drafter)
+    with caplog.at_level("WARNING", logger="coolsd"):
+        drafter.use_path("lean-q8")
+    assert all(isinstance(lin, LeanLinear) for lin in drafter.lean)
+    assert "int8 products on a CPU only" in caplog.text
 
 
 @pytest.fixture(scope="module")
