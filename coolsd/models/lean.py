@@ -110,8 +110,9 @@ class Int8Linear:
 
     def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
         w = w_t.detach().float().T  # (N, K)
-        self.scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127).to(torch.bfloat16)  # (N,) as the product reads it
-        self.w = torch.round(w / self.scale.float()[:, None]).clamp(-127, 127).to(torch.int8).contiguous()  # (N, K)
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,) fp32: the weights are rounded on it
+        self.w = torch.round(w / scale[:, None]).to(torch.int8).contiguous()  # (N, K), |w| <= 127
+        self.scale = scale.to(torch.bfloat16)  # as the product reads it (a relative change below 2^-8)
         self.bias = None if bias is None else bias.detach().float()
 
     def _mm(self, x: Tensor) -> Tensor:

@@ -99,7 +99,8 @@ def test_same_tokens_on_lean_and_eager_for_every_rule(tiny, tree, build_rule):
             assert out[path].target_forwards == out["eager"].target_forwards
         for path in INT8_DRAFTER_PATHS:  # a whole image of codes, in fewer forwards than tokens where drafts pass
             tokens = out[path].tokens
-            assert len(tokens) == tiny.num_tokens and 0 <= int(tokens.min()) and int(tokens.max()) < tiny.target.vocab_size
+            assert len(tokens) == tiny.num_tokens
+            assert 0 <= int(tokens.min()) and int(tokens.max()) < tiny.target.vocab_size
             assert out[path].target_forwards <= tiny.num_tokens
     assert lanes["lean"][0].stack.lean is not None and lanes["lean"][1].stack.lean is not None
 
