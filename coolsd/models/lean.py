@@ -13,9 +13,8 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
 - path "lean-q8": the target as on "lean"; the drafter's products (the Eagle head's fc, layer and LM head) on
   int8 weights, one scale per output feature, bf16 inputs and outputs (`Int8Linear`): a quarter of the fp32
   bytes. A drafter only proposes, so any q it computes keeps every rule's maths exact (the rules see the q they
-  sampled from);
-  its drafts, and so a relaxed rule's output, are those of a slightly different head (measured: tau in the
-  benchmark; `tests/models/test_lean.py` bounds its logits against fp32);
+  sampled from); its drafts, and so a relaxed rule's output, are those of a slightly different head (measured:
+  tau in the benchmark; `tests/models/test_lean.py` bounds its logits against fp32);
 - activations in fp32 whatever the weights: the residual stream, norms, RoPE, attention and the KV cache
   (bf16 RMSNorm and a bf16 attention of one query convert on every call);
 - RMSNorm as one fused LayerNorm call over [x, -x] (whose mean is 0 and variance mean(x^2)), where
