@@ -24,7 +24,17 @@ from coolsd.models.bundle import load_vq_llama
 from coolsd.models.eagle import EagleDrafter
 from coolsd.models.embedded import LlamaClassTarget
 from coolsd.models.graphs import ENV_VAR, EXECUTION_FILE, choose_path, prepare, stored_path
-from coolsd.models.lean import INT8_DRAFTER_PATHS, LEAN_PATHS, Int8Linear, LeanLinear, PackedLinear, packs
+from coolsd.models.lean import (
+    INT8_DRAFTER_PATHS,
+    LEAN_PATHS,
+    Int8Linear,
+    LeanLayers,
+    LeanLinear,
+    PackedLinear,
+    packs,
+    plain_layers,
+    plain_layers_py,
+)
 
 EXACT_PATHS = [p for p in LEAN_PATHS if p not in INT8_DRAFTER_PATHS]  # target and drafter as the eager maths
 
@@ -183,6 +193,34 @@ def test_int8_products_within_their_rounding(rows):
     expected = residual.double() + exact
     assert Int8Linear(w_t).add_to(x, residual) is residual
     assert ((residual.double() - expected).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("g", [1, 2])
+def test_scripted_layers_equal_their_python_bit_for_bit(tiny, int8, g):
+    """The lean stack's TorchScript function (`plain_layers`, scripted on the pinned torch) gives the Python
+    function's output and cache writes exactly, over steps and verifies of several sizes (masks from the causal
+    default and a tree), after its profiling runs too, fp32 and int8 products, CFG's two rows and one."""
+    assert isinstance(plain_layers(), torch.jit.ScriptFunction)
+    stack = tiny.target.stack
+    lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64, int8=int8)
+    assert len(lean.plain_scales) == (len(lean.plain_weights) if int8 else 0)
+    gen = torch.Generator().manual_seed(3)
+    shape = (len(stack.blocks), g, stack.n_kv, 64, stack.head_dim)
+    k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    k_py, v_py = k.clone(), v.clone()
+    start = 0
+    for n, tree in ((5, False), (1, False), (3, False), (1, False), (4, True), (1, False), (1, False)):
+        x, pos = torch.randn(g, n, stack.blocks[0][0].shape[0], generator=gen), torch.arange(start, start + n)
+        mask = torch.ones(n, start + n, dtype=torch.bool).tril(start) if n > 1 else None
+        if tree:
+            mask[:, start:] = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+        cos, sin = lean.cos[pos], lean.sin[pos]
+        args = (lean.plain_weights, lean.plain_scales, lean.n_heads, lean.n_kv, lean.head_dim, lean.eps)
+        out = lean.forward(x, pos, k, v, start, mask)
+        ref = plain_layers_py(x, cos, sin, k_py, v_py, start, mask, *args)
+        assert torch.equal(out, ref) and torch.equal(k, k_py) and torch.equal(v, v_py), (n, tree)
+        start += n
 
 
 @pytest.mark.parametrize("guidance", [True, False])
