@@ -223,6 +223,8 @@ class LeanLayers:
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)  # (n, hq + hk, hd)
         if mask is None and n > 1:
             mask = torch.ones(n, start + n, dtype=torch.bool, device=x_in.device).tril(start)
+        if mask is not None:  # additive, once a call: the float mask `F.sdpa` would make of it in every layer
+            mask = torch.zeros(mask.shape, device=x_in.device).masked_fill_(mask.logical_not(), -math.inf)
         if self.packed is None or g * n <= self.plain_rows:  # the whole stack in one TorchScript call
             return plain_layers()(x_in, cos, sin, k, v, start, mask, self.plain_weights, self.plain_scales,
                                   self.n_heads, self.n_kv, self.head_dim, self.eps)
@@ -245,7 +247,7 @@ def _attend(qk: Tensor, new_v: Tensor, kc: Tensor, vc: Tensor, start: int, mask:
             hk: int) -> Tensor:
     """Write one layer's new keys and values into its cache and attend. qk (G, n, hq + hk, hd) fp32 after RoPE
     (queries scaled), new_v (G, n, hk, hd); kc, vc (G, hk, S, hd) the layer's cache, slots [start, start + n)
-    written; mask (n, start + n) bool or None. Returns (G, hq, n, hd)."""
+    written; mask (n, start + n) bool or additive fp32, or None. Returns (G, hq, n, hd)."""
     n = qk.shape[1]  # `narrow`, not `[:, :, a:b]`: one call, not one a dimension
     kc.narrow(2, start, n).copy_(qk.narrow(2, hq, hk).transpose(1, 2))
     vc.narrow(2, start, n).copy_(new_v.transpose(1, 2))
@@ -276,9 +278,10 @@ def plain_layers_py(x_in: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor
     """`LeanLayers.forward` on `PlainLayer`s: the whole stack, one function (`plain_layers` scripts it).
 
     x_in (G, n, D); cos, sin (n, hq + hk, hd) RoPE rows (query rows scaled); k, v (layers, G, hk, S, hd) fp32
-    caches; weights: per layer qkv, o, gate_up, down as `PlainLinear.w` (fp32 (K, N)) or `Int8Linear.w` (int8
-    (N, K), with `scales` one (N,) per weight; [] for fp32). Returns (G, n, D) fp32. RMSNorm (weight folded into
-    the next product) is one fused LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
+    caches; mask (n, start + n) bool or additive fp32 (0 / -inf), or None (one row); weights: per layer qkv, o,
+    gate_up, down as `PlainLinear.w` (fp32 (K, N)) or `Int8Linear.w` (int8 (N, K), with `scales` one (N,) per
+    weight; [] for fp32). Returns (G, n, D) fp32. RMSNorm (weight folded into the next product) is one fused
+    LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
     g, n, d = x_in.shape[0], x_in.shape[1], x_in.shape[2]
     pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)
     x, minus = pair.narrow(1, 0, d), pair.narrow(1, d, d)  # (M, D) the residual stream, in place; its negative
