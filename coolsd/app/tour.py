@@ -110,6 +110,15 @@ STEPS = [
          "COOL-SD's τ at δ = 2 (Eagle-1's is shown beside it)?",
          _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7}),
+    Step("Longer drafts",
+         "Relaxation's lead grows with the draft length. Where Eagle-1's test rejects a look-alike the round ends; "
+         "a relaxed test passes it, so the next draft gets tested at all: the gains multiply along the chain. This "
+         f"step races with L = 4 (the default draft length is {DecodeConfig().draft_len}): compare both τ with the "
+         "previous step's. Watch the **speed-up vs AR** column too: each extra draft costs a drafter step, so on a "
+         "CPU a longer round is not always a faster one.",
+         "COOL-SD's τ at δ = 2 and L = 4 (Eagle-1's is shown beside it)?",
+         _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
+         race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7, "draft_len": 4}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab decodes the same samples, each of another "
          "class, with vanilla AR, Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether "
