@@ -121,8 +121,7 @@ class Int8Linear:
         self.bias = None if bias is None else bias.detach().float()
 
     def _mm(self, x: Tensor) -> Tensor:
-        """x (M, K) -> x @ w (M, N) bf16 (`contiguous`: the kernel reads rows of x)."""
-        return torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w, self.scale)
+        return int8_mm(x, self.w, self.scale)
 
     def __call__(self, x: Tensor) -> Tensor:
         y = self._mm(x).float()
@@ -131,6 +130,12 @@ class Int8Linear:
     def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
         """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
         return residual.add_(self._mm(x))
+
+
+def int8_mm(x: Tensor, w: Tensor, scale: Tensor) -> Tensor:
+    """x (M, K) any float dtype @ int8 w (N, K) with scale (N,) -> (M, N) bf16 (`contiguous`: the kernel reads rows
+    of x): `Int8Linear`'s product, and the scripted stack's (`plain_layers`)."""
+    return torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), w, scale)
 
 
 def int8_runs(device=None) -> bool:
@@ -261,7 +266,7 @@ def _product(x: Tensor, w: Tensor, scales: list[Tensor], i: int) -> Tensor:
     (N, K) with scales[i] (N,) (`Int8Linear`); (M, N) fp32."""
     if len(scales) == 0:
         return x @ w
-    return torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), w, scales[i]).float()
+    return int8_mm(x, w, scales[i]).float()
 
 
 def _add_product(residual: Tensor, x: Tensor, w: Tensor, scales: list[Tensor], i: int) -> None:
@@ -269,7 +274,7 @@ def _add_product(residual: Tensor, x: Tensor, w: Tensor, scales: list[Tensor], i
     if len(scales) == 0:
         residual.addmm_(x, w)
     else:
-        residual.add_(torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), w, scales[i]))
+        residual.add_(int8_mm(x, w, scales[i]))
 
 
 def plain_layers_py(x_in: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor, start: int,
