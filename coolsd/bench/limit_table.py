@@ -31,7 +31,7 @@ from coolsd.models.emoji import load_emoji
 from coolsd.models.graphs import prepare
 from coolsd.models.lean import LEAN_PATHS, Int8Linear, PlainLinear
 from coolsd.models.timing import interleaved_medians
-from coolsd.util.machine import cpu_name
+from coolsd.util.machine import cpu_key
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
 
 PATHS = ("eager", *LEAN_PATHS)  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
@@ -144,7 +144,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     paths = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
              | {"ready_s": round(ready[path], 3)} for path in PATHS}
     return {
-        "model": bundle.name, "execution": bundle.execution, "stored_path": bundle.path, "cpu": cpu_name(),
+        "model": bundle.name, "execution": bundle.execution, "stored_path": bundle.path, "cpu": cpu_key(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "draft_len": draft_len, "context": context,
         "rows": bundle.default_sampling.rows, "turns": repeats, "clock": getattr(clock, "__name__", str(clock)),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),  # noqa: UP017 - Python 3.10

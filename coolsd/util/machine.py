@@ -2,11 +2,13 @@
 measured on it.
 
 CPUs differ in what is fast on them (measured on the emoji model, one thread: a bf16 round beat fp32 on an AMD
-EPYC with avx512_bf16, 5.53 vs 5.94 ms; on an Intel Xeon with AMX it lost, 5.58 vs 4.29 ms). So a choice file
-beside a model (`precision.json`, `execution.json`) keeps, beside the device-type entry (`{"cpu": "bf16"}`, the
-last measured machine's choice and the fallback), one entry per CPU model name it was measured on:
+EPYC with avx512_bf16, 5.53 vs 5.94 ms; on an Intel Xeon with AMX it lost, 5.58 vs 4.29 ms; on an AMD EPYC with
+AVX2 only, no bf16 units, an eager bf16 step took 10.6 ms against fp32's 3.0). A model name does not tell those
+AMD EPYCs apart (a VM reports "AMD EPYC" for both), so a CPU is keyed by its name and its bf16 units (`cpu_key`).
+A choice file beside a model (`precision.json`, `execution.json`) keeps, beside the device-type entry
+(`{"cpu": "bf16"}`, the last measured machine's choice and the fallback), one entry per CPU it was measured on:
 
-    {"cpu": "fp32", "by_cpu": {"AMD EPYC": "bf16", "Intel(R) Xeon(R) Processor": "fp32"}, ...}
+    {"cpu": "fp32", "by_cpu": {"AMD EPYC [avx512_bf16]": "bf16", "AMD EPYC [no bf16 units]": "fp32"}, ...}
 
 `stored_choice` reads this machine's entry first; `record_choice` writes a new measurement, keeping the other
 machines' entries.
@@ -43,10 +45,16 @@ def bf16_units() -> list[str]:
     return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 
+def cpu_key() -> str:
+    """This CPU in a choice file: its model name and its bf16 units, e.g. "AMD EPYC [avx512_bf16]",
+    "AMD EPYC [no bf16 units]"."""
+    return f"{cpu_name()} [{', '.join(bf16_units()) or 'no bf16 units'}]"
+
+
 def stored_choice(file: Path, device_type: str) -> str | None:
     """The choice stored in the JSON `file` for a device of `device_type` ("cpu", "cuda"): on a CPU this CPU's
-    own entry (`by_cpu`) when there is one, else the device-type entry; None when the file, the entry or its
-    JSON is missing or not a text (the caller checks the name)."""
+    own entry (`by_cpu`, keyed by `cpu_key`) when there is one, else the device-type entry; None when the file,
+    the entry or its JSON is missing or not a text (the caller checks the name)."""
     try:
         data = json.loads(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -54,7 +62,7 @@ def stored_choice(file: Path, device_type: str) -> str | None:
     if not isinstance(data, dict):
         return None
     mine = data.get(BY_CPU) if device_type == "cpu" else None
-    choice = mine.get(cpu_name()) if isinstance(mine, dict) and cpu_name() in mine else data.get(device_type)
+    choice = mine.get(cpu_key()) if isinstance(mine, dict) and cpu_key() in mine else data.get(device_type)
     return choice if isinstance(choice, str) else None
 
 
@@ -68,6 +76,6 @@ def record_choice(file: Path, choice: dict, device_type: str = "cpu") -> dict:
     machines = old.get(BY_CPU) if isinstance(old, dict) and isinstance(old.get(BY_CPU), dict) else {}
     written = dict(choice)
     if device_type == "cpu":
-        written[BY_CPU] = {**machines, cpu_name(): choice[device_type]}
+        written[BY_CPU] = {**machines, cpu_key(): choice[device_type]}
     Path(file).write_text(json.dumps(written, indent=1) + "\n", encoding="utf-8")
     return written

@@ -8,13 +8,14 @@ import json
 import pytest
 
 from coolsd.util import machine
+from coolsd.util.paths import EMBEDDED_DIR, EMOJI_DIR
 
 
 @pytest.fixture
 def on_cpu(monkeypatch):
-    """Pretend to run on a CPU of the given model name."""
+    """Pretend to run on the given CPU (its `cpu_key`)."""
     def use(name: str) -> None:
-        monkeypatch.setattr(machine, "cpu_name", lambda: name)
+        monkeypatch.setattr(machine, "cpu_key", lambda: name)
     return use
 
 
@@ -62,3 +63,29 @@ def test_bf16_units_are_the_flags_cpuinfo_lists(monkeypatch):
     assert machine.bf16_units() == ["avx512_bf16"] and machine.cpu_name() == "X"
     monkeypatch.setattr(machine, "_cpuinfo", lambda: None)
     assert machine.bf16_units() == [] and machine.cpu_name()
+
+
+def test_the_cpu_key_tells_apart_cpus_of_one_name_by_their_bf16_units(monkeypatch, tmp_path):
+    flags = {"avx2": "fpu avx2 sse", "avx512": "fpu avx2 avx512_bf16 sse"}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: ["model name\t: AMD EPYC", f"flags\t\t: {flags[which]}"])
+    which = "avx2"
+    assert machine.cpu_key() == "AMD EPYC [no bf16 units]"
+    file = tmp_path / "precision.json"
+    machine.record_choice(file, {"cpu": "fp32"})
+    which = "avx512"
+    assert machine.cpu_key() == "AMD EPYC [avx512_bf16]"
+    assert machine.stored_choice(file, "cpu") == "fp32"  # another CPU of that name: only the fallback
+    machine.record_choice(file, {"cpu": "bf16"})
+    assert machine.stored_choice(file, "cpu") == "bf16"
+    which = "avx2"
+    assert machine.stored_choice(file, "cpu") == "fp32"  # its own entry, not the last machine's fallback
+    assert json.loads(file.read_text())["by_cpu"] == {"AMD EPYC [no bf16 units]": "fp32",
+                                                      "AMD EPYC [avx512_bf16]": "bf16"}
+
+
+def test_the_shipped_choice_files_key_every_cpu_by_its_bf16_units():
+    files = [f for d in (EMOJI_DIR, EMBEDDED_DIR) for f in d.glob("*.json") if "by_cpu" in json.loads(f.read_text())]
+    assert files
+    for file in files:
+        for key in json.loads(file.read_text())["by_cpu"]:
+            assert key.endswith("]") and " [" in key, (file, key)
