@@ -1,10 +1,10 @@
 """The recorded default race the Race tab shows at page open (issue 17 part 5): files under assets/traces/.
 
-One gzipped JSON file per model (`<model slug>.json.gz`): a `coolsd.compare.trace` trace plus
-"recorded": the machine (CPU model name), date, load average, command, and the control defaults
-the race ran with. `load(ctx)` returns it only when the file's model is the loaded model and its
-defaults are the app's current ones; otherwise None (the page opens empty, as without a file).
-Write one with `python -m coolsd.app.record_default`.
+One gzipped JSON file per model (`<model slug>.json.gz`): a `coolsd.compare.trace` trace plus "recorded": the
+machine (CPU model name), its `cpu_key` and the model's execution (precision and path: what its tokens depend on
+besides the seed), date, load average, command, and the control defaults the race ran with. `load(ctx)` returns it
+only when the file's model is the loaded model and its defaults are the app's current ones; otherwise None (the page
+opens empty, as without a file). Write one with `python -m coolsd.app.record_default`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from coolsd.app.context import Context
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import RaceTrace
-from coolsd.util.machine import cpu_name
+from coolsd.util.machine import cpu_key, cpu_name
 from coolsd.util.paths import ASSETS
 
 TRACES_DIR = ASSETS / "traces"
@@ -55,7 +55,8 @@ def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None) -> Path:
     path = Path(out) if out else path_for(ctx)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
-    recorded = {"machine": machine(), "device": ctx.device.type, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+    recorded = {"machine": machine(), "cpu": cpu_key(), "execution": execution(ctx),
+                "device": ctx.device.type, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
                 "load_average": [round(v, 2) for v in os.getloadavg()], "command": COMMAND,
                 "defaults": defaults_json(ctx)}
     data = trace.to_json() | {"recorded": recorded}
@@ -82,6 +83,17 @@ def load(ctx: Context, folder: Path | None = None) -> tuple[RaceTrace, dict] | N
                     path, COMMAND)
         return None
     return trace, recorded
+
+
+def same_machine(ctx: Context, recorded: dict) -> bool:
+    """Whether this machine decodes a recording's tokens bit for bit: the same CPU (`cpu_key`: other vector units
+    round products differently, and a late draw can fall the other way) and the same execution of the model."""
+    return recorded.get("cpu") == cpu_key() and recorded.get("execution") == execution(ctx)
+
+
+def execution(ctx: Context) -> str:
+    """How the model's calls run: its precision and execution path, e.g. "float32 on lean-q8"."""
+    return f"{ctx.model.execution} on {ctx.model.path}"
 
 
 def label(recorded: dict) -> str:

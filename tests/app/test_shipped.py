@@ -16,9 +16,12 @@ from coolsd.app.race import LiveRaces
 from coolsd.app.record_default import record
 from coolsd.app.recordings import Recordings
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.variants import VANILLA
 from coolsd.models import registry
+from coolsd.util import machine
 from coolsd.util.paths import EMBEDDED_DIR
 
+OTHER_MACHINE_ROUNDS = 3  # a speculative racer's rounds a recording must match on another machine
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
 
@@ -89,17 +92,33 @@ def test_the_race_tab_opens_on_it_and_replays_it_exactly(recorded, monkeypatch):
 
 @pytest.mark.skipif(not (EMBEDDED_DIR / "target").is_dir(), reason="the embedded model is not shipped here")
 def test_the_shipped_embedded_recording_is_what_generate_gives_now():
-    """Fails when the defaults or the model changed without re-recording (`python -m coolsd.app.record_default`)."""
+    """Fails when the defaults or the model changed without re-recording (`python -m coolsd.app.record_default`).
+    Bit for bit on the machine (CPU kind and execution) it was recorded on. Elsewhere vanilla AR bit for bit and each
+    racer's first rounds: other vector units round the head's products differently, and once one acceptance falls
+    the other way a racer's later rounds differ (an AVX2-only AMD EPYC against the Xeon's recording: LANTERN++ and
+    COOL-SD from their 5th round, Eagle-1 from its 14th; vanilla AR's 256 tokens the same)."""
     ctx = open_context("mnist", others=[])
     found = shipped.load(ctx)
     assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND}`"
-    old, _ = found
+    old, recorded = found
     new = record(ctx)
     assert new.settings == old.settings and new.racers == old.racers
-    for i in range(len(new.racers)):
-        a = [e.tokens.tolist() for j, e in new.steps if j == i]
-        b = [e.tokens.tolist() for j, e in old.steps if j == i]
-        assert a == b, f"{new.racers[i][0]} decodes differently now: run `{shipped.COMMAND}`"
+    same = shipped.same_machine(ctx, recorded)
+    for i, (key, _) in enumerate(new.racers):
+        upto = None if same or key == VANILLA else OTHER_MACHINE_ROUNDS
+        a = [e.tokens.tolist() for j, e in new.steps if j == i][:upto]
+        b = [e.tokens.tolist() for j, e in old.steps if j == i][:upto]
+        assert len(b) >= (upto or 1) and a == b, f"{key} decodes differently now: run `{shipped.COMMAND}`"
+
+
+def test_a_recording_is_bit_for_bit_only_on_its_own_machine(recorded, monkeypatch):
+    ctx, _, folder = recorded
+    _, rec = shipped.load(ctx, folder)
+    assert rec["cpu"] == machine.cpu_key() and rec["execution"] == shipped.execution(ctx)
+    assert shipped.same_machine(ctx, rec)
+    assert not shipped.same_machine(ctx, rec | {"execution": "bfloat16 on eager"})
+    monkeypatch.setattr(shipped, "cpu_key", lambda: "another CPU [no bf16 units]")
+    assert not shipped.same_machine(ctx, rec)
 
 
 @pytest.mark.parametrize("key", [key for key in ("emoji", "mnist") if registry.MODELS[key].present()])
