@@ -10,8 +10,8 @@ A choice file beside a model (`precision.json`, `execution.json`) keeps, beside 
 
     {"cpu": "fp32", "by_cpu": {"AMD EPYC [avx512_bf16]": "bf16", "AMD EPYC [no bf16 units]": "fp32"}, ...}
 
-`stored_choice` reads this machine's entry first; `record_choice` writes a new measurement, keeping the other
-machines' entries.
+`stored_choice` reads this machine's entry first, then that of a CPU with the same bf16 units; `record_choice`
+writes a new measurement, keeping the other machines' entries.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def cpu_key() -> str:
 
 def stored_choice(file: Path, device_type: str) -> str | None:
     """The choice stored in the JSON `file` for a device of `device_type` ("cpu", "cuda"): on a CPU this CPU's
-    own entry (`by_cpu`, keyed by `cpu_key`) when there is one, else the device-type entry; None when the file,
+    own entry (`by_cpu`, keyed by `cpu_key`) when there is one, else the first entry measured on a CPU with the
+    same bf16 units (what the precision and path choices turn on), else the device-type entry; None when the file,
     the entry or its JSON is missing or not a text (the caller checks the name)."""
     try:
         data = json.loads(Path(file).read_text(encoding="utf-8"))
@@ -62,8 +63,16 @@ def stored_choice(file: Path, device_type: str) -> str | None:
     if not isinstance(data, dict):
         return None
     mine = data.get(BY_CPU) if device_type == "cpu" else None
-    choice = mine.get(cpu_key()) if isinstance(mine, dict) and cpu_key() in mine else data.get(device_type)
+    mine = mine if isinstance(mine, dict) else {}
+    units = _units_of(cpu_key())
+    alike = [choice for key, choice in mine.items() if _units_of(key) == units]
+    choice = mine.get(cpu_key(), alike[0] if alike else data.get(device_type))
     return choice if isinstance(choice, str) else None
+
+
+def _units_of(key: str) -> str:
+    """The bf16 units part of a `cpu_key`: "AMD EPYC [avx512_bf16]" -> "avx512_bf16"."""
+    return key.rpartition(" [")[2]
 
 
 def record_choice(file: Path, choice: dict, device_type: str = "cpu") -> dict:

@@ -89,3 +89,15 @@ def test_the_shipped_choice_files_key_every_cpu_by_its_bf16_units():
     for file in files:
         for key in json.loads(file.read_text())["by_cpu"]:
             assert key.endswith("]") and " [" in key, (file, key)
+
+
+def test_an_unmeasured_cpu_takes_the_choice_of_one_with_its_bf16_units(tmp_path, on_cpu):
+    file = tmp_path / "precision.json"
+    file.write_text(json.dumps({"cpu": "last measured", "by_cpu": {"Intel Xeon [amx_bf16, avx512_bf16]": "fp32",
+                                                          "AMD EPYC [no bf16 units]": "bf16"}}))
+    on_cpu("Intel(R) Xeon(R) Platinum 8480+ [amx_bf16, avx512_bf16]")
+    assert machine.stored_choice(file, "cpu") == "fp32"  # the other AMX Xeon's, not the fallback
+    on_cpu("AMD EPYC 9R14 [avx512_bf16]")
+    assert machine.stored_choice(file, "cpu") == "last measured"  # none with these units measured: the fallback
+    on_cpu("Intel Core [no bf16 units]")
+    assert machine.stored_choice(file, "cpu") == "bf16"  # the AVX2 EPYC's
