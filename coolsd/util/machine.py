@@ -62,11 +62,11 @@ def stored_choice(file: Path, device_type: str) -> str | None:
         return None
     if not isinstance(data, dict):
         return None
-    mine = data.get(BY_CPU) if device_type == "cpu" else None
-    mine = mine if isinstance(mine, dict) else {}
-    units = _units_of(cpu_key())
-    alike = [choice for key, choice in mine.items() if _units_of(key) == units]
-    choice = mine.get(cpu_key(), alike[0] if alike else data.get(device_type))
+    measured = data.get(BY_CPU) if device_type == "cpu" else None
+    measured = measured if isinstance(measured, dict) else {}  # {cpu_key: choice}
+    here = cpu_key()  # (reads /proc/cpuinfo: once)
+    alike = [choice for key, choice in measured.items() if _units_of(key) == _units_of(here)]
+    choice = measured.get(here, alike[0] if alike else data.get(device_type))
     return choice if isinstance(choice, str) else None
 
 
