@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import LEAN_PATHS, LeanHead
+from coolsd.models.lean import LEAN_PATHS, ROW_KERNEL_PATHS, LeanHead
 from coolsd.models.llama import LayerStack, set_path
 from coolsd.util.checks import check_int
 
@@ -125,8 +125,8 @@ class LlamaClassTarget:
         """Execution path of the layers: "eager", "static", "cuda-graphs" or a lean path (see
         `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
-        self.lean_head = (LeanHead(self.norm_w, self.head_t, self.stack.eps, LEAN_PATHS[path]) if path in LEAN_PATHS
-                          else None)
+        self.lean_head = (LeanHead(self.norm_w, self.head_t, self.stack.eps, LEAN_PATHS[path],
+                                   row_kernel=path in ROW_KERNEL_PATHS) if path in LEAN_PATHS else None)
 
     def fork(self) -> LlamaClassTarget:
         """Same weights, own empty cache."""

@@ -43,13 +43,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from coolsd.models import rowkernel
+
 # The lean paths (`coolsd.models.graphs.PATHS`) -> products of up to this many rows run plain fp32 BLAS, the rest
 # oneDNN on packed bf16 weights (bf16 models only). "lean": one-row calls (a step without CFG, a head step) on
 # fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
 # (half the bytes: better where the weights do not stay in the cache); "lean-q8": "lean" with the drafter on
 # `Int8Linear`. `python -m coolsd.bench.limit` measures them side by side.
-LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1}
-INT8_DRAFTER_PATHS = ("lean-q8",)  # lean paths whose drafter runs `Int8Linear` products (the target stays exact)
+LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1}
+INT8_DRAFTER_PATHS = ("lean-q8", "lean-rows")  # lean paths whose drafter runs `Int8Linear` products
+# "lean-rows": "lean-q8" with the target's fp32 products of 2..rowkernel.MAX_ROWS rows (a verify) on the row kernel
+ROW_KERNEL_PATHS = ("lean-rows",)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
 
@@ -78,6 +82,20 @@ class PlainLinear:
     def add_to(self, x: Tensor, residual: Tensor) -> Tensor:
         """residual += x @ w: residual (M, N) fp32, changed in place and returned."""
         return residual.addmm_(x.float(), self.w)
+
+
+class RowsLinear(PlainLinear):
+    """`PlainLinear` whose calls of 2..rowkernel.MAX_ROWS rows run the row kernel (`coolsd.models.rowkernel`, a
+    packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS. No bias."""
+
+    def __init__(self, w_t: Tensor) -> None:
+        super().__init__(w_t)
+        self.packed = rowkernel.pack(self.w)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.packed is not None and 1 < x.shape[0] <= rowkernel.MAX_ROWS:
+            return rowkernel.rows_mm(x, self.packed)
+        return super().__call__(x)
 
 
 class PackedLinear:
@@ -194,12 +212,14 @@ class LeanLayers:
         positions: RoPE table rows (every position a call may use).
         plain_rows: calls of up to this many rows (G n) run the plain fp32 products (LEAN_PATHS).
         int8: every call runs `Int8Linear` products (a drafter on INT8_DRAFTER_PATHS; needs `int8_runs`).
+        row_kernel: fp32 plain calls of 2..rowkernel.MAX_ROWS rows run the row kernel (ROW_KERNEL_PATHS) where
+            `rowkernel.available()`; else MKL, as on "lean".
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
 
     def __init__(self, blocks, n_heads: int, n_kv: int, head_dim: int, theta: float, eps: float,
-                 positions: int, plain_rows: int = 1, int8: bool = False) -> None:
+                 positions: int, plain_rows: int = 1, int8: bool = False, row_kernel: bool = False) -> None:
         device = blocks[0][0].device
         self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) and not int8 else None
         linear = Int8Linear if int8 else PlainLinear
@@ -207,6 +227,9 @@ class LeanLayers:
         linears = [lin for layer in self.plain or () for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.plain_weights = [lin.w for lin in linears]  # what `plain_layers` reads: 4 a layer
         self.plain_scales = [lin.scale for lin in linears] if int8 else []
+        packed = [rowkernel.pack(w) for w in self.plain_weights] if row_kernel and not int8 else []
+        empty = torch.empty(0)  # `plain_layers` runs MKL for a weight the kernel cannot take
+        self.plain_packed = [empty if p is None else p for p in packed] if any(p is not None for p in packed) else []
         self.plain_rows = plain_rows
         self.n_heads, self.n_kv, self.head_dim, self.eps = n_heads, n_kv, head_dim, eps
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
@@ -232,7 +255,7 @@ class LeanLayers:
             mask = torch.zeros(mask.shape, device=x_in.device).masked_fill_(mask.logical_not(), -math.inf)
         if self.packed is None or g * n <= self.plain_rows:  # the whole stack in one TorchScript call
             return plain_layers()(x_in, cos, sin, k, v, start, mask, self.plain_weights, self.plain_scales,
-                                  self.n_heads, self.n_kv, self.head_dim, self.eps)
+                                  self.plain_packed, self.n_heads, self.n_kv, self.head_dim, self.eps)
         hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
         pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)  # see `plain_layers_py`
         x, minus = pair[:, :d], pair[:, d:]
@@ -261,32 +284,44 @@ def _attend(qk: Tensor, new_v: Tensor, kc: Tensor, vc: Tensor, start: int, mask:
                                           enable_gqa=hk != hq)
 
 
-def _product(x: Tensor, w: Tensor, scales: list[Tensor], i: int) -> Tensor:
-    """x (M, K) fp32 @ weight i: fp32 w (K, N) by BLAS (`PlainLinear`) or, when `scales` is not empty, int8 w
-    (N, K) with scales[i] (N,) (`Int8Linear`); (M, N) fp32."""
-    if len(scales) == 0:
-        return x @ w
-    return int8_mm(x, w, scales[i]).float()
+def _on_row_kernel(x: Tensor, packed: list[Tensor], i: int) -> bool:
+    """Whether weight i's product of x (M, K) runs the row kernel: a packed copy, and 2..rowkernel.MAX_ROWS rows."""
+    return len(packed) > 0 and 1 < x.shape[0] <= rowkernel.MAX_ROWS and packed[i].numel() > 0
 
 
-def _add_product(residual: Tensor, x: Tensor, w: Tensor, scales: list[Tensor], i: int) -> None:
+def _product(x: Tensor, w: Tensor, scales: list[Tensor], packed: list[Tensor], i: int) -> Tensor:
+    """x (M, K) fp32 @ weight i: fp32 w (K, N) by BLAS (`PlainLinear`) or by the row kernel on packed[i]
+    (`_on_row_kernel`) or, when `scales` is not empty, int8 w (N, K) with scales[i] (N,) (`Int8Linear`); (M, N)
+    fp32."""
+    if len(scales) > 0:
+        return int8_mm(x, w, scales[i]).float()
+    if _on_row_kernel(x, packed, i):
+        return torch.ops.coolsd.rows_mm(x, packed[i])
+    return x @ w
+
+
+def _add_product(residual: Tensor, x: Tensor, w: Tensor, scales: list[Tensor], packed: list[Tensor],
+                 i: int) -> None:
     """residual (M, N) fp32 += x @ weight i (as `_product`; `PlainLinear.add_to` / `Int8Linear.add_to`)."""
-    if len(scales) == 0:
-        residual.addmm_(x, w)
-    else:
+    if len(scales) > 0:
         residual.add_(int8_mm(x, w, scales[i]))
+    elif _on_row_kernel(x, packed, i):
+        residual.add_(torch.ops.coolsd.rows_mm(x, packed[i]))
+    else:
+        residual.addmm_(x, w)
 
 
 def plain_layers_py(x_in: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor, start: int,
-                    mask: Tensor | None, weights: list[Tensor], scales: list[Tensor], hq: int, hk: int, hd: int,
-                    eps: float) -> Tensor:
+                    mask: Tensor | None, weights: list[Tensor], scales: list[Tensor], packed: list[Tensor], hq: int,
+                    hk: int, hd: int, eps: float) -> Tensor:
     """`LeanLayers.forward` on `PlainLayer`s: the whole stack, one function (`plain_layers` scripts it).
 
     x_in (G, n, D); cos, sin (n, hq + hk, hd) RoPE rows (query rows scaled); k, v (layers, G, hk, S, hd) fp32
     caches; mask (n, start + n) bool or additive fp32 (0 / -inf), or None (one row); weights: per layer qkv, o,
     gate_up, down as `PlainLinear.w` (fp32 (K, N)) or `Int8Linear.w` (int8 (N, K), with `scales` one (N,) per
-    weight; [] for fp32). Returns (G, n, D) fp32. RMSNorm (weight folded into the next product) is one fused
-    LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
+    weight; [] for fp32); packed: [] or per weight its row-kernel copy (`rowkernel.pack`; an empty tensor where
+    none), used for calls of 2..rowkernel.MAX_ROWS rows. Returns (G, n, D) fp32. RMSNorm (weight folded into the
+    next product) is one fused LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
     g, n, d = x_in.shape[0], x_in.shape[1], x_in.shape[2]
     pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)
     x, minus = pair.narrow(1, 0, d), pair.narrow(1, d, d)  # (M, D) the residual stream, in place; its negative
@@ -294,15 +329,15 @@ def plain_layers_py(x_in: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor
     for layer in range(len(weights) // 4):
         i = 4 * layer
         torch.neg(x, out=minus)
-        qkv = _product(F.layer_norm(pair, [2 * d], None, None, eps).narrow(1, 0, d), weights[i], scales, i)
+        qkv = _product(F.layer_norm(pair, [2 * d], None, None, eps).narrow(1, 0, d), weights[i], scales, packed, i)
         parts = qkv.view(g, n, hq + 2 * hk, hd).split([hq + hk, hk], 2)
         qk = torch.addcmul(parts[0] * cos, parts[0].roll(hd // 2, -1), sin)  # (G, n, hq + hk, hd), q scaled
         att = _attend(qk, parts[1], k[layer], v[layer], start, mask, hq, hk)
-        _add_product(x, att.transpose(1, 2).reshape(g * n, hq * hd), weights[i + 1], scales, i + 1)
+        _add_product(x, att.transpose(1, 2).reshape(g * n, hq * hd), weights[i + 1], scales, packed, i + 1)
         torch.neg(x, out=minus)
         gate, up = _product(F.layer_norm(pair, [2 * d], None, None, eps).narrow(1, 0, d), weights[i + 2], scales,
-                            i + 2).chunk(2, dim=-1)
-        _add_product(x, F.silu(gate).mul_(up), weights[i + 3], scales, i + 3)
+                            packed, i + 2).chunk(2, dim=-1)
+        _add_product(x, F.silu(gate).mul_(up), weights[i + 3], scales, packed, i + 3)
     return x.view(g, n, d)
 
 
@@ -323,12 +358,15 @@ class LeanHead:
     """RMSNorm (with its weight) and the codebook head of a target on the lean path.
 
     Args: norm_w (D,), head_t (D, V) as the eager target holds them; eps: RMSNorm epsilon; plain_rows: see
-    `LeanLinear`."""
+    `LeanLinear`; row_kernel: calls of a few rows on `RowsLinear` (ROW_KERNEL_PATHS)."""
 
-    def __init__(self, norm_w: Tensor, head_t: Tensor, eps: float, plain_rows: int = 1) -> None:
+    def __init__(self, norm_w: Tensor, head_t: Tensor, eps: float, plain_rows: int = 1,
+                 row_kernel: bool = False) -> None:
         norm_w = norm_w.detach().float()
         self.norm_w = torch.cat([norm_w, torch.zeros_like(norm_w)])  # (2 D,): LayerNorm's weight over [h, -h]
-        self.head, self.eps = LeanLinear(head_t, plain_rows=plain_rows), eps
+        rows = row_kernel and not packs(head_t.dtype, head_t.device)  # where the fp32 plain product runs every call
+        self.head = RowsLinear(head_t) if rows else LeanLinear(head_t, plain_rows=plain_rows)
+        self.eps = eps
 
     def __call__(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """h (G, n, D) last layer output -> (logits (G, n, V) fp32, features (G, n, D) fp32)."""

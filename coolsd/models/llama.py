@@ -13,8 +13,9 @@ Two ways to run a call (same weights, same cache):
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
   graph and replayed (`coolsd.models.graphs`);
-- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8"): the eager path's maths
-  with products prepared once (fp32 BLAS, packed bf16), fp32 activations and cache, for a CPU (issue 35).
+- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8", "lean-rows"): the eager
+  path's maths with products prepared once (fp32 BLAS, packed bf16, the row kernel), fp32 activations and cache, for
+  a CPU (issue 35).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch import Tensor
 from transformers import LlamaConfig
 
 from coolsd.models.graphs import make_runner
-from coolsd.models.lean import LEAN_PATHS, LeanLayers
+from coolsd.models.lean import LEAN_PATHS, ROW_KERNEL_PATHS, LeanLayers
 from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
@@ -207,7 +208,8 @@ def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = Fal
     if path in LEAN_PATHS:
         stack.use_static((), None)
         stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
-                                stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8)
+                                stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8,
+                                row_kernel=path in ROW_KERNEL_PATHS)
         stack.k = stack.v = None
         stack.length = 0
         return

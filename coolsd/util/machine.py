@@ -39,9 +39,14 @@ def cpu_name() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
 
 
+def cpu_flags() -> set[str]:
+    """The feature flags the CPU lists in /proc/cpuinfo ("avx2", "fma", "amx_bf16", ...; empty where there is none)."""
+    return set(next((ln for ln in _cpuinfo() or [] if ln.startswith("flags")), "").split(":", 1)[-1].split())
+
+
 def bf16_units() -> list[str]:
     """The bf16 units the CPU lists (amx_bf16, avx512_bf16; [] when none or no /proc/cpuinfo)."""
-    flags = next((ln for ln in _cpuinfo() or [] if ln.startswith("flags")), "").split()
+    flags = cpu_flags()
     return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 

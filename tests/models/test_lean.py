@@ -20,6 +20,7 @@ from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import RULES
 from coolsd.decoding.sampling import SamplingConfig
+from coolsd.models import rowkernel
 from coolsd.models.bundle import load_vq_llama
 from coolsd.models.eagle import EagleDrafter
 from coolsd.models.embedded import LlamaClassTarget
@@ -31,6 +32,7 @@ from coolsd.models.lean import (
     LeanLayers,
     LeanLinear,
     PackedLinear,
+    RowsLinear,
     packs,
     plain_layers,
     plain_layers_py,
@@ -115,6 +117,36 @@ def test_same_tokens_on_lean_and_eager_for_every_rule(tiny, tree, build_rule):
     assert lanes["lean"][0].stack.lean is not None and lanes["lean"][1].stack.lean is not None
 
 
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("tree", [None, "eagle-25"])
+def test_the_row_kernel_target_commits_eagers_tokens_for_every_rule(tiny, tree, build_rule):
+    """lean-rows' target (its verifies on the row kernel) with an fp32 drafter commits the eager pair's tokens for
+    every rule: the kernel changes float rounding only. Its verifies do run the kernel."""
+    config = DecodeConfig(draft_len=3, tree=tree)
+    eager, (target, drafter) = _pair(tiny, "eager"), fork_models(tiny.target, tiny.drafter)
+    prepare([target], path="lean-rows")
+    prepare([drafter], path="lean")
+    assert target.stack.lean.plain_packed and isinstance(target.lean_head.head, RowsLinear)
+    for name in RULES:
+        rule = build_rule(name, codebook=tiny.tokenizer.codebook)
+        out = [run(t, d, rule, cond=2, num_tokens=tiny.num_tokens, sampling=tiny.default_sampling, config=config,
+                   seed=5) for t, d in (eager, (target, drafter))]
+        assert out[1].tokens.tolist() == out[0].tokens.tolist(), (name, tree)
+        assert out[1].target_forwards == out[0].target_forwards < tiny.num_tokens
+
+
+def test_lean_rows_without_the_kernel_runs_as_lean_q8(tiny, monkeypatch):
+    """Where the row kernel cannot run, lean-rows' target is lean-q8's, bit for bit."""
+    monkeypatch.setattr(rowkernel, "available", lambda: False)
+    (q8, _), (rows, _) = _pair(tiny, "lean-q8"), _pair(tiny, "lean-rows")
+    assert rows.stack.lean.plain_packed == [] and rows.lean_head.head.packed is None
+    ids = torch.tensor([5, 9, 1, 30])
+    for t in (q8, rows):
+        t.start(1, True)
+    a, b = q8.forward(ids, torch.arange(4)), rows.forward(ids, torch.arange(4))
+    torch.testing.assert_close(b.logits, a.logits, atol=0, rtol=0)
+
+
 def _bf16_models(b):
     """(target, drafter) of the tiny bundle's weights in bf16."""
     model = copy.deepcopy(b.target.model).to(torch.bfloat16)
@@ -195,16 +227,18 @@ def test_int8_products_within_their_rounding(rows):
     assert ((residual.double() - expected).abs() <= bound).all()
 
 
-@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize(("int8", "row_kernel"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("g", [1, 2])
-def test_scripted_layers_equal_their_python_bit_for_bit(tiny, int8, g):
+def test_scripted_layers_equal_their_python_bit_for_bit(tiny, int8, row_kernel, g):
     """The lean stack's TorchScript function (`plain_layers`, scripted on the pinned torch) gives the Python
     function's output and cache writes exactly, over steps and verifies of several sizes (masks from the causal
-    default and a tree), after its profiling runs too, fp32 and int8 products, CFG's two rows and one."""
+    default and a tree), after its profiling runs too, fp32, int8 and row-kernel products, CFG's two rows and one."""
     assert isinstance(plain_layers(), torch.jit.ScriptFunction)
     stack = tiny.target.stack
-    lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64, int8=int8)
+    lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64, int8=int8,
+                      row_kernel=row_kernel)
     assert len(lean.plain_scales) == (len(lean.plain_weights) if int8 else 0)
+    assert len(lean.plain_packed) == (len(lean.plain_weights) if row_kernel and rowkernel.available() else 0)
     gen = torch.Generator().manual_seed(3)
     shape = (len(stack.blocks), g, stack.n_kv, 64, stack.head_dim)
     k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
@@ -216,7 +250,8 @@ def test_scripted_layers_equal_their_python_bit_for_bit(tiny, int8, g):
         if tree:
             mask[:, start:] = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
         cos, sin = lean.cos[pos], lean.sin[pos]
-        args = (lean.plain_weights, lean.plain_scales, lean.n_heads, lean.n_kv, lean.head_dim, lean.eps)
+        args = (lean.plain_weights, lean.plain_scales, lean.plain_packed, lean.n_heads, lean.n_kv, lean.head_dim,
+                lean.eps)
         out = lean.forward(x, pos, k, v, start, mask)
         ref = plain_layers_py(x, cos, sin, k_py, v_py, start, mask, *args)
         assert torch.equal(out, ref) and torch.equal(k, k_py) and torch.equal(v, v_py), (n, tree)

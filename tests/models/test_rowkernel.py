@@ -1,0 +1,91 @@
+"""The row kernel (coolsd.models.rowkernel, issue 35): fp32 products of a few rows against exact ones.
+
+Each output within fp32 rounding of the float64 product, for every row count the kernel splits (1-6 rows a
+pass, more in passes), strided rows as the lean stack passes them, odd inner sizes; a row's result the same bits
+whatever rows share its call; the torch op the scripted stack calls gives the same; weights it cannot take, and
+machines it cannot run on, fall back (None, unavailable) rather than fail. Speed: `python -m coolsd.bench.limit`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from coolsd.models import rowkernel
+
+needs_kernel = pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 13])
+def test_rows_mm_equals_the_exact_product_for_strided_rows(rows):
+    g = torch.Generator().manual_seed(rows)
+    k, n = 37, 48
+    w_t = torch.randn(k, n, generator=g)
+    wide = torch.randn(rows, 2 * k, generator=g)
+    x = wide.narrow(1, 3, k)  # strided rows, as the lean stack's norm output
+    assert x.stride() == (2 * k, 1)
+    packed = rowkernel.pack(w_t)
+    assert packed.shape == (n // rowkernel.BLOCK, k, rowkernel.BLOCK) and packed.is_contiguous()
+    y = rowkernel.rows_mm(x, packed)
+    assert y.shape == (rows, n) and y.dtype == torch.float32 and y.is_contiguous()
+    exact = x.double() @ w_t.double()
+    bound = 1e-6 * (x.abs().double() @ w_t.abs().double()) + 1e-7  # k roundings of fp32 sums, far below 1e-6
+    assert ((y.double() - exact).abs() <= bound).all()
+    torch.testing.assert_close(torch.ops.coolsd.rows_mm(x, packed), y, atol=0, rtol=0)
+
+
+@needs_kernel
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it():
+    """One row alone, or third of seven: the same bits (one FMA chain over k per output)."""
+    g = torch.Generator().manual_seed(0)
+    w_t, x = torch.randn(64, 32, generator=g), torch.randn(7, 64, generator=g)
+    packed = rowkernel.pack(w_t)
+    together = rowkernel.rows_mm(x, packed)
+    for i in range(7):
+        assert torch.equal(rowkernel.rows_mm(x[i : i + 1], packed)[0], together[i]), i
+
+
+@needs_kernel
+def test_rows_mm_refuses_a_weight_of_another_inner_size():
+    packed = rowkernel.pack(torch.randn(8, 16))
+    with pytest.raises(ValueError, match="columns"):
+        rowkernel.rows_mm(torch.randn(2, 9), packed)
+
+
+def test_pack_declines_what_the_kernel_cannot_take(monkeypatch):
+    assert rowkernel.pack(torch.randn(8, 20)) is None  # 20 columns: not whole blocks of 16
+    monkeypatch.setattr(rowkernel, "available", lambda: False)
+    assert rowkernel.pack(torch.randn(8, 32)) is None
+
+
+def test_unavailable_without_avx2_or_a_compiler(monkeypatch, caplog, tmp_path):
+    """No AVX2: off, quietly. No compiler: off, said in the log. Neither builds anything."""
+    monkeypatch.setenv("COOLSD_CACHE", str(tmp_path))
+    try:
+        rowkernel._kernel.cache_clear()
+        monkeypatch.setattr(rowkernel, "cpu_flags", lambda: {"sse2", "fma"})
+        assert not rowkernel.available()
+        rowkernel._kernel.cache_clear()
+        monkeypatch.setattr(rowkernel, "cpu_flags", lambda: {"avx2", "fma"})
+        monkeypatch.setattr(rowkernel.shutil, "which", lambda name: None)
+        with caplog.at_level(logging.WARNING, logger="coolsd"):
+            assert not rowkernel.available()
+        assert "no C compiler" in caplog.text
+        assert not any(tmp_path.iterdir())
+    finally:
+        rowkernel._kernel.cache_clear()
+
+
+@needs_kernel
+def test_the_kernel_is_built_once_into_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("COOLSD_CACHE", str(tmp_path))
+    import shutil as sh
+
+    built = rowkernel._build(sh.which("cc") or sh.which("gcc"))
+    assert built.parent == tmp_path and built.is_file() and built.suffix == ".so"
+    stamp = built.stat().st_mtime_ns
+    assert rowkernel._build("/nonexistent/cc") == built  # there already: not built again
+    assert built.stat().st_mtime_ns == stamp and [p.name for p in tmp_path.iterdir()] == [built.name]
