@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for the tests (venv, Python packages, Debian's Chromium) and runs them.
+# Sets up a fresh machine for the tests (venv, Python packages, Debian's Chromium and C compiler) and runs them.
 # Usage: tools/test.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,6 +7,10 @@ export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=
 if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "warning: could not install Debian's chromium; the browser test will be skipped"
+fi
+if ! command -v cc >/dev/null 2>&1; then  # builds coolsd/models/rowkernel.c (the lean-rows path) on first use
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev) >/dev/null 2>&1 \
+    || echo "warning: could not install a C compiler; the row-kernel tests will be skipped"
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -r requirements-test.txt -e .  # -e .: `import coolsd` from anywhere, no PYTHONPATH

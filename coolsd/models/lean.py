@@ -27,6 +27,11 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   the emoji model, Intel Xeon: a lean-q8 step 1.87 -> 1.55 ms, a round of L = 2 2.93 -> 2.45 ms); `narrow`
   rather than `x[:, :, a:b]`, which costs one call per dimension. The packed (oneDNN) layers stay in Python.
 
+- path "lean-rows": "lean-q8" with the target's fp32 products of 2..16 rows (a verify of L + 1 tokens, CFG's two
+  rows) on `coolsd.models.rowkernel`, a small AVX2 kernel that reads each weight once for all rows (MKL's fp32
+  product of 2-4 rows costs 2-2.6x one row on an AVX2-only EPYC); one-row calls stay on fp32 BLAS (the kernel
+  measured 6 % slower there, its call costing more), so vanilla AR's steps are lean-q8's bit for bit.
+
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
 tokens for a seed; in bf16 the lean logits are no further from fp32 than the eager bf16 ones
@@ -93,7 +98,7 @@ class RowsLinear(PlainLinear):
         self.packed = rowkernel.pack(self.w)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is not None and 1 < x.shape[0] <= rowkernel.MAX_ROWS:
+        if self.packed is not None and rowkernel.MIN_ROWS <= x.shape[0] <= rowkernel.MAX_ROWS:
             return rowkernel.rows_mm(x, self.packed)
         return super().__call__(x)
 
@@ -286,7 +291,7 @@ def _attend(qk: Tensor, new_v: Tensor, kc: Tensor, vc: Tensor, start: int, mask:
 
 def _on_row_kernel(x: Tensor, packed: list[Tensor], i: int) -> bool:
     """Whether weight i's product of x (M, K) runs the row kernel: a packed copy, and 2..rowkernel.MAX_ROWS rows."""
-    return len(packed) > 0 and 1 < x.shape[0] <= rowkernel.MAX_ROWS and packed[i].numel() > 0
+    return len(packed) > 0 and rowkernel.MIN_ROWS <= x.shape[0] <= rowkernel.MAX_ROWS and packed[i].numel() > 0
 
 
 def _product(x: Tensor, w: Tensor, scales: list[Tensor], packed: list[Tensor], i: int) -> Tensor:

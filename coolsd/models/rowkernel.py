@@ -38,7 +38,7 @@ log = logging.getLogger("coolsd")
 SOURCE = Path(__file__).with_name("rowkernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
 BLOCK = 16  # columns a packed block holds (two AVX2 registers)
-MAX_ROWS = 16  # (choice) calls of 2..MAX_ROWS rows run the kernel; one row and larger calls stay on MKL
+MIN_ROWS, MAX_ROWS = 2, 16  # (choice) calls of MIN_ROWS..MAX_ROWS rows run the kernel; the others stay on MKL
 
 _LIB = torch.library.Library("coolsd", "DEF")  # kept alive: the op lives as long as this module
 _LIB.define("rows_mm(Tensor x, Tensor packed) -> Tensor")
