@@ -27,10 +27,11 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   the emoji model, Intel Xeon: a lean-q8 step 1.87 -> 1.55 ms, a round of L = 2 2.93 -> 2.45 ms); `narrow`
   rather than `x[:, :, a:b]`, which costs one call per dimension. The packed (oneDNN) layers stay in Python.
 
-- path "lean-rows": "lean-q8" with the target's fp32 products of 2..16 rows (a verify of L + 1 tokens, CFG's two
-  rows) on `coolsd.models.rowkernel`, a small AVX2 kernel that reads each weight once for all rows (MKL's fp32
-  product of 2-4 rows costs 2-2.6x one row on an AVX2-only EPYC); one-row calls stay on fp32 BLAS (the kernel
-  measured 6 % slower there, its call costing more), so vanilla AR's steps are lean-q8's bit for bit.
+- path "lean-rows": "lean-q8" with the target's products of a few rows (a verify of L + 1 tokens, CFG's two rows;
+  up to 16) on `coolsd.models.rowkernel`, a small AVX2 kernel that reads each weight once for all rows (MKL's fp32
+  product of 2-4 rows costs 2-2.6x one row on an AVX2-only EPYC), in fp32 maths; on fp32 weights one-row calls
+  stay on fp32 BLAS (the kernel measured 6 % slower there, its call costing more), on bf16 weights the kernel
+  reads the stored bf16 (half the bytes) and runs one-row calls too.
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
@@ -57,7 +58,7 @@ from coolsd.models import rowkernel
 # `Int8Linear`. `python -m coolsd.bench.limit` measures them side by side.
 LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1}
 INT8_DRAFTER_PATHS = ("lean-q8", "lean-rows")  # lean paths whose drafter runs `Int8Linear` products
-# "lean-rows": "lean-q8" with the target's fp32 products of 2..rowkernel.MAX_ROWS rows (a verify) on the row kernel
+# "lean-rows": "lean-q8" with the target's products of a few rows (a verify; bf16 weights: every call) on the row kernel
 ROW_KERNEL_PATHS = ("lean-rows",)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
@@ -90,15 +91,15 @@ class PlainLinear:
 
 
 class RowsLinear(PlainLinear):
-    """`PlainLinear` whose calls of 2..rowkernel.MAX_ROWS rows run the row kernel (`coolsd.models.rowkernel`, a
-    packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS. No bias."""
+    """`PlainLinear` whose calls of `rowkernel.min_rows`..MAX_ROWS rows run the row kernel (`coolsd.models.rowkernel`,
+    a packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS. No bias."""
 
     def __init__(self, w_t: Tensor) -> None:
         super().__init__(w_t)
-        self.packed = rowkernel.pack(self.w)
+        self.packed = rowkernel.pack(w_t)  # in w_t's own dtype where the kernel reads it (bf16: half the bytes)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is not None and rowkernel.MIN_ROWS <= x.shape[0] <= rowkernel.MAX_ROWS:
+        if self.packed is not None and rowkernel.min_rows(self.packed) <= x.shape[0] <= rowkernel.MAX_ROWS:
             return rowkernel.rows_mm(x, self.packed)
         return super().__call__(x)
 
@@ -217,8 +218,8 @@ class LeanLayers:
         positions: RoPE table rows (every position a call may use).
         plain_rows: calls of up to this many rows (G n) run the plain fp32 products (LEAN_PATHS).
         int8: every call runs `Int8Linear` products (a drafter on INT8_DRAFTER_PATHS; needs `int8_runs`).
-        row_kernel: fp32 plain calls of 2..rowkernel.MAX_ROWS rows run the row kernel (ROW_KERNEL_PATHS) where
-            `rowkernel.available()`; else MKL, as on "lean".
+        row_kernel: plain calls of `rowkernel.min_rows`..MAX_ROWS rows (2+ on fp32 weights, 1+ on bf16) run the
+            row kernel (ROW_KERNEL_PATHS) where `rowkernel.available()`; else MKL, as on "lean".
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
@@ -232,7 +233,8 @@ class LeanLayers:
         linears = [lin for layer in self.plain or () for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.plain_weights = [lin.w for lin in linears]  # what `plain_layers` reads: 4 a layer
         self.plain_scales = [lin.scale for lin in linears] if int8 else []
-        packed = [rowkernel.pack(w) for w in self.plain_weights] if row_kernel and not int8 else []
+        # the kernel's copies from the stored weights (bf16 stays bf16: half the bytes, the same products)
+        packed = [rowkernel.pack(w) for b in blocks for w in b] if row_kernel and not int8 else []
         empty = torch.empty(0)  # `plain_layers` runs MKL for a weight the kernel cannot take
         self.plain_packed = [empty if p is None else p for p in packed] if any(p is not None for p in packed) else []
         self.plain_rows = plain_rows
@@ -290,8 +292,11 @@ def _attend(qk: Tensor, new_v: Tensor, kc: Tensor, vc: Tensor, start: int, mask:
 
 
 def _on_row_kernel(x: Tensor, packed: list[Tensor], i: int) -> bool:
-    """Whether weight i's product of x (M, K) runs the row kernel: a packed copy, and 2..rowkernel.MAX_ROWS rows."""
-    return len(packed) > 0 and rowkernel.MIN_ROWS <= x.shape[0] <= rowkernel.MAX_ROWS and packed[i].numel() > 0
+    """Whether weight i's product of x (M, K) runs the row kernel: a packed copy, and rows in its range
+    (`rowkernel.min_rows`..MAX_ROWS)."""
+    if len(packed) == 0 or packed[i].numel() == 0 or x.shape[0] > rowkernel.MAX_ROWS:
+        return False
+    return x.shape[0] >= (rowkernel.MIN_ROWS_BF16 if packed[i].dtype == torch.bfloat16 else rowkernel.MIN_ROWS_F32)
 
 
 def _product(x: Tensor, w: Tensor, scales: list[Tensor], packed: list[Tensor], i: int) -> Tensor:
@@ -325,8 +330,8 @@ def plain_layers_py(x_in: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor
     caches; mask (n, start + n) bool or additive fp32 (0 / -inf), or None (one row); weights: per layer qkv, o,
     gate_up, down as `PlainLinear.w` (fp32 (K, N)) or `Int8Linear.w` (int8 (N, K), with `scales` one (N,) per
     weight; [] for fp32); packed: [] or per weight its row-kernel copy (`rowkernel.pack`; an empty tensor where
-    none), used for calls of 2..rowkernel.MAX_ROWS rows. Returns (G, n, D) fp32. RMSNorm (weight folded into the
-    next product) is one fused LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
+    none), used for calls of `rowkernel.min_rows`..MAX_ROWS rows. Returns (G, n, D) fp32. RMSNorm (weight folded
+    into the next product) is one fused LayerNorm over [x, -x], whose mean is 0 and variance mean(x^2)."""
     g, n, d = x_in.shape[0], x_in.shape[1], x_in.shape[2]
     pair = torch.empty(g * n, 2 * d, dtype=torch.float32, device=x_in.device)
     x, minus = pair.narrow(1, 0, d), pair.narrow(1, d, d)  # (M, D) the residual stream, in place; its negative

@@ -135,6 +135,25 @@ def test_the_row_kernel_target_commits_eagers_tokens_for_every_rule(tiny, tree, 
         assert out[1].target_forwards == out[0].target_forwards < tiny.num_tokens
 
 
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("guidance", [True, False])
+def test_lean_rows_on_bf16_weights_computes_their_fp32_products(tiny, guidance):
+    """bf16 weights on lean-rows: every target product, one row too, reads the bf16 pack, and the logits are the
+    fp32 maths of those same weight values (an fp32 eager copy of the bf16 model) up to float rounding."""
+    rows, exact = _bf16_models(tiny), _bf16_models(tiny)
+    exact = (LlamaClassTarget(exact[0].model.float()), None)
+    prepare(rows, path="lean-rows")
+    assert all(p.dtype == torch.bfloat16 for p in rows[0].stack.lean.plain_packed)
+    assert rows[0].lean_head.head.packed.dtype == torch.bfloat16
+    out = {}
+    for key, t in (("rows", rows[0]), ("exact", exact[0])):
+        out[key] = [t.start(1, guidance).logits]
+        for x, pos, mask in _calls(0, torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])):
+            out[key].append(t.forward(x, pos, mask).logits)
+    for a, b in zip(out["rows"], out["exact"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_lean_rows_without_the_kernel_runs_as_lean_q8(tiny, monkeypatch):
     """Where the row kernel cannot run, lean-rows' target is lean-q8's, bit for bit."""
     monkeypatch.setattr(rowkernel, "available", lambda: False)

@@ -89,3 +89,17 @@ def test_the_kernel_is_built_once_into_the_cache(monkeypatch, tmp_path):
     stamp = built.stat().st_mtime_ns
     assert rowkernel._build("/nonexistent/cc") == built  # there already: not built again
     assert built.stat().st_mtime_ns == stamp and [p.name for p in tmp_path.iterdir()] == [built.name]
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_bf16_weights_give_the_bits_of_their_fp32_copy(rows):
+    """A bf16 weight widens exactly in registers: the kernel on the bf16 pack gives the fp32 pack's bits, from half
+    the bytes; a bf16 pack runs one-row calls, an fp32 pack from two rows (`min_rows`)."""
+    g = torch.Generator().manual_seed(rows)
+    w_t, x = torch.randn(40, 64, generator=g).bfloat16(), torch.randn(rows, 40, generator=g)
+    half, full = rowkernel.pack(w_t), rowkernel.pack(w_t.float())
+    assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
+    assert torch.equal(rowkernel.rows_mm(x, half), rowkernel.rows_mm(x, full))
+    assert (rowkernel.min_rows(half), rowkernel.min_rows(full)) == (rowkernel.MIN_ROWS_BF16, rowkernel.MIN_ROWS_F32)
+    assert rowkernel.pack(w_t.half()).dtype == torch.float32  # fp16: not a kernel dtype, packed as fp32
