@@ -11,6 +11,7 @@ lesson itself, not a proxy:
 Row "shipped" measures today's target the same way. Writes <out>/pilot.json and prints a markdown table.
 
     .venv/bin/python tools/emoji_ambiguity_pilot.py --minutes 8 --setups mild strong mild+subst
+    .venv/bin/python tools/emoji_ambiguity_pilot.py --channel-sigma2 0.03 0.05 0.08   # the channel's width alone
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ def model_folder(target_dir: Path | None, out: Path) -> Path:
     saved = json.loads((out / "target" / "config.json").read_text())
     saved.update({k: config[k] for k in ("credits", "default_class", "default_sampling") if k in config})
     (out / "target" / "config.json").write_text(json.dumps(saved, indent=2, ensure_ascii=False) + "\n")
+    return out
+
+
+def channel_folder(sigma2: float, out: Path) -> Path:
+    """A copy of the shipped model whose look-alike channel has width `sigma2` (the transformer untouched)."""
+    if not out.exists():
+        shutil.copytree(SHIPPED, out, ignore=shutil.ignore_patterns("bench", "issue3*", "*.png"))
+    path = out / "target" / "config.json"
+    config = json.loads(path.read_text())
+    config["lookalike_channel"]["sigma2"] = sigma2
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     return out
 
 
@@ -124,11 +136,18 @@ def main() -> int:
     ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0])
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--with-rules", action="store_true", help="with --target-dir: tau of the rules too")
+    ap.add_argument("--channel-sigma2", type=float, nargs="+", default=None,
+                    help="instead of the set-ups: the shipped model with its channel this wide (no training)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     data = splits()
     conds = pilot_conditions(data, args.pairs)
     vq = load_vq(SHIPPED / "vq", torch_dtype=torch.float32).eval()
+    if args.channel_sigma2:
+        for sigma2 in args.channel_sigma2:
+            row = measure(channel_folder(sigma2, args.out / f"channel_{sigma2:g}"), conds)
+            print(json.dumps({f"channel sigma2={sigma2:g}": row}), flush=True)
+        return 0
     if args.target_dir is not None:
         folder = model_folder(args.target_dir, args.out / "sweep_model")
         for t in args.temperatures:
