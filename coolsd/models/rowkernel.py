@@ -1,4 +1,4 @@
-"""A product of a few rows that reads each weight once (issue 35): fp32 y = x @ w for a verify's 2..16 rows.
+"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows.
 
 Why: on a CPU with AVX2 but no AVX-512 (an AMD EPYC, Zen 3), MKL's fp32 product of 2-4 rows by a layer's weight
 takes 2-2.6x the time of one row, although the weights, the bytes it must read, are the same; so a verify of
