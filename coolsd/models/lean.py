@@ -374,8 +374,9 @@ class LeanHead:
                  row_kernel: bool = False) -> None:
         norm_w = norm_w.detach().float()
         self.norm_w = torch.cat([norm_w, torch.zeros_like(norm_w)])  # (2 D,): LayerNorm's weight over [h, -h]
-        rows = row_kernel and not packs(head_t.dtype, head_t.device)  # where the fp32 plain product runs every call
-        self.head = RowsLinear(head_t) if rows else LeanLinear(head_t, plain_rows=plain_rows)
+        # the kernel where the plain product runs every call (no oneDNN packing of these weights here)
+        on_kernel = row_kernel and not packs(head_t.dtype, head_t.device)
+        self.head = RowsLinear(head_t) if on_kernel else LeanLinear(head_t, plain_rows=plain_rows)
         self.eps = eps
 
     def __call__(self, h: Tensor) -> tuple[Tensor, Tensor]:
