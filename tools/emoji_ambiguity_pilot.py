@@ -123,7 +123,8 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: flo
 def main() -> int:
     from coolsd.models.patch_vq import load_vq
     from coolsd.train.emoji import train_emoji_target
-    from coolsd.train.emoji_data import load_framed, splits
+    from coolsd.train.emoji import load_framed_codes
+    from coolsd.train.emoji_data import splits
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=8.0)
@@ -161,7 +162,7 @@ def main() -> int:
         setup = SETUPS[name]
         target_dir, temperature = None, (setup or {}).get("temperature")
         if setup is not None and "per_icon" in setup:
-            framed = load_framed(setup["per_icon"], 0, setup["scales"], setup["shift"])
+            framed = load_framed_codes(vq, setup["per_icon"], 0, setup["scales"], setup["shift"])
             train_emoji_target(vq, data, args.out / name, args.minutes * 60, lr=args.lr, init=SHIPPED / "target",
                                framed=framed, substitute=setup["substitute"])
             target_dir = args.out / name / "target"

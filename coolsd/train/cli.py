@@ -35,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (stage default if unset)")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--device", default="cpu", help="emoji target and drafter: where the model trains (e.g. cuda)")
     ap.add_argument("--assets", type=Path, default=None,
                     help="export destination (default assets/embedded or assets/emoji)")
     ap.add_argument("--per-class", type=int, default=4, help="evaluate: images per class and decoder")
@@ -63,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     tg.add_argument("--channel-temperature", type=float, default=1.0,
                     help="with --channel-sigma2: the temperature the saved target's logits are divided by before "
                          "its channel (stored in its config; sampling only, training unchanged)")
+    tg.add_argument("--keep-best", action="store_true",
+                    help="end with the weights of the lowest held-out NLL (every 100 steps), not the last ones")
     tg.add_argument("--substitute", type=float, default=0.0,
                     help="probability that an input code is replaced by one of its 4 latent neighbours")
     dr = ap.add_argument_group("drafter stage")

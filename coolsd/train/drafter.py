@@ -49,9 +49,10 @@ def pair_ids(codes: torch.Tensor, labels: torch.Tensor, config, rows: int = 2) -
 @torch.no_grad()
 def target_features(target, ids: torch.Tensor, chunk: int = 32) -> torch.Tensor:
     """ids (R, P+T) -> post-norm features (R, T, D) after input positions P-1..P+T-2: the feature
-    before each image token (the one after the last code is unused)."""
-    p = prefix_len(target.config)
-    return torch.cat([target.model(input_ids=ids[i : i + chunk, :-1]).last_hidden_state[:, p - 1 :]
+    before each image token (the one after the last code is unused). Runs where the target sits; the features
+    are returned on the CPU."""
+    p, device = prefix_len(target.config), target.lm_head.weight.device
+    return torch.cat([target.model(input_ids=ids[i : i + chunk, :-1].to(device)).last_hidden_state[:, p - 1 :].cpu()
                       for i in range(0, len(ids), chunk)])
 
 
@@ -154,6 +155,10 @@ def _validation(head: EagleHead, target, real: tuple[torch.Tensor, torch.Tensor]
     vc, vy, vf = val.tensors()
     self_val, self_val_feats = pair_ids(vc, vy, config, vf.shape[1]), vf.transpose(0, 1).flatten(0, 1)
 
+    device = target.lm_head.weight.device
+    self_val, self_val_feats = self_val.to(device), self_val_feats.to(device)
+    real_val, real_val_feats = real_val.to(device), real_val_feats.to(device)
+
     def evaluate() -> dict[str, float]:
         _, logs = drafter_losses(head, target, self_val, self_val_feats, sampling, w_unroll=1.0)
         _, real_logs = drafter_losses(head, target, real_val, real_val_feats, sampling)
@@ -167,7 +172,8 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
                   lr: float = 1e-3, n_self: int = 500, self_frac: float = 0.5, w_cls: float = W_CLS,
                   w_cfg: float = 0.0, w_unroll: float = 0.0, init: Path | None = None, n_val: int = 64,
                   n_real: int = 512, grow_every: int = 30, eval_every: int = 50, shard: int = 50,
-                  tokens: dict | None = None, sampling=None, n_start: int = 500, bf16: bool = False) -> EagleHead:
+                  tokens: dict | None = None, sampling=None, n_start: int = 500, bf16: bool = False,
+                  device: str = "cpu") -> EagleHead:
     """Train (or continue) the head for `budget_s` seconds; `batch` sequences (2 x batch rows) per step.
 
     The self-sample pool starts at min(n_self, n_start) and grows by one shard of `shard` samples every
@@ -176,13 +182,16 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     `tokens` = {"train"/"val": (codes (N, T), condition ids (N,))} (default: MNIST's, from `data`);
     `sampling`: the sampling the self-samples use (default the embedded MNIST one); `bf16`: the losses under
     bf16 autocast (the head's weights and optimiser stay fp32). A target config with a look-alike channel
-    (`coolsd.models.channel`) draws its self-samples through it, as the engine's target does.
+    (`coolsd.models.channel`) draws its self-samples through it, as the engine's target does. `device`: where
+    target and head run (batches, samples and their draws are made on the CPU under the seeded generators).
     """
     sampling = sampling or EMBEDDED_SAMPLING
     torch.manual_seed(seed)
     config = target.config
     for p in target.parameters():
         p.requires_grad_(False)
+    target.to(device)
+    autocast = torch.device(device).type
     gen = torch.Generator().manual_seed(seed)
     tokens = tokens or mnist_tokens(vq, data, n_val)
     real_ids, real_feats = _real_pool(target, *tokens["train"], n_real, out / "real_pool.pt", gen)
@@ -191,7 +200,7 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
     pool.fill(min(n_self, n_start))
     val = SampleShards(target, out / "self_samples_val", seed + 1, n_val, sampling, kernel, heat)
     val.fill(n_val)
-    head = load_head(config, init)
+    head = load_head(config, init).to(device)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     batch_data = _mixed_batches(pool, real_ids, real_feats, n_real, batch, round(batch * self_frac), config, gen,
                                 sampling.rows)
@@ -200,8 +209,9 @@ def train_drafter(vq, target, data: dict, out: Path, budget_s: float, seed: int 
         if i % grow_every == grow_every - 1 and len(pool) < n_self:
             pool.grow()
         ids, feats = batch_data()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss, logs = drafter_losses(head, target, ids, feats.float(), sampling, w_cls, w_cfg, w_unroll)
+        with torch.autocast(autocast, dtype=torch.bfloat16, enabled=bf16):
+            loss, logs = drafter_losses(head, target, ids.to(device), feats.to(device).float(), sampling, w_cls,
+                                        w_cfg, w_unroll)
         update(head, opt, loss)
         return {"pool": float(len(pool))} | {k: logs[k] for k in ("reg", "ce_cfg", "accept")}
 

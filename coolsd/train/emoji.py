@@ -81,16 +81,34 @@ def warm_start(model: LlamaForCausalLM, init) -> None:
     print(f"[target] warm start from {init}: {len(rows)} of {old.config.vocab_size} token rows", flush=True)
 
 
-def framed_codes(vq, pictures: torch.Tensor, labels: torch.Tensor, styles: torch.Tensor, chunk: int = 4096):
-    """Codes of every framing of every picture: pictures (N, V, 3, 32, 32) uint8 -> (N*V, 256) codes and the
-    (N*V,) labels and styles that go with them."""
+def framed_codes(vq, pictures: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """Codes of every framing of every picture: pictures (N, V, 3, 32, 32) uint8 -> (N, V, 256) int16."""
     flat = pictures.flatten(0, 1)
-    codes = torch.cat([encode_tokens(vq, flat[i : i + chunk].float() / 127.5 - 1).flatten(1)
-                       for i in range(0, len(flat), chunk)])
-    v = pictures.shape[1]
-    return codes, labels.repeat_interleave(v), styles.repeat_interleave(v)
+    with torch.no_grad():
+        codes = torch.cat([encode_tokens(vq, flat[i : i + chunk].float() / 127.5 - 1).flatten(1)
+                           for i in range(0, len(flat), chunk)])
+    return codes.to(torch.int16).view(*pictures.shape[:2], -1)
 
 
+def load_framed_codes(vq, per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0),
+                      shift: float = 1.0, folder: Path | None = None) -> dict[str, torch.Tensor]:
+    """`framed_codes` of `emoji_data.load_framed`'s pictures, cached beside them (`..._codes.pt`, a quarter of
+    their bytes; what a training machine without the SVG sets needs): {"train"/"val": (N, V, 256) int16}."""
+    from coolsd.train.emoji_data import DATA_FILE, framed_path, load_framed
+
+    path = framed_path(per_icon, seed, scales, shift, folder or DATA_FILE.parent).with_suffix(".codes.pt")
+    if path.is_file():
+        return torch.load(path)
+    pictures = load_framed(per_icon, seed, scales, shift, folder or DATA_FILE.parent)
+    codes = {part: framed_codes(vq, pictures[part]) for part in ("train", "val")}
+    torch.save(codes, path)
+    return codes
+
+
+def flat_framings(codes: torch.Tensor, labels: torch.Tensor, styles: torch.Tensor):
+    """(N, V, T) codes of V framings a picture -> (N*V, T) int64 codes and the (N*V,) labels and styles."""
+    v = codes.shape[1]
+    return codes.flatten(0, 1).long(), labels.repeat_interleave(v), styles.repeat_interleave(v)
 
 
 @torch.no_grad()
@@ -130,15 +148,15 @@ def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: 
         return (soft[0][..., 0], ys, ss, soft), (val_codes, vy, vs)  # nearest codes: each step draws its own
     if framed is None:
         return (*emoji_token_dataset(vq, *data["train"], flips=flips), None), (encode_tokens(vq, vx).flatten(1), vy, vs)
-    held_out = framed_codes(vq, framed["val"][:, :4], vy, vs)
-    return (*framed_codes(vq, framed["train"], *data["train"][1:3]), None), held_out
+    held_out = flat_framings(framed["val"][:, :4], vy, vs)
+    return (*flat_framings(framed["train"], *data["train"][1:3]), None), held_out
 
 
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
                        soft_sigma2: float = 0.0, soft_expected: bool = False, channel_sigma2: float = 0.0,
-                       channel_temperature: float = 1.0,
+                       channel_temperature: float = 1.0, device: str = "cpu", keep_best: bool = False,
                        **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
     `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
@@ -151,7 +169,9 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     `channel_sigma2` > 0: every input code is passed through the look-alike channel of that sigma^2
     (`coolsd.models.channel`, k = 8), the targets stay the clean codes, so the target learns to follow the
     pictures its channel draws; `channel_temperature`: stored with the channel, the temperature its logits are
-    divided by before the channel when it is sampled (training unchanged)."""
+    divided by before the channel when it is sampled (training unchanged). `device`: where the model trains (the
+    batches are made on the CPU under the seeded generator, so a device changes no batch); `keep_best`: end with
+    the weights of the lowest held-out NLL (evaluated every 100 steps), not the last ones."""
     torch.manual_seed(seed)
     config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
     model = LlamaForCausalLM(config)
@@ -159,7 +179,9 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         warm_start(model, init)
     if channel_sigma2 > 0:  # the saved target carries the channel it learned to follow
         config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K, "temperature": channel_temperature}
-    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
+    model.to(device)
+    autocast = torch.device(device).type
+    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters on {device}", flush=True)
     (codes, ys, ss, soft), (val_codes, vy, vs) = target_codes(vq, data, flips, framed, soft_sigma2, seed)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
     neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
@@ -175,19 +197,22 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
         if kernel is not None:
             inputs = torch.cat([ids[:, :p], emit(ids[:, p:], kernel, gen)], dim=1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ids, inputs = ids.to(device), None if inputs is None else inputs.to(device)
+        with torch.autocast(autocast, dtype=torch.bfloat16, enabled=bf16):
             if soft is not None and soft_expected:
-                loss = soft_code_nll(model, ids if inputs is None else inputs, soft[0][rows], soft[1][rows])
+                cand = soft[0][rows].to(device), soft[1][rows].to(device)
+                loss = soft_code_nll(model, ids if inputs is None else inputs, *cand)
             else:
                 loss = code_nll(model, ids, inputs)
         return {"loss": update(model, opt, loss)}
 
     def evaluate() -> dict[str, float]:
-        ids = sequences(val_codes, vy, config, 0.0, gen, vs)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ids = sequences(val_codes, vy, config, 0.0, gen, vs).to(device)
+        with torch.no_grad(), torch.autocast(autocast, dtype=torch.bfloat16, enabled=bf16):
             return {"val_nll": code_nll(model, ids).item()}
 
-    state = run_budgeted("target", model, opt, step, out / "target.ckpt", budget_s, lr, evaluate, eval_every=100)
+    state = run_budgeted("target", model, opt, step, out / "target.ckpt", budget_s, lr, evaluate, eval_every=100,
+                         keep_best="val_nll" if keep_best else None)
     model.save_pretrained(out / "target")
     torch.save(state, out / "target_state.pt")
     return model

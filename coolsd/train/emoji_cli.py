@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.train.emoji_data import CREDITS, load_dataset, load_framed, splits
+from coolsd.train.emoji_data import CREDITS, load_dataset, splits
 from coolsd.train.emoji_eval import evaluate_emoji
 from coolsd.train.export import export_bundle, export_real_stats
 from coolsd.train.loop import part_path
@@ -75,17 +75,18 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
     if args.stage == "target":
         framed = None
         if args.framed:
-            framed = load_framed(args.framed, args.seed, tuple(args.framed_scales), args.framed_shift)
+            framed = emoji.load_framed_codes(vq, args.framed, args.seed, tuple(args.framed_scales), args.framed_shift)
         emoji.train_emoji_target(vq, data, args.out, budget, init=args.init, framed=framed,
                                  substitute=args.substitute, soft_sigma2=args.soft_sigma2,
                                  soft_expected=args.soft_expected, channel_sigma2=args.channel_sigma2,
-                                 channel_temperature=args.channel_temperature, **kw)
+                                 channel_temperature=args.channel_temperature, device=args.device,
+                                 keep_best=args.keep_best, **kw)
         return 0
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)
     train_drafter(vq, target, data, args.out, budget, init=args.init, n_self=args.n_self, self_frac=args.self_frac,
                   w_cls=args.w_cls, w_cfg=args.w_cfg, w_unroll=args.w_unroll, tokens=tokens, bf16=args.bf16,
-                  sampling=NAMED_SAMPLING, n_start=200, n_real=256, **kw)
+                  sampling=NAMED_SAMPLING, n_start=200, n_real=256, device=args.device, **kw)
     return 0
 
 

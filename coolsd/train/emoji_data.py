@@ -410,11 +410,16 @@ def load_dataset(path: Path = DATA_FILE, seed: int = 0) -> dict:
     return torch.load(path, weights_only=False) if path.is_file() else build_dataset(path, seed)
 
 
+def framed_path(per_icon: int, seed: int, scales: tuple[float, float], shift: float, folder: Path) -> Path:
+    """Where `load_framed` caches these framings."""
+    return folder / f"framed{len(SHIPPED_EMOJI)}_{per_icon}x_s{scales[0]:g}-{scales[1]:g}_d{shift:g}_seed{seed}.pt"
+
+
 def load_framed(per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0), shift: float = 1.0,
                 folder: Path = DATA_FILE.parent) -> dict[str, torch.Tensor]:
     """`build_framed` of the shipped emoji, cached in `folder`, split like `splits`: {"train"/"val": (N,
     per_icon, 3, 32, 32) uint8}."""
-    path = folder / f"framed{len(SHIPPED_EMOJI)}_{per_icon}x_s{scales[0]:g}-{scales[1]:g}_d{shift:g}_seed{seed}.pt"
+    path = framed_path(per_icon, seed, scales, shift, folder)
     if path.is_file():
         pictures = torch.load(path)
     else:

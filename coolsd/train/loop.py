@@ -68,6 +68,24 @@ def _evaluate(model: torch.nn.Module, eval_fn: Callable[[], dict[str, float]]) -
         return eval_fn()
 
 
+class _Best:
+    """The weights of the best evaluation so far by one metric (lower is better); inert when `key` is None."""
+
+    def __init__(self, key: str | None) -> None:
+        self.key, self.value, self.step, self.weights = key, math.inf, None, None
+
+    def offer(self, model: torch.nn.Module, step: int, metrics: dict[str, float]) -> None:
+        if self.key is not None and metrics[self.key] < self.value:
+            self.value, self.step = metrics[self.key], step
+            self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def restore(self, model: torch.nn.Module, state: dict) -> None:
+        if self.weights is not None:
+            model.load_state_dict(self.weights)
+            state["best"] = {"step": self.step, self.key: self.value}
+            tqdm.write(f"[best] step {self.step}: {self.key}={self.value:.4f} (weights kept)")
+
+
 def run_budgeted(
     name: str,
     model: torch.nn.Module,
@@ -79,15 +97,19 @@ def run_budgeted(
     eval_fn: Callable[[], dict[str, float]] | None = None,
     eval_every: int = 100,
     ckpt_every_s: float = 180.0,
+    keep_best: str | None = None,
 ) -> dict:
     """Call `step_fn(step)` until `budget_s` seconds of training (summed over resumes) are spent.
 
     The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
-    continues the same schedule. Returns the final state dict {step, elapsed, history}.
+    continues the same schedule. `keep_best`: an eval metric to minimise (e.g. "val_nll"); the model
+    ends with the weights of its best evaluation (state["best"] says which step), not its last ones.
+    Returns the final state dict {step, elapsed, history}.
     """
     state = resume(name, model, optimizer, ckpt)
     bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
     last_save = time.perf_counter()
+    best = _Best(keep_best)
     while state["elapsed"] < budget_s:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
@@ -103,11 +125,14 @@ def run_budgeted(
             metrics = _evaluate(model, eval_fn)
             state["history"].append({"step": state["step"], "elapsed": state["elapsed"], **logs, **metrics})
             tqdm.write(f"[{name}] step {state['step']}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+            best.offer(model, state["step"], metrics)
         if time.perf_counter() - last_save > ckpt_every_s:
             save_checkpoint(model, optimizer, state, ckpt)
             last_save = time.perf_counter()
     bar.close()
     if eval_fn is not None:
+        best.offer(model, state["step"], _evaluate(model, eval_fn))
+        best.restore(model, state)
         state["final"] = _evaluate(model, eval_fn)
     save_checkpoint(model, optimizer, state, ckpt)
     return state

@@ -28,7 +28,8 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
     Same maths as the engine's vanilla decoding (`SamplingConfig.probs` on the (cond, uncond) rows); `kernel`
     (V, V): the target's look-alike channel (`coolsd.models.channel`), each drawn code passed through it, the
     logits divided by `channel_temperature` first (the engine's channel target, under the emoji model's plain
-    sampling: T 1, no top-k).
+    sampling: T 1, no top-k). The model may sit on any device; the draws run on the CPU under `gen` (the same
+    codes wherever the model runs, up to its arithmetic), and what is returned lies on the CPU.
     """
     cfg = target_model.config
     k, (h, w) = cfg.codebook_size, cfg.image_grid
@@ -38,21 +39,22 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
     p = rows.shape[1]
     stack = LayerStack(target_model.model.layers, cfg, h * w + p)
     embed = target_model.model.embed_tokens.weight
-    stack.reset(len(rows), embed.device, embed.dtype)
-    x, positions = embed[rows], torch.arange(p)
+    device = embed.device
+    stack.reset(len(rows), device, embed.dtype)
+    x, positions = embed[rows.to(device)], torch.arange(p, device=device)
     codes, feats = [], []
     for t in range(h * w):
         out = stack.forward(x, positions, None)
-        positions = torch.tensor([p + t])
+        positions = torch.tensor([p + t], device=device)
         feat = torch.nn.functional.rms_norm(out, (out.shape[-1],), target_model.model.norm.weight, stack.eps)
         if with_features:
-            feats.append(feat[:, -1].half())
-        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).double().view(-1, b, k) / channel_temperature
+            feats.append(feat[:, -1].half().cpu())
+        logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).cpu().double().view(-1, b, k) / channel_temperature
         ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
         if kernel is not None:
             ids = emit(ids, kernel, gen)
         codes.append(ids)
-        x = embed[ids.repeat(len(rows) // b)][:, None]
+        x = embed[ids.repeat(len(rows) // b).to(device)][:, None]
     codes = torch.stack(codes, dim=1)
     if not with_features:
         return codes

@@ -276,11 +276,13 @@ def test_substitute_neighbours_replaces_codes_after_the_prefix_by_a_listed_neigh
 
 def test_framed_codes_keep_each_framing_with_its_labels():
     from coolsd.models.patch_vq import PatchVQModel
-    from coolsd.train.emoji import framed_codes
+    from coolsd.train.emoji import flat_framings, framed_codes
 
     vq = PatchVQModel(num_vq_embeddings=8, block_out_channels=(8, 8), norm_num_groups=4).eval()
     pictures = torch.randint(0, 256, (3, 2, 3, 32, 32), dtype=torch.uint8)
-    codes, labels, styles = framed_codes(vq, pictures, torch.tensor([4, 5, 6]), torch.tensor([0, 1, 2]), chunk=4)
+    per_picture = framed_codes(vq, pictures, chunk=4)
+    assert per_picture.shape == (3, 2, 256) and per_picture.dtype == torch.int16
+    codes, labels, styles = flat_framings(per_picture, torch.tensor([4, 5, 6]), torch.tensor([0, 1, 2]))
     assert codes.shape == (6, 256) and labels.tolist() == [4, 4, 5, 5, 6, 6] and styles.tolist() == [0, 0, 1, 1, 2, 2]
     from coolsd.train.vq import encode_tokens
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 34 on a GPU machine: train each emoji set-up's target and then its Eagle head, all set-ups side by side on
+# the one GPU, and pack each as fp16 folders into $OUT/<set-up>.tar (with both stages' logs and loop states).
+# Prepared here (no SVG sets, no network there): .devdata/ holds the dataset file and the framed codes
+# (`coolsd.train.emoji.load_framed_codes`, xz), .whl/ the diffusers wheel (`/work/shared/tools/device-wheels.sh`).
+#   device run: bash tools/device_emoji_train.sh      (carry .whl and .devdata; about 7 minutes)
+# Each line of SETUPS: name, then the target stage's own flags.
+set -u
+TARGET_MIN=${TARGET_MIN:-4}
+DRAFTER_MIN=${DRAFTER_MIN:-2}
+DEVICE=${DEVICE:-cuda}
+N_SELF=${N_SELF:-1000}
+SETUPS=(
+  "framed --framed 32 --framed-scales 0.85 1.0 --framed-shift 1.0"
+  "subpixel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5"
+  "subpixel-channel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5 --channel-sigma2 0.03 --channel-temperature 0.6"
+)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_MININTERVAL=15 GRADIO_ANALYTICS_ENABLED=False \
+  HF_HUB_DISABLE_TELEMETRY=1
+mkdir -p /work/data/emoji W
+cp .devdata/emoji_names187_32.pt /work/data/emoji/
+for f in .devdata/*.codes.pt.xz; do xz -dc "$f" > "/work/data/emoji/$(basename "$f" .xz)"; done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, transformers, diffusers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'diffusers', diffusers.__version__)"
+
+one_setup() {
+  local name=$1; shift
+  local log=$OUT/$name.log
+  python3 -m coolsd.train target --model emoji --out "W/$name" --device "$DEVICE" --batch 128 --lr 1e-3 \
+    --budget-min "$TARGET_MIN" --init assets/emoji/target --keep-best "$@" > "$log" 2>&1 \
+  && python3 -m coolsd.train drafter --model emoji --out "W/$name" --device "$DEVICE" --batch 64 --lr 1e-3 \
+    --budget-min "$DRAFTER_MIN" --n-self "$N_SELF" --bf16 --init assets/emoji/drafter >> "$log" 2>&1
+  echo "[$name] stages rc=$?" | tee -a "$log"
+  python3 tools/device_pack.py "W/$name" "$OUT/$name.tar" >> "$log" 2>&1
+}
+for line in "${SETUPS[@]}"; do
+  # shellcheck disable=SC2086
+  one_setup $line &
+done
+wait
+nvidia-smi --query-gpu=memory.used --format=csv,noheader
+ls -la "$OUT"
