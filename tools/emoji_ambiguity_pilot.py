@@ -122,8 +122,7 @@ def measure(folder: Path, conds: list[int], draft_len: int = 2, temperature: flo
 
 def main() -> int:
     from coolsd.models.patch_vq import load_vq
-    from coolsd.train.emoji import train_emoji_target
-    from coolsd.train.emoji import load_framed_codes
+    from coolsd.train.emoji import load_framed_codes, train_emoji_target
     from coolsd.train.emoji_data import splits
 
     ap = argparse.ArgumentParser()
