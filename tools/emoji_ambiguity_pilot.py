@@ -37,8 +37,9 @@ SETUPS = {"shipped": None, "shipped T=1.5": dict(temperature=1.5), "shipped T=2"
 SHIPPED = Path("assets/emoji")
 
 
-def model_folder(target_dir: Path | None, out: Path) -> Path:
-    """A model folder: the shipped VQ, head, classifier and precision, with `target_dir`'s target (fp16)."""
+def model_folder(target_dir: Path | None, out: Path, drafter_dir: Path | None = None) -> Path:
+    """A model folder: the shipped VQ, head, classifier and precision, with `target_dir`'s target (fp16) [and
+    `drafter_dir`'s head instead of the shipped one]."""
     from transformers import LlamaForCausalLM
 
     if target_dir is None:
@@ -46,8 +47,9 @@ def model_folder(target_dir: Path | None, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for part in ("vq", "drafter", "classifier"):
         if not (out / part).exists():
-            shutil.copytree(SHIPPED / part, out / part)
-    shutil.copy(SHIPPED / "precision.json", out / "precision.json")
+            shutil.copytree(drafter_dir if part == "drafter" and drafter_dir else SHIPPED / part, out / part)
+    for name in ("precision.json", "execution.json"):
+        shutil.copy(SHIPPED / name, out / name)
     config = json.loads((SHIPPED / "target" / "config.json").read_text())
     target = LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).half()
     target.save_pretrained(out / "target")
@@ -134,6 +136,9 @@ def main() -> int:
     ap.add_argument("--target-dir", type=Path, default=None,
                     help="instead of the set-ups: sample this trained target at each --temperatures (vanilla only)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--trained", type=Path, nargs="+", default=None,
+                    help="instead of the set-ups: folders that each hold a trained target/ and drafter/ (e.g. "
+                         "tools/device_emoji_train.sh's), measured with their own head at each --temperatures")
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--with-rules", action="store_true", help="with --target-dir: tau of the rules too")
     ap.add_argument("--channel-sigma2", type=float, nargs="+", default=None,
@@ -147,6 +152,13 @@ def main() -> int:
         for sigma2 in args.channel_sigma2:
             row = measure(channel_folder(sigma2, args.out / f"channel_{sigma2:g}"), conds)
             print(json.dumps({f"channel sigma2={sigma2:g}": row}), flush=True)
+        return 0
+    if args.trained:
+        for trained in args.trained:
+            folder = model_folder(trained / "target", args.out / trained.name, trained / "drafter")
+            for t in args.temperatures:
+                row = measure(folder, conds, temperature=t, top_k=args.top_k)
+                print(json.dumps({f"{trained.name} T={t:g} top-k={args.top_k}": row}), flush=True)
         return 0
     if args.target_dir is not None:
         folder = model_folder(args.target_dir, args.out / "sweep_model")
