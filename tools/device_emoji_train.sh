@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue 34 on a GPU machine: train each emoji set-up's target and then its Eagle head, all set-ups side by side on
-# the one GPU, and pack each as fp16 folders into $OUT/<set-up>.tar (with both stages' logs and loop states).
+# the one GPU, and pack each as fp16 folders into $OUT/<set-up>.tar and <set-up>_last.tar (`tools/device_pack.py`).
+# The target keeps the weights of its lowest NLL on unseen framings (`--keep-best`); its last weights come back too.
 # Prepared here (no SVG sets, no network there): .devdata/ holds the dataset file and the framed codes
 # (`coolsd.train.emoji.load_framed_codes`, xz), .whl/ the diffusers wheel (`/work/shared/tools/device-wheels.sh`).
-#   device run: bash tools/device_emoji_train.sh      (carry .whl and .devdata; about 7 minutes)
+#   device run: bash tools/device_emoji_train.sh      (carry .whl and .devdata; about 8 minutes)
 # Each line of SETUPS: name, then the target stage's own flags.
 set -u
-TARGET_MIN=${TARGET_MIN:-4}
+TARGET_MIN=${TARGET_MIN:-5}
 DRAFTER_MIN=${DRAFTER_MIN:-2}
 DEVICE=${DEVICE:-cuda}
 N_SELF=${N_SELF:-1000}
@@ -16,7 +17,7 @@ SETUPS=(
   "subpixel-channel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5 --channel-sigma2 0.03 --channel-temperature 0.6"
 )
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_MININTERVAL=15 GRADIO_ANALYTICS_ENABLED=False \
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False \
   HF_HUB_DISABLE_TELEMETRY=1
 mkdir -p /work/data/emoji W
 cp .devdata/emoji_names187_32.pt /work/data/emoji/
@@ -32,7 +33,7 @@ one_setup() {
   && python3 -m coolsd.train drafter --model emoji --out "W/$name" --device "$DEVICE" --batch 64 --lr 1e-3 \
     --budget-min "$DRAFTER_MIN" --n-self "$N_SELF" --bf16 --init assets/emoji/drafter >> "$log" 2>&1
   echo "[$name] stages rc=$?" | tee -a "$log"
-  python3 tools/device_pack.py "W/$name" "$OUT/$name.tar" >> "$log" 2>&1
+  python3 tools/device_pack.py "W/$name" "$OUT" "$name" >> "$log" 2>&1
 }
 for line in "${SETUPS[@]}"; do
   # shellcheck disable=SC2086

@@ -118,6 +118,11 @@ class ChannelTarget:
 
 
 def emit(codes: Tensor, kernel: Tensor, gen: torch.Generator) -> Tensor:
-    """Pass codes (any shape, int64) through the channel once: each code c becomes x ~ K[c] (same shape)."""
+    """Pass codes (any shape, int64) through the channel once: each code c becomes x ~ K[c] (same shape).
+
+    Draws among each row's non-zeros only (at most `k` a row), so a batch of codes costs (N, k), not (N, V)."""
     flat = codes.reshape(-1)
-    return torch.multinomial(kernel[flat], 1, generator=gen).view(codes.shape)
+    width = int((kernel > 0).sum(-1).max())  # the most look-alikes any code has
+    probs, ids = kernel.topk(width, dim=-1)  # (V, width): every row's non-zeros (and zeros where it has fewer)
+    pick = torch.multinomial(probs[flat], 1, generator=gen)[:, 0]
+    return ids[flat, pick].view(codes.shape)

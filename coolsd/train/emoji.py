@@ -34,6 +34,7 @@ VQ_CODES = 1024
 PATCH_VQ_CODES = 2048  # the local tokenizer (--vq-kind patch, the default): k-means of 2 x 2 RGB patches
 TARGET_SIZE = dict(hidden=256, layers=6, heads=4, intermediate=704)  # the pilot's "5M"
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
+HELD_FRAMED_PICTURES = 128  # framed training: the last framing of the first 128 training pictures is held out
 
 
 def emoji_target_config(codebook_size: int, data: dict, **size):
@@ -139,7 +140,11 @@ def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> 
 
 def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: float, seed: int):
     """The target's training and held-out sequences (see `train_emoji_target`): ((codes (N, T), classes (N,),
-    styles (N,), soft candidates (ids, probs) or None), (held-out codes (M, T), classes (M,), styles (M,)))."""
+    styles (N,), soft candidates (ids, probs) or None), (held-out codes (M, T), classes (M,), styles (M,))).
+    Held out: the held-out (emoji, style) pairs; with `framed`, one unseen framing of each of the first
+    `HELD_FRAMED_PICTURES` training pictures instead (the last framing of every training picture is never
+    trained on), so the held-out NLL says when the target stops learning the pictures and starts memorising
+    framings."""
     vx, vy, vs, _ = data["val"]
     if soft_sigma2 > 0:
         x, ys, ss, _ = data["train"]
@@ -148,8 +153,10 @@ def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: 
         return (soft[0][..., 0], ys, ss, soft), (val_codes, vy, vs)  # nearest codes: each step draws its own
     if framed is None:
         return (*emoji_token_dataset(vq, *data["train"], flips=flips), None), (encode_tokens(vq, vx).flatten(1), vy, vs)
-    held_out = flat_framings(framed["val"][:, :4], vy, vs)
-    return (*flat_framings(framed["train"], *data["train"][1:3]), None), held_out
+    train = framed["train"]
+    first = slice(0, HELD_FRAMED_PICTURES)
+    unseen = flat_framings(train[first, -1:], data["train"][1][first], data["train"][2][first])
+    return (*flat_framings(train[:, :-1], *data["train"][1:3]), None), unseen
 
 
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
@@ -159,10 +166,11 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
                        channel_temperature: float = 1.0, device: str = "cpu", keep_best: bool = False,
                        **size) -> LlamaForCausalLM:
     """Train the [class, style] + 256-code Llama for `budget_s` seconds (resumable, see `run_budgeted`);
-    `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 3,
-    32, 32) uint8}, `emoji_data.load_framed`): learn V random framings of every picture instead of the one
-    centred picture, and report the held-out NLL on the framed held-out pairs; `substitute`: the probability
-    that an input code is replaced by one of its `substitute_k` latent neighbours (targets unchanged);
+    `init`: warm-start from a trained target's folder (see `warm_start`). `framed` ({"train"/"val": (N, V, 256)
+    codes}, `load_framed_codes`): learn V - 1 random framings of every picture instead of the one centred
+    picture, and report the held-out NLL on unseen framings of training pictures (`target_codes`);
+    `substitute`: the probability that an input code is replaced by one of its `substitute_k` latent neighbours
+    (targets unchanged);
     `soft_sigma2` > 0: every step quantises its pictures afresh by `soft_candidates` (the held-out NLL on one such
     quantisation of the held-out pairs); `soft_expected`: the loss is the cross-entropy against each position's
     whole soft label (`soft_code_nll`) rather than against the one code drawn (same optimum, less noise);

@@ -103,7 +103,8 @@ def run_budgeted(
 
     The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
     continues the same schedule. `keep_best`: an eval metric to minimise (e.g. "val_nll"); the model
-    ends with the weights of its best evaluation (state["best"] says which step), not its last ones.
+    ends with the weights of its best evaluation in this process (state["best"] says which step), not its last
+    ones, which a model with `save_pretrained` writes beside the checkpoint as folder NAME_last.
     Returns the final state dict {step, elapsed, history}.
     """
     state = resume(name, model, optimizer, ckpt)
@@ -132,6 +133,8 @@ def run_budgeted(
     bar.close()
     if eval_fn is not None:
         best.offer(model, state["step"], _evaluate(model, eval_fn))
+        if keep_best is not None and hasattr(model, "save_pretrained"):
+            model.save_pretrained(ckpt.parent / f"{name}_last")
         best.restore(model, state)
         state["final"] = _evaluate(model, eval_fn)
     save_checkpoint(model, optimizer, state, ckpt)

@@ -77,3 +77,16 @@ def test_a_step_of_the_channel_equals_the_dense_mixture_at_any_temperature():
         torch.testing.assert_close(got, torch.softmax(logits / temperature, -1) @ kernel, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="temperature"):
         ChannelTarget(_Fixed(logits[0, 0]), kernel, 0.0)
+
+
+def test_emit_of_a_lookalike_kernel_stays_on_each_codes_lookalikes():
+    """On a real kernel (`lookalike_kernel`, k nearest), every emitted code is one of the row's non-zeros, and each
+    row's frequencies match it."""
+    gen = torch.Generator().manual_seed(5)
+    book = torch.rand(30, 4, generator=gen) * 2 - 1
+    kernel = lookalike_kernel(book, 0.05, 4)
+    codes = torch.arange(30).repeat(4000)
+    out = emit(codes, kernel, torch.Generator().manual_seed(6)).view(-1, 30)
+    assert (kernel[torch.arange(30).expand_as(out), out] > 0).all()
+    freq = torch.stack([torch.bincount(out[:, c], minlength=30) for c in range(30)]).float() / len(out)
+    assert (freq - kernel).abs().max() < 0.03  # 4,000 draws a row: 3 sigma of p = 0.5 is 0.024

@@ -343,3 +343,22 @@ def test_soft_code_nll_is_the_cross_entropy_against_each_soft_label():
     probs = torch.tensor([0.5, 0.3, 0.2]).repeat(2, 4, 1)
     by_hand = -sum(w * logp[b, t, c] for b in range(2) for t in range(4) for c, w in zip([5, 6, 4], [0.5, 0.3, 0.2]))
     assert soft_code_nll(model, ids, cand, probs).item() == pytest.approx(by_hand.item() / 8, abs=1e-5)
+
+
+def test_framed_codes_are_encoded_once_and_cached_beside_the_pictures(tmp_path, monkeypatch):
+    """`load_framed_codes`: the first call encodes `load_framed`'s pictures into a `.codes.pt` file in the folder;
+    the next reads that file and never asks for the pictures (a training machine without the SVG sets)."""
+    from coolsd.models.patch_vq import PatchVQModel
+    from coolsd.train import emoji_data
+    from coolsd.train.emoji import framed_codes, load_framed_codes
+
+    vq = PatchVQModel(num_vq_embeddings=8, block_out_channels=(8, 8), norm_num_groups=4).eval()
+    pictures = {"train": torch.randint(0, 256, (2, 3, 3, 32, 32), dtype=torch.uint8),
+                "val": torch.randint(0, 256, (1, 3, 3, 32, 32), dtype=torch.uint8)}
+    calls = []
+    monkeypatch.setattr(emoji_data, "load_framed", lambda *a, **k: calls.append(a) or pictures)
+    first = load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
+    assert len(calls) == 1 and list(tmp_path.glob("*.codes.pt"))
+    assert torch.equal(first["train"], framed_codes(vq, pictures["train"])) and first["val"].shape == (1, 3, 256)
+    again = load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
+    assert len(calls) == 1 and torch.equal(again["val"], first["val"])
