@@ -64,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     tg.add_argument("--channel-temperature", type=float, default=1.0,
                     help="with --channel-sigma2: the temperature the saved target's logits are divided by before "
                          "its channel (stored in its config; sampling only, training unchanged)")
+    tg.add_argument("--fp32", action="store_true",
+                    help="no bf16 autocast (a CPU without bf16 units runs it far slower than fp32)")
     tg.add_argument("--keep-best", action="store_true",
                     help="end with the weights of the lowest held-out NLL (every 100 steps), not the last ones")
     tg.add_argument("--substitute", type=float, default=0.0,
