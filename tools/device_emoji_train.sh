@@ -20,8 +20,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False \
   HF_HUB_DISABLE_TELEMETRY=1
 mkdir -p /work/data/emoji W
-cp .devdata/emoji_names187_32.pt /work/data/emoji/
-for f in .devdata/*.codes.pt.xz; do xz -dc "$f" > "/work/data/emoji/$(basename "$f" .xz)"; done
+cp .devdata/emoji_names*.pt /work/data/emoji/
+for f in .devdata/*.pt.xz; do xz -dc "$f" > "/work/data/emoji/$(basename "$f" .xz)"; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, diffusers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'diffusers', diffusers.__version__)"
 
@@ -33,7 +33,7 @@ one_setup() {
   && python3 -m coolsd.train drafter --model emoji --out "W/$name" --device "$DEVICE" --batch 64 --lr 1e-3 \
     --budget-min "$DRAFTER_MIN" --n-self "$N_SELF" --bf16 --init assets/emoji/drafter >> "$log" 2>&1
   echo "[$name] stages rc=$?" | tee -a "$log"
-  python3 tools/device_pack.py "W/$name" "$OUT" "$name" >> "$log" 2>&1
+  python3 tools/device_pack.py "W/$name" "$OUT" "$name" 2>&1 | grep '^\[pack\]'
 }
 for line in "${SETUPS[@]}"; do
   # shellcheck disable=SC2086

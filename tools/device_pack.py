@@ -30,12 +30,16 @@ def main(src: Path, out: Path, name: str) -> int:
     contents = {f"{name}.tar": ["target", "drafter", "target_state.pt", "drafter_state.pt"],
                 f"{name}_last.tar": ["target_last", log.name]}
     for tar_name, members in contents.items():
+        missing = []
         with tarfile.open(out / tar_name, "w") as tar:
             for member in members:
                 path = next((p for p in (half / member, src / member, out / member) if p.exists()), None)
-                if path is not None:
+                if path is None:
+                    missing.append(member)
+                else:
                     tar.add(path, arcname=member)
-        print(f"[pack] {tar_name}: {(out / tar_name).stat().st_size / 1e6:.1f} MB", flush=True)
+        print(f"[pack] {tar_name}: {(out / tar_name).stat().st_size / 1e6:.1f} MB; missing: {missing or 'none'}",
+              flush=True)
     log.unlink(missing_ok=True)
     return 0
 

@@ -38,13 +38,15 @@ SHIPPED = Path("assets/emoji")
 
 
 def model_folder(target_dir: Path | None, out: Path, drafter_dir: Path | None = None) -> Path:
-    """A model folder: the shipped VQ, head, classifier and precision, with `target_dir`'s target (fp16) [and
-    `drafter_dir`'s head instead of the shipped one]."""
+    """A model folder: the shipped VQ, head, classifier, precision and execution path, with `target_dir`'s target
+    (fp16) [and `drafter_dir`'s head instead of the shipped one, copied afresh each time]."""
     from transformers import LlamaForCausalLM
 
     if target_dir is None:
         return SHIPPED
     out.mkdir(parents=True, exist_ok=True)
+    if drafter_dir is not None and (out / "drafter").exists():
+        shutil.rmtree(out / "drafter")
     for part in ("vq", "drafter", "classifier"):
         if not (out / part).exists():
             shutil.copytree(drafter_dir if part == "drafter" and drafter_dir else SHIPPED / part, out / part)

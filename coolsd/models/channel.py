@@ -80,9 +80,7 @@ class ChannelTarget:
         self.inner = target
         self.kernel = kernel.to(target.device)
         self.temperature = check_number("temperature", temperature, 0.0, low_open=True)
-        # the kernel's non-zeros, row by row: weights (V, k) to codes ids (V, k); a step reads these, not (V, V)
-        k = int((kernel > 0).sum(1).max())
-        self.weights, self.ids = self.kernel.topk(k, dim=1)
+        self.weights, self.ids = kernel_rows(self.kernel)  # a step reads these, not (V, V)
         self.vocab_size = target.vocab_size
         self.device = target.device
 
@@ -117,12 +115,19 @@ class ChannelTarget:
         self.inner.crop(length, keep)
 
 
-def emit(codes: Tensor, kernel: Tensor, gen: torch.Generator) -> Tensor:
+def kernel_rows(kernel: Tensor) -> tuple[Tensor, Tensor]:
+    """The kernel's non-zeros row by row: weights (V, k) and the codes they go to, ids (V, k) int64, k the most
+    look-alikes any code has (a row with fewer is padded with zero weights)."""
+    k = int((kernel > 0).sum(1).max())
+    return kernel.topk(k, dim=1)
+
+
+def emit(codes: Tensor, kernel: Tensor | tuple[Tensor, Tensor], gen: torch.Generator) -> Tensor:
     """Pass codes (any shape, int64) through the channel once: each code c becomes x ~ K[c] (same shape).
 
-    Draws among each row's non-zeros only (at most `k` a row), so a batch of codes costs (N, k), not (N, V)."""
+    `kernel`: K (V, V), or its `kernel_rows` (computed once by a caller that emits often); a draw reads the
+    code's k non-zeros only."""
+    weights, ids = kernel_rows(kernel) if isinstance(kernel, Tensor) else kernel
     flat = codes.reshape(-1)
-    width = int((kernel > 0).sum(-1).max())  # the most look-alikes any code has
-    probs, ids = kernel.topk(width, dim=-1)  # (V, width): every row's non-zeros (and zeros where it has fewer)
-    pick = torch.multinomial(probs[flat], 1, generator=gen)[:, 0]
+    pick = torch.multinomial(weights[flat], 1, generator=gen)[:, 0]
     return ids[flat, pick].view(codes.shape)

@@ -48,8 +48,8 @@ def parser() -> argparse.ArgumentParser:
                     help="weight of the same-patch term (train.vq.same_patch_spread): equal patches, equal codes")
     tg = ap.add_argument_group("target stage (emoji)")
     tg.add_argument("--framed", type=int, default=0,
-                    help="learn this many random framings of every picture (emoji_data.Framing; 0: the centred "
-                         "pictures as they are)")
+                    help="draw this many random framings of every picture (emoji_data.Framing) and learn all but the "
+                         "last, which is held out (0: the centred pictures as they are)")
     tg.add_argument("--framed-scales", type=float, nargs=2, default=(0.85, 1.0), metavar=("LOW", "HIGH"),
                     help="range of the content's scale in the box")
     tg.add_argument("--framed-shift", type=float, default=1.0, help="largest offset from the centre, pixels")

@@ -15,6 +15,7 @@ Recipe (issue 25; one class per emoji, `coolsd.train.emoji_data`; the target siz
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -22,8 +23,9 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM, ResNetForImageClassification
 
 from coolsd.decoding.neighbours import neighbour_table
-from coolsd.models.channel import CHANNEL_K, PLAIN, emit, lookalike_kernel
+from coolsd.models.channel import CHANNEL_K, PLAIN, emit, kernel_rows, lookalike_kernel
 from coolsd.models.embedded import prefix_len, target_config
+from coolsd.train import emoji_data
 from coolsd.train.classifier import classifier_config, shift
 from coolsd.train.loop import run_budgeted, update
 from coolsd.train.target import code_nll, sequences, soft_code_nll, substitute_neighbours
@@ -34,7 +36,7 @@ VQ_CODES = 1024
 PATCH_VQ_CODES = 2048  # the local tokenizer (--vq-kind patch, the default): k-means of 2 x 2 RGB patches
 TARGET_SIZE = dict(hidden=256, layers=6, heads=4, intermediate=704)  # the pilot's "5M"
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
-HELD_FRAMED_PICTURES = 128  # framed training: the last framing of the first 128 training pictures is held out
+HELD_FRAMED_PICTURES = 128  # framed training: the last framing of every picture is never trained on; 128 are scored
 
 
 def emoji_target_config(codebook_size: int, data: dict, **size):
@@ -91,16 +93,22 @@ def framed_codes(vq, pictures: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
     return codes.to(torch.int16).view(*pictures.shape[:2], -1)
 
 
+def codebook_key(vq) -> str:
+    """A short fingerprint of the VQ's codebook (12 hex digits): codes cached under it belong to that codebook."""
+    book = vq.quantize.embedding.weight.detach().float().cpu().contiguous()
+    return hashlib.sha1(book.numpy().tobytes()).hexdigest()[:12]
+
+
 def load_framed_codes(vq, per_icon: int, seed: int = 0, scales: tuple[float, float] = (0.85, 1.0),
                       shift: float = 1.0, folder: Path | None = None) -> dict[str, torch.Tensor]:
-    """`framed_codes` of `emoji_data.load_framed`'s pictures, cached beside them (`..._codes.pt`, a quarter of
-    their bytes; what a training machine without the SVG sets needs): {"train"/"val": (N, V, 256) int16}."""
-    from coolsd.train.emoji_data import DATA_FILE, framed_path, load_framed
-
-    path = framed_path(per_icon, seed, scales, shift, folder or DATA_FILE.parent).with_suffix(".codes.pt")
+    """`framed_codes` of `emoji_data.load_framed`'s pictures, cached beside them (`<pictures>.codes-<codebook
+    key>.pt`, a sixth of their bytes; what a training machine without the SVG sets needs): {"train"/"val": (N, V,
+    256) int16}, the training and held-out pairs' framings."""
+    folder = folder or emoji_data.DATA_FILE.parent
+    path = emoji_data.framed_path(per_icon, seed, scales, shift, folder).with_suffix(f".codes-{codebook_key(vq)}.pt")
     if path.is_file():
         return torch.load(path)
-    pictures = load_framed(per_icon, seed, scales, shift, folder or DATA_FILE.parent)
+    pictures = emoji_data.load_framed(per_icon, seed, scales, shift, folder)
     codes = {part: framed_codes(vq, pictures[part]) for part in ("train", "val")}
     torch.save(codes, path)
     return codes
@@ -141,10 +149,10 @@ def draw_codes(ids: torch.Tensor, probs: torch.Tensor, gen: torch.Generator) -> 
 def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: float, seed: int):
     """The target's training and held-out sequences (see `train_emoji_target`): ((codes (N, T), classes (N,),
     styles (N,), soft candidates (ids, probs) or None), (held-out codes (M, T), classes (M,), styles (M,))).
-    Held out: the held-out (emoji, style) pairs; with `framed`, one unseen framing of each of the first
-    `HELD_FRAMED_PICTURES` training pictures instead (the last framing of every training picture is never
-    trained on), so the held-out NLL says when the target stops learning the pictures and starts memorising
-    framings."""
+    Held out: the held-out (emoji, style) pairs; with `framed`, the last framing of `HELD_FRAMED_PICTURES`
+    training pictures spread evenly over the list instead (the last framing of every training picture is never
+    trained on; `framed["val"]` is not read), so the held-out NLL says when the target stops learning the
+    pictures and starts memorising framings."""
     vx, vy, vs, _ = data["val"]
     if soft_sigma2 > 0:
         x, ys, ss, _ = data["train"]
@@ -154,8 +162,8 @@ def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: 
     if framed is None:
         return (*emoji_token_dataset(vq, *data["train"], flips=flips), None), (encode_tokens(vq, vx).flatten(1), vy, vs)
     train = framed["train"]
-    first = slice(0, HELD_FRAMED_PICTURES)
-    unseen = flat_framings(train[first, -1:], data["train"][1][first], data["train"][2][first])
+    spread = torch.linspace(0, len(train) - 1, min(HELD_FRAMED_PICTURES, len(train))).round().long()
+    unseen = flat_framings(train[spread, -1:], data["train"][1][spread], data["train"][2][spread])
     return (*flat_framings(train[:, :-1], *data["train"][1:3]), None), unseen
 
 
@@ -193,7 +201,9 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     (codes, ys, ss, soft), (val_codes, vy, vs) = target_codes(vq, data, flips, framed, soft_sigma2, seed)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
     neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
-    kernel = lookalike_kernel(vq.quantize.embedding.weight, channel_sigma2, CHANNEL_K) if channel_sigma2 > 0 else None
+    kernel = None
+    if channel_sigma2 > 0:
+        kernel = kernel_rows(lookalike_kernel(vq.quantize.embedding.weight, channel_sigma2, CHANNEL_K))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
     gen = torch.Generator().manual_seed(seed)
     p = prefix_len(config)

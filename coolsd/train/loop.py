@@ -104,9 +104,12 @@ def run_budgeted(
     The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
     continues the same schedule. `keep_best`: an eval metric to minimise (e.g. "val_nll"); the model
     ends with the weights of its best evaluation in this process (state["best"] says which step), not its last
-    ones, which a model with `save_pretrained` writes beside the checkpoint as folder NAME_last.
-    Returns the final state dict {step, elapsed, history}.
+    ones, which a model with `save_pretrained` writes beside the checkpoint as folder NAME_last (the checkpoint
+    holds them too, with their optimizer, so a resumed run goes on from them; state["last"] has their metrics).
+    Returns the final state dict {step, elapsed, history, final[, best, last]}.
     """
+    if keep_best is not None and eval_fn is None:
+        raise ValueError("keep_best needs an eval_fn to rank the weights by")
     state = resume(name, model, optimizer, ckpt)
     bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
     last_save = time.perf_counter()
@@ -131,11 +134,15 @@ def run_budgeted(
             save_checkpoint(model, optimizer, state, ckpt)
             last_save = time.perf_counter()
     bar.close()
-    if eval_fn is not None:
-        best.offer(model, state["step"], _evaluate(model, eval_fn))
-        if keep_best is not None and hasattr(model, "save_pretrained"):
+    if keep_best is not None:
+        state["last"] = _evaluate(model, eval_fn)
+        best.offer(model, state["step"], state["last"])
+        save_checkpoint(model, optimizer, state, ckpt)  # the last weights, with the optimizer they belong to
+        if hasattr(model, "save_pretrained"):
             model.save_pretrained(ckpt.parent / f"{name}_last")
         best.restore(model, state)
+    if eval_fn is not None:
         state["final"] = _evaluate(model, eval_fn)
-    save_checkpoint(model, optimizer, state, ckpt)
+    if keep_best is None:
+        save_checkpoint(model, optimizer, state, ckpt)
     return state

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from coolsd.models.bundle import EMBEDDED_SAMPLING
-from coolsd.models.channel import emit
+from coolsd.models.channel import emit, kernel_rows
 from coolsd.models.embedded import condition_prefix, num_conditions
 from coolsd.models.llama import LayerStack
 
@@ -37,6 +37,7 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
     rows = torch.cat([condition_prefix(cfg, labels), condition_prefix(cfg, labels, null=True)])
     rows = rows[: sampling.rows * b]  # (G*B, P)
     p = rows.shape[1]
+    rows_of_kernel = None if kernel is None else kernel_rows(kernel)
     stack = LayerStack(target_model.model.layers, cfg, h * w + p)
     embed = target_model.model.embed_tokens.weight
     device = embed.device
@@ -52,7 +53,7 @@ def sample_batch(target_model, labels: torch.Tensor, sampling, gen: torch.Genera
         logits = (feat[:, -1] @ target_model.lm_head.weight[:k].T).cpu().double().view(-1, b, k) / channel_temperature
         ids = torch.multinomial(sampling.probs(logits), 1, generator=gen)[:, 0]  # (B,)
         if kernel is not None:
-            ids = emit(ids, kernel, gen)
+            ids = emit(ids, rows_of_kernel, gen)
         codes.append(ids)
         x = embed[ids.repeat(len(rows) // b).to(device)][:, None]
     codes = torch.stack(codes, dim=1)

@@ -362,3 +362,7 @@ def test_framed_codes_are_encoded_once_and_cached_beside_the_pictures(tmp_path, 
     assert torch.equal(first["train"], framed_codes(vq, pictures["train"])) and first["val"].shape == (1, 3, 256)
     again = load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
     assert len(calls) == 1 and torch.equal(again["val"], first["val"])
+    with torch.no_grad():
+        vq.quantize.embedding.weight.add_(1.0)  # another codebook: its codes are not those cached
+    load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.pt"))) == 2

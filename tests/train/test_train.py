@@ -266,11 +266,12 @@ def test_a_target_trained_through_its_channel_reads_drawn_codes_and_stores_the_c
     assert saved["lookalike_channel"] == {"sigma2": 0.5, "k": 8, "temperature": 0.6}
 
 
-def test_framed_training_holds_out_an_unseen_framing_of_training_pictures():
-    """With framed codes, the held-out sequences are the last framing of the first training pictures, and no
-    training sequence is a last framing (`target_codes`)."""
+def test_framed_training_holds_out_an_unseen_framing_of_training_pictures(monkeypatch):
+    """With framed codes, the held-out sequences are the last framing of `HELD_FRAMED_PICTURES` training pictures
+    spread over the list, and no training sequence is a last framing (`target_codes`)."""
     from coolsd.train import emoji
 
+    monkeypatch.setattr(emoji, "HELD_FRAMED_PICTURES", 2)
     n, v = 3, 4
     framed = {"train": torch.arange(n * v * 256, dtype=torch.int16).view(n, v, 256) % 1000,
               "val": torch.zeros(1, v, 256, dtype=torch.int16)}
@@ -278,60 +279,70 @@ def test_framed_training_holds_out_an_unseen_framing_of_training_pictures():
     data = {"train": (None, labels, styles, None), "val": (None, torch.tensor([1]), torch.tensor([1]), None)}
     (codes, ys, ss, soft), (held, hy, hs) = emoji.target_codes(None, data, False, framed, 0.0, 0)
     assert soft is None and codes.dtype == torch.long and len(codes) == n * (v - 1)
-    assert torch.equal(held, framed["train"][:, -1].long()) and hy.tolist() == [5, 6, 7] and hs.tolist() == [0, 1, 2]
+    assert torch.equal(held, framed["train"][[0, 2], -1].long()) and hy.tolist() == [5, 7] and hs.tolist() == [0, 2]
     trained = {tuple(c.tolist()) for c in codes}
-    assert not any(tuple(h.tolist()) in trained for h in held)
+    assert not any(tuple(last.tolist()) in trained for last in framed["train"][:, -1])
     assert ys.tolist() == [5, 5, 5, 6, 6, 6, 7, 7, 7] and ss.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
-def test_keep_best_ends_with_the_best_evaluation_and_saves_the_last(tmp_path):
+class _Scalar(torch.nn.Module):
+    """One weight and a `save_pretrained` that writes it: a model for the loop's own tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def save_pretrained(self, folder) -> None:
+        folder.mkdir(parents=True)
+        torch.save(self.state_dict(), folder / "w.pt")
+
+
+def test_keep_best_ends_with_the_best_evaluation_and_saves_the_last(tmp_path, monkeypatch):
     """`run_budgeted(keep_best=...)`: the model ends with the weights of its lowest metric, state["best"] names
-    that step, and the last weights are saved beside the checkpoint."""
-    import time
+    that step, the last weights are saved beside the checkpoint (and in it) with their metrics in state["last"].
+    The loop's clock is faked: every reading advances one second, so the budget buys a fixed number of steps."""
+    from coolsd.train import loop
 
-    from coolsd.train.loop import run_budgeted
-
-    class Scalar(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(()))
-
-        def save_pretrained(self, folder) -> None:
-            folder.mkdir(parents=True)
-            torch.save(self.state_dict(), folder / "w.pt")
-
-    model = Scalar()
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: float(next(ticks)))
+    model = _Scalar()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
 
     def step(i: int) -> dict[str, float]:
-        time.sleep(0.01)
         with torch.no_grad():
             model.w.fill_(i + 1)  # the weight after step i is i + 1
         return {}
 
-    state = run_budgeted("toy", model, opt, step, tmp_path / "toy.ckpt", budget_s=0.15, base_lr=0.0,
-                         eval_fn=lambda: {"val": (model.w.item() - 3) ** 2}, eval_every=1, keep_best="val")
-    assert state["step"] >= 5 and state["best"] == {"step": 3, "val": 0.0}
+    state = loop.run_budgeted("toy", model, opt, step, tmp_path / "toy.ckpt", budget_s=8, base_lr=0.0,
+                              eval_fn=lambda: {"val": (model.w.item() - 3) ** 2}, eval_every=1, keep_best="val")
+    assert state["step"] == 8 and state["best"] == {"step": 3, "val": 0.0} and state["last"] == {"val": 25.0}
     assert model.w.item() == 3 and state["final"]["val"] == 0.0
-    assert torch.load(tmp_path / "toy_last" / "w.pt")["w"].item() == state["step"]
+    assert torch.load(tmp_path / "toy_last" / "w.pt")["w"].item() == 8
+    assert torch.load(tmp_path / "toy.ckpt", weights_only=False)["model"]["w"].item() == 8
+    with pytest.raises(ValueError, match="eval_fn"):
+        loop.run_budgeted("toy", model, opt, step, tmp_path / "other.ckpt", 1, 0.0, keep_best="val")
 
 
-def test_training_on_a_named_device_keeps_batches_on_the_cpu(tmp_path):
-    """`device="cpu"` named explicitly trains as before: the emoji target stage with keep_best runs, saves the kept
-    weights and the last ones (the device path itself runs on a GPU machine, tools/device_emoji_train.sh)."""
+def test_the_emoji_target_stage_keeps_its_best_when_asked(tmp_path, monkeypatch):
+    """`train_emoji_target(keep_best=True)` asks the loop to keep the lowest held-out NLL (and not otherwise), and
+    runs on a named device ("cpu" here; the CUDA run is tools/device_emoji_train.sh's)."""
     from diffusers import VQModel
 
     from coolsd.models.embedded import vq_config
-    from coolsd.train.emoji import train_emoji_target
+    from coolsd.train import emoji
 
+    asked = []
+    real = emoji.run_budgeted
+    monkeypatch.setattr(emoji, "run_budgeted", lambda *a, **k: asked.append(k.get("keep_best")) or real(*a, **k))
     torch.manual_seed(0)
     vq = VQModel(**(vq_config(K, channels=3) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
     images = torch.rand(4, 3, 32, 32) * 2 - 1
     labels, styles, flippable = torch.arange(4) % 2, torch.arange(4) % 3, torch.tensor([1, 0, 1, 0])
     data = {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
             "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
-    train_emoji_target(vq, data, tmp_path, budget_s=0.3, batch=2, bf16=False, device="cpu", keep_best=True,
-                       hidden=32, layers=2, heads=2, intermediate=64)
-    state = torch.load(tmp_path / "target_state.pt", weights_only=False)
-    assert state["best"]["val_nll"] == state["final"]["val_nll"]
-    assert (tmp_path / "target" / "config.json").exists() and (tmp_path / "target_last" / "config.json").exists()
+    size = dict(hidden=32, layers=2, heads=2, intermediate=64)
+    emoji.train_emoji_target(vq, data, tmp_path / "a", budget_s=0.3, batch=2, bf16=False, device="cpu",
+                             keep_best=True, **size)
+    emoji.train_emoji_target(vq, data, tmp_path / "b", budget_s=0.3, batch=2, bf16=False, **size)
+    assert asked == ["val_nll", None]
+    assert (tmp_path / "a" / "target_last" / "config.json").exists() and not (tmp_path / "b" / "target_last").exists()
