@@ -167,6 +167,19 @@ def target_codes(vq, data: dict, flips: bool, framed: dict | None, soft_sigma2: 
     return (*flat_framings(train[:, :-1], *data["train"][1:3]), None), unseen
 
 
+def new_emoji_target(vq, data: dict, init: Path | None, channel_sigma2: float, channel_temperature: float,
+                     device: str, **size) -> LlamaForCausalLM:
+    """The target to train, on `device`: fresh, or warm-started from `init` (`warm_start`); with channel_sigma2 > 0
+    its config carries the look-alike channel it will learn to follow (saved with it)."""
+    model = LlamaForCausalLM(emoji_target_config(vq.config.num_vq_embeddings, data, **size))
+    if init is not None:
+        warm_start(model, init)
+    if channel_sigma2 > 0:
+        model.config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K, "temperature": channel_temperature}
+    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters on {device}", flush=True)
+    return model.to(device)
+
+
 def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0, batch: int = 32,
                        lr: float = 8e-4, bf16: bool = True, flips: bool = False, init: Path | None = None,
                        framed: dict | None = None, substitute: float = 0.0, substitute_k: int = 4,
@@ -189,15 +202,8 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
     batches are made on the CPU under the seeded generator, so a device changes no batch); `keep_best`: end with
     the weights of the lowest held-out NLL (evaluated every 100 steps), not the last ones."""
     torch.manual_seed(seed)
-    config = emoji_target_config(vq.config.num_vq_embeddings, data, **size)
-    model = LlamaForCausalLM(config)
-    if init is not None:
-        warm_start(model, init)
-    if channel_sigma2 > 0:  # the saved target carries the channel it learned to follow
-        config.lookalike_channel = {"sigma2": channel_sigma2, "k": CHANNEL_K, "temperature": channel_temperature}
-    model.to(device)
-    autocast = torch.device(device).type
-    print(f"[target] {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters on {device}", flush=True)
+    model = new_emoji_target(vq, data, init, channel_sigma2, channel_temperature, device, **size)
+    config, autocast = model.config, torch.device(device).type
     (codes, ys, ss, soft), (val_codes, vy, vs) = target_codes(vq, data, flips, framed, soft_sigma2, seed)
     print(f"[target] {len(codes)} training sequences, {len(val_codes)} held out", flush=True)
     neighbours = neighbour_table(vq.quantize.embedding.weight, substitute_k) if substitute > 0 else None
@@ -213,8 +219,7 @@ def train_emoji_target(vq, data: dict, out: Path, budget_s: float, seed: int = 0
         picked = codes[rows] if soft is None else draw_codes(soft[0][rows], soft[1][rows], gen)
         ids = sequences(picked, ys[rows], config, DROP_BOTH, gen, ss[rows], DROP_SINGLE)
         inputs = None if neighbours is None else substitute_neighbours(ids, neighbours, substitute, p, gen)
-        if kernel is not None:
-            inputs = torch.cat([ids[:, :p], emit(ids[:, p:], kernel, gen)], dim=1)
+        inputs = inputs if kernel is None else torch.cat([ids[:, :p], emit(ids[:, p:], kernel, gen)], dim=1)
         ids, inputs = ids.to(device), None if inputs is None else inputs.to(device)
         with torch.autocast(autocast, dtype=torch.bfloat16, enabled=bf16):
             if soft is not None and soft_expected:

@@ -358,7 +358,7 @@ def test_framed_codes_are_encoded_once_and_cached_beside_the_pictures(tmp_path, 
     calls = []
     monkeypatch.setattr(emoji_data, "load_framed", lambda *a, **k: calls.append(a) or pictures)
     first = load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
-    assert len(calls) == 1 and list(tmp_path.glob("*.codes.pt"))
+    assert len(calls) == 1 and list(tmp_path.glob("*.codes-*.pt"))
     assert torch.equal(first["train"], framed_codes(vq, pictures["train"])) and first["val"].shape == (1, 3, 256)
     again = load_framed_codes(vq, 3, 0, (0.9, 1.0), 0.5, folder=tmp_path)
     assert len(calls) == 1 and torch.equal(again["val"], first["val"])
