@@ -2,8 +2,9 @@
 # Issue 34 on a GPU machine: train each emoji set-up's target and then its Eagle head, all set-ups side by side on
 # the one GPU, and pack each as fp16 folders into $OUT/<set-up>.tar and <set-up>_last.tar (`tools/device_pack.py`).
 # The target keeps the weights of its lowest NLL on unseen framings (`--keep-best`); its last weights come back too.
-# Prepared here (no SVG sets, no network there): .devdata/ holds the dataset file and the framed codes
-# (`coolsd.train.emoji.load_framed_codes`, xz), .whl/ the diffusers wheel (`/work/shared/tools/device-wheels.sh`).
+# Prepared here (no SVG sets, no network there): .devdata/ holds the dataset file and each set-up's framed codes
+# (`coolsd.train.emoji.load_framed_codes`, xz), .whl/ the diffusers wheel (`/work/shared/tools/device-wheels.sh`):
+#   bash tools/device_emoji_train.sh prepare         (here: the npm sets, rendering, codes, wheels; a few minutes)
 #   device run: bash tools/device_emoji_train.sh      (carry .whl and .devdata; about 8 minutes)
 # Each line of SETUPS: name, then the target stage's own flags.
 set -u
@@ -16,6 +17,21 @@ SETUPS=(
   "subpixel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5"
   "subpixel-channel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5 --channel-sigma2 0.03 --channel-temperature 0.6"
 )
+if [ "${1:-}" = prepare ]; then  # here, not on the device machine
+  py=${PYTHON:-.venv/bin/python}
+  ls /work/data/emoji/emoji_names*.pt >/dev/null 2>&1 || "$py" -m coolsd.train.emoji_data || exit 1
+  for line in "${SETUPS[@]}"; do  # a zero-minute target stage caches the set-up's framed codes (and checks its flags)
+    # shellcheck disable=SC2086
+    set -- $line; name=$1; shift
+    "$py" -m coolsd.train target --model emoji --out "/tmp/prepare/$name" --budget-min 0 --fp32 "$@" > /dev/null || exit 1
+  done
+  mkdir -p .devdata && rm -f .devdata/*
+  cp /work/data/emoji/emoji_names*.pt .devdata/
+  for f in /work/data/emoji/framed*.codes-*.pt; do xz -T2 -6 -c "$f" > ".devdata/$(basename "$f").xz"; done
+  bash /work/shared/tools/device-wheels.sh > /dev/null && rm -f .whl/transformers-* .whl/plotly-*  # 64 MiB tree
+  du -sh .devdata .whl
+  exit 0
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False \
   HF_HUB_DISABLE_TELEMETRY=1
