@@ -13,23 +13,27 @@ DRAFTER_MIN=${DRAFTER_MIN:-2}
 DEVICE=${DEVICE:-cuda}
 N_SELF=${N_SELF:-1000}
 SETUPS=(
-  "framed --framed 32 --framed-scales 0.85 1.0 --framed-shift 1.0"
-  "subpixel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5"
-  "subpixel-channel --framed 32 --framed-scales 0.92 1.0 --framed-shift 0.5 --channel-sigma2 0.03 --channel-temperature 0.6"
+  "framed --framed 48 --framed-scales 0.85 1.0 --framed-shift 1.0"
+  "subpixel --framed 48 --framed-scales 0.92 1.0 --framed-shift 0.5"
+  "subpixel-channel --framed 48 --framed-scales 0.92 1.0 --framed-shift 0.5 --channel-sigma2 0.03 --channel-temperature 0.6"
 )
 if [ "${1:-}" = prepare ]; then  # here, not on the device machine
   py=${PYTHON:-.venv/bin/python}
   ls /work/data/emoji/emoji_names*.pt >/dev/null 2>&1 || "$py" -m coolsd.train.emoji_data || exit 1
+  mkdir -p .devdata && rm -f .devdata/*
+  cp /work/data/emoji/emoji_names*.pt .devdata/
   for line in "${SETUPS[@]}"; do  # a zero-minute target stage caches the set-up's framed codes (and checks its flags)
     # shellcheck disable=SC2086
     set -- $line; name=$1; shift
-    "$py" -m coolsd.train target --model emoji --out "/tmp/prepare/$name" --budget-min 0 --fp32 "$@" > /dev/null || exit 1
+    codes=$("$py" -m coolsd.train target --model emoji --out "/tmp/prepare/$name" --budget-min 0 --fp32 "$@" 2>/dev/null \
+      | sed -n 's/^\[target\] framed codes //p') || exit 1
+    [ -z "$codes" ] || [ -f ".devdata/$(basename "$codes").xz" ] || xz -T2 -6 -c "$codes" > ".devdata/$(basename "$codes").xz"
   done
-  mkdir -p .devdata && rm -f .devdata/*
-  cp /work/data/emoji/emoji_names*.pt .devdata/
-  for f in /work/data/emoji/framed*.codes-*.pt; do xz -T2 -6 -c "$f" > ".devdata/$(basename "$f").xz"; done
   bash /work/shared/tools/device-wheels.sh > /dev/null && rm -f .whl/transformers-* .whl/plotly-*  # 64 MiB tree
   du -sh .devdata .whl
+  total=$(( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) + $(du -cb .devdata .whl | tail -1 | cut -f1) ))
+  echo "what travels: $(( total / 1048576 )) MiB of the 64 MiB a device call takes"
+  [ "$total" -lt 67108864 ] || exit 1
   exit 0
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1

@@ -106,6 +106,7 @@ def load_framed_codes(vq, per_icon: int, seed: int = 0, scales: tuple[float, flo
     256) int16}, the training and held-out pairs' framings."""
     folder = folder or emoji_data.DATA_FILE.parent
     path = emoji_data.framed_path(per_icon, seed, scales, shift, folder).with_suffix(f".codes-{codebook_key(vq)}.pt")
+    print(f"[target] framed codes {path}", flush=True)
     if path.is_file():
         return torch.load(path)
     pictures = emoji_data.load_framed(per_icon, seed, scales, shift, folder)
