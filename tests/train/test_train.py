@@ -239,20 +239,26 @@ def test_self_samples_pass_through_the_targets_channel(target):
     assert not (sample_batch(target, labels, EMBEDDED_SAMPLING, gen()) == 5).all()
 
 
-def test_a_target_trained_through_its_channel_reads_drawn_codes_and_stores_the_channel(tmp_path, monkeypatch):
-    """`channel_sigma2`: the model reads codes passed through the channel, is scored on the clean codes, and the
-    saved config names the channel (so the loader wraps it)."""
+def _tiny_emoji_setup():
+    """A tiny RGB VQ (seeded) and 4 pictures of 2 emoji in 3 styles, the same sets for training and held out."""
     from diffusers import VQModel
 
     from coolsd.models.embedded import vq_config
-    from coolsd.train import emoji
 
     torch.manual_seed(0)
     vq = VQModel(**(vq_config(K, channels=3) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
     images = torch.rand(4, 3, 32, 32) * 2 - 1
     labels, styles, flippable = torch.arange(4) % 2, torch.arange(4) % 3, torch.tensor([1, 0, 1, 0])
-    data = {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
-            "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
+    return vq, {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
+                "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
+
+
+def test_a_target_trained_through_its_channel_reads_drawn_codes_and_stores_the_channel(tmp_path, monkeypatch):
+    """`channel_sigma2`: the model reads codes passed through the channel, is scored on the clean codes, and the
+    saved config names the channel (so the loader wraps it)."""
+    from coolsd.train import emoji
+
+    vq, data = _tiny_emoji_setup()
     seen = []
     real_nll = emoji.code_nll
     monkeypatch.setattr(emoji, "code_nll", lambda model, ids, inputs=None: seen.append((ids, inputs))
@@ -326,20 +332,12 @@ def test_keep_best_ends_with_the_best_evaluation_and_saves_the_last(tmp_path, mo
 def test_the_emoji_target_stage_keeps_its_best_when_asked(tmp_path, monkeypatch):
     """`train_emoji_target(keep_best=True)` asks the loop to keep the lowest held-out NLL (and not otherwise), and
     runs on a named device ("cpu" here; the CUDA run is tools/device_emoji_train.sh's)."""
-    from diffusers import VQModel
-
-    from coolsd.models.embedded import vq_config
     from coolsd.train import emoji
 
     asked = []
     real = emoji.run_budgeted
     monkeypatch.setattr(emoji, "run_budgeted", lambda *a, **k: asked.append(k.get("keep_best")) or real(*a, **k))
-    torch.manual_seed(0)
-    vq = VQModel(**(vq_config(K, channels=3) | {"block_out_channels": (8, 8), "norm_num_groups": 4})).eval()
-    images = torch.rand(4, 3, 32, 32) * 2 - 1
-    labels, styles, flippable = torch.arange(4) % 2, torch.arange(4) % 3, torch.tensor([1, 0, 1, 0])
-    data = {"class_names": ["a", "b"], "style_names": ["x", "y", "z"],
-            "train": (images, labels, styles, flippable), "val": (images, labels, styles, flippable)}
+    vq, data = _tiny_emoji_setup()
     size = dict(hidden=32, layers=2, heads=2, intermediate=64)
     emoji.train_emoji_target(vq, data, tmp_path / "a", budget_s=0.3, batch=2, bf16=False, device="cpu",
                              keep_best=True, **size)
