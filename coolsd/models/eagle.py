@@ -16,7 +16,15 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import INT8_DRAFTER_PATHS, LEAN_PATHS, Int8Linear, LeanLinear, int8_runs
+from coolsd.models.lean import (
+    FUSED_PATHS,
+    INT8_DRAFTER_PATHS,
+    LEAN_PATHS,
+    Int8Linear,
+    LeanLinear,
+    RowsLinear,
+    int8_runs,
+)
 from coolsd.models.llama import LayerStack, set_path
 
 log = logging.getLogger("coolsd")
@@ -74,7 +82,8 @@ class EagleDrafter:
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path of the layer: "eager", "static", "cuda-graphs" or a lean path ("lean-q8": every
-        product on int8 weights, `coolsd.models.lean`; see `coolsd.models.graphs`)."""
+        product on int8 weights; "lean-fused": the layer in one C call, fc and LM head on the row kernel;
+        `coolsd.models.lean`; see `coolsd.models.graphs`)."""
         int8 = path in INT8_DRAFTER_PATHS and int8_runs(self.device)
         if path in INT8_DRAFTER_PATHS and not int8:
             log.warning("coolsd: %s runs int8 products on a CPU only; the drafter on %s runs them as on lean",
@@ -85,6 +94,8 @@ class EagleDrafter:
             self.lean = None
         elif int8:
             self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
+        elif path in FUSED_PATHS:  # the stored weights on the row kernel, the layer in one C call (`set_path`)
+            self.lean = (RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t))
         else:
             self.lean = (LeanLinear(self.fc_t, self.fc_b, plain), LeanLinear(self.head_t, None, plain))
 

@@ -5,16 +5,18 @@
   (`LayerStack.forward_static`); runs anywhere, used by the CPU tests of the GPU path.
 - "cuda-graphs": the static path with each (rows, block size) captured once as a CUDA graph at
   load (warm-up) and replayed: one launch per layer stack instead of ~15 per layer.
-- "lean", "lean-packed", "lean-q8", "lean-rows": the eager maths with products prepared once and fp32 activations,
-  for a CPU (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights; "lean-q8":
-  "lean" with the drafter's products on int8 weights; "lean-rows": "lean-q8" with the target's products of a few
-  rows, a verify, on `coolsd.models.rowkernel`); models without a lean path of their own (LlamaGen) run eager
-  on them.
+- "lean", "lean-packed", "lean-q8", "lean-rows", "lean-fused": the eager maths with products prepared once and fp32
+  activations, for a CPU (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights;
+  "lean-q8": "lean" with the drafter's products on int8 weights; "lean-rows": "lean-q8" with the target's products
+  of a few rows, a verify, on `coolsd.models.rowkernel`; "lean-fused": every layer stack's call of up to 16 rows,
+  target and drafter, in one C call of that kernel's library, on the stored weights); models without a lean path
+  of their own (LlamaGen) run eager on them.
 
 `prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | static |
-cuda-graphs | lean | lean-packed | lean-q8 | lean-rows), else the choice stored with the model (`execution.json`
-beside its parts, {"cpu": "lean"}, written by `python -m coolsd.bench.limit --store`), else auto = cuda-graphs on
-CUDA, eager elsewhere. It warms every captured shape, falls back to eager when capture fails, and logs which path runs.
+cuda-graphs | lean | lean-packed | lean-q8 | lean-rows | lean-fused), else the choice stored with the model
+(`execution.json` beside its parts, {"cpu": "lean"}, written by `python -m coolsd.bench.limit --store`), else
+auto = cuda-graphs on CUDA, eager elsewhere. It warms every captured shape, falls back to eager when capture fails,
+and logs which path runs.
 """
 
 from __future__ import annotations

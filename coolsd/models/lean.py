@@ -32,6 +32,11 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   product of 2-4 rows costs 2-2.6x one row on an AVX2-only EPYC), in fp32 maths; on fp32 weights one-row calls
   stay on fp32 BLAS (the kernel measured 6 % slower there, its call costing more), on bf16 weights the kernel
   reads the stored bf16 (half the bytes) and runs one-row calls too.
+- path "lean-fused": "lean-rows" with every layer stack's call of up to 16 rows (a step, a verify, a tree block,
+  the drafter's step) in one C call (`rowkernel.StackKernel`: the maths of `plain_layers_py` in fp32 on the
+  stored weights, bf16 read as bf16), and the drafter's fc and LM head on the row kernel too, not int8. Measured
+  on the emoji model (AVX2-only EPYC, `python -m coolsd.bench.limit`): a target step 3.1 -> 1.5 ms, of which
+  the C stack 0.74 ms (its products alone about 0.57), a head step 0.79 -> 0.55 ms.
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
@@ -56,10 +61,13 @@ from coolsd.models import rowkernel
 # fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
 # (half the bytes: better where the weights do not stay in the cache); "lean-q8": "lean" with the drafter on
 # `Int8Linear`. `python -m coolsd.bench.limit` measures them side by side.
-LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1}
+LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1, "lean-fused": 1}
 INT8_DRAFTER_PATHS = ("lean-q8", "lean-rows")  # lean paths whose drafter runs `Int8Linear` products
 # "lean-rows": "lean-q8" with the target's products of a few rows (a verify; bf16 weights: every call) on the row kernel
-ROW_KERNEL_PATHS = ("lean-rows",)
+ROW_KERNEL_PATHS = ("lean-rows", "lean-fused")
+# "lean-fused": "lean-rows" with each layer stack (target and drafter) for up to 16 rows in one C call
+# (`rowkernel.StackKernel`) on the stored weights, the drafter's fc and LM head on the row kernel (no int8)
+FUSED_PATHS = ("lean-fused",)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
 
@@ -92,15 +100,16 @@ class PlainLinear:
 
 class RowsLinear(PlainLinear):
     """`PlainLinear` whose calls of `rowkernel.min_rows`..MAX_ROWS rows run the row kernel (`coolsd.models.rowkernel`,
-    a packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS. No bias."""
+    a packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS."""
 
-    def __init__(self, w_t: Tensor) -> None:
-        super().__init__(w_t)
+    def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
+        super().__init__(w_t, bias)
         self.packed = rowkernel.pack(w_t)  # in w_t's own dtype where the kernel reads it (bf16: half the bytes)
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.packed is not None and rowkernel.min_rows(self.packed) <= x.shape[0] <= rowkernel.MAX_ROWS:
-            return rowkernel.rows_mm(x, self.packed)
+            y = rowkernel.rows_mm(x, self.packed)
+            return y if self.bias is None else y.add_(self.bias)
         return super().__call__(x)
 
 
@@ -220,12 +229,15 @@ class LeanLayers:
         int8: every call runs `Int8Linear` products (a drafter on INT8_DRAFTER_PATHS; needs `int8_runs`).
         row_kernel: plain calls of `rowkernel.min_rows`..MAX_ROWS rows (2+ on fp32 weights, 1+ on bf16) run the
             row kernel (ROW_KERNEL_PATHS) where `rowkernel.available()`; else MKL, as on "lean".
+        fused: calls of up to MAX_ROWS rows run the whole stack in one C call (`rowkernel.StackKernel`,
+            FUSED_PATHS; with row_kernel, where every weight packs), the others as without it.
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
 
     def __init__(self, blocks, n_heads: int, n_kv: int, head_dim: int, theta: float, eps: float,
-                 positions: int, plain_rows: int = 1, int8: bool = False, row_kernel: bool = False) -> None:
+                 positions: int, plain_rows: int = 1, int8: bool = False, row_kernel: bool = False,
+                 fused: bool = False) -> None:
         device = blocks[0][0].device
         self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) and not int8 else None
         linear = Int8Linear if int8 else PlainLinear
@@ -248,6 +260,8 @@ class LeanLayers:
         scale[:n_heads] = 1.0 / math.sqrt(head_dim)  # the attention scale, on the query heads only
         self.cos = (angles.cos()[:, None] * scale).float()  # (P, hq + hk, hd)
         self.sin = (sin[:, None] * scale).float()
+        self.fused = (rowkernel.StackKernel.for_stack(packed, n_heads, n_kv, head_dim, eps, self.cos, self.sin)
+                      if fused else None)
 
     def forward(self, x_in: Tensor, positions: Tensor, k: Tensor, v: Tensor, start: int,
                 mask: Tensor | None) -> Tensor:
@@ -255,6 +269,8 @@ class LeanLayers:
         k, v (layers, G, hk, S, hd) fp32; mask (n, start + n) bool or None (causal). Returns the last
         layer's output (G, n, D) fp32, before any final norm."""
         g, n, d = x_in.shape
+        if self.fused is not None and self.fused.runs(g * n, k, v, mask):
+            return self.fused(x_in, positions, k, v, start, mask)
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)  # (n, hq + hk, hd)
         if mask is None and n > 1:
             mask = torch.ones(n, start + n, dtype=torch.bool, device=x_in.device).tril(start)

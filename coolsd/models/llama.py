@@ -29,7 +29,7 @@ from torch import Tensor
 from transformers import LlamaConfig
 
 from coolsd.models.graphs import make_runner
-from coolsd.models.lean import LEAN_PATHS, ROW_KERNEL_PATHS, LeanLayers
+from coolsd.models.lean import FUSED_PATHS, LEAN_PATHS, ROW_KERNEL_PATHS, LeanLayers
 from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
@@ -209,7 +209,7 @@ def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = Fal
         stack.use_static((), None)
         stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
                                 stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8,
-                                row_kernel=path in ROW_KERNEL_PATHS)
+                                row_kernel=path in ROW_KERNEL_PATHS, fused=path in FUSED_PATHS)
         stack.k = stack.v = None
         stack.length = 0
         return

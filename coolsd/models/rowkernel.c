@@ -7,7 +7,10 @@
    is one FMA chain over k in order, so a row's result does not depend on how many rows share the call. N must
    be a multiple of 16. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static inline void load_f32(const float *w, __m256 *w0, __m256 *w1) {
   *w0 = _mm256_loadu_ps(w);
@@ -68,3 +71,124 @@ ROWS_KERNELS(float, load_f32)
 ROWS_KERNELS(uint16_t, load_bf16)
 ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
+
+/* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.layers`, path "lean-fused") ----
+
+   The maths of `coolsd.models.lean.plain_layers_py`, every intermediate in fp32, without ~25 torch calls a layer
+   between the products. x: (M, D) the residual stream, M = G n rows (G guidance rows of n new tokens), updated
+   in place; w: 4 L packed weights (qkv (D -> (hq + 2 hk) hd), o (hq hd -> D), gate_up (D -> 2 I), down
+   (I -> D) per layer, RMSNorm weights folded in); cos, sin: (P, hq + hk, hd) RoPE tables (query rows scaled by
+   1 / sqrt(hd), sin signed so that rotate-half is a roll by hd / 2); pos: (n,) table rows of the new tokens;
+   kc, vc: (L, G, hk, S, hd) caches, slots [start, start + n) written; mask: (n, start + n) bytes, non-zero where
+   a token may attend, or NULL for causal. A query head h reads kv head h / (hq / hk). */
+
+static float dot(const float *a, const float *b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float lanes[8], s = 0.0f;
+  _mm256_storeu_ps(lanes, acc);
+  for (int j = 0; j < 8; j++) s += lanes[j];
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* out (M, D) = RMSNorm(x) without weight (folded into the next product) */
+static void rms_norm(const float *x, float *out, int M, int D, float eps) {
+  for (int r = 0; r < M; r++) {
+    const float *xr = x + (long)r * D;
+    float inv = 1.0f / sqrtf(dot(xr, xr, D) / D + eps);
+    for (int i = 0; i < D; i++) out[(long)r * D + i] = xr[i] * inv;
+  }
+}
+
+typedef struct {
+  int G, n, D, L, hq, hk, hd, I, start;
+  long S;
+  float eps;
+} Shape;
+
+/* RoPE on the query and key heads of qkv (M, (hq + 2 hk) hd) in place; keys and values into the caches */
+static void rope_and_cache(float *qkv, const float *cos, const float *sin, const long *pos, float *kc,
+                           float *vc, const Shape *s) {
+  int hd = s->hd, half = hd / 2, heads = s->hq + s->hk, Q = (s->hq + 2 * s->hk) * hd;
+  float rot[512];
+  for (int g = 0; g < s->G; g++)
+    for (int t = 0; t < s->n; t++) {
+      float *row = qkv + ((long)g * s->n + t) * Q;
+      for (int j = 0; j < heads; j++) {
+        float *in = row + j * hd;
+        const float *c = cos + (pos[t] * heads + j) * hd, *sn = sin + (pos[t] * heads + j) * hd;
+        for (int i = 0; i < hd; i++) rot[i] = in[i] * c[i] + in[(i + half) % hd] * sn[i];
+        memcpy(in, rot, sizeof(float) * hd);
+      }
+      for (int j = 0; j < s->hk; j++) {
+        long slot = (((long)g * s->hk + j) * s->S + s->start + t) * hd;
+        memcpy(kc + slot, row + (s->hq + j) * hd, sizeof(float) * hd);
+        memcpy(vc + slot, row + (heads + j) * hd, sizeof(float) * hd);
+      }
+    }
+}
+
+/* att (M, hq hd) = softmax(q k^T + mask) v per row and query head; scores: scratch of start + n floats */
+static void attend(const float *qkv, const float *kc, const float *vc, const unsigned char *mask, float *att,
+                   float *scores, const Shape *s) {
+  int hd = s->hd, Q = (s->hq + 2 * s->hk) * hd, keys = s->start + s->n, group = s->hq / s->hk;
+  for (int g = 0; g < s->G; g++)
+    for (int t = 0; t < s->n; t++)
+      for (int h = 0; h < s->hq; h++) {
+        const float *q = qkv + ((long)g * s->n + t) * Q + h * hd;
+        const float *kh = kc + ((long)g * s->hk + h / group) * s->S * hd;
+        const float *vh = vc + ((long)g * s->hk + h / group) * s->S * hd;
+        float *out = att + ((long)g * s->n + t) * s->hq * hd + h * hd, top = -INFINITY, total = 0.0f;
+        for (int k = 0; k < keys; k++) {
+          int open = mask ? mask[(long)t * keys + k] != 0 : k <= s->start + t;
+          scores[k] = open ? dot(q, kh + (long)k * hd, hd) : -INFINITY;
+          if (scores[k] > top) top = scores[k];
+        }
+        memset(out, 0, sizeof(float) * hd);
+        for (int k = 0; k < keys; k++) {
+          if (scores[k] == -INFINITY) continue;
+          float p = expf(scores[k] - top);
+          total += p;
+          for (int i = 0; i < hd; i++) out[i] += p * vh[(long)k * hd + i];
+        }
+        for (int i = 0; i < hd; i++) out[i] /= total;
+      }
+}
+
+#define LAYERS(NAME, T, MM)                                                                            \
+  int NAME(float *x, const T *const *w, const float *cos, const float *sin, const long *pos, float *kc,    \
+           float *vc, const unsigned char *mask, int G, int n, int D, int L, int hq, int hk, int hd, int I, \
+           long S, int start, float eps) {                                                                \
+    Shape s = {G, n, D, L, hq, hk, hd, I, start, S, eps};                                                 \
+    int M = G * n, Q = (hq + 2 * hk) * hd, A = hq * hd;                                                   \
+    if (hd > 512 || hq % hk) return 1;                                                                    \
+    float *ws = malloc(sizeof(float) * ((long)M * (D + Q + A + 3 * I + D) + start + n));                  \
+    if (!ws) return 2;                                                                                    \
+    float *xn = ws, *qkv = xn + (long)M * D, *att = qkv + (long)M * Q, *gu = att + (long)M * A;           \
+    float *act = gu + (long)M * 2 * I, *y = act + (long)M * I, *scores = y + (long)M * D;                 \
+    long layer_cache = (long)G * hk * S * hd;                                                             \
+    for (int l = 0; l < L; l++) {                                                                         \
+      rms_norm(x, xn, M, D, eps);                                                                         \
+      MM(xn, D, w[4 * l], qkv, M, D, Q);                                                                  \
+      rope_and_cache(qkv, cos, sin, pos, kc + l * layer_cache, vc + l * layer_cache, &s);                  \
+      attend(qkv, kc + l * layer_cache, vc + l * layer_cache, mask, att, scores, &s);                     \
+      MM(att, A, w[4 * l + 1], y, M, A, D);                                                               \
+      for (long i = 0; i < (long)M * D; i++) x[i] += y[i];                                                \
+      rms_norm(x, xn, M, D, eps);                                                                         \
+      MM(xn, D, w[4 * l + 2], gu, M, D, 2 * I);                                                           \
+      for (int r = 0; r < M; r++)                                                                         \
+        for (int i = 0; i < I; i++) {                                                                     \
+          float gate = gu[(long)r * 2 * I + i], up = gu[(long)r * 2 * I + I + i];                         \
+          act[(long)r * I + i] = gate / (1.0f + expf(-gate)) * up;                                        \
+        }                                                                                                 \
+      MM(act, I, w[4 * l + 3], y, M, I, D);                                                               \
+      for (long i = 0; i < (long)M * D; i++) x[i] += y[i];                                                \
+    }                                                                                                     \
+    free(ws);                                                                                             \
+    return 0;                                                                                             \
+  }
+
+LAYERS(coolsd_layers, float, coolsd_rows_mm)
+LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)

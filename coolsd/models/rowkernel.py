@@ -1,4 +1,5 @@
-"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows.
+"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows; and
+the lean stack's whole layer stack for a few rows in one C call (`StackKernel`, path "lean-fused").
 
 Why: on a CPU with AVX2 but no AVX-512 (an AMD EPYC, Zen 3), MKL's fp32 product of 2-4 rows by a layer's weight
 takes 2-2.6x the time of one row, although the weights, the bytes it must read, are the same; so a verify of
@@ -8,6 +9,11 @@ it (24 emoji layer matrices, 3 rows: 0.93 ms against MKL's 1.96; 1 row: 0.59 aga
 weights, widening them exactly in registers: the same products (the same bits as on the fp32 copy) from half the
 bytes, so a bf16 model's one-row steps run it too (all 25 products of an emoji step: 0.64 ms against MKL's 1.17
 on the fp32 copy).
+
+`StackKernel` runs `coolsd.models.lean.plain_layers_py`'s maths (RMSNorm, the products on these weights, RoPE, the
+cache writes, attention, SiLU, the residual adds) for up to 16 rows in one call of `coolsd_layers*`: a decode
+step of a small model spends most of its time in the ~25 torch calls a layer between the products, not in the
+products (measured with `python -m coolsd.bench.limit`).
 
 It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`, under
 a second) into `$COOLSD_CACHE` (default ~/.cache/coolsd), loaded with ctypes and registered as the torch op
@@ -40,6 +46,7 @@ log = logging.getLogger("coolsd")
 
 SOURCE = Path(__file__).with_name("rowkernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
+LIBS = ("-lm",)  # after the source: expf, sqrtf
 BLOCK = 16  # columns a packed block holds (two AVX2 registers)
 # (choice, measured on the emoji model, AVX2-only EPYC) calls of MIN_ROWS_*..MAX_ROWS rows run the kernel, the
 # others MKL: a one-row call on fp32 weights is no faster than MKL's (the op's call costs more), on bf16 weights,
@@ -59,22 +66,21 @@ def cache_dir() -> Path:
 def _build(compiler: str) -> Path:
     """Compile rowkernel.c once per source and flags; a finished file is renamed into place (two processes
     may build at once)."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS + LIBS).encode()).hexdigest()[:16]
     lib = cache_dir() / f"rowkernel-{digest}.so"
     if not lib.is_file():
         lib.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
             built = Path(tmp) / lib.name
-            subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True,
+            subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built), *LIBS], check=True, capture_output=True,
                            timeout=120)
             os.replace(built, lib)
     return lib
 
 
 @functools.cache
-def _kernel() -> dict | None:
-    """The loaded C functions by weight dtype, or None where this CPU or machine cannot run them (said once in the
-    log)."""
+def _library() -> ctypes.CDLL | None:
+    """The built kernel library, or None where this CPU or machine cannot run it (said once in the log)."""
     if not {"avx2", "fma"} <= cpu_flags():
         return None
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -82,9 +88,17 @@ def _kernel() -> dict | None:
         log.warning("coolsd: no C compiler; the row kernel is off (products of a few rows run MKL)")
         return None
     try:
-        lib = ctypes.CDLL(str(_build(compiler)))
+        return ctypes.CDLL(str(_build(compiler)))
     except (OSError, subprocess.SubprocessError) as err:
         log.warning("coolsd: the row kernel did not build (%s); products of a few rows run MKL", err)
+        return None
+
+
+@functools.cache
+def _kernel() -> dict | None:
+    """The product functions by weight dtype, or None where the library is not here."""
+    lib = _library()
+    if lib is None:
         return None
     fns = {torch.float32: lib.coolsd_rows_mm, torch.bfloat16: lib.coolsd_rows_mm_bf16}
     for fn in fns.values():
@@ -93,9 +107,18 @@ def _kernel() -> dict | None:
     return fns
 
 
+@functools.cache
+def _stack_kernel(dtype: torch.dtype):
+    """The layer-stack function for weights of `dtype` (`coolsd_layers*` in rowkernel.c)."""
+    fn = _library().coolsd_layers_bf16 if dtype == torch.bfloat16 else _library().coolsd_layers
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float]
+    return fn
+
+
 def available() -> bool:
     """Whether the kernel runs here: a CPU with AVX2 and FMA and a C compiler that built it."""
-    return _kernel() is not None
+    return _library() is not None
 
 
 def pack(w_t: Tensor) -> Tensor | None:
@@ -131,3 +154,54 @@ def rows_mm(x: Tensor, packed: Tensor) -> Tensor:
 
 
 _LIB.impl("rows_mm", rows_mm, "CPU")
+
+
+class StackKernel:
+    """A layer stack's forward for a few rows in one C call (`coolsd_layers*`): the maths of
+    `coolsd.models.lean.plain_layers_py` in fp32 on its packed weights (`pack`), reading the stored bf16 or fp32.
+
+    Args: packed: 4 per layer (qkv, o, gate_up, down), all packed (`pack`) in one dtype; n_heads, n_kv, head_dim:
+    hq, hk, hd; eps: RMSNorm epsilon; cos, sin: (P, hq + hk, hd) fp32 RoPE tables as `LeanLayers` holds them
+    (queries scaled, sin signed). Holds weights and tables only, so forks of a stack share one.
+    """
+
+    def __init__(self, packed: list[Tensor], n_heads: int, n_kv: int, head_dim: int, eps: float, cos: Tensor,
+                 sin: Tensor) -> None:
+        self.packed, self.cos, self.sin = packed, cos.contiguous(), sin.contiguous()
+        self.pointers = (ctypes.c_void_p * len(packed))(*(p.data_ptr() for p in packed))
+        self.fn = _stack_kernel(packed[0].dtype)
+        self.dims = (len(packed) // 4, n_heads, n_kv, head_dim, packed[2].shape[0] * BLOCK // 2)  # L, hq, hk, hd, I
+        self.eps = eps
+
+    @classmethod
+    def for_stack(cls, packed: list[Tensor | None], *args) -> StackKernel | None:
+        """One where every weight is packed in one dtype and the heads fit the kernel (hd <= 512, hq a multiple of
+        hk); else None (the stack runs its torch calls)."""
+        n_heads, n_kv, head_dim = args[:3]
+        if not packed or any(p is None for p in packed) or len({p.dtype for p in packed}) != 1:
+            return None
+        return cls(packed, *args) if head_dim <= 512 and n_heads % n_kv == 0 else None
+
+    def runs(self, rows: int, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
+        """Whether a call of `rows` rows (G n) on these caches and mask runs here: up to MAX_ROWS rows, contiguous
+        fp32 caches, a bool mask or none."""
+        fp32 = k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
+        return rows <= MAX_ROWS and fp32 and (mask is None or mask.dtype == torch.bool)
+
+    def __call__(self, x_in: Tensor, positions: Tensor, k: Tensor, v: Tensor, start: int,
+                 mask: Tensor | None) -> Tensor:
+        """x_in (G, n, D) at table rows `positions` (n,) int64; k, v (L, G, hk, S, hd) fp32 contiguous caches,
+        slots [start, start + n) written; mask (n, start + n) bool (True: may attend) or None (causal). Returns
+        the last layer's output (G, n, D) fp32 (`runs` says which calls it takes)."""
+        g, n, d = x_in.shape
+        x = x_in.to(torch.float32, copy=True).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        if mask is not None:
+            mask = mask.contiguous()
+        layers, hq, hk, hd, inter = self.dims
+        status = self.fn(x.data_ptr(), self.pointers, self.cos.data_ptr(), self.sin.data_ptr(),
+                         positions.data_ptr(), k.data_ptr(), v.data_ptr(), None if mask is None else mask.data_ptr(),
+                         g, n, d, layers, hq, hk, hd, inter, k.shape[3], start, self.eps)
+        if status:
+            raise MemoryError(f"coolsd_layers: status {status} (no memory for its {g * n} rows' scratch)")
+        return x

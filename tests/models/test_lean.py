@@ -26,6 +26,7 @@ from coolsd.models.eagle import EagleDrafter
 from coolsd.models.embedded import LlamaClassTarget
 from coolsd.models.graphs import ENV_VAR, EXECUTION_FILE, choose_path, prepare, stored_path
 from coolsd.models.lean import (
+    FUSED_PATHS,
     INT8_DRAFTER_PATHS,
     LEAN_PATHS,
     Int8Linear,
@@ -183,7 +184,11 @@ def test_bf16_lean_logits_within_the_eager_bf16_error(tiny, guidance, path):
     paths = {"eager": _bf16_models(tiny), "lean": _bf16_models(tiny)}
     prepare(paths["lean"], path=path)
     prepare(paths["eager"], path="eager")
-    assert all((lin.packed is not None) == packs(torch.bfloat16) for lin in paths["lean"][1].lean)
+    if path in FUSED_PATHS:  # the drafter's fc and LM head read the bf16 weights on the row kernel
+        assert all(isinstance(lin, RowsLinear) for lin in paths["lean"][1].lean)
+        assert all((lin.packed is not None) == rowkernel.available() for lin in paths["lean"][1].lean)
+    else:
+        assert all((lin.packed is not None) == packs(torch.bfloat16) for lin in paths["lean"][1].lean)
     ids = torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])
     logits = {}
     for key, (t, d) in {"fp32": reference, **paths}.items():
@@ -381,3 +386,24 @@ def test_shipped_model_same_tokens_on_lean_and_eager(build_rule):
         tokens = {path: run(t, d, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling, config=config,
                             seed=1).tokens.tolist() for path, (t, d) in lanes.items()}
         assert tokens["lean"] == tokens["eager"], name
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+def test_lean_fused_runs_both_stacks_in_the_c_kernel_up_to_max_rows(tiny, monkeypatch):
+    """On lean-fused the target's and the drafter's layer stacks hold a `StackKernel`, and their steps, verifies
+    and tree blocks go through it (those of more than MAX_ROWS rows do not); the drafter keeps fp32 weights."""
+    target, drafter = _pair(tiny, "lean-fused")
+    assert target.stack.lean.fused is not None and drafter.stack.lean.fused is not None
+    assert not drafter.stack.lean.plain_scales  # no int8 drafter on this path
+    rows = []
+    real = rowkernel.StackKernel.__call__
+    monkeypatch.setattr(rowkernel.StackKernel, "__call__",
+                        lambda self, x, *a: rows.append(x.shape[0] * x.shape[1]) or real(self, x, *a))
+    target.start(2, True)
+    drafter.start(2, True)
+    for x, pos, mask in _calls(0, torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])):
+        drafter.forward(x, target.forward(x, pos, mask).hidden, pos, mask)
+    assert rows == [2, 2, 2, 6, 6, 2, 2, 8, 8]  # the target's start (its class token), then target, drafter
+    many = torch.arange(rowkernel.MAX_ROWS // 2 + 1) % 7
+    target.forward(many, torch.arange(target.length, target.length + len(many)))
+    assert rows[-1] == 8  # 2 x 9 = 18 rows ran the torch calls

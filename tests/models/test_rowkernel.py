@@ -65,10 +65,10 @@ def test_unavailable_without_avx2_or_a_compiler(monkeypatch, caplog, tmp_path):
     """No AVX2: off, quietly. No compiler: off, said in the log. Neither builds anything."""
     monkeypatch.setenv("COOLSD_CACHE", str(tmp_path))
     try:
-        rowkernel._kernel.cache_clear()
+        rowkernel._library.cache_clear()
         monkeypatch.setattr(rowkernel, "cpu_flags", lambda: {"sse2", "fma"})
         assert not rowkernel.available()
-        rowkernel._kernel.cache_clear()
+        rowkernel._library.cache_clear()
         monkeypatch.setattr(rowkernel, "cpu_flags", lambda: {"avx2", "fma"})
         monkeypatch.setattr(rowkernel.shutil, "which", lambda name: None)
         with caplog.at_level(logging.WARNING, logger="coolsd"):
@@ -76,7 +76,7 @@ def test_unavailable_without_avx2_or_a_compiler(monkeypatch, caplog, tmp_path):
         assert "no C compiler" in caplog.text
         assert not any(tmp_path.iterdir())
     finally:
-        rowkernel._kernel.cache_clear()
+        rowkernel._library.cache_clear()
 
 
 @needs_kernel
