@@ -82,15 +82,64 @@ ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
    kc, vc: (L, G, hk, S, hd) caches, slots [start, start + n) written; mask: (n, start + n) bytes, non-zero where
    a token may attend, or NULL for causal. A query head h reads kv head h / (hq / hk). */
 
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
 static float dot(const float *a, const float *b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  float lanes[8], s = 0.0f;
-  _mm256_storeu_ps(lanes, acc);
-  for (int j = 0; j < 8; j++) s += lanes[j];
+  float s = hsum(acc);
   for (; i < n; i++) s += a[i] * b[i];
   return s;
+}
+
+/* exp of 8 floats: 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2, e^r by its degree-6 Taylor polynomial
+   (relative error below 2e-7, about 2 float roundings); x below -87.3 gives 0, so exp(-inf) = 0 */
+static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  /* ln 2 in two parts: exact n * hi part */
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
+}
+
+/* v[i] = exp(v[i] - shift) for i < n, returns their sum */
+static float exp_shifted(float *v, int n, float shift) {
+  __m256 total = _mm256_setzero_ps(), sh = _mm256_set1_ps(shift);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), sh));
+    _mm256_storeu_ps(v + i, e);
+    total = _mm256_add_ps(total, e);
+  }
+  float s = hsum(total);
+  for (; i < n; i++) s += (v[i] = expf(v[i] - shift));
+  return s;
+}
+
+/* act[i] = SiLU(gate[i]) up[i] = gate[i] / (1 + exp(-gate[i])) up[i], i < n */
+static void silu_times(const float *gate, const float *up, float *act, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(act + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; i++) act[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
 /* out (M, D) = RMSNorm(x) without weight (folded into the next product) */
@@ -146,11 +195,11 @@ static void attend(const float *qkv, const float *kc, const float *vc, const uns
           scores[k] = open ? dot(q, kh + (long)k * hd, hd) : -INFINITY;
           if (scores[k] > top) top = scores[k];
         }
+        total = exp_shifted(scores, keys, top);  /* a closed key: exp(-inf) = 0 */
         memset(out, 0, sizeof(float) * hd);
         for (int k = 0; k < keys; k++) {
-          if (scores[k] == -INFINITY) continue;
-          float p = expf(scores[k] - top);
-          total += p;
+          if (scores[k] == 0.0f) continue;
+          float p = scores[k];
           for (int i = 0; i < hd; i++) out[i] += p * vh[(long)k * hd + i];
         }
         for (int i = 0; i < hd; i++) out[i] /= total;
@@ -179,10 +228,7 @@ static void attend(const float *qkv, const float *kc, const float *vc, const uns
       rms_norm(x, xn, M, D, eps);                                                                         \
       MM(xn, D, w[4 * l + 2], gu, M, D, 2 * I);                                                           \
       for (int r = 0; r < M; r++)                                                                         \
-        for (int i = 0; i < I; i++) {                                                                     \
-          float gate = gu[(long)r * 2 * I + i], up = gu[(long)r * 2 * I + I + i];                         \
-          act[(long)r * I + i] = gate / (1.0f + expf(-gate)) * up;                                        \
-        }                                                                                                 \
+        silu_times(gu + (long)r * 2 * I, gu + (long)r * 2 * I + I, act + (long)r * I, I);                \
       MM(act, I, w[4 * l + 3], y, M, I, D);                                                               \
       for (long i = 0; i < (long)M * D; i++) x[i] += y[i];                                                \
     }                                                                                                     \
