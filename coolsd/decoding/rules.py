@@ -19,6 +19,7 @@ text has one grammar, `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5")
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -156,6 +157,14 @@ class UniformRSDRule(Rule):
         return ratio_accept(p, q, self.delta)
 
 
+@functools.lru_cache(maxsize=1024)
+def log_mean_decay(nu: float, draft_len: int) -> float:
+    """log(mean_i exp(-nu i)) over i = 1..draft_len (at least 1): COOL-SD's mean-normalising mu. Cached: a round
+    asks for it three times (its test, its residual, its event), always for the same few (nu, L)."""
+    i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
+    return math.log(torch.exp(-nu * i).mean().item())
+
+
 @dataclass(frozen=True)
 class CoolSDRule(Rule):
     """COOL-SD: a_i = min(1, omega_i p/q), omega_i = delta exp(-nu i - mu), residual G*_i.
@@ -184,10 +193,7 @@ class CoolSDRule(Rule):
             raise ValueError(f"residual_kind must be 'optimal' or 'lossless', got {self.residual_kind!r}")
 
     def mu_value(self, draft_len: int) -> float:
-        if self.mu is not None:
-            return float(self.mu)
-        i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
-        return math.log(torch.exp(-self.nu * i).mean().item())
+        return float(self.mu) if self.mu is not None else log_mean_decay(self.nu, draft_len)
 
     def omega(self, depth, draft_len):
         w = self.delta * torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))
