@@ -35,8 +35,9 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
 - path "lean-fused": "lean-rows" with every layer stack's call of up to 16 rows (a step, a verify, a tree block,
   the drafter's step) in one C call (`rowkernel.StackKernel`: the maths of `plain_layers_py` in fp32 on the
   stored weights, bf16 read as bf16), and the drafter's fc and LM head on the row kernel too, not int8. Measured
-  on the emoji model (AVX2-only EPYC, `python -m coolsd.bench.limit`): a target step 3.1 -> 1.5 ms, of which
-  the C stack 0.74 ms (its products alone about 0.57), a head step 0.79 -> 0.55 ms.
+  on the emoji model (AVX2-only EPYC, `python -m coolsd.bench.limit`, one run): a target step 2.65 -> 1.29 ms (the
+  C stack alone, weights hot, 0.74 ms, its products about 0.57), a head step 0.65 -> 0.43 ms, a round of L = 2
+  3.89 -> 2.09 ms.
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
