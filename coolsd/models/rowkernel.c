@@ -206,6 +206,14 @@ static void attend(const float *qkv, const float *kc, const float *vc, const uns
       }
 }
 
+/* the kernel's exp and SiLU-times over arrays of n floats, for its tests (tests/models/test_rowkernel.py) */
+void coolsd_exp(const float *x, float *y, int n) {
+  memcpy(y, x, sizeof(float) * n);
+  exp_shifted(y, n, 0.0f);
+}
+
+void coolsd_silu_times(const float *gate, const float *up, float *act, int n) { silu_times(gate, up, act, n); }
+
 #define LAYERS(NAME, T, MM)                                                                            \
   int NAME(float *x, const T *const *w, const float *cos, const float *sin, const long *pos, float *kc,    \
            float *vc, const unsigned char *mask, int G, int n, int D, int L, int hq, int hk, int hd, int I, \

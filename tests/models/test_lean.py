@@ -11,6 +11,7 @@ unchanged, the drafter's logits within int8 rounding of fp32. The path is read f
 from __future__ import annotations
 
 import copy
+import math
 import json
 
 import pytest
@@ -407,3 +408,57 @@ def test_lean_fused_runs_both_stacks_in_the_c_kernel_up_to_max_rows(tiny, monkey
     many = torch.arange(rowkernel.MAX_ROWS // 2 + 1) % 7
     target.forward(many, torch.arange(target.length, target.length + len(many)))
     assert rows[-1] == 8  # 2 x 9 = 18 rows ran the torch calls
+
+
+def test_lean_fused_without_the_kernel_runs_as_lean(tiny, monkeypatch):
+    """Where the kernel cannot run (no AVX2 or no compiler), lean-fused's target and drafter are lean's, bit for
+    bit (fp32 weights: the plain products either way)."""
+    monkeypatch.setattr(rowkernel, "available", lambda: False)
+    (lean, lean_d), (fused, fused_d) = _pair(tiny, "lean"), _pair(tiny, "lean-fused")
+    assert fused.stack.lean.fused is None and fused_d.stack.lean.fused is None
+    ids = torch.tensor([5, 9, 1, 30])
+    for t, d in ((lean, lean_d), (fused, fused_d)):
+        t.start(1, True)
+        d.start(1, True)
+    a, b = lean.forward(ids, torch.arange(4)), fused.forward(ids, torch.arange(4))
+    torch.testing.assert_close(b.logits, a.logits, atol=0, rtol=0)
+    da, db = lean_d.forward(ids, a.hidden, torch.arange(4)), fused_d.forward(ids, a.hidden, torch.arange(4))
+    torch.testing.assert_close(db.logits, da.logits, atol=0, rtol=0)
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("g", [1, 2])
+@pytest.mark.parametrize("scale", [1.0, 8.0])
+def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, scale):
+    """`StackKernel` against `plain_layers_py` on the same packed weights, over steps, verifies (causal default) and a
+    tree block, CFG's two rows and one, inputs at scale 8 too: the output within 2e-6 of its largest value, the cache writes within 1e-5, the calls of more than
+    MAX_ROWS rows, on a cache it cannot index or with an additive mask refused."""
+    stack = tiny.target.stack
+    lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64,
+                      row_kernel=True, fused=True)
+    assert lean.fused is not None
+    gen = torch.Generator().manual_seed(5)
+    shape = (len(stack.blocks), g, stack.n_kv, 64, stack.head_dim)
+    k, v = torch.zeros(shape), torch.zeros(shape)
+    k_py, v_py = k.clone(), v.clone()
+    start = 0
+    for n, tree in ((5, False), (1, False), (3, False), (4, True), (1, False)):
+        x, pos = scale * torch.randn(g, n, stack.blocks[0][0].shape[0], generator=gen), torch.arange(start, start + n)
+        mask = None
+        if tree:
+            mask = torch.ones(n, start + n, dtype=torch.bool).tril(start)
+            mask[:, start:] = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+        assert lean.fused.runs(g * n, k, v, mask)
+        out = lean.fused(x, pos, k, v, start, mask)
+        causal = mask if mask is not None or n == 1 else torch.ones(n, start + n, dtype=torch.bool).tril(start)
+        additive = None if causal is None else torch.zeros(causal.shape).masked_fill_(~causal, -math.inf)
+        ref = plain_layers_py(x, lean.cos[pos], lean.sin[pos], k_py, v_py, start, additive, lean.plain_weights, [],
+                              lean.plain_packed, lean.n_heads, lean.n_kv, lean.head_dim, lean.eps)
+        err = float((out - ref).abs().max() / ref.abs().max())
+        assert err <= 2e-6, err  # float rounding (its exp and SiLU over a wide range: test_rowkernel.py)
+        torch.testing.assert_close(k, k_py, rtol=1e-5, atol=1e-5 * scale)
+        torch.testing.assert_close(v, v_py, rtol=1e-5, atol=1e-5 * scale)
+        start += n
+    assert not lean.fused.runs(rowkernel.MAX_ROWS + 1, k, v, None)
+    assert not lean.fused.runs(2, k.transpose(3, 4), v, None)  # a cache it cannot index
+    assert not lean.fused.runs(2, k, v, torch.zeros(2, 3))  # an additive mask: the torch calls take it
