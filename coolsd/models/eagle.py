@@ -71,7 +71,7 @@ class EagleDrafter:
         self.fc_b = head.fc.bias.detach()
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
-        self.lean: tuple[LeanLinear | Int8Linear, ...] | None = None  # (fc, head) on a lean path, None on others
+        self.lean: tuple[LeanLinear | Int8Linear | RowsLinear, ...] | None = None  # (fc, head) on a lean path
         # the head mimics the target transformer's logits; a target that divides them by a temperature before its
         # look-alike channel (`coolsd.models.channel`) has its drafter divide by the same (set by the loader)
         self.temperature = 1.0

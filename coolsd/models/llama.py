@@ -13,9 +13,9 @@ Two ways to run a call (same weights, same cache):
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
   graph and replayed (`coolsd.models.graphs`);
-- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8", "lean-rows"): the eager
-  path's maths with products prepared once (fp32 BLAS, packed bf16, the row kernel), fp32 activations and cache, for
-  a CPU (issue 35).
+- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8", "lean-rows",
+  "lean-fused"): the eager path's maths with products prepared once (fp32 BLAS, packed bf16, the row kernel; on
+  lean-fused the whole stack in one C call), fp32 activations and cache, for a CPU (issue 35).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ ROWS_KERNELS(uint16_t, load_bf16)
 ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
 
-/* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.layers`, path "lean-fused") ----
+/* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.StackKernel`, path "lean-fused") ----
 
    The maths of `coolsd.models.lean.plain_layers_py`, every intermediate in fp32, without ~25 torch calls a layer
    between the products. x: (M, D) the residual stream, M = G n rows (G guidance rows of n new tokens), updated
@@ -80,7 +80,8 @@ ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
    (I -> D) per layer, RMSNorm weights folded in); cos, sin: (P, hq + hk, hd) RoPE tables (query rows scaled by
    1 / sqrt(hd), sin signed so that rotate-half is a roll by hd / 2); pos: (n,) table rows of the new tokens;
    kc, vc: (L, G, hk, S, hd) caches, slots [start, start + n) written; mask: (n, start + n) bytes, non-zero where
-   a token may attend, or NULL for causal. A query head h reads kv head h / (hq / hk). */
+   a token may attend, or NULL for causal; P: the tables' rows. A query head h reads kv head h / (hq / hk).
+   Returns 0, or 1 (hd > 512 or hq not a multiple of hk), 2 (no memory for the scratch), 3 (a position past P). */
 
 static inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -102,8 +103,9 @@ static float dot(const float *a, const float *b, int n) {
 static inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
   __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* x second: a NaN passes through, as in expf */
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  /* ln 2 in two parts: exact n * hi part */
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
   __m256 p = _mm256_set1_ps(1.0f / 720);
@@ -137,7 +139,8 @@ static void silu_times(const float *gate, const float *up, float *act, int n) {
   for (; i + 8 <= n; i += 8) {
     __m256 g = _mm256_loadu_ps(gate + i);
     __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(act + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(up + i)));
+    __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(act + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }
   for (; i < n; i++) act[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
@@ -217,10 +220,12 @@ void coolsd_silu_times(const float *gate, const float *up, float *act, int n) { 
 #define LAYERS(NAME, T, MM)                                                                            \
   int NAME(float *x, const T *const *w, const float *cos, const float *sin, const long *pos, float *kc,    \
            float *vc, const unsigned char *mask, int G, int n, int D, int L, int hq, int hk, int hd, int I, \
-           long S, int start, float eps) {                                                                \
+           long S, int start, float eps, long P) {                                                        \
     Shape s = {G, n, D, L, hq, hk, hd, I, start, S, eps};                                                 \
     int M = G * n, Q = (hq + 2 * hk) * hd, A = hq * hd;                                                   \
     if (hd > 512 || hq % hk) return 1;                                                                    \
+    for (int t = 0; t < n; t++)                                                                           \
+      if (pos[t] < 0 || pos[t] >= P) return 3;                                                            \
     float *ws = malloc(sizeof(float) * ((long)M * (D + Q + A + 3 * I + D) + start + n));                  \
     if (!ws) return 2;                                                                                    \
     float *xn = ws, *qkv = xn + (long)M * D, *att = qkv + (long)M * Q, *gu = att + (long)M * A;           \

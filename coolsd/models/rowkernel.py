@@ -112,7 +112,8 @@ def _stack_kernel(dtype: torch.dtype):
     """The layer-stack function for weights of `dtype` (`coolsd_layers*` in rowkernel.c)."""
     fn = _library().coolsd_layers_bf16 if dtype == torch.bfloat16 else _library().coolsd_layers
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float]
+    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float,
+                                                                ctypes.c_long]
     return fn
 
 
@@ -174,13 +175,15 @@ class StackKernel:
         self.eps = eps
 
     @classmethod
-    def for_stack(cls, packed: list[Tensor | None], *args) -> StackKernel | None:
+    def for_stack(cls, packed: list[Tensor | None], n_heads: int, n_kv: int, head_dim: int, eps: float, cos: Tensor,
+                  sin: Tensor) -> StackKernel | None:
         """One where every weight is packed in one dtype and the heads fit the kernel (hd <= 512, hq a multiple of
-        hk); else None (the stack runs its torch calls)."""
-        n_heads, n_kv, head_dim = args[:3]
+        hk); else None (the stack runs its torch calls). Arguments as the constructor's."""
         if not packed or any(p is None for p in packed) or len({p.dtype for p in packed}) != 1:
             return None
-        return cls(packed, *args) if head_dim <= 512 and n_heads % n_kv == 0 else None
+        if head_dim > 512 or n_heads % n_kv:
+            return None
+        return cls(packed, n_heads, n_kv, head_dim, eps, cos, sin)
 
     def runs(self, rows: int, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
         """Whether a call of `rows` rows (G n) on these caches and mask runs here: up to MAX_ROWS rows, contiguous
@@ -188,12 +191,27 @@ class StackKernel:
         fp32 = k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
         return rows <= MAX_ROWS and fp32 and (mask is None or mask.dtype == torch.bool)
 
+    def _check(self, g: int, n: int, k: Tensor, v: Tensor, start: int, mask: Tensor | None) -> None:
+        """The shapes the C function trusts: caches (L, G, hk, S, hd) with room for slots [start, start + n), a mask
+        (n, start + n); ValueError otherwise (the torch calls would fail on them too)."""
+        layers, _, hk, hd, _ = self.dims
+        expected = (layers, g, hk, hd)
+        if k.shape != v.shape or k.dim() != 5 or (k.shape[0], k.shape[1], k.shape[2], k.shape[4]) != expected:
+            raise ValueError(f"coolsd_layers: caches of shape {tuple(k.shape)} and {tuple(v.shape)}, not "
+                             f"({layers}, {g}, {hk}, S, {hd})")
+        if start < 0 or start + n > k.shape[3]:
+            raise ValueError(f"coolsd_layers: slots [{start}, {start + n}) outside a cache of {k.shape[3]}")
+        if mask is not None and tuple(mask.shape) != (n, start + n):
+            raise ValueError(f"coolsd_layers: a mask of shape {tuple(mask.shape)}, not ({n}, {start + n})")
+
     def __call__(self, x_in: Tensor, positions: Tensor, k: Tensor, v: Tensor, start: int,
                  mask: Tensor | None) -> Tensor:
         """x_in (G, n, D) at table rows `positions` (n,) int64; k, v (L, G, hk, S, hd) fp32 contiguous caches,
         slots [start, start + n) written; mask (n, start + n) bool (True: may attend) or None (causal). Returns
-        the last layer's output (G, n, D) fp32 (`runs` says which calls it takes)."""
+        the last layer's output (G, n, D) fp32 (`runs` says which calls it takes; bad shapes or positions past the
+        RoPE tables raise ValueError)."""
         g, n, d = x_in.shape
+        self._check(g, n, k, v, start, mask)
         x = x_in.to(torch.float32, copy=True).contiguous()
         positions = positions.to(torch.int64).contiguous()
         if mask is not None:
@@ -201,7 +219,9 @@ class StackKernel:
         layers, hq, hk, hd, inter = self.dims
         status = self.fn(x.data_ptr(), self.pointers, self.cos.data_ptr(), self.sin.data_ptr(),
                          positions.data_ptr(), k.data_ptr(), v.data_ptr(), None if mask is None else mask.data_ptr(),
-                         g, n, d, layers, hq, hk, hd, inter, k.shape[3], start, self.eps)
+                         g, n, d, layers, hq, hk, hd, inter, k.shape[3], start, self.eps, self.cos.shape[0])
+        if status == 2:
+            raise MemoryError(f"coolsd_layers: no memory for the scratch of {g * n} rows")
         if status:
-            raise MemoryError(f"coolsd_layers: status {status} (no memory for its {g * n} rows' scratch)")
+            raise ValueError(f"coolsd_layers: status {status} (3: a position past the {self.cos.shape[0]} RoPE rows)")
         return x

@@ -11,8 +11,8 @@ unchanged, the drafter's logits within int8 rounding of fp32. The path is read f
 from __future__ import annotations
 
 import copy
-import math
 import json
+import math
 
 import pytest
 import torch
@@ -426,24 +426,37 @@ def test_lean_fused_without_the_kernel_runs_as_lean(tiny, monkeypatch):
     torch.testing.assert_close(db.logits, da.logits, atol=0, rtol=0)
 
 
+def _random_stack(hq: int, hk: int, hd: int, dtype: torch.dtype, seed: int = 0) -> LeanLayers:
+    """A 2-layer LeanLayers of random weights (D 32, I 24) on lean-fused, hq query and hk key-value heads of hd."""
+    gen = torch.Generator().manual_seed(seed)
+    d, inter = 32, 24
+    shapes = ((d, (hq + 2 * hk) * hd), (hq * hd, d), (d, 2 * inter), (inter, d))
+    blocks = [tuple((torch.randn(*sh, generator=gen) / sh[0] ** 0.5).to(dtype) for sh in shapes) for _ in range(2)]
+    return LeanLayers(blocks, hq, hk, hd, 10_000.0, 1e-5, 64, row_kernel=True, fused=True)
+
+
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
 @pytest.mark.parametrize("g", [1, 2])
-@pytest.mark.parametrize("scale", [1.0, 8.0])
-def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, scale):
-    """`StackKernel` against `plain_layers_py` on the same packed weights, over steps, verifies (causal default) and a
-    tree block, CFG's two rows and one, inputs at scale 8 too: the output within 2e-6 of its largest value, the cache writes within 1e-5, the calls of more than
-    MAX_ROWS rows, on a cache it cannot index or with an additive mask refused."""
-    stack = tiny.target.stack
-    lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64,
-                      row_kernel=True, fused=True)
+@pytest.mark.parametrize(("heads", "dtype"), [("tiny", torch.float32), ((4, 1, 8), torch.float32),
+                                              ((4, 2, 6), torch.float32), ((4, 1, 8), torch.bfloat16)])
+def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, heads, dtype):
+    """`StackKernel` against `plain_layers_py` on the same packed weights (fp32, or bf16 read as stored), over
+    steps, verifies (causal default) and a tree block, CFG's two rows and one; the tiny model's heads, grouped
+    queries (4 query heads on 1 and on 2 key-value heads: torch's `enable_gqa` mapping) and a head size of 6 (the
+    products' tails): the output within 2e-6 of its largest value, the cache writes within 1e-5."""
+    if heads == "tiny":
+        stack = tiny.target.stack
+        lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64,
+                          row_kernel=True, fused=True)
+    else:
+        lean = _random_stack(*heads, dtype)
     assert lean.fused is not None
     gen = torch.Generator().manual_seed(5)
-    shape = (len(stack.blocks), g, stack.n_kv, 64, stack.head_dim)
-    k, v = torch.zeros(shape), torch.zeros(shape)
-    k_py, v_py = k.clone(), v.clone()
+    k = torch.zeros(len(lean.plain_weights) // 4, g, lean.n_kv, 64, lean.head_dim)
+    v, k_py, v_py = k.clone(), k.clone(), k.clone()
     start = 0
     for n, tree in ((5, False), (1, False), (3, False), (4, True), (1, False)):
-        x, pos = scale * torch.randn(g, n, stack.blocks[0][0].shape[0], generator=gen), torch.arange(start, start + n)
+        x, pos = torch.randn(g, n, lean.plain_weights[0].shape[0], generator=gen), torch.arange(start, start + n)
         mask = None
         if tree:
             mask = torch.ones(n, start + n, dtype=torch.bool).tril(start)
@@ -456,9 +469,26 @@ def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, scal
                               lean.plain_packed, lean.n_heads, lean.n_kv, lean.head_dim, lean.eps)
         err = float((out - ref).abs().max() / ref.abs().max())
         assert err <= 2e-6, err  # float rounding (its exp and SiLU over a wide range: test_rowkernel.py)
-        torch.testing.assert_close(k, k_py, rtol=1e-5, atol=1e-5 * scale)
-        torch.testing.assert_close(v, v_py, rtol=1e-5, atol=1e-5 * scale)
+        torch.testing.assert_close(k, k_py, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(v, v_py, rtol=1e-5, atol=1e-5)
         start += n
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+def test_the_c_stack_refuses_what_it_cannot_index():
+    """More than MAX_ROWS rows, a cache it cannot index or an additive mask go to the torch calls (`runs`); caches,
+    slots, masks or positions that do not fit raise ValueError, as the torch calls would fail on them."""
+    lean = _random_stack(4, 1, 8, torch.float32)
+    k = torch.zeros(2, 1, 1, 16, 8)
+    v, x = k.clone(), torch.randn(1, 2, 32)
     assert not lean.fused.runs(rowkernel.MAX_ROWS + 1, k, v, None)
-    assert not lean.fused.runs(2, k.transpose(3, 4), v, None)  # a cache it cannot index
-    assert not lean.fused.runs(2, k, v, torch.zeros(2, 3))  # an additive mask: the torch calls take it
+    assert not lean.fused.runs(2, k.transpose(3, 4), v, None)
+    assert not lean.fused.runs(2, k, v, torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="caches"):
+        lean.fused(x, torch.arange(2), k[:, :, :, :, :4].contiguous(), v[:, :, :, :, :4].contiguous(), 0, None)
+    with pytest.raises(ValueError, match="slots"):
+        lean.fused(x, torch.arange(2), k, v, 15, None)
+    with pytest.raises(ValueError, match="mask"):
+        lean.fused(x, torch.arange(2), k, v, 0, torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="RoPE"):
+        lean.fused(x, torch.tensor([0, 64]), k, v, 0, None)
