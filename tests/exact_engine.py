@@ -49,6 +49,12 @@ class _RecordingRule:
         self._accept_at = (set(torch.as_tensor(depth).flatten().tolist()), draft_len)
         return a
 
+    def judge(self, p, q, x, depth, draft_len):  # a chain round's one call: the test and its own residual
+        a, residual = self._rule.judge(p, q, x, depth, draft_len)
+        self.last_accept = a.detach().clone()
+        self._accept_at = (set(torch.as_tensor(depth).flatten().tolist()), draft_len)
+        return a, residual
+
     def residual(self, p, q, x, depth, draft_len):
         assert self._accept_at is not None, "a residual asked for before any acceptance test"
         depths, accept_len = self._accept_at

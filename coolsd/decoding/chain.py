@@ -16,6 +16,7 @@ from torch import Tensor
 
 from coolsd.decoding.events import RoundEvent, TokenOutcome
 from coolsd.decoding.round import Clock, Session, make_event, nan_after, round_detail, sample
+from coolsd.decoding.rules import omega_values
 
 
 def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
@@ -58,11 +59,11 @@ def verify(s: Session, index: int, clock: Clock, x_list: list[Tensor], q_list: l
     if n_draft > 0:
         q, x = torch.stack(q_list), ids[1:]  # (L, V), (L,)
         depth = torch.arange(1, n_draft + 1, device=dev)
-        a = s.rule.accept_prob(p[:n_draft], q, x, depth, draft_len)  # (L,)
+        a, residual = s.rule.judge(p[:n_draft], q, x, depth, draft_len)  # (L,), (L, V)
         u = torch.rand(n_draft, generator=s.gen, device=dev, dtype=a.dtype)
         n = (u <= a).long().cumprod(0).sum()  # () accepted drafts, on the device
         # where the last token comes from: the residual at the first rejection, or p_{L+1} (bonus)
-        rows = torch.cat([s.rule.residual(p[:n_draft], q, x, depth, draft_len), p[n_draft:]])  # (L + 1, V)
+        rows = torch.cat([residual, p[n_draft:]])  # (L + 1, V)
         y = sample(rows.index_select(0, n.view(1))[0], s.gen)  # a tensor index: no host sync
     else:
         a = torch.zeros(0, dtype=p.dtype, device=dev)
@@ -82,7 +83,7 @@ def verify(s: Session, index: int, clock: Clock, x_list: list[Tensor], q_list: l
         s.drafter.crop(t)
     s.commit(tokens, torch.cat([ids[1 : n + 1], y]), None if step.hidden is None else step.hidden[:, : n + 1])
     tested = min(n + 1, n_draft)
-    omega = s.rule.omega(torch.arange(1, n_draft + 1), draft_len).tolist() if n_draft > 0 else []  # host maths
+    omega = omega_values(s.rule, n_draft, draft_len) if n_draft > 0 else []  # host floats
     last = TokenOutcome.RESAMPLED if n < n_draft else TokenOutcome.BONUS
     detail = round_detail(p, q, ids[1:], a, u, omega, rows, n, y_host) if s.detail else None  # the microscope
     return make_event(index=index, start=t, tokens=tokens, n_accepted=n, seconds=clock.read(),

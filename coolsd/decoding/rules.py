@@ -4,6 +4,8 @@ Every rule answers three calls on processed distributions, vectorised over leadi
   omega(depth, draft_len)                 -> (...)       relaxation weight (ones if lossless)
   accept_prob(p, q, x, depth, draft_len)  -> (...)       a in [0, 1], chance of keeping draft x
   residual(p, q, x, depth, draft_len)     -> (..., V)    where to resample after rejecting x
+and `judge(p, q, x, depth, draft_len)` gives the last two at once (a chain round needs both; a rule whose two calls
+read `accept_all` computes it once; the same numbers, bit for bit, tests/decoding/test_rules.py).
 with p, q: (..., V) target / draft probabilities, x: (...) int64 draft ids, depth: (...) int64,
 1-based position of the draft inside its round (restarts at 1 every round).
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
 import torch
@@ -85,6 +87,18 @@ class Rule:
         """Default: the optimal residual G* of this rule's acceptance."""
         return g_star(p, q, self.accept_all(p, q, depth, draft_len))
 
+    def judge(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> tuple[Tensor, Tensor]:
+        """(accept_prob (...), residual (..., V)) of drafts x in one call, equal to the two calls'. Where the test
+        and the residual are the base's (both read accept_all), accept_all is computed once for both."""
+        if not self._reads_accept_all():
+            return self.accept_prob(p, q, x, depth, draft_len), self.residual(p, q, x, depth, draft_len)
+        a_all = self.accept_all(p, q, depth, draft_len)
+        return pick(a_all, x), g_star(p, q, a_all)
+
+    def _reads_accept_all(self) -> bool:
+        """True when accept_prob is accept_all at x and residual G* of accept_all (neither call overridden)."""
+        return type(self).accept_prob is Rule.accept_prob and type(self).residual is Rule.residual
+
     def config(self) -> dict:
         """Name + fields, JSON-ready (what benchmarks record next to their numbers)."""
         return {"rule": self.name} | {k: v for k, v in asdict(self).items() if not isinstance(v, Tensor)}
@@ -99,6 +113,9 @@ class EagleRule(Rule):
 
     def accept_all(self, p, q, depth, draft_len):
         return ratio_accept(p, q, 1.0)
+
+    def accept_prob(self, p, q, x, depth, draft_len):
+        return ratio_accept(pick(p, x), pick(q, x), 1.0)  # the drafts' entries only: the same numbers
 
     def residual(self, p, q, x, depth, draft_len):
         return lossless_residual(p, q)
@@ -207,6 +224,11 @@ class CoolSDRule(Rule):
         if self.residual_kind == "lossless":
             return lossless_residual(p, q)
         return super().residual(p, q, x, depth, draft_len)
+
+    def _reads_accept_all(self):  # the optimal residual is the base's G*
+        cls = type(self)
+        base_calls = cls.accept_prob is Rule.accept_prob and cls.residual is CoolSDRule.residual
+        return base_calls and self.residual_kind == "optimal"
 
 
 @dataclass(frozen=True)
@@ -409,6 +431,25 @@ class LanternRule(LanternPPRule):
 
     def budget(self, px):
         return torch.full_like(px, self.delta)
+
+
+_OMEGA_VALUES: dict[tuple, tuple[float, ...]] = {}  # omega_values' cache: settings -> omegas (no rule kept alive)
+
+
+def omega_values(rule: Rule, depths: int, draft_len: int) -> list[float]:
+    """rule.omega at depths 1..`depths` of a round of `draft_len`, as host floats: what a round's event records.
+    Cached per rule settings (a race asks the same question every round); LANTERN's table is not part of the key
+    (omega ignores it) and no rule is kept by the cache."""
+    key = (type(rule), tuple(getattr(rule, f.name) for f in fields(rule) if f.compare), depths, draft_len)
+    try:
+        values = _OMEGA_VALUES.get(key)
+    except TypeError:  # a setting that does not hash
+        return rule.omega(torch.arange(1, depths + 1), draft_len).tolist()
+    if values is None:
+        if len(_OMEGA_VALUES) >= 1024:
+            _OMEGA_VALUES.clear()
+        values = _OMEGA_VALUES[key] = tuple(rule.omega(torch.arange(1, depths + 1), draft_len).tolist())
+    return list(values)
 
 
 RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,

@@ -63,7 +63,8 @@ class SamplingConfig:
         z = self.mix(logits)
         if self.greedy:
             return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
-        z = z / self.temperature
+        if self.temperature != 1:  # z / 1 is z, bit for bit: one op a row saved
+            z = z / self.temperature
         if 0 < self.top_k < z.shape[-1]:
             kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
             z = z.masked_fill(z < kth, -math.inf)

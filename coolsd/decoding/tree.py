@@ -17,6 +17,7 @@ from torch import Tensor
 from coolsd.decoding.events import RoundEvent, TokenOutcome
 from coolsd.decoding.protocol import ModelStep
 from coolsd.decoding.round import Clock, Session, make_event, nan_after, sample
+from coolsd.decoding.rules import omega_values
 
 # Eagle-1's default 25-node tree (`mc_sim_7b_63`; 4, 8, 8, 3, 2 nodes per depth).
 EAGLE_25 = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
@@ -252,7 +253,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     s.drafter.crop(t)
     hidden = None if step.hidden is None else step.hidden[:, [0] + [row_of[k] for k in walk.accepted]]
     s.commit(tokens, torch.tensor(tokens, dtype=torch.long, device=s.device), hidden)
-    omega_all = s.rule.omega(torch.arange(1, depth_max + 1), tree_depth).tolist()
+    omega_all = omega_values(s.rule, depth_max, tree_depth)
     return make_event(index=index, start=t, tokens=tokens, n_accepted=len(walk.accepted), seconds=clock.read(),
                       last=walk.last, accept_probs=nan_after(walk.first_a, depth_max), omega=omega_all,
                       tested_depths=walk.tested_d, tested_probs=walk.tested_a, target_forwards=1,

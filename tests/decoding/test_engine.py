@@ -358,9 +358,9 @@ def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
         def __init__(self, rule):
             self.rule, self.calls = rule, []
 
-        def accept_prob(self, p, q, x, depth, draft_len):
+        def judge(self, p, q, x, depth, draft_len):  # a chain round's one call
             self.calls.append((p.clone(), q.clone(), x.tolist()))
-            return self.rule.accept_prob(p, q, x, depth, draft_len)
+            return self.rule.judge(p, q, x, depth, draft_len)
 
         def __getattr__(self, name):
             return getattr(self.rule, name)

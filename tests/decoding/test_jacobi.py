@@ -124,9 +124,9 @@ class Recording:
     def __init__(self, rule) -> None:
         self.rule, self.tests = rule, []
 
-    def accept_prob(self, p, q, x, depth, draft_len):
+    def judge(self, p, q, x, depth, draft_len):  # a chain round's one call
         self.tests.append((p.clone(), q.clone(), x.tolist()))
-        return self.rule.accept_prob(p, q, x, depth, draft_len)
+        return self.rule.judge(p, q, x, depth, draft_len)
 
     def __getattr__(self, name):
         return getattr(self.rule, name)

@@ -21,11 +21,15 @@ from coolsd.decoding.rules import (
     lossless_residual,
     make_rule,
     normalise,
+    omega_values,
     pick,
 )
 from coolsd.theory.oracle import rule_step
 
 V, L = 8, 3  # codebook size and draft length of the contract batches
+JUDGE_VARIANTS = {"cool-sd": [{"residual_kind": "lossless"}, {"floor_at_one": False}],
+                  "lantern++": [{"residual_kind": "optimal"}], "lantern": [{"residual_kind": "optimal"}],
+                  "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}]}
 
 
 def line_codebook(v: int) -> torch.Tensor:
@@ -76,6 +80,22 @@ class RuleContract:
         assert a_all.shape == (L, V) and a.shape == (L,) and r.shape == (L, V)
         assert ((a >= 0) & (a <= 1)).all() and ((a_all >= 0) & (a_all <= 1)).all()
         torch.testing.assert_close(a, pick(a_all, x), rtol=0, atol=1e-12)
+
+    def test_judge_is_the_two_calls_bit_for_bit(self, build_rule, batch):
+        """A chain round's one call (test and residual at once) gives exactly what the two calls give, also for
+        the other residuals and floors a rule offers; and the event's cached host omegas are the rule's omega."""
+        for settings in [{}, *JUDGE_VARIANTS.get(self.name, [])]:
+            self.check_judge(build_rule(self.name, **settings), batch)
+
+    @staticmethod
+    def check_judge(rule, batch):
+        p, q, x, depth = batch
+        for d in (depth, depth + 2):  # interior depths too
+            a, r = rule.judge(p, q, x, d, L)
+            assert torch.equal(a, rule.accept_prob(p, q, x, d, L))
+            assert torch.equal(r, rule.residual(p, q, x, d, L))
+        assert omega_values(rule, L, L) == rule.omega(depth, L).tolist()
+        assert omega_values(rule, 2, 5) == rule.omega(torch.arange(1, 3), 5).tolist()
 
     def test_residual_is_a_distribution(self, rule, batch):
         p, q, x, depth = batch
@@ -198,6 +218,24 @@ class TestUniformRSD(RuleContract):
 
 class TestCoolSD(RuleContract):
     name = "cool-sd"
+
+    def test_judge_computes_the_acceptance_once_and_honours_overrides(self, batch):
+        """judge reads accept_all once for the test and G*; a subclass's own residual is still the one used."""
+        calls = []
+
+        class Counting(CoolSDRule):
+            def accept_all(self, *args):
+                calls.append(args[2])
+                return super().accept_all(*args)
+
+        class OwnResidual(CoolSDRule):
+            def residual(self, p, q, x, depth, draft_len):
+                return p
+
+        p, q, x, depth = batch
+        Counting().judge(p, q, x, depth, L)
+        assert len(calls) == 1
+        assert torch.equal(OwnResidual().judge(p, q, x, depth, L)[1], p)
 
     @pytest.mark.parametrize("draft_len", [1, 2, 3, 5, 8])
     @pytest.mark.parametrize("nu", [0.0, 0.3, 0.7, 2.0])
