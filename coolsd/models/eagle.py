@@ -16,6 +16,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from coolsd.decoding.protocol import ModelStep
+from coolsd.models import rowkernel
 from coolsd.models.lean import (
     FUSED_PATHS,
     INT8_DRAFTER_PATHS,
@@ -72,6 +73,7 @@ class EagleDrafter:
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
         self.lean: tuple[LeanLinear | Int8Linear | RowsLinear, ...] | None = None  # (fc, head) on a lean path
+        self.fused: rowkernel.EagleKernel | None = None  # lean-fused: the whole step in one C call, where it runs
         # the head mimics the target transformer's logits; a target that divides them by a temperature before its
         # look-alike channel (`coolsd.models.channel`) has its drafter divide by the same (set by the loader)
         self.temperature = 1.0
@@ -90,12 +92,15 @@ class EagleDrafter:
                         path, self.device)
         set_path(self.stack, path, rows, int8=int8)
         plain = LEAN_PATHS.get(path)
+        self.fused = None
         if plain is None:
             self.lean = None
         elif int8:
             self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
         elif path in FUSED_PATHS:  # the stored weights on the row kernel, the layer in one C call (`set_path`)
-            self.lean = (RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t))
+            self.lean = fc, head = (RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t))
+            self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias,
+                                                        head.packed)  # and fc, layer and head in one, where it can
         else:
             self.lean = (LeanLinear(self.fc_t, self.fc_b, plain), LeanLinear(self.head_t, None, plain))
 
@@ -114,6 +119,12 @@ class EagleDrafter:
         if hidden is None:
             raise ValueError("an Eagle drafter needs the feature before every token")
         g, n, d = hidden.shape
+        if self.fused is not None and self.fused.stack.runs(g * n, self.stack.k, self.stack.v, mask):
+            start, end = self.stack.claim(n)
+            out, logits = self.fused(ids, hidden, positions + 1, self.stack.k, self.stack.v, start, mask,
+                                     self.temperature)
+            self.stack.length = end
+            return ModelStep(logits=logits, hidden=out)
         e = self.embed[ids][None].expand(g, -1, -1)
         if self.lean is not None:  # products prepared once (`coolsd.models.lean`), fp32 pairs and features
             fc, head = self.lean

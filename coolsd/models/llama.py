@@ -147,15 +147,21 @@ class LayerStack:
             x = torch.addmm(x, F.silu(gate).mul_(up), w_down)
         return x.view(g, n, d)
 
+    def claim(self, n: int) -> tuple[int, int]:
+        """The slots [start, end) a call of n new tokens writes (ValueError when the cache has no room for them);
+        the caller sets `length = end` once its call has run."""
+        start, end = self.length, self.length + n
+        if end > self.max_slots:
+            raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
+        return start, end
+
     @torch.no_grad()
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
         """Eager path. x (G, n, D) input embeddings at rope `positions` (n,); mask (n, length + n) bool
         or None (causal). Appends n slots and returns the last layer's output (G, n, D), before any final norm.
         """
         n = x.shape[1]
-        start, end = self.length, self.length + n
-        if end > self.max_slots:
-            raise ValueError(f"KV cache full: {end} > {self.max_slots} slots")
+        start, end = self.claim(n)
         if self.lean is not None:
             out = self.lean.forward(x, positions, self.k, self.v, start, mask)
             self.length = end

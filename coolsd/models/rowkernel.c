@@ -251,3 +251,40 @@ void coolsd_silu_times(const float *gate, const float *up, float *act, int n) { 
 
 LAYERS(coolsd_layers, float, coolsd_rows_mm)
 LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)
+
+/* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, path "lean-fused") ----
+
+   What `coolsd.models.eagle.EagleDrafter.forward` computes on the lean path, in the same order and roundings:
+   x = [embed[ids[t]]; hidden] @ fc + fc_bias, the layer stack above on x (its arguments after `x`), logits =
+   (x @ head) / temperature. embed: (E, D) fp32 rows; ids: (n,) shared by the G rows; hidden: (M, D) fp32, M = G n;
+   fc: (2 D -> D), head: (D -> V) packed like the stack's weights; x: (M, D) out, the head's features; logits:
+   (M, V) out. Returns the stack's status, or 2 (no memory), 4 (an id outside the E rows). */
+#define EAGLE(NAME, T, MM, STACK)                                                                        \
+  int NAME(const float *embed, long E, const long *ids, const float *hidden, const T *fc, const float *fc_bias, \
+           const T *head, int V, float temperature, float *x, float *logits, const T *const *w,              \
+           const float *cos, const float *sin, const long *pos, float *kc, float *vc,                      \
+           const unsigned char *mask, int G, int n, int D, int L, int hq, int hk, int hd, int I, long S,     \
+           int start, float eps, long P) {                                                                 \
+    long M = (long)G * n;                                                                                  \
+    if (M <= 0) return 0;                                                                                  \
+    for (int t = 0; t < n; t++)                                                                            \
+      if (ids[t] < 0 || ids[t] >= E) return 4;                                                             \
+    float *pair = malloc(sizeof(float) * M * 2 * D);                                                       \
+    if (!pair) return 2;                                                                                   \
+    for (long r = 0; r < M; r++) {                                                                         \
+      memcpy(pair + r * 2 * D, embed + ids[r % n] * D, sizeof(float) * D);                                 \
+      memcpy(pair + r * 2 * D + D, hidden + r * D, sizeof(float) * D);                                     \
+    }                                                                                                      \
+    MM(pair, 2 * D, fc, x, (int)M, 2 * D, D);                                                              \
+    free(pair);                                                                                            \
+    for (long r = 0; r < M; r++)                                                                           \
+      for (int i = 0; i < D; i++) x[r * D + i] += fc_bias[i];                                              \
+    int status = STACK(x, w, cos, sin, pos, kc, vc, mask, G, n, D, L, hq, hk, hd, I, S, start, eps, P);    \
+    if (status) return status;                                                                             \
+    MM(x, D, head, logits, (int)M, D, V);                                                                  \
+    for (long i = 0; i < M * V; i++) logits[i] /= temperature;                                             \
+    return 0;                                                                                              \
+  }
+
+EAGLE(coolsd_eagle, float, coolsd_rows_mm, coolsd_layers)
+EAGLE(coolsd_eagle_bf16, uint16_t, coolsd_rows_mm_bf16, coolsd_layers_bf16)

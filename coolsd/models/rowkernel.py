@@ -211,17 +211,87 @@ class StackKernel:
         the last layer's output (G, n, D) fp32 (`runs` says which calls it takes; bad shapes or positions past the
         RoPE tables raise ValueError)."""
         g, n, d = x_in.shape
-        self._check(g, n, k, v, start, mask)
         x = x_in.to(torch.float32, copy=True).contiguous()
+        args, _kept = self.arguments(g, n, d, positions, k, v, start, mask)
+        self.raise_for(self.fn(x.data_ptr(), *args), g * n)
+        return x
+
+    def arguments(self, g: int, n: int, d: int, positions: Tensor, k: Tensor, v: Tensor, start: int,
+                  mask: Tensor | None) -> tuple[tuple, tuple]:
+        """(what `coolsd_layers*` takes after x for a call of (G, n, D) rows, checked by `_check`; the converted
+        positions and mask it points to, which the caller holds until the call returns: nothing is kept here, so
+        threads may share one kernel)."""
+        self._check(g, n, k, v, start, mask)
         positions = positions.to(torch.int64).contiguous()
-        if mask is not None:
-            mask = mask.contiguous()
+        mask = None if mask is None else mask.contiguous()
         layers, hq, hk, hd, inter = self.dims
-        status = self.fn(x.data_ptr(), self.pointers, self.cos.data_ptr(), self.sin.data_ptr(),
-                         positions.data_ptr(), k.data_ptr(), v.data_ptr(), None if mask is None else mask.data_ptr(),
-                         g, n, d, layers, hq, hk, hd, inter, k.shape[3], start, self.eps, self.cos.shape[0])
+        return (self.pointers, self.cos.data_ptr(), self.sin.data_ptr(), positions.data_ptr(), k.data_ptr(),
+                v.data_ptr(), None if mask is None else mask.data_ptr(), g, n, d, layers, hq, hk, hd, inter,
+                k.shape[3], start, self.eps, self.cos.shape[0]), (positions, mask)
+
+    def raise_for(self, status: int, rows: int) -> None:
+        """A C call's status as an error: 2 MemoryError, 3 and 4 ValueError (0: nothing)."""
         if status == 2:
-            raise MemoryError(f"coolsd_layers: no memory for the scratch of {g * n} rows")
+            raise MemoryError(f"coolsd_layers: no memory for the scratch of {rows} rows")
+        if status == 4:
+            raise ValueError("coolsd_eagle: a token id outside the embedding's rows")
         if status:
             raise ValueError(f"coolsd_layers: status {status} (3: a position past the {self.cos.shape[0]} RoPE rows)")
-        return x
+
+
+@functools.cache
+def _eagle_kernel(dtype: torch.dtype):
+    """An Eagle head's step for weights of `dtype` (`coolsd_eagle*` in rowkernel.c)."""
+    fn = _library().coolsd_eagle_bf16 if dtype == torch.bfloat16 else _library().coolsd_eagle
+    fn.restype = ctypes.c_int
+    fn.argtypes = ([ctypes.c_void_p, ctypes.c_long] + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_float]
+                   + [ctypes.c_void_p] * 9 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float,
+                                                                    ctypes.c_long])
+    return fn
+
+
+class EagleKernel:
+    """An Eagle head's whole step in one C call (`coolsd_eagle*`): fc([embedding; feature]) + bias, its layer stack
+    (a `StackKernel`), the LM head, / temperature: `coolsd.models.eagle.EagleDrafter.forward`'s lean maths in the
+    same order (on bf16 weights the same bits; on fp32 weights a one-row fc or head runs MKL there, here the row
+    kernel: float rounding apart).
+
+    Args: stack: the head's `StackKernel`; embed: (E, D) token embedding (copied to fp32 once); fc, head: `pack`ed
+    (2 D -> D) and (D -> V) in the stack's dtype; fc_bias: (D,)."""
+
+    def __init__(self, stack: StackKernel, embed: Tensor, fc: Tensor, fc_bias: Tensor, head: Tensor) -> None:
+        self.stack, self.fc, self.head = stack, fc, head
+        self.embed = embed.detach().float().contiguous()
+        self.fc_bias = fc_bias.detach().float().contiguous()
+        self.vocab = head.shape[0] * BLOCK
+        self.fn = _eagle_kernel(fc.dtype)
+
+    @classmethod
+    def for_head(cls, stack: StackKernel | None, embed: Tensor, fc: Tensor | None, fc_bias: Tensor | None,
+                 head: Tensor | None) -> EagleKernel | None:
+        """One where the stack runs in C and fc (with a bias) and head are packed in its dtype; else None."""
+        if stack is None or fc is None or head is None or fc_bias is None:
+            return None
+        if not fc.dtype == head.dtype == stack.packed[0].dtype:
+            return None
+        return cls(stack, embed, fc, fc_bias, head)
+
+    def __call__(self, ids: Tensor, hidden: Tensor, positions: Tensor, k: Tensor, v: Tensor, start: int,
+                 mask: Tensor | None, temperature: float) -> tuple[Tensor, Tensor]:
+        """ids (n,) int64 tokens (shared by the G rows), hidden (G, n, D) the feature before each, at RoPE table rows
+        `positions` (n,); caches, slots and mask as `StackKernel`'s call (whose `runs` says which calls it takes).
+        Returns (features (G, n, D), logits (G, n, V)) fp32; bad shapes, ids or positions raise ValueError."""
+        g, n, d = hidden.shape
+        if ids.shape != (n,) or d != self.embed.shape[1]:
+            raise ValueError(f"coolsd_eagle: {tuple(ids.shape)} ids and features {tuple(hidden.shape)}, not ({n},) "
+                             f"and (G, n, {self.embed.shape[1]})")
+        ids = ids.to(torch.int64).contiguous()
+        hidden = hidden.to(torch.float32).contiguous()
+        x = torch.empty(g, n, d)
+        logits = torch.empty(g, n, self.vocab)
+        args, _kept = self.stack.arguments(g, n, d, positions, k, v, start, mask)
+        status = self.fn(self.embed.data_ptr(), self.embed.shape[0], ids.data_ptr(), hidden.data_ptr(),
+                         self.fc.data_ptr(), self.fc_bias.data_ptr(), self.head.data_ptr(), self.vocab, temperature,
+                         x.data_ptr(), logits.data_ptr(), *args)
+        self.stack.raise_for(status, g * n)
+        return x, logits

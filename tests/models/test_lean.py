@@ -396,18 +396,23 @@ def test_lean_fused_runs_both_stacks_in_the_c_kernel_up_to_max_rows(tiny, monkey
     target, drafter = _pair(tiny, "lean-fused")
     assert target.stack.lean.fused is not None and drafter.stack.lean.fused is not None
     assert not drafter.stack.lean.plain_scales  # no int8 drafter on this path
+    assert drafter.fused is not None and drafter.fused.stack is drafter.stack.lean.fused  # its whole step in C
     rows = []
-    real = rowkernel.StackKernel.__call__
+    real, real_head = rowkernel.StackKernel.__call__, rowkernel.EagleKernel.__call__
     monkeypatch.setattr(rowkernel.StackKernel, "__call__",
                         lambda self, x, *a: rows.append(x.shape[0] * x.shape[1]) or real(self, x, *a))
+    monkeypatch.setattr(rowkernel.EagleKernel, "__call__", lambda self, i, h, *a: rows.append(
+        ("head", h.shape[0] * h.shape[1])) or real_head(self, i, h, *a))
     target.start(2, True)
     drafter.start(2, True)
     for x, pos, mask in _calls(0, torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])):
         drafter.forward(x, target.forward(x, pos, mask).hidden, pos, mask)
-    assert rows == [2, 2, 2, 6, 6, 2, 2, 8, 8]  # the target's start (its class token), then target, drafter
+    # the target's start (its class token), then target, drafter
+    assert rows == [2, 2, ("head", 2), 6, ("head", 6), 2, ("head", 2), 8, ("head", 8)]
     many = torch.arange(rowkernel.MAX_ROWS // 2 + 1) % 7
-    target.forward(many, torch.arange(target.length, target.length + len(many)))
-    assert rows[-1] == 8  # 2 x 9 = 18 rows ran the torch calls
+    out = target.forward(many, torch.arange(target.length, target.length + len(many)))
+    drafter.forward(many, out.hidden, torch.arange(drafter.length, drafter.length + len(many)))
+    assert rows[-1] == ("head", 8)  # 2 x 9 = 18 rows ran the torch calls, target and drafter
 
 
 def test_lean_fused_without_the_kernel_runs_as_lean(tiny, monkeypatch):
@@ -415,7 +420,7 @@ def test_lean_fused_without_the_kernel_runs_as_lean(tiny, monkeypatch):
     bit (fp32 weights: the plain products either way)."""
     monkeypatch.setattr(rowkernel, "available", lambda: False)
     (lean, lean_d), (fused, fused_d) = _pair(tiny, "lean"), _pair(tiny, "lean-fused")
-    assert fused.stack.lean.fused is None and fused_d.stack.lean.fused is None
+    assert fused.stack.lean.fused is None and fused_d.stack.lean.fused is None and fused_d.fused is None
     ids = torch.tensor([5, 9, 1, 30])
     for t, d in ((lean, lean_d), (fused, fused_d)):
         t.start(1, True)
@@ -492,3 +497,49 @@ def test_the_c_stack_refuses_what_it_cannot_index():
         lean.fused(x, torch.arange(2), k, v, 0, torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="RoPE"):
         lean.fused(x, torch.tensor([0, 64]), k, v, 0, None)
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("guidance", [True, False])
+def test_the_c_head_step_is_the_python_head_step(tiny, guidance, dtype):
+    """The Eagle head's step in one C call (`EagleKernel`: fc, the layer, the LM head, / temperature) against the
+    same drafter's lean-fused step in Python over a step, a verify, a step and a tree block, at a temperature: on
+    bf16 weights the same bits; on fp32 weights float rounding (a one-row fc or head runs MKL in Python)."""
+    target, drafter = _bf16_models(tiny) if dtype == torch.bfloat16 else fork_models(tiny.target, tiny.drafter)
+    drafter.fc_b = torch.randn(drafter.fc_b.shape, generator=torch.Generator().manual_seed(3)).to(dtype)  # not 0
+    prepare([target, drafter], path="lean-fused")
+    python = drafter.fork()
+    python.fused = None
+    assert drafter.fused is not None
+    for d in (drafter, python):
+        d.temperature = 0.6
+        d.start(1, guidance)
+    target.start(1, guidance)
+    for x, pos, mask in _calls(0, torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])):
+        hidden = target.forward(x, pos, mask).hidden
+        out, ref = drafter.forward(x, hidden, pos, mask), python.forward(x, hidden, pos, mask)
+        assert out.logits.shape == ref.logits.shape and drafter.length == python.length
+        if dtype == torch.bfloat16:
+            assert torch.equal(out.logits, ref.logits) and torch.equal(out.hidden, ref.hidden)
+        else:
+            torch.testing.assert_close(out.logits, ref.logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out.hidden, ref.hidden, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+def test_the_c_head_step_refuses_ids_it_cannot_read(tiny):
+    """An id past the embedding's rows, ids that do not match the features or a full cache raise ValueError (the
+    torch calls fail on them too) and leave the cache's length as it was."""
+    target, drafter = fork_models(tiny.target, tiny.drafter)
+    prepare([target, drafter], path="lean-fused")
+    drafter.start(1, False)
+    hidden = torch.randn(1, 2, drafter.embed.shape[1])
+    with pytest.raises(ValueError, match="embedding"):
+        drafter.forward(torch.tensor([0, drafter.embed.shape[0]]), hidden, torch.arange(2))
+    with pytest.raises(ValueError, match="ids"):
+        drafter.fused(torch.tensor([0, 1, 2]), hidden, torch.arange(2), drafter.stack.k, drafter.stack.v, 0, None, 1.0)
+    drafter.stack.length = drafter.stack.max_slots - 1
+    with pytest.raises(ValueError, match="KV cache full"):
+        drafter.forward(torch.tensor([0, 1]), hidden, torch.arange(2))
+    assert drafter.stack.length == drafter.stack.max_slots - 1
