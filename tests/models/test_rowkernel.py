@@ -21,10 +21,11 @@ needs_kernel = pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / F
 
 
 @needs_kernel
+@pytest.mark.parametrize("n", [48, 112])  # 3 column blocks; 7 (one row runs four at a time, then three)
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 13])
-def test_rows_mm_equals_the_exact_product_for_strided_rows(rows):
+def test_rows_mm_equals_the_exact_product_for_strided_rows(rows, n):
     g = torch.Generator().manual_seed(rows)
-    k, n = 37, 48
+    k = 37
     w_t = torch.randn(k, n, generator=g)
     wide = torch.randn(rows, 2 * k, generator=g)
     x = wide.narrow(1, 3, k)  # strided rows, as the lean stack's norm output
@@ -41,9 +42,10 @@ def test_rows_mm_equals_the_exact_product_for_strided_rows(rows):
 
 @needs_kernel
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it():
-    """One row alone, or third of seven: the same bits (one FMA chain over k per output)."""
+    """One row alone (four column blocks at a time, then the rest), or third of seven: the same bits (one FMA
+    chain over k per output)."""
     g = torch.Generator().manual_seed(0)
-    w_t, x = torch.randn(64, 32, generator=g), torch.randn(7, 64, generator=g)
+    w_t, x = torch.randn(64, 16 * 9, generator=g), torch.randn(7, 64, generator=g)
     packed = rowkernel.pack(w_t)
     together = rowkernel.rows_mm(x, packed)
     for i in range(7):
