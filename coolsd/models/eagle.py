@@ -20,6 +20,7 @@ from coolsd.models import rowkernel
 from coolsd.models.lean import (
     FUSED_PATHS,
     INT8_DRAFTER_PATHS,
+    KERNEL_INT8_PATHS,
     LEAN_PATHS,
     Int8Linear,
     LeanLinear,
@@ -84,17 +85,22 @@ class EagleDrafter:
 
     def use_path(self, path: str, rows=(2,)) -> None:
         """Execution path of the layer: "eager", "static", "cuda-graphs" or a lean path ("lean-q8": every
-        product on int8 weights; "lean-fused": the layer in one C call, fc and LM head on the row kernel;
+        product on int8 weights; "lean-fused": the whole step in one C call; "lean-fused-q8": that on int8 weights;
         `coolsd.models.lean`; see `coolsd.models.graphs`)."""
         int8 = path in INT8_DRAFTER_PATHS and int8_runs(self.device)
         if path in INT8_DRAFTER_PATHS and not int8:
             log.warning("coolsd: %s runs int8 products on a CPU only; the drafter on %s runs them as on lean",
                         path, self.device)
-        set_path(self.stack, path, rows, int8=int8)
+        on_kernel = int8 and path in KERNEL_INT8_PATHS and rowkernel.available()  # else torch's int8 product
+        set_path(self.stack, path, rows, int8=int8 and not on_kernel, kernel_int8=on_kernel)
         plain = LEAN_PATHS.get(path)
         self.fused = None
         if plain is None:
             self.lean = None
+        elif on_kernel:  # int8 copies on the row kernel, and the whole step in one C call
+            self.lean = fc, head = (RowsLinear(self.fc_t, self.fc_b, int8=True), RowsLinear(self.head_t, int8=True))
+            self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias,
+                                                        head.packed)
         elif int8:
             self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
         elif path in FUSED_PATHS:  # the stored weights on the row kernel, the layer in one C call (`set_path`)

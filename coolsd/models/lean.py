@@ -34,10 +34,14 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   reads the stored bf16 (half the bytes) and runs one-row calls too.
 - path "lean-fused": "lean-rows" with every layer stack's call of up to 16 rows (a step, a verify, a tree block,
   the drafter's step) in one C call (`rowkernel.StackKernel`: the maths of `plain_layers_py` in fp32 on the
-  stored weights, bf16 read as bf16), and the drafter's fc and LM head on the row kernel too, not int8. Measured
-  on the emoji model (AVX2-only EPYC, `python -m coolsd.bench.limit`, one run): a target step 2.65 -> 1.29 ms (the
-  C stack alone, weights hot, 0.74 ms, its products about 0.57), a head step 0.65 -> 0.43 ms, a round of L = 2
-  3.89 -> 2.09 ms.
+  stored weights, bf16 read as bf16), and the drafter's whole step (fc, its layer, LM head) in one
+  (`rowkernel.EagleKernel`), not int8. Measured on the emoji model (AVX2-only EPYC, `python -m coolsd.bench.limit`,
+  one run): a target step 2.65 -> 1.29 ms (the C stack alone, weights hot, 0.74 ms, its products about 0.57), a
+  head step 0.65 -> 0.43 ms, a round of L = 2 3.89 -> 2.09 ms (docs/models.md has the later runs).
+- path "lean-fused-q8": "lean-fused" with the drafter's weights rounded to int8 as `Int8Linear` rounds them (the
+  same integers and scales), read by the row kernel (`rowkernel.pack(int8=True)`; every drafter call, no fp32 or
+  oneDNN copy): half the bf16 bytes of a head step, fp32 maths on the rounded weights (tested against the eager
+  drafter on those weights). Without the kernel it runs as "lean-q8".
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same
@@ -62,13 +66,15 @@ from coolsd.models import rowkernel
 # fp32 BLAS, about 3 us a call against oneDNN's ~20 but twice the bytes; "lean-packed": every call on oneDNN
 # (half the bytes: better where the weights do not stay in the cache); "lean-q8": "lean" with the drafter on
 # `Int8Linear`. `python -m coolsd.bench.limit` measures them side by side.
-LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1, "lean-fused": 1}
-INT8_DRAFTER_PATHS = ("lean-q8", "lean-rows")  # lean paths whose drafter runs `Int8Linear` products
+LEAN_PATHS = {"lean": 1, "lean-packed": 0, "lean-q8": 1, "lean-rows": 1, "lean-fused": 1, "lean-fused-q8": 1}
+INT8_DRAFTER_PATHS = ("lean-q8", "lean-rows", "lean-fused-q8")  # lean paths whose drafter reads int8 weights
 # "lean-rows": "lean-q8" with the target's products of a few rows (a verify; bf16 weights: every call) on the row kernel
-ROW_KERNEL_PATHS = ("lean-rows", "lean-fused")
+ROW_KERNEL_PATHS = ("lean-rows", "lean-fused", "lean-fused-q8")
 # "lean-fused": "lean-rows" with each layer stack (target and drafter) for up to 16 rows in one C call
-# (`rowkernel.StackKernel`) on the stored weights, the drafter's fc and LM head on the row kernel (no int8)
-FUSED_PATHS = ("lean-fused",)
+# (`rowkernel.StackKernel`) on the stored weights, the drafter's whole step in one (`rowkernel.EagleKernel`), no int8
+# "lean-fused-q8": "lean-fused" with the drafter's weights int8 on the row kernel (half its bf16 bytes)
+FUSED_PATHS = ("lean-fused", "lean-fused-q8")
+KERNEL_INT8_PATHS = ("lean-fused-q8",)  # int8 drafters on the row kernel (elsewhere torch's int8 product)
 PACKED_DTYPES = (torch.bfloat16,)  # (choice) weights packed for oneDNN; fp32 measured faster unpacked
 _NONE = [None]  # oneDNN post-op scalars: none
 
@@ -101,14 +107,15 @@ class PlainLinear:
 
 class RowsLinear(PlainLinear):
     """`PlainLinear` whose calls of `rowkernel.min_rows`..MAX_ROWS rows run the row kernel (`coolsd.models.rowkernel`,
-    a packed copy of w); where the kernel cannot take w, every call runs fp32 BLAS."""
+    a packed copy of w; int8: every call, on w rounded to int8); where the kernel cannot take w, every call runs
+    fp32 BLAS."""
 
-    def __init__(self, w_t: Tensor, bias: Tensor | None = None) -> None:
+    def __init__(self, w_t: Tensor, bias: Tensor | None = None, int8: bool = False) -> None:
         super().__init__(w_t, bias)
-        self.packed = rowkernel.pack(w_t)  # in w_t's own dtype where the kernel reads it (bf16: half the bytes)
+        self.packed = rowkernel.pack(w_t, int8)  # in w_t's own dtype where the kernel reads it (bf16: half the bytes)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is not None and rowkernel.min_rows(self.packed) <= x.shape[0] <= rowkernel.MAX_ROWS:
+        if self.packed is not None and rowkernel.takes(self.packed, x.shape[0]):
             y = rowkernel.rows_mm(x, self.packed)
             return y if self.bias is None else y.add_(self.bias)
         return super().__call__(x)
@@ -232,22 +239,25 @@ class LeanLayers:
             row kernel (ROW_KERNEL_PATHS) where `rowkernel.available()`; else MKL, as on "lean".
         fused: calls of up to MAX_ROWS rows run the whole stack in one C call (`rowkernel.StackKernel`,
             FUSED_PATHS; with row_kernel, where every weight packs), the others as without it.
+        kernel_int8: the row kernel's copies in int8 (`rowkernel.pack`; a drafter on KERNEL_INT8_PATHS), and every
+            call on them (no oneDNN copy).
 
     Holds weights and tables only (no per-call state), so forks of a stack share one.
     """
 
     def __init__(self, blocks, n_heads: int, n_kv: int, head_dim: int, theta: float, eps: float,
                  positions: int, plain_rows: int = 1, int8: bool = False, row_kernel: bool = False,
-                 fused: bool = False) -> None:
+                 fused: bool = False, kernel_int8: bool = False) -> None:
         device = blocks[0][0].device
-        self.packed = [PackedLayer(*b) for b in blocks] if packs(blocks[0][0].dtype, device) and not int8 else None
+        one_dnn = packs(blocks[0][0].dtype, device) and not (int8 or kernel_int8)
+        self.packed = [PackedLayer(*b) for b in blocks] if one_dnn else None
         linear = Int8Linear if int8 else PlainLinear
         self.plain = [PlainLayer(*b, linear=linear) for b in blocks] if self.packed is None or plain_rows > 0 else None
         linears = [lin for layer in self.plain or () for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.plain_weights = [lin.w for lin in linears]  # what `plain_layers` reads: 4 a layer
         self.plain_scales = [lin.scale for lin in linears] if int8 else []
         # the kernel's copies from the stored weights (bf16 stays bf16: half the bytes, the same products)
-        packed = [rowkernel.pack(w) for b in blocks for w in b] if row_kernel and not int8 else []
+        packed = [rowkernel.pack(w, kernel_int8) for b in blocks for w in b] if row_kernel and not int8 else []
         empty = torch.empty(0)  # `plain_layers` runs MKL for a weight the kernel cannot take
         self.plain_packed = [empty if p is None else p for p in packed] if any(p is not None for p in packed) else []
         self.plain_rows = plain_rows
@@ -311,7 +321,11 @@ def _attend(qk: Tensor, new_v: Tensor, kc: Tensor, vc: Tensor, start: int, mask:
 def _on_row_kernel(x: Tensor, packed: list[Tensor], i: int) -> bool:
     """Whether weight i's product of x (M, K) runs the row kernel: a packed copy, and rows in its range
     (`rowkernel.min_rows`..MAX_ROWS)."""
-    if len(packed) == 0 or packed[i].numel() == 0 or x.shape[0] > rowkernel.MAX_ROWS:
+    if len(packed) == 0 or packed[i].numel() == 0:
+        return False
+    if packed[i].dtype == torch.int8:  # every call: the int8 copy is the weight (`rowkernel.takes`)
+        return True
+    if x.shape[0] > rowkernel.MAX_ROWS:
         return False
     return x.shape[0] >= (rowkernel.MIN_ROWS_BF16 if packed[i].dtype == torch.bfloat16 else rowkernel.MIN_ROWS_F32)
 

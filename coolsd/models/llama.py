@@ -207,15 +207,17 @@ class LayerStack:
         self.length = length
 
 
-def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = False) -> None:
+def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = False, kernel_int8: bool = False) -> None:
     """Put one LayerStack on `path` ("eager", "static", "cuda-graphs", captured for every `rows`, or a lean path:
-    `coolsd.models.lean.LEAN_PATHS`); `int8`: its lean products on int8 weights (a drafter's, `LeanLayers`)."""
+    `coolsd.models.lean.LEAN_PATHS`); `int8`: its lean products on int8 weights by torch, `kernel_int8`: by the row
+    kernel (a drafter's, `LeanLayers`)."""
     stack.lean = None
     if path in LEAN_PATHS:
         stack.use_static((), None)
         stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
                                 stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8,
-                                row_kernel=path in ROW_KERNEL_PATHS, fused=path in FUSED_PATHS)
+                                row_kernel=path in ROW_KERNEL_PATHS, fused=path in FUSED_PATHS,
+                                kernel_int8=kernel_int8)
         stack.k = stack.v = None
         stack.length = 0
         return

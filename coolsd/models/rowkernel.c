@@ -5,7 +5,7 @@
    AVX2 accumulators (two of 8 columns a row) and two weight registers. A bf16 weight widens exactly to fp32 in
    the register (its 16 bits are the high half of an fp32), so both weight types give the same bits. Each output
    is one FMA chain over k in order, so a row's result does not depend on how many rows share the call. N must
-   be a multiple of 16. */
+   be a multiple of 16. int8 weights (a drafter's) pack each block's fp32 scales after its K rows (below). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -92,8 +92,70 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
 
 ROWS_KERNELS(float, load_f32)
 ROWS_KERNELS(uint16_t, load_bf16)
+
+/* int8 weights (a drafter's, path "lean-fused-q8"): a block is K rows of 16 int8 weights then the 16 columns'
+   fp32 scales (64 bytes: 4 more rows of 16), so W (K, N) packs as (N / 16, K + 4, 16) int8 and y = (x @ q) s per
+   column, the sum in fp32 over the exactly widened integers, times the scale once at the end. */
+static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
+  __m128i v = _mm_loadu_si128((const __m128i *)w);
+  *w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+  *w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+}
+
+#define ROWS_KERNEL_I8(R)                                                                              \
+  static void rows_##R##_int8_t(const float *x, long ldx, const int8_t *wp, float *y, int K, int N) {   \
+    for (int nb = 0; nb < N / 16; nb++) {                                                              \
+      __m256 lo[R], hi[R];                                                                             \
+      for (int r = 0; r < R; r++) { lo[r] = _mm256_setzero_ps(); hi[r] = _mm256_setzero_ps(); }        \
+      const int8_t *w = wp + (long)nb * (K + 4) * 16;                                                  \
+      for (int k = 0; k < K; k++) {                                                                    \
+        __m256 w0, w1;                                                                                 \
+        load_i8(w + (long)k * 16, &w0, &w1);                                                           \
+        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {                                           \
+          __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);                                            \
+          lo[r] = _mm256_fmadd_ps(xr, w0, lo[r]);                                                      \
+          hi[r] = _mm256_fmadd_ps(xr, w1, hi[r]);                                                      \
+        }                                                                                              \
+      }                                                                                                \
+      const float *scale = (const float *)(w + (long)K * 16);                                          \
+      __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);                             \
+      for (int r = 0; r < R; r++) {                                                                    \
+        _mm256_storeu_ps(y + (long)r * N + nb * 16, _mm256_mul_ps(lo[r], s0));                         \
+        _mm256_storeu_ps(y + (long)r * N + nb * 16 + 8, _mm256_mul_ps(hi[r], s1));                     \
+      }                                                                                                \
+    }                                                                                                  \
+  }
+
+ROWS_KERNEL_I8(1) ROWS_KERNEL_I8(2) ROWS_KERNEL_I8(3) ROWS_KERNEL_I8(4) ROWS_KERNEL_I8(5) ROWS_KERNEL_I8(6)
+
+/* one row: four blocks at a time, as `row_T` */
+static void row_int8_t(const float *x, long ldx, const int8_t *wp, float *y, int K, int N) {
+  int nb = 0;
+  long stride = (long)(K + 4) * 16;
+  for (; nb + 4 <= N / 16; nb += 4) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    const int8_t *w = wp + nb * stride;
+    for (int k = 0; k < K; k++) {
+      __m256 xr = _mm256_broadcast_ss(x + k);
+      for (int b = 0; b < 4; b++) {
+        __m256 w0, w1;
+        load_i8(w + b * stride + (long)k * 16, &w0, &w1);
+        acc[2 * b] = _mm256_fmadd_ps(xr, w0, acc[2 * b]);
+        acc[2 * b + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * b + 1]);
+      }
+    }
+    for (int b = 0; b < 4; b++) {
+      const float *scale = (const float *)(w + b * stride + (long)K * 16);
+      _mm256_storeu_ps(y + (nb + b) * 16, _mm256_mul_ps(acc[2 * b], _mm256_loadu_ps(scale)));
+      _mm256_storeu_ps(y + (nb + b) * 16 + 8, _mm256_mul_ps(acc[2 * b + 1], _mm256_loadu_ps(scale + 8)));
+    }
+  }
+  if (nb < N / 16) rows_1_int8_t(x, ldx, wp + nb * stride, y + nb * 16, K, N - nb * 16);
+}
 ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
+ROWS_MM(coolsd_rows_mm_i8, int8_t)
 
 /* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.StackKernel`, path "lean-fused") ----
 
@@ -274,6 +336,7 @@ void coolsd_silu_times(const float *gate, const float *up, float *act, int n) { 
 
 LAYERS(coolsd_layers, float, coolsd_rows_mm)
 LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)
+LAYERS(coolsd_layers_i8, int8_t, coolsd_rows_mm_i8)
 
 /* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, path "lean-fused") ----
 
@@ -311,3 +374,4 @@ LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)
 
 EAGLE(coolsd_eagle, float, coolsd_rows_mm, coolsd_layers)
 EAGLE(coolsd_eagle_bf16, uint16_t, coolsd_rows_mm_bf16, coolsd_layers_bf16)
+EAGLE(coolsd_eagle_i8, int8_t, coolsd_rows_mm_i8, coolsd_layers_i8)

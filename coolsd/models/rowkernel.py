@@ -1,5 +1,6 @@
-"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows; and
-the lean stack's whole layer stack for a few rows in one C call (`StackKernel`, path "lean-fused").
+"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows; the
+lean stack's whole layer stack for a few rows in one C call (`StackKernel`, path "lean-fused"), and an Eagle head's
+whole step in one (`EagleKernel`), on fp32, bf16 or int8 weights (int8: a drafter's, path "lean-fused-q8").
 
 Why: on a CPU with AVX2 but no AVX-512 (an AMD EPYC, Zen 3), MKL's fp32 product of 2-4 rows by a layer's weight
 takes 2-2.6x the time of one row, although the weights, the bytes it must read, are the same; so a verify of
@@ -53,6 +54,7 @@ BLOCK = 16  # columns a packed block holds (two AVX2 registers)
 # half the bytes, 1.8x faster; past 16 rows (a large tree) MKL's blocked product is left to do it
 MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 16
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # weight types the kernel reads (bf16 widened exactly in registers)
+SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.int8: "_i8"}  # rowkernel.c's function per packed dtype
 
 _LIB = torch.library.Library("coolsd", "DEF")  # kept alive: the op lives as long as this module
 _LIB.define("rows_mm(Tensor x, Tensor packed) -> Tensor")
@@ -100,7 +102,7 @@ def _kernel() -> dict | None:
     lib = _library()
     if lib is None:
         return None
-    fns = {torch.float32: lib.coolsd_rows_mm, torch.bfloat16: lib.coolsd_rows_mm_bf16}
+    fns = {dtype: getattr(lib, "coolsd_rows_mm" + suffix) for dtype, suffix in SUFFIX.items()}
     for fn in fns.values():
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 3
@@ -110,7 +112,7 @@ def _kernel() -> dict | None:
 @functools.cache
 def _stack_kernel(dtype: torch.dtype):
     """The layer-stack function for weights of `dtype` (`coolsd_layers*` in rowkernel.c)."""
-    fn = _library().coolsd_layers_bf16 if dtype == torch.bfloat16 else _library().coolsd_layers
+    fn = getattr(_library(), "coolsd_layers" + SUFFIX[dtype])
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float,
                                                                 ctypes.c_long]
@@ -122,30 +124,50 @@ def available() -> bool:
     return _library() is not None
 
 
-def pack(w_t: Tensor) -> Tensor | None:
+def pack(w_t: Tensor, int8: bool = False) -> Tensor | None:
     """w_t (K, N) -> (N / BLOCK, K, BLOCK) contiguous, the kernel's layout, in w_t's dtype where the kernel reads it
     (bf16: half the bytes, the same products) else fp32; None where it cannot take this weight (N not a multiple of
-    BLOCK, not on the CPU, or the kernel unavailable)."""
+    BLOCK, not on the CPU, or the kernel unavailable). int8: `quantise`d, (N / BLOCK, K + 4, BLOCK) int8 (each block's
+    K rows of weights, then its BLOCK fp32 scales as bytes)."""
     k, n = w_t.shape
     if n % BLOCK or w_t.device.type != "cpu" or not available():
         return None
+    if int8:
+        q, scale = quantise(w_t)
+        blocks = q.reshape(k, n // BLOCK, BLOCK).transpose(0, 1)  # (N / BLOCK, K, BLOCK)
+        return torch.cat([blocks, scale.reshape(n // BLOCK, BLOCK).view(torch.int8).reshape(-1, 4, BLOCK)], 1)
     dtype = w_t.dtype if w_t.dtype in KERNEL_DTYPES else torch.float32
     return w_t.detach().to(dtype).reshape(k, n // BLOCK, BLOCK).transpose(0, 1).contiguous()
 
 
+def quantise(w_t: Tensor) -> tuple[Tensor, Tensor]:
+    """w_t (K, N) -> (q (K, N) int8, scale (N,) fp32) with w ~ q * scale per column: `coolsd.models.lean.Int8Linear`'s
+    rounding (symmetric, |w| max -> 127, the scale kept as bf16), so both int8 drafters read the same numbers."""
+    w = w_t.detach().float()
+    scale = w.abs().amax(dim=0).clamp_min(1e-12) / 127
+    return torch.round(w / scale).to(torch.int8), scale.to(torch.bfloat16).float()
+
+
 def min_rows(packed: Tensor) -> int:
-    """The fewest rows a call on this packed weight runs the kernel for (MIN_ROWS_BF16 or MIN_ROWS_F32)."""
-    return MIN_ROWS_BF16 if packed.dtype == torch.bfloat16 else MIN_ROWS_F32
+    """The fewest rows a call on this packed weight runs the kernel for (MIN_ROWS_BF16 or MIN_ROWS_F32; 1 on int8)."""
+    return MIN_ROWS_BF16 if packed.dtype in (torch.bfloat16, torch.int8) else MIN_ROWS_F32
+
+
+def takes(packed: Tensor, rows: int) -> bool:
+    """Whether a call of `rows` rows on this packed weight runs the kernel: min_rows..MAX_ROWS, and every call on
+    int8 weights (its only copy of those numbers)."""
+    return min_rows(packed) <= rows and (rows <= MAX_ROWS or packed.dtype == torch.int8)
 
 
 def rows_mm(x: Tensor, packed: Tensor) -> Tensor:
-    """x (M, K) fp32 (rows may be strided) @ the packed weight (N / BLOCK, K, BLOCK) fp32 or bf16 -> (M, N) fp32
-    contiguous."""
+    """x (M, K) fp32 (rows may be strided) @ the packed weight (N / BLOCK, K, BLOCK) fp32 or bf16, or (N / BLOCK,
+    K + 4, BLOCK) int8 with its scales (`pack`) -> (M, N) fp32 contiguous."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
     m, k = x.shape
     blocks, k_w, block = packed.shape
-    if k != k_w or block != BLOCK or packed.dtype not in KERNEL_DTYPES:
+    k_w -= 4 if packed.dtype == torch.int8 else 0  # its scales' rows
+    if k != k_w or block != BLOCK or packed.dtype not in SUFFIX:
         raise ValueError(f"rows_mm: x has {k} columns, the packed weight {k_w} rows of blocks of {block} "
                          f"({packed.dtype})")
     y = torch.empty(m, blocks * BLOCK, dtype=torch.float32)
@@ -242,7 +264,7 @@ class StackKernel:
 @functools.cache
 def _eagle_kernel(dtype: torch.dtype):
     """An Eagle head's step for weights of `dtype` (`coolsd_eagle*` in rowkernel.c)."""
-    fn = _library().coolsd_eagle_bf16 if dtype == torch.bfloat16 else _library().coolsd_eagle
+    fn = getattr(_library(), "coolsd_eagle" + SUFFIX[dtype])
     fn.restype = ctypes.c_int
     fn.argtypes = ([ctypes.c_void_p, ctypes.c_long] + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_float]
                    + [ctypes.c_void_p] * 9 + [ctypes.c_int] * 8 + [ctypes.c_long, ctypes.c_int, ctypes.c_float,

@@ -429,6 +429,8 @@ def test_lean_fused_without_the_kernel_runs_as_lean(tiny, monkeypatch):
     torch.testing.assert_close(b.logits, a.logits, atol=0, rtol=0)
     da, db = lean_d.forward(ids, a.hidden, torch.arange(4)), fused_d.forward(ids, a.hidden, torch.arange(4))
     torch.testing.assert_close(db.logits, da.logits, atol=0, rtol=0)
+    _, q8_d = _pair(tiny, "lean-fused-q8")  # its drafter: lean-q8's, on torch's int8 product
+    assert q8_d.fused is None and all(isinstance(lin, Int8Linear) for lin in q8_d.lean)
 
 
 def _random_stack(hq: int, hk: int, hd: int, dtype: torch.dtype, seed: int = 0) -> LeanLayers:
@@ -543,3 +545,44 @@ def test_the_c_head_step_refuses_ids_it_cannot_read(tiny):
     with pytest.raises(ValueError, match="KV cache full"):
         drafter.forward(torch.tensor([0, 1]), hidden, torch.arange(2))
     assert drafter.stack.length == drafter.stack.max_slots - 1
+
+
+def _on_rounded_weights(b):
+    """(target, drafter) on the eager path whose drafter's products read its weights rounded as lean-fused-q8 rounds
+    them (`rowkernel.quantise` of each fused, norm-folded matrix, fc and LM head): the maths that path runs."""
+    target, drafter = _pair(b, "eager")
+
+    def rounded(w_t):
+        q, scale = rowkernel.quantise(w_t)
+        return q.float() * scale
+
+    drafter.stack = copy.copy(drafter.stack)
+    drafter.stack.blocks = [tuple(rounded(w) for w in block) for block in drafter.stack.blocks]
+    drafter.fc_t, drafter.head_t = rounded(drafter.fc_t), rounded(drafter.head_t)
+    return target, drafter
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("guidance", [True, False])
+def test_lean_fused_q8_drafts_from_its_int8_weights_exactly(tiny, guidance):
+    """lean-fused-q8: the target is lean-fused's, bit for bit; the drafter reads int8 copies on the row kernel only
+    (no oneDNN or fp32 product), its whole step in one C call up to MAX_ROWS rows, and equals the eager drafter on
+    the same rounded weights within float rounding, in one call and past MAX_ROWS rows (9 tokens x 2 rows)."""
+    (fused, _), (q8, q8_d) = _pair(tiny, "lean-fused"), _pair(tiny, "lean-fused-q8")
+    ref, ref_d = _on_rounded_weights(tiny)
+    assert q8_d.fused is not None and q8_d.stack.lean.packed is None
+    assert all(p.dtype == torch.int8 for p in q8_d.stack.lean.plain_packed)
+    assert all(lin.packed.dtype == torch.int8 for lin in q8_d.lean)
+    assert all(p.dtype != torch.int8 for p in q8.stack.lean.plain_packed)  # the target: lean-fused's weights
+    for m in (fused, q8, ref):
+        m.start(3, guidance)
+    for d in (q8_d, ref_d):
+        d.start(3, guidance)
+    ids = torch.tensor([5, 9, 1, 30, 2, 7, 7, 4, 11])
+    for x, pos, mask in [*_calls(0, ids), (ids, torch.arange(9, 18), None)]:
+        a, b = fused.forward(x, pos, mask), q8.forward(x, pos, mask)
+        assert torch.equal(a.logits, b.logits)
+        ref.forward(x, pos, mask)
+        out, expected = q8_d.forward(x, a.hidden, pos, mask), ref_d.forward(x, a.hidden, pos, mask)
+        torch.testing.assert_close(out.logits, expected.logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.hidden, expected.hidden, atol=1e-5, rtol=1e-5)

@@ -110,6 +110,34 @@ def test_bf16_weights_give_the_bits_of_their_fp32_copy(rows):
 
 
 @needs_kernel
+@pytest.mark.parametrize("n", [48, 112])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 20])
+def test_int8_weights_give_the_product_of_their_rounded_weights(rows, n):
+    """An int8 pack holds `Int8Linear`'s numbers (the same integers and bf16 scales) with each block's scales after
+    its weights; the kernel gives x @ (q * scale) within fp32 rounding, for any rows (int8 has no fp32 fallback:
+    `takes`), a row the same bits alone or among others."""
+    from coolsd.models.lean import Int8Linear
+
+    g = torch.Generator().manual_seed(rows + n)
+    k = 37
+    w_t, x = torch.randn(k, n, generator=g), torch.randn(rows, 2 * k, generator=g).narrow(1, 5, k)
+    packed = rowkernel.pack(w_t, int8=True)
+    assert packed.dtype == torch.int8 and packed.shape == (n // rowkernel.BLOCK, k + 4, rowkernel.BLOCK)
+    q, scale = rowkernel.quantise(w_t)
+    reference = Int8Linear(w_t)
+    assert torch.equal(q.T, reference.w) and torch.equal(scale, reference.scale.float())
+    assert torch.equal(packed[:, :k].transpose(0, 1).reshape(k, n), q)
+    assert torch.equal(packed[:, k:].reshape(n // rowkernel.BLOCK, -1).view(torch.float32).reshape(n), scale)
+    y = rowkernel.rows_mm(x, packed)
+    exact = x.double() @ (q.double() * scale.double())
+    bound = 1e-6 * (x.abs().double() @ (q.double() * scale.double()).abs()) + 1e-7
+    assert ((y.double() - exact).abs() <= bound).all()
+    assert torch.equal(rowkernel.rows_mm(x[-1:], packed)[0], y[-1])
+    assert rowkernel.takes(packed, rows) and rowkernel.min_rows(packed) == 1
+    assert not rowkernel.takes(rowkernel.pack(w_t.bfloat16()), rowkernel.MAX_ROWS + 1)
+
+
+@needs_kernel
 def test_the_kernels_exp_and_silu_are_float_accurate_over_their_range():
     """The stack's own exp (softmax) and SiLU-times, against float64, over the range a softmax and an MLP meet:
     relative error within 4e-7 (two float roundings) down to x = -87.3 (normal floats); below that the
