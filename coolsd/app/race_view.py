@@ -104,12 +104,13 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown = snapshot.setdefault("images", {})
+    keys = slot_keys([k for k, _ in trace.racers[:-1]])
+    hows = [redraw(key) if key is not None else "skip" for key in keys]
+    decoded = iter(ctx.decode_many([by_key[key].tokens for key, how in zip(keys, hows) if how == "decode"]))
     out = []
-    for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
-        how = redraw(key) if key is not None else "skip"
+    for slot, (key, how) in enumerate(zip(keys, hows)):
         if how == "decode":
-            r = by_key[key]
-            pixels = ctx.decode_pixels(r.tokens)
+            r, pixels = by_key[key], next(decoded)
             shown[slot] = (quantise(pixels), r.filled.clone(), r.kinds.clone())  # compact: a session keeps it
             out.append(ctx.render(pixels, r.filled, r.kinds, overlay))
         elif how == "tint" and slot in shown:

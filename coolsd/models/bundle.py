@@ -94,7 +94,10 @@ class ModelBundle:
 
 
 class VQTokenizer:
-    """ImageTokenizer over a diffusers `VQModel` or a `PatchVQModel`: ids (T,) -> image (C, H*f, W*f) in [0, 1]."""
+    """ImageTokenizer over a diffusers `VQModel` or a `PatchVQModel`: ids (T,) -> image (C, H*f, W*f) in [0, 1]; or
+    (B, T) -> (B, C, H*f, W*f) in one call (`batched`)."""
+
+    batched = True  # decode takes a batch of grids too
 
     def __init__(self, vq, grid: tuple[int, int]) -> None:
         self.vq = vq.eval()
