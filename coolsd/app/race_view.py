@@ -120,13 +120,14 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
     return tuple(out)
 
 
-def plots(trace: RaceTrace, racers: list[Racer], step: int | None = None) -> dict:
+def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
     """plot_acc, plot_len, plot_hist of the speculative racers (vanilla AR has no drafts)."""
     spec = [r for r in racers if r.key != VANILLA[0]]
     settings = trace.settings
     chain_depth = settings.get("draft_len", 1) if settings.get("drafting") == "chain" else 1
     depth = max([chain_depth, *(len(r.depth_sum) for r in spec)])
-    return {"plot_acc": acceptance_figure(spec, depth, trace.omegas(step)), "plot_len": length_figure(spec),
+    omegas = {r.key: r.omega for r in spec}  # each racer's longest relaxed schedule so far (`Racer.omega`)
+    return {"plot_acc": acceptance_figure(spec, depth, omegas), "plot_len": length_figure(spec),
             "plot_hist": length_histogram(spec)}
 
 
@@ -143,7 +144,7 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
     racers = trace.replay(step)
     snapshot: dict = {}
     shown = images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
-    return RaceFrame(images=shown, snapshot=snapshot, **plots(trace, racers, step),
+    return RaceFrame(images=shown, snapshot=snapshot, **plots(trace, racers),
                      **numbers(trace, racers, status, replay_step=step, steps=len(trace), race_status=trace.status))
 
 

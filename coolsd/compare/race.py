@@ -35,7 +35,8 @@ class Racer:
     key: slug ("eagle-1", "vanilla", ...); label: display name; events: its engine iterator.
     tokens: (T,) int64 committed ids (-1 where not generated yet); kinds: (T,) int8 outcome codes.
     depth_sum, depth_count: (n,) float64 sums / counts of the acceptance probabilities tested at
-        depth i = 1..n (running mean = sum / count); omega: the rule's omega_i of the last round.
+        depth i = 1..n (running mean = sum / count); omega: the longest omega_1..omega_n its rounds reported
+        where not all ones (a relaxed schedule; empty for lossless rules and vanilla AR).
     round_tokens: tokens committed by each speculative round (round 0, the prefix step, excluded).
     """
 
@@ -95,7 +96,7 @@ class Racer:
             idx = e.tested_depths - 1
             self.depth_sum.index_add_(0, idx, e.tested_probs.to(torch.float64))
             self.depth_count.index_add_(0, idx, torch.ones(len(idx), dtype=torch.float64))
-        if len(e.omega):
+        if len(e.omega) > len(self.omega) and not bool(torch.all(e.omega == 1)):
             self.omega = e.omega.to(torch.float64)
 
     @property

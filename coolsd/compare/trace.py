@@ -157,16 +157,6 @@ class RaceTrace:
             r.finished = r.done >= r.num_tokens
         return racers
 
-    def omegas(self, step: int | None = None) -> dict[str, torch.Tensor]:
-        """key -> the longest omega_1..omega_n a racer's rounds reported up to `step`, for racers whose
-        omega is not all ones (relaxed schedules); lossless rules and vanilla AR are left out."""
-        out: dict[str, torch.Tensor] = {}
-        for i, event in self.events(step):
-            key = self.racers[i][0]
-            if len(event.omega) > len(out.get(key, ())) and not bool(torch.all(event.omega == 1)):
-                out[key] = event.omega.to(torch.float64)
-        return out
-
     def to_json(self) -> dict:
         return {"version": TRACE_VERSION, "model": self.model, "settings": self.settings,
                 "racers": [{"key": k, "label": label} for k, label in self.racers],

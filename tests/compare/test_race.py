@@ -68,6 +68,23 @@ def test_racer_records_tokens_outcomes_and_acceptance_per_depth():
     assert stats["tokens"] == 6 and stats["mean_accepted_length"] == 2.0 and stats["speedup"] == pytest.approx(1.0)
 
 
+def test_racer_keeps_the_longest_relaxed_schedule_its_rounds_reported():
+    """`Racer.omega` (the acceptance plot's dashed schedule): a shorter round near the image's end or an all-ones
+    round does not replace a longer relaxed one; a lossless racer has none."""
+    events = iter([
+        _event(0, 0, [7], 0, BONUS, 0.1),
+        _event(1, 1, [1], 0, RESAMPLED, 0.1, depths=(1,), probs=(0.5,), omega=(1.0, 1.0)),
+        _event(2, 2, [1, 2], 1, RESAMPLED, 0.1, depths=(1, 2), probs=(1.0, 0.2), omega=(2.0, 1.0, 0.5)),
+        _event(3, 4, [4, 5], 1, BONUS, 0.1, depths=(1,), probs=(1.0,), omega=(2.5,)),
+        _event(4, 6, [6], 0, RESAMPLED, 0.1, depths=(1, 2), probs=(0.1, 0.1), omega=(1.0, 1.0, 1.0, 1.0)),
+    ])
+    r = Racer("cool-sd", "COOL-SD", events, 7)
+    while r.advance() is not None:
+        pass
+    assert r.omega.tolist() == [2.0, 1.0, 0.5]
+    assert Racer("eagle-1", "Eagle-1", iter(()), 7).omega.numel() == 0
+
+
 def test_fresh_racer_reports_nan_not_errors():
     r = Racer("x", "x", iter(()), 4)
     assert math.isnan(r.tau) and len(r.accept_rate) == 0 and math.isnan(r.speedup(r))
