@@ -8,7 +8,7 @@ scripted choices while a path runs:
 - `torch.multinomial(probs, 1)` (drafts, residual and bonus tokens): each token of probs' support,
   with probability probs[y]; so whatever distribution the engine samples from is what gets weighted;
 - `torch.rand(n)` of a chain round (n = drafts): the number of accepted drafts c = 0..n, with
-  probability a_1 ... a_c (1 - a_{c+1}), a = what the rule's `accept_prob` returned in that round;
+  probability a_1 ... a_c (1 - a_{c+1}), a = the test the rule returned in that round (`judge`; a tree: `accept_prob`);
 - `torch.rand(())` of a tree sibling test: accept (a) or reject (1 - a), a as above;
 - `coolsd.decoding.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
   support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l)).

@@ -115,6 +115,8 @@ class EagleRule(Rule):
         return ratio_accept(p, q, 1.0)
 
     def accept_prob(self, p, q, x, depth, draft_len):
+        if type(self).accept_all is not EagleRule.accept_all:  # a subclass's own acceptance
+            return super().accept_prob(p, q, x, depth, draft_len)
         return ratio_accept(pick(p, x), pick(q, x), 1.0)  # the drafts' entries only: the same numbers
 
     def residual(self, p, q, x, depth, draft_len):
@@ -440,10 +442,10 @@ def omega_values(rule: Rule, depths: int, draft_len: int) -> list[float]:
     """rule.omega at depths 1..`depths` of a round of `draft_len`, as host floats: what a round's event records.
     Cached per rule settings (a race asks the same question every round); LANTERN's table is not part of the key
     (omega ignores it) and no rule is kept by the cache."""
-    key = (type(rule), tuple(getattr(rule, f.name) for f in fields(rule) if f.compare), depths, draft_len)
-    try:
+    try:  # its settings are its dataclass fields; a wrapper or a setting that does not hash: no cache
+        key = (type(rule), tuple(getattr(rule, f.name) for f in fields(rule) if f.compare), depths, draft_len)
         values = _OMEGA_VALUES.get(key)
-    except TypeError:  # a setting that does not hash
+    except TypeError:
         return rule.omega(torch.arange(1, depths + 1), draft_len).tolist()
     if values is None:
         if len(_OMEGA_VALUES) >= 1024:

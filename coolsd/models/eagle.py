@@ -91,17 +91,14 @@ class EagleDrafter:
         if path in INT8_DRAFTER_PATHS and not int8:
             log.warning("coolsd: %s runs int8 products on a CPU only; the drafter on %s runs them as on lean",
                         path, self.device)
-        on_kernel = int8 and path in KERNEL_INT8_PATHS and rowkernel.available()  # else torch's int8 product
-        set_path(self.stack, path, rows, int8=int8 and not on_kernel, kernel_int8=on_kernel)
         plain = LEAN_PATHS.get(path)
         self.fused = None
+        if int8 and path in KERNEL_INT8_PATHS and self._int8_on_kernel(path, rows):
+            return  # int8 copies on the row kernel, the whole step in one C call
+        set_path(self.stack, path, rows, int8=int8)
         if plain is None:
             self.lean = None
-        elif on_kernel:  # int8 copies on the row kernel, and the whole step in one C call
-            self.lean = fc, head = (RowsLinear(self.fc_t, self.fc_b, int8=True), RowsLinear(self.head_t, int8=True))
-            self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias,
-                                                        head.packed)
-        elif int8:
+        elif int8:  # torch's int8 product
             self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
         elif path in FUSED_PATHS:  # the stored weights on the row kernel, the layer in one C call (`set_path`)
             self.lean = fc, head = (RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t))
@@ -109,6 +106,18 @@ class EagleDrafter:
                                                         head.packed)  # and fc, layer and head in one, where it can
         else:
             self.lean = (LeanLinear(self.fc_t, self.fc_b, plain), LeanLinear(self.head_t, None, plain))
+
+    def _int8_on_kernel(self, path: str, rows) -> bool:
+        """Put every weight of the head as int8 on the row kernel, its whole step in one C call (KERNEL_INT8_PATHS);
+        False, changing nothing that stays, where the kernel cannot take them all (no mix of int8 and fp32)."""
+        if not rowkernel.available():
+            return False
+        set_path(self.stack, path, rows, kernel_int8=True)
+        fc, head = RowsLinear(self.fc_t, self.fc_b, int8=True), RowsLinear(self.head_t, int8=True)
+        self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias, head.packed)
+        if self.fused is not None:
+            self.lean = fc, head
+        return self.fused is not None
 
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""

@@ -39,9 +39,10 @@ interleaved measurement on the emoji model (1 thread, AMD EPYC with avx512_bf16,
   one run): a target step 2.65 -> 1.29 ms (the C stack alone, weights hot, 0.74 ms, its products about 0.57), a
   head step 0.65 -> 0.43 ms, a round of L = 2 3.89 -> 2.09 ms (docs/models.md has the later runs).
 - path "lean-fused-q8": "lean-fused" with the drafter's weights rounded to int8 as `Int8Linear` rounds them (the
-  same integers and scales), read by the row kernel (`rowkernel.pack(int8=True)`; every drafter call, no fp32 or
-  oneDNN copy): half the bf16 bytes of a head step, fp32 maths on the rounded weights (tested against the eager
-  drafter on those weights). Without the kernel it runs as "lean-q8".
+  same integers and scales), read by the row kernel (`rowkernel.pack(int8=True)`) in every drafter call (no
+  oneDNN copy; the fp32 copies the plain layers hold stay unread): half the bf16 bytes of a head step, fp32 maths
+  on the rounded weights (tested against the eager drafter on those weights). Where the kernel cannot take every
+  weight it runs as "lean-q8" (never a mix of int8 and fp32).
 
 Shapes: G guidance rows, n new tokens, M = G n rows per product, D hidden size, S cache slots, hd head size.
 The eager path stays the reference: in fp32 both give the same logits up to float rounding and the same

@@ -341,13 +341,14 @@ LAYERS(coolsd_layers, float, coolsd_rows_mm)
 LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)
 LAYERS(coolsd_layers_i8, int8_t, coolsd_rows_mm_i8)
 
-/* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, path "lean-fused") ----
+/* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, paths "lean-fused" and "lean-fused-q8") ----
 
-   What `coolsd.models.eagle.EagleDrafter.forward` computes on the lean path, in the same order and roundings:
-   x = [embed[ids[t]]; hidden] @ fc + fc_bias, the layer stack above on x (its arguments after `x`), logits =
-   (x @ head) / temperature. embed: (E, D) fp32 rows; ids: (n,) shared by the G rows; hidden: (M, D) fp32, M = G n;
-   fc: (2 D -> D), head: (D -> V) packed like the stack's weights; x: (M, D) out, the head's features; logits:
-   (M, V) out. Returns the stack's status, or 2 (no memory), 4 (an id outside the E rows). */
+   What `coolsd.models.eagle.EagleDrafter.forward` computes on the lean path, in the same order (on bf16 weights the
+   same bits; on fp32 weights its one-row fc and head run MKL, here the row kernel): x = [embed[ids[t]]; hidden] @ fc
+   + fc_bias, the layer stack above on x (its arguments after `x`), logits = (x @ head) / temperature. embed: (E, D)
+   fp32 rows; ids: (n,) shared by the G rows; hidden: (M, D) fp32, M = G n; fc: (2 D -> D), head: (D -> V) packed
+   like the stack's weights; x: (M, D) out, the head's features; logits: (M, V) out. Returns the stack's status, or
+   2 (no memory), 4 (an id outside the E rows). */
 #define EAGLE(NAME, T, MM, STACK)                                                                        \
   int NAME(const float *embed, long E, const long *ids, const float *hidden, const T *fc, const float *fc_bias, \
            const T *head, int V, float temperature, float *x, float *logits, const T *const *w,              \

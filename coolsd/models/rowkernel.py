@@ -228,6 +228,9 @@ class StackKernel:
                              f"({layers}, {g}, {hk}, S, {hd})")
         if start < 0 or start + n > k.shape[3]:
             raise ValueError(f"coolsd_layers: slots [{start}, {start + n}) outside a cache of {k.shape[3]}")
+        if not self.runs(g * n, k, v, mask):
+            raise ValueError("coolsd_layers: more rows than MAX_ROWS, caches not fp32 and contiguous, or a mask "
+                             "not bool")
         if mask is not None and tuple(mask.shape) != (n, start + n):
             raise ValueError(f"coolsd_layers: a mask of shape {tuple(mask.shape)}, not ({n}, {start + n})")
 
@@ -249,6 +252,8 @@ class StackKernel:
         positions and mask it points to, which the caller holds until the call returns: nothing is kept here, so
         threads may share one kernel)."""
         self._check(g, n, k, v, start, mask)
+        if positions.numel() != n:
+            raise ValueError(f"coolsd_layers: {positions.numel()} positions for {n} tokens")
         positions = positions.to(torch.int64).contiguous()
         mask = None if mask is None else mask.contiguous()
         layers, hq, hk, hd, inter = self.dims
@@ -296,10 +301,14 @@ class EagleKernel:
     @classmethod
     def for_head(cls, stack: StackKernel | None, embed: Tensor, fc: Tensor | None, fc_bias: Tensor | None,
                  head: Tensor | None) -> EagleKernel | None:
-        """One where the stack runs in C and fc (with a bias) and head are packed in its dtype; else None."""
+        """One where the stack runs in C and fc (2 D -> D, with a bias of D) and head (D -> V) are packed in its
+        dtype, D the embedding's width; else None."""
         if stack is None or fc is None or head is None or fc_bias is None:
             return None
         if not fc.dtype == head.dtype == stack.packed[0].dtype:
+            return None
+        d, scales = embed.shape[1], 4 if fc.dtype == torch.int8 else 0  # an int8 block's scale rows
+        if (fc.shape[1] - scales, fc.shape[0] * BLOCK, head.shape[1] - scales, fc_bias.numel()) != (2 * d, d, d, d):
             return None
         return cls(stack, embed, fc, fc_bias, head)
 

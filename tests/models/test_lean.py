@@ -499,6 +499,10 @@ def test_the_c_stack_refuses_what_it_cannot_index():
         lean.fused(x, torch.arange(2), k, v, 0, torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="RoPE"):
         lean.fused(x, torch.tensor([0, 64]), k, v, 0, None)
+    with pytest.raises(ValueError, match="positions"):
+        lean.fused(x, torch.arange(1), k, v, 0, None)
+    with pytest.raises(ValueError, match="contiguous"):  # what `runs` declines, called anyway
+        lean.fused(x, torch.arange(2), k.double(), v.double(), 0, None)
 
 
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
@@ -565,9 +569,10 @@ def _on_rounded_weights(b):
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
 @pytest.mark.parametrize("guidance", [True, False])
 def test_lean_fused_q8_drafts_from_its_int8_weights_exactly(tiny, guidance):
-    """lean-fused-q8: the target is lean-fused's, bit for bit; the drafter reads int8 copies on the row kernel only
-    (no oneDNN or fp32 product), its whole step in one C call up to MAX_ROWS rows, and equals the eager drafter on
-    the same rounded weights within float rounding, in one call and past MAX_ROWS rows (9 tokens x 2 rows)."""
+    """lean-fused-q8: the target is lean-fused's, bit for bit; the drafter's products read int8 copies on the row
+    kernel (no oneDNN copy; every product packed in int8), its whole step in one C call up to MAX_ROWS rows, and
+    equal the eager drafter on the same rounded weights within float rounding, in one call and past MAX_ROWS rows
+    (9 tokens x 2 rows: the rounded weights there too, not the fp32 ones)."""
     (fused, _), (q8, q8_d) = _pair(tiny, "lean-fused"), _pair(tiny, "lean-fused-q8")
     ref, ref_d = _on_rounded_weights(tiny)
     assert q8_d.fused is not None and q8_d.stack.lean.packed is None
@@ -586,3 +591,15 @@ def test_lean_fused_q8_drafts_from_its_int8_weights_exactly(tiny, guidance):
         out, expected = q8_d.forward(x, a.hidden, pos, mask), ref_d.forward(x, a.hidden, pos, mask)
         torch.testing.assert_close(out.logits, expected.logits, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(out.hidden, expected.hidden, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+def test_lean_fused_q8_never_mixes_int8_and_fp32_weights(tiny, monkeypatch):
+    """Where the kernel cannot take one of the head's weights (here: the LM head), lean-fused-q8's drafter runs all
+    of them on torch's int8 product, as lean-q8 does, not some int8 on the kernel and the rest in fp32."""
+    real = rowkernel.pack
+    monkeypatch.setattr(rowkernel, "pack", lambda w, int8=False: None if w.shape[1] == tiny.drafter.vocab_size
+                        else real(w, int8))
+    _, drafter = _pair(tiny, "lean-fused-q8")
+    assert drafter.fused is None and all(isinstance(lin, Int8Linear) for lin in drafter.lean)
+    assert drafter.stack.lean.plain_scales and not drafter.stack.lean.plain_packed
