@@ -26,12 +26,34 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
   *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
+/* int8 weights (a drafter's, path "lean-fused-q8"): a block is K rows of 16 int8 weights then the 16 columns'
+   fp32 scales (64 bytes: 4 more rows of 16), so W (K, N) packs as (N / 16, K + 4, 16) int8 and y = (x @ q) s per
+   column, the sum in fp32 over the exactly widened integers, times the scale once at the end. */
+static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
+  __m128i v = _mm_loadu_si128((const __m128i *)w);
+  *w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+  *w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+}
+
+/* per weight type: a block's length in weights (int8: its scales' 4 rows too) and what its 16 sums become; `end`
+   points just past the block's K rows of weights */
+#define STRIDE_float(K) ((long)(K) * 16)
+#define STRIDE_uint16_t(K) ((long)(K) * 16)
+#define STRIDE_int8_t(K) ((long)((K) + 4) * 16)
+#define FINISH_float(end, lo, hi)
+#define FINISH_uint16_t(end, lo, hi)
+#define FINISH_int8_t(end, lo, hi)                                                                     \
+  do {                                                                                                 \
+    (lo) = _mm256_mul_ps((lo), _mm256_loadu_ps((const float *)(end)));                                 \
+    (hi) = _mm256_mul_ps((hi), _mm256_loadu_ps((const float *)(end) + 8));                             \
+  } while (0)
+
 #define ROWS_KERNEL(R, T, LOAD)                                                                     \
   static void rows_##R##_##T(const float *x, long ldx, const T *wp, float *y, int K, int N) {       \
     for (int nb = 0; nb < N / 16; nb++) {                                                           \
       __m256 lo[R], hi[R];                                                                          \
       for (int r = 0; r < R; r++) { lo[r] = _mm256_setzero_ps(); hi[r] = _mm256_setzero_ps(); }     \
-      const T *w = wp + (long)nb * K * 16;                                                          \
+      const T *w = wp + nb * STRIDE_##T(K);                                                         \
       for (int k = 0; k < K; k++, w += 16) {                                                        \
         __m256 w0, w1;                                                                              \
         LOAD(w, &w0, &w1);                                                                          \
@@ -42,6 +64,7 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
         }                                                                                           \
       }                                                                                             \
       for (int r = 0; r < R; r++) {                                                                 \
+        FINISH_##T(w, lo[r], hi[r]);                                                                \
         _mm256_storeu_ps(y + (long)r * N + nb * 16, lo[r]);                                         \
         _mm256_storeu_ps(y + (long)r * N + nb * 16 + 8, hi[r]);                                     \
       }                                                                                             \
@@ -56,19 +79,23 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
     for (; nb + 4 <= N / 16; nb += 4) {                                                                \
       __m256 acc[8];                                                                                   \
       for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                                        \
-      const T *w = wp + (long)nb * K * 16;                                                             \
+      const T *w = wp + nb * STRIDE_##T(K);                                                            \
       for (int k = 0; k < K; k++) {                                                                    \
         __m256 xr = _mm256_broadcast_ss(x + k);                                                        \
         for (int b = 0; b < 4; b++) {                                                                  \
           __m256 w0, w1;                                                                               \
-          LOAD(w + ((long)b * K + k) * 16, &w0, &w1);                                                  \
+          LOAD(w + b * STRIDE_##T(K) + (long)k * 16, &w0, &w1);                                        \
           acc[2 * b] = _mm256_fmadd_ps(xr, w0, acc[2 * b]);                                            \
           acc[2 * b + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * b + 1]);                                    \
         }                                                                                              \
       }                                                                                                \
-      for (int j = 0; j < 8; j++) _mm256_storeu_ps(y + nb * 16 + j * 8, acc[j]);                       \
+      for (int b = 0; b < 4; b++) {                                                                    \
+        FINISH_##T(w + b * STRIDE_##T(K) + (long)K * 16, acc[2 * b], acc[2 * b + 1]);                 \
+        _mm256_storeu_ps(y + (nb + b) * 16, acc[2 * b]);                                               \
+        _mm256_storeu_ps(y + (nb + b) * 16 + 8, acc[2 * b + 1]);                                       \
+      }                                                                                                \
     }                                                                                                  \
-    if (nb < N / 16) rows_1_##T(x, ldx, wp + (long)nb * K * 16, y + nb * 16, K, N - nb * 16);          \
+    if (nb < N / 16) rows_1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, K, N - nb * 16);         \
   }
 
 #define ROWS_KERNELS(T, LOAD) \
@@ -95,67 +122,7 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
 
 ROWS_KERNELS(float, load_f32)
 ROWS_KERNELS(uint16_t, load_bf16)
-
-/* int8 weights (a drafter's, path "lean-fused-q8"): a block is K rows of 16 int8 weights then the 16 columns'
-   fp32 scales (64 bytes: 4 more rows of 16), so W (K, N) packs as (N / 16, K + 4, 16) int8 and y = (x @ q) s per
-   column, the sum in fp32 over the exactly widened integers, times the scale once at the end. */
-static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
-  __m128i v = _mm_loadu_si128((const __m128i *)w);
-  *w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-  *w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
-}
-
-#define ROWS_KERNEL_I8(R)                                                                              \
-  static void rows_##R##_int8_t(const float *x, long ldx, const int8_t *wp, float *y, int K, int N) {   \
-    for (int nb = 0; nb < N / 16; nb++) {                                                              \
-      __m256 lo[R], hi[R];                                                                             \
-      for (int r = 0; r < R; r++) { lo[r] = _mm256_setzero_ps(); hi[r] = _mm256_setzero_ps(); }        \
-      const int8_t *w = wp + (long)nb * (K + 4) * 16;                                                  \
-      for (int k = 0; k < K; k++) {                                                                    \
-        __m256 w0, w1;                                                                                 \
-        load_i8(w + (long)k * 16, &w0, &w1);                                                           \
-        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {                                           \
-          __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);                                            \
-          lo[r] = _mm256_fmadd_ps(xr, w0, lo[r]);                                                      \
-          hi[r] = _mm256_fmadd_ps(xr, w1, hi[r]);                                                      \
-        }                                                                                              \
-      }                                                                                                \
-      const float *scale = (const float *)(w + (long)K * 16);                                          \
-      __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);                             \
-      for (int r = 0; r < R; r++) {                                                                    \
-        _mm256_storeu_ps(y + (long)r * N + nb * 16, _mm256_mul_ps(lo[r], s0));                         \
-        _mm256_storeu_ps(y + (long)r * N + nb * 16 + 8, _mm256_mul_ps(hi[r], s1));                     \
-      }                                                                                                \
-    }                                                                                                  \
-  }
-
-ROWS_KERNEL_I8(1) ROWS_KERNEL_I8(2) ROWS_KERNEL_I8(3) ROWS_KERNEL_I8(4) ROWS_KERNEL_I8(5) ROWS_KERNEL_I8(6)
-
-/* one row: four blocks at a time, as `row_T` */
-static void row_int8_t(const float *x, long ldx, const int8_t *wp, float *y, int K, int N) {
-  int nb = 0;
-  long stride = (long)(K + 4) * 16;
-  for (; nb + 4 <= N / 16; nb += 4) {
-    __m256 acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
-    const int8_t *w = wp + nb * stride;
-    for (int k = 0; k < K; k++) {
-      __m256 xr = _mm256_broadcast_ss(x + k);
-      for (int b = 0; b < 4; b++) {
-        __m256 w0, w1;
-        load_i8(w + b * stride + (long)k * 16, &w0, &w1);
-        acc[2 * b] = _mm256_fmadd_ps(xr, w0, acc[2 * b]);
-        acc[2 * b + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * b + 1]);
-      }
-    }
-    for (int b = 0; b < 4; b++) {
-      const float *scale = (const float *)(w + b * stride + (long)K * 16);
-      _mm256_storeu_ps(y + (nb + b) * 16, _mm256_mul_ps(acc[2 * b], _mm256_loadu_ps(scale)));
-      _mm256_storeu_ps(y + (nb + b) * 16 + 8, _mm256_mul_ps(acc[2 * b + 1], _mm256_loadu_ps(scale + 8)));
-    }
-  }
-  if (nb < N / 16) rows_1_int8_t(x, ldx, wp + nb * stride, y + nb * 16, K, N - nb * 16);
-}
+ROWS_KERNELS(int8_t, load_i8)
 ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
 ROWS_MM(coolsd_rows_mm_i8, int8_t)
