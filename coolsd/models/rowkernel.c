@@ -1,8 +1,8 @@
 /* coolsd row kernel (coolsd/models/rowkernel.py): y = x @ W in fp32 for a few rows, each weight read once.
 
    x: (M, K) fp32, row stride ldx floats; wp: W (K, N) packed as (N / 16, K, 16), fp32 or bf16, so that the 16
-   columns a block computes lie in one contiguous stream; y: (M, N) fp32, contiguous. Rows go six at a time: 12
-   AVX2 accumulators (two of 8 columns a row) and two weight registers. A bf16 weight widens exactly to fp32 in
+   columns a block computes lie in one contiguous stream; y: (M, N) fp32, contiguous. Rows go up to six at a time
+   (ROWS_MM), each row's 16 columns in two AVX2 accumulators of 8. A bf16 weight widens exactly to fp32 in
    the register (its 16 bits are the high half of an fp32), so both weight types give the same bits. Each output
    is one FMA chain over k in order, so a row's result does not depend on how many rows share the call. N must
    be a multiple of 16. int8 weights (a drafter's) pack each block's fp32 scales after its K rows (below). */
@@ -48,76 +48,65 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
     (hi) = _mm256_mul_ps((hi), _mm256_loadu_ps((const float *)(end) + 8));                             \
   } while (0)
 
-#define ROWS_KERNEL(R, T, LOAD)                                                                     \
-  static void rows_##R##_##T(const float *x, long ldx, const T *wp, float *y, int K, int N) {       \
-    for (int nb = 0; nb < N / 16; nb++) {                                                           \
-      __m256 lo[R], hi[R];                                                                          \
-      for (int r = 0; r < R; r++) { lo[r] = _mm256_setzero_ps(); hi[r] = _mm256_setzero_ps(); }     \
-      const T *w = wp + nb * STRIDE_##T(K);                                                         \
-      for (int k = 0; k < K; k++, w += 16) {                                                        \
-        __m256 w0, w1;                                                                              \
-        LOAD(w, &w0, &w1);                                                                          \
-        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {                                        \
-          __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);                                         \
-          lo[r] = _mm256_fmadd_ps(xr, w0, lo[r]);                                                   \
-          hi[r] = _mm256_fmadd_ps(xr, w1, hi[r]);                                                   \
-        }                                                                                           \
-      }                                                                                             \
-      for (int r = 0; r < R; r++) {                                                                 \
-        FINISH_##T(w, lo[r], hi[r]);                                                                \
-        _mm256_storeu_ps(y + (long)r * N + nb * 16, lo[r]);                                         \
-        _mm256_storeu_ps(y + (long)r * N + nb * 16 + 8, hi[r]);                                     \
-      }                                                                                             \
-    }                                                                                               \
-  }
-
-/* one row: four column blocks at a time (eight accumulators, four weight streams in flight: a cold weight
-   streams ~10 % faster than one block at a time), the rest of the blocks one at a time; the same FMA chains */
-#define ROW_KERNEL(T, LOAD)                                                                            \
-  static void row_##T(const float *x, long ldx, const T *wp, float *y, int K, int N) {                 \
+/* R rows by B column blocks at a time: 2 R B accumulators, each one FMA chain over k in order (so an output's bits
+   do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. */
+#define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
+  static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
+                                   int N) {                                                           \
     int nb = 0;                                                                                        \
-    for (; nb + 4 <= N / 16; nb += 4) {                                                                \
-      __m256 acc[8];                                                                                   \
-      for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                                        \
+    for (; nb + B <= N / 16; nb += B) {                                                                \
+      __m256 acc[B][2 * R];                                                                            \
+      for (int b = 0; b < B; b++)                                                                      \
+        for (int j = 0; j < 2 * R; j++) acc[b][j] = _mm256_setzero_ps();                               \
       const T *w = wp + nb * STRIDE_##T(K);                                                            \
       for (int k = 0; k < K; k++) {                                                                    \
-        __m256 xr = _mm256_broadcast_ss(x + k);                                                        \
-        for (int b = 0; b < 4; b++) {                                                                  \
+        _Pragma("GCC unroll 4") for (int b = 0; b < B; b++) {                                           \
           __m256 w0, w1;                                                                               \
-          LOAD(w + b * STRIDE_##T(K) + (long)k * 16, &w0, &w1);                                        \
-          acc[2 * b] = _mm256_fmadd_ps(xr, w0, acc[2 * b]);                                            \
-          acc[2 * b + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * b + 1]);                                    \
+          LOAD(w + b * STRIDE_##T(K) + (long)k * 16, &w0, &w1);                                         \
+          _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {                                         \
+            __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);                                          \
+            acc[b][2 * r] = _mm256_fmadd_ps(xr, w0, acc[b][2 * r]);                                    \
+            acc[b][2 * r + 1] = _mm256_fmadd_ps(xr, w1, acc[b][2 * r + 1]);                            \
+          }                                                                                            \
         }                                                                                              \
       }                                                                                                \
-      for (int b = 0; b < 4; b++) {                                                                    \
-        FINISH_##T(w + b * STRIDE_##T(K) + (long)K * 16, acc[2 * b], acc[2 * b + 1]);                 \
-        _mm256_storeu_ps(y + (nb + b) * 16, acc[2 * b]);                                               \
-        _mm256_storeu_ps(y + (nb + b) * 16 + 8, acc[2 * b + 1]);                                       \
-      }                                                                                                \
+      for (int b = 0; b < B; b++)                                                                      \
+        for (int r = 0; r < R; r++) {                                                                  \
+          FINISH_##T(w + b * STRIDE_##T(K) + (long)K * 16, acc[b][2 * r], acc[b][2 * r + 1]);          \
+          _mm256_storeu_ps(y + r * ldy + (nb + b) * 16, acc[b][2 * r]);                                \
+          _mm256_storeu_ps(y + r * ldy + (nb + b) * 16 + 8, acc[b][2 * r + 1]);                        \
+        }                                                                                              \
     }                                                                                                  \
-    if (nb < N / 16) rows_1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, K, N - nb * 16);         \
+    if (B > 1 && nb < N / 16)                                                                          \
+      rows_##R##x1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, ldy, K, N - nb * 16);             \
   }
 
-#define ROWS_KERNELS(T, LOAD) \
-  ROWS_KERNEL(1, T, LOAD) ROWS_KERNEL(2, T, LOAD) ROWS_KERNEL(3, T, LOAD) \
-  ROWS_KERNEL(4, T, LOAD) ROWS_KERNEL(5, T, LOAD) ROWS_KERNEL(6, T, LOAD) ROW_KERNEL(T, LOAD)
+/* (choice, measured: 25 emoji step products from the cache on the AVX2-only EPYC, docs/models.md) one row four
+   blocks at a time and two rows two at a time (8 accumulators: 1 row 0.30 -> 0.25 ms, 2 rows 0.48 -> 0.33 against
+   one block), 3-6 rows one block at a time (6-12 accumulators; two blocks of 3 rows spill registers: 0.79 ms
+   against 0.48) */
+#define ROWS_KERNELS(T, LOAD)                                                                          \
+  ROWS_KERNEL(1, 1, T, LOAD) ROWS_KERNEL(2, 1, T, LOAD) ROWS_KERNEL(3, 1, T, LOAD)                        \
+  ROWS_KERNEL(4, 1, T, LOAD) ROWS_KERNEL(5, 1, T, LOAD) ROWS_KERNEL(6, 1, T, LOAD)                        \
+  ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD)
 
-#define ROWS_MM(NAME, T)                                                                           \
-  void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                \
-    while (M > 0) {                                                                                \
-      int r = M > 6 ? 6 : M;                                                                       \
-      switch (r) {                                                                                 \
-        case 1: row_##T(x, ldx, wp, y, K, N); break;                                            \
-        case 2: rows_2_##T(x, ldx, wp, y, K, N); break;                                            \
-        case 3: rows_3_##T(x, ldx, wp, y, K, N); break;                                            \
-        case 4: rows_4_##T(x, ldx, wp, y, K, N); break;                                            \
-        case 5: rows_5_##T(x, ldx, wp, y, K, N); break;                                            \
-        default: rows_6_##T(x, ldx, wp, y, K, N);                                                  \
-      }                                                                                            \
-      x += r * ldx;                                                                                \
-      y += (long)r * N;                                                                            \
-      M -= r;                                                                                      \
-    }                                                                                              \
+/* rows go six at a time, but eight as two fours (0.98 ms against 1.14 for six and two) */
+#define ROWS_MM(NAME, T)                                                                               \
+  void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                    \
+    while (M > 0) {                                                                                    \
+      int r = M == 8 ? 4 : M > 6 ? 6 : M;                                                              \
+      switch (r) {                                                                                     \
+        case 1: rows_1x4_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        case 2: rows_2x2_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        case 3: rows_3x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        case 4: rows_4x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        case 5: rows_5x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        default: rows_6x1_##T(x, ldx, wp, y, N, K, N);                                                 \
+      }                                                                                                \
+      x += r * ldx;                                                                                    \
+      y += (long)r * N;                                                                                \
+      M -= r;                                                                                          \
+    }                                                                                                  \
   }
 
 ROWS_KERNELS(float, load_f32)

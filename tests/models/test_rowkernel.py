@@ -1,7 +1,7 @@
 """The row kernel (coolsd.models.rowkernel, issue 35): fp32 products of a few rows against exact ones.
 
 Each output within fp32 rounding of the float64 product, for every row count the kernel splits (1-6 rows a
-pass, more in passes), strided rows as the lean stack passes them, odd inner sizes; a row's result the same bits
+pass, more in passes, eight as two fours), strided rows as the lean stack passes them, odd inner sizes; a row's result the same bits
 whatever rows share its call; the torch op the scripted stack calls gives the same; weights it cannot take, and
 machines it cannot run on, fall back (None, unavailable) rather than fail. Speed: `python -m coolsd.bench.limit`.
 """
@@ -21,8 +21,8 @@ needs_kernel = pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / F
 
 
 @needs_kernel
-@pytest.mark.parametrize("n", [48, 112])  # 3 column blocks; 7 (one row runs four at a time, then three)
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 13])
+@pytest.mark.parametrize("n", [48, 112])  # 3 column blocks, 7: one row runs four at a time, two rows two, then the rest
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 8, 13])  # 8: two passes of four
 def test_rows_mm_equals_the_exact_product_for_strided_rows(rows, n):
     g = torch.Generator().manual_seed(rows)
     k = 37
@@ -42,14 +42,16 @@ def test_rows_mm_equals_the_exact_product_for_strided_rows(rows, n):
 
 @needs_kernel
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it():
-    """One row alone (four column blocks at a time, then the rest), or third of seven: the same bits (one FMA
-    chain over k per output)."""
+    """One row alone (four column blocks at a time, then the rest), in a pair (two blocks at a time), or one of
+    seven or eight (six and one, four and four): the same bits (one FMA chain over k per output)."""
     g = torch.Generator().manual_seed(0)
-    w_t, x = torch.randn(64, 16 * 9, generator=g), torch.randn(7, 64, generator=g)
+    w_t, x = torch.randn(64, 16 * 9, generator=g), torch.randn(8, 64, generator=g)
     packed = rowkernel.pack(w_t)
     together = rowkernel.rows_mm(x, packed)
-    for i in range(7):
+    assert torch.equal(rowkernel.rows_mm(x[:7], packed), together[:7])
+    for i in range(8):
         assert torch.equal(rowkernel.rows_mm(x[i : i + 1], packed)[0], together[i]), i
+        assert torch.equal(rowkernel.rows_mm(x[i : i + 2], packed), together[i : i + 2]), i
 
 
 @needs_kernel
