@@ -127,7 +127,13 @@ def test_acceptance_figure_has_a_line_per_decoder_and_the_omega_curve():
     assert names[:2] == ["EAGLE-1", "COOL-SD"] and names[2] == "COOL-SD ωᵢ (right axis)"  # no literal "_i"
     assert list(fig.data[0].y) == [0.9, 0.8, None]  # an untested depth is a gap
     assert list(fig.data[2].y) == [2.0, 1.0, 0.5] and fig.data[2].yaxis == "y2"
-    assert len(acceptance_figure(racers, 3, None).data) == 2
+    line, = fig.layout.shapes  # omega = 1 (lossless), dotted across the plot on the right axis
+    assert (line.yref, line.y0, line.y1, line.xref) == ("y2", 1.0, 1.0, "x domain")
+    assert fig.layout.annotations[0].text == "ω = 1 (lossless)" and fig.layout.yaxis2.overlaying == "y"
+    assert (fig.layout.xaxis.title.text, list(fig.layout.xaxis.range)) == ("draft position i", [0.5, 3.5])
+    assert fig.layout.uirevision == "keep"  # a streamed update keeps the visitor's zoom
+    plain = acceptance_figure(racers, 3, None)
+    assert len(plain.data) == 2 and not plain.layout.shapes and "yaxis2" not in plain.layout
 
 
 def test_length_figure_plots_a_running_mean_along_the_image():

@@ -1,9 +1,10 @@
 """The row kernel (coolsd.models.rowkernel, issue 35): fp32 products of a few rows against exact ones.
 
 Each output within fp32 rounding of the float64 product, for every row count the kernel splits (1-6 rows a
-pass, more in passes, eight as two fours), strided rows as the lean stack passes them, odd inner sizes; a row's result the same bits
-whatever rows share its call; the torch op the scripted stack calls gives the same; weights it cannot take, and
-machines it cannot run on, fall back (None, unavailable) rather than fail. Speed: `python -m coolsd.bench.limit`.
+pass, more in passes, eight as two fours), strided rows as the lean stack passes them, odd inner sizes; a row's
+result the same bits whatever rows share its call; the torch op the scripted stack calls gives the same; weights
+it cannot take, and machines it cannot run on, fall back (None, unavailable) rather than fail. Speed:
+`python -m coolsd.bench.limit`.
 """
 
 from __future__ import annotations
