@@ -116,6 +116,48 @@ ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
 ROWS_MM(coolsd_rows_mm_i8, int8_t)
 
+/* ---- The look-alike channel's mixture (`rowkernel.ChannelMix`, used by `coolsd.models.channel`) ----
+
+   out[r, x] = sum over the codes c that may become x, in ascending c, of probs[r, c] w[c -> x], each share rounded
+   to fp32 before its add (no FMA contraction here), from 0: the order and roundings in which torch's `scatter_add_`
+   adds the flattened (V k) shares into x, so the same bits, with each sum kept in a register. probs: (M, V) fp32;
+   the channel by destination: x's sources src[start[x] .. start[x + 1]) and their weights w, every src in [0, V)
+   (checked once by the caller); out: (M, V). */
+#define MIX_ROWS(R)                                                                                     \
+  __attribute__((optimize("fp-contract=off"))) static void mix_##R(const float *p, const long *start,         \
+                                                                   const long *src, const float *w,           \
+                                                                   float *o, int V) {                         \
+    for (int x = 0; x < V; x++) {                                                                        \
+      float sum[R] = {0};                                                                                \
+      for (long e = start[x]; e < start[x + 1]; e++) {                                                   \
+        long c = src[e];                                                                                 \
+        float we = w[e];                                                                                 \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                             \
+          float share = p[(long)r * V + c] * we;                                                         \
+          sum[r] += share;                                                                               \
+        }                                                                                                \
+      }                                                                                                  \
+      for (int r = 0; r < R; r++) o[(long)r * V + x] = sum[r];                                           \
+    }                                                                                                    \
+  }
+MIX_ROWS(1) MIX_ROWS(2) MIX_ROWS(4) MIX_ROWS(8)
+
+void coolsd_channel_mix(const float *probs, const long *start, const long *src, const float *w, float *out, int M,
+                        int V) {
+  while (M > 0) { /* rows 8, 4, 2 or 1 at a time: as many independent sums (an add waits ~4 cycles) */
+    int r = M >= 4 ? 4 : M >= 2 ? 2 : 1;
+    switch (r) {
+      case 8: mix_8(probs, start, src, w, out, V); break;
+      case 4: mix_4(probs, start, src, w, out, V); break;
+      case 2: mix_2(probs, start, src, w, out, V); break;
+      default: mix_1(probs, start, src, w, out, V);
+    }
+    probs += (long)r * V;
+    out += (long)r * V;
+    M -= r;
+  }
+}
+
 /* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.StackKernel`, path "lean-fused") ----
 
    The maths of `coolsd.models.lean.plain_layers_py`, every intermediate in fp32, without ~25 torch calls a layer

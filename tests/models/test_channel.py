@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.channel import PLAIN, ChannelTarget, emit, lookalike_kernel
+from coolsd.models import rowkernel
+from coolsd.models.channel import PLAIN, ChannelTarget, emit, kernel_rows, lookalike_kernel
 
 
 def test_the_kernel_weighs_the_k_nearest_codes_by_their_squared_distance():
@@ -90,3 +91,38 @@ def test_emit_of_a_lookalike_kernel_stays_on_each_codes_lookalikes():
     assert (kernel[torch.arange(30).expand_as(out), out] > 0).all()
     freq = torch.stack([torch.bincount(out[:, c], minlength=30) for c in range(30)]).float() / len(out)
     assert (freq - kernel).abs().max() < 0.03  # 4,000 draws a row: 3 sigma of p = 0.5 is 0.024
+
+
+needs_kernel = pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 9])  # passes of four, two and one rows
+def test_the_c_mixture_gives_the_bits_of_torchs_scatter(rows):
+    """`rowkernel.ChannelMix` sums each code's shares in the order and roundings of `scatter_add_` over the
+    flattened shares (ascending source code), so the channel's p is the same bit for bit with or without it."""
+    gen = torch.Generator().manual_seed(rows)
+    book = torch.rand(96, 4, generator=gen) * 2 - 1
+    book[:5] = 1.0  # plain white codes: one non-zero weight, seven zeros the kernel drops
+    weights, ids = kernel_rows(lookalike_kernel(book, sigma2=0.3, k=8))
+    mix = rowkernel.ChannelMix(weights, ids)
+    logits = torch.randn(rows, 96, generator=gen) * 4
+    probs = torch.softmax(logits / 0.6, -1)
+    shares = (probs[..., None] * weights).flatten(-2)
+    want = torch.zeros_like(probs).scatter_add_(-1, ids.flatten().expand_as(shares), shares)
+    assert torch.equal(mix(probs), want)
+    assert torch.equal(mix(probs.view(1, rows, 96)), want.view(1, rows, 96))  # any leading shape
+    target = ChannelTarget(_Fixed(logits[0]), lookalike_kernel(book, sigma2=0.3, k=8), temperature=0.6)
+    assert target.mix is not None
+    step = target.emit(ModelStep(logits=logits.view(1, rows, 96)))
+    assert torch.equal(step.logits, want.clamp_min(1e-30).log().view(1, rows, 96))
+
+
+@needs_kernel
+def test_the_c_mixture_refuses_codes_outside_the_codebook_and_other_vocabularies():
+    weights = torch.full((4, 2), 0.5)
+    with pytest.raises(ValueError, match="codes in"):
+        rowkernel.ChannelMix(weights, torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4]]))
+    mix = rowkernel.ChannelMix(weights, torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]]))
+    with pytest.raises(ValueError, match="5 codes"):
+        mix(torch.rand(2, 5))
