@@ -268,7 +268,63 @@ static void rope_and_cache(float *qkv, const float *cos, const float *sin, const
     }
 }
 
-/* att (M, hq hd) = softmax(q k^T + mask) v per row and query head; scores: scratch of start + n floats */
+/* scores[j] = dot(q, keys[j]) for 4 keys a row `stride` apart: each the FMA chain and sum of `dot` (the same bits),
+   the four chains interleaved (an FMA waits ~4 cycles for the one before it); hd a multiple of 8 */
+static inline void dot4(const float *q, const float *key, long stride, int hd, float *scores) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int i = 0; i < hd; i += 8) {
+    __m256 qv = _mm256_loadu_ps(q + i);
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(key + i), qv, a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(key + stride + i), qv, a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(key + 2 * stride + i), qv, a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(key + 3 * stride + i), qv, a3);
+  }
+  scores[0] = hsum(a0);
+  scores[1] = hsum(a1);
+  scores[2] = hsum(a2);
+  scores[3] = hsum(a3);
+}
+
+/* one query head of one row: out (hd) = softmax(q k^T + mask) v over `keys` keys (kh, vh: (keys, hd)); open(k):
+   whether the row may attend key k; scores: scratch of `keys` floats. hd a multiple of 8 up to 64: the output
+   stays in (up to) 8 registers over the keys, each lane the FMA chain over k of the loop below; else that loop. */
+#define ATTEND_HEAD(OPEN)                                                                                  \
+  do {                                                                                                     \
+    float top = -INFINITY;                                                                                 \
+    int k = 0;                                                                                             \
+    if (hd % 8 == 0)                                                                                       \
+      for (; k + 4 <= keys; k += 4) dot4(q, kh + (long)k * hd, hd, hd, scores + k);                        \
+    for (; k < keys; k++) scores[k] = dot(q, kh + (long)k * hd, hd);                                       \
+    for (k = 0; k < keys; k++) {                                                                           \
+      if (!(OPEN)) scores[k] = -INFINITY;                                                                  \
+      if (scores[k] > top) top = scores[k];                                                                \
+    }                                                                                                      \
+    float total = exp_shifted(scores, keys, top); /* a closed key: exp(-inf) = 0 */                        \
+    if (hd % 8 == 0 && hd <= 64) {                                                                         \
+      __m256 acc[8];                                                                                       \
+      int chunks = hd / 8;                                                                                 \
+      for (int c = 0; c < chunks; c++) acc[c] = _mm256_setzero_ps();                                      \
+      for (k = 0; k < keys; k++) {                                                                         \
+        if (scores[k] == 0.0f) continue;                                                                   \
+        __m256 p = _mm256_set1_ps(scores[k]);                                                              \
+        const float *vk = vh + (long)k * hd;                                                               \
+        for (int c = 0; c < chunks; c++) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vk + 8 * c), acc[c]);  \
+      }                                                                                                    \
+      __m256 inv = _mm256_set1_ps(total);                                                                  \
+      for (int c = 0; c < chunks; c++) _mm256_storeu_ps(out + 8 * c, _mm256_div_ps(acc[c], inv));         \
+    } else {                                                                                               \
+      memset(out, 0, sizeof(float) * hd);                                                                  \
+      for (k = 0; k < keys; k++) {                                                                         \
+        if (scores[k] == 0.0f) continue;                                                                   \
+        float p = scores[k];                                                                               \
+        for (int i = 0; i < hd; i++) out[i] = fmaf(p, vh[(long)k * hd + i], out[i]);                       \
+      }                                                                                                    \
+      for (int i = 0; i < hd; i++) out[i] /= total;                                                        \
+    }                                                                                                      \
+  } while (0)
+
+/* att (M, hq hd) = softmax(q k^T + mask) v per row and query head; scores: scratch of start + n floats. Every
+   score is computed, then a closed key's set to -inf (so a key's score never depends on the mask) */
 static void attend(const float *qkv, const float *kc, const float *vc, const unsigned char *mask, float *att,
                    float *scores, const Shape *s) {
   int hd = s->hd, Q = (s->hq + 2 * s->hk) * hd, keys = s->start + s->n, group = s->hq / s->hk;
@@ -278,20 +334,14 @@ static void attend(const float *qkv, const float *kc, const float *vc, const uns
         const float *q = qkv + ((long)g * s->n + t) * Q + h * hd;
         const float *kh = kc + ((long)g * s->hk + h / group) * s->S * hd;
         const float *vh = vc + ((long)g * s->hk + h / group) * s->S * hd;
-        float *out = att + ((long)g * s->n + t) * s->hq * hd + h * hd, top = -INFINITY, total = 0.0f;
-        for (int k = 0; k < keys; k++) {
-          int open = mask ? mask[(long)t * keys + k] != 0 : k <= s->start + t;
-          scores[k] = open ? dot(q, kh + (long)k * hd, hd) : -INFINITY;
-          if (scores[k] > top) top = scores[k];
+        float *out = att + ((long)g * s->n + t) * s->hq * hd + h * hd;
+        if (mask) {
+          const unsigned char *row = mask + (long)t * keys;
+          ATTEND_HEAD(row[k] != 0);
+        } else {
+          int last = s->start + t;
+          ATTEND_HEAD(k <= last);
         }
-        total = exp_shifted(scores, keys, top);  /* a closed key: exp(-inf) = 0 */
-        memset(out, 0, sizeof(float) * hd);
-        for (int k = 0; k < keys; k++) {
-          if (scores[k] == 0.0f) continue;
-          float p = scores[k];
-          for (int i = 0; i < hd; i++) out[i] += p * vh[(long)k * hd + i];
-        }
-        for (int i = 0; i < hd; i++) out[i] /= total;
       }
 }
 

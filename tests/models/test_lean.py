@@ -445,12 +445,14 @@ def _random_stack(hq: int, hk: int, hd: int, dtype: torch.dtype, seed: int = 0) 
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
 @pytest.mark.parametrize("g", [1, 2])
 @pytest.mark.parametrize(("heads", "dtype"), [("tiny", torch.float32), ((4, 1, 8), torch.float32),
-                                              ((4, 2, 6), torch.float32), ((4, 1, 8), torch.bfloat16)])
+                                              ((4, 2, 6), torch.float32), ((2, 1, 80), torch.float32),
+                                              ((4, 1, 8), torch.bfloat16)])
 def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, heads, dtype):
     """`StackKernel` against `plain_layers_py` on the same packed weights (fp32, or bf16 read as stored), over
     steps, verifies (causal default) and a tree block, CFG's two rows and one; the tiny model's heads, grouped
-    queries (4 query heads on 1 and on 2 key-value heads: torch's `enable_gqa` mapping) and a head size of 6 (the
-    products' tails): the output within 2e-6 of its largest value, the cache writes within 1e-5."""
+    queries (4 query heads on 1 and on 2 key-value heads: torch's `enable_gqa` mapping), a head size of 6 (the
+    products' tails; attention's plain loops) and of 80 (attention's output in memory, not registers): the output
+    within 2e-6 of its largest value, the cache writes within 1e-5."""
     if heads == "tiny":
         stack = tiny.target.stack
         lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps, 64,
