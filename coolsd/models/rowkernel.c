@@ -81,16 +81,16 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
       rows_##R##x1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, ldy, K, N - nb * 16);             \
   }
 
-/* (choice, measured: 25 emoji step products from the cache on the AVX2-only EPYC, docs/models.md) one row four
-   blocks at a time and two rows two at a time (8 accumulators: 1 row 0.30 -> 0.25 ms, 2 rows 0.48 -> 0.33 against
-   one block), 3-6 rows one block at a time (6-12 accumulators; two blocks of 3 rows spill registers: 0.79 ms
-   against 0.48) */
+/* (choice, measured: 25 emoji step products from the cache on the AVX2-only EPYC, docs/models.md, eighth stop) one
+   row four blocks at a time and two rows two at a time (8 accumulators; 2 rows 0.59 -> 0.44 ms against one block,
+   medians of 200 interleaved calls), 3-6 rows one block at a time (6-12 accumulators; two blocks of 3 rows spill
+   registers: 0.79 ms against 0.48 in a first scratch run) */
 #define ROWS_KERNELS(T, LOAD)                                                                          \
   ROWS_KERNEL(1, 1, T, LOAD) ROWS_KERNEL(2, 1, T, LOAD) ROWS_KERNEL(3, 1, T, LOAD)                        \
   ROWS_KERNEL(4, 1, T, LOAD) ROWS_KERNEL(5, 1, T, LOAD) ROWS_KERNEL(6, 1, T, LOAD)                        \
   ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD)
 
-/* rows go six at a time, but eight as two fours (0.98 ms against 1.14 for six and two) */
+/* rows go six at a time, but eight as two fours (1.31 ms against 1.43 for six and two, the same medians) */
 #define ROWS_MM(NAME, T)                                                                               \
   void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                    \
     while (M > 0) {                                                                                    \
@@ -140,14 +140,14 @@ ROWS_MM(coolsd_rows_mm_i8, int8_t)
       for (int r = 0; r < R; r++) o[(long)r * V + x] = sum[r];                                           \
     }                                                                                                    \
   }
-MIX_ROWS(1) MIX_ROWS(2) MIX_ROWS(4) MIX_ROWS(8)
+MIX_ROWS(1) MIX_ROWS(2) MIX_ROWS(4)
 
 void coolsd_channel_mix(const float *probs, const long *start, const long *src, const float *w, float *out, int M,
                         int V) {
-  while (M > 0) { /* rows 8, 4, 2 or 1 at a time: as many independent sums (an add waits ~4 cycles) */
+  while (M > 0) { /* rows 4, 2 or 1 at a time: as many independent sums (an add waits ~4 cycles); 8 at a time
+                     ran slower than 4 + 4 (eight rows' probabilities, 64 KB, overflow the L1 cache) */
     int r = M >= 4 ? 4 : M >= 2 ? 2 : 1;
     switch (r) {
-      case 8: mix_8(probs, start, src, w, out, V); break;
       case 4: mix_4(probs, start, src, w, out, V); break;
       case 2: mix_2(probs, start, src, w, out, V); break;
       default: mix_1(probs, start, src, w, out, V);

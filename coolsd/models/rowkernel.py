@@ -351,8 +351,8 @@ class ChannelMix:
     out[x] = sum over (c, j) with ids[c, j] = x of probs[c] weights[c, j]: the same bits as torch's
     `zeros.scatter_add_(-1, ids.flatten(), (probs[..., None] * weights).flatten(-2))`, which adds x's shares in
     ascending c, in one pass without the (..., V k) shares. weights (V, k) fp32, ids (V, k) int64 in [0, V) as
-    `channel.kernel_rows` gives them, regrouped here once by destination x (sources ascending; a zero weight
-    dropped: its share, +0, leaves a sum of non-negative shares as it is)."""
+    `channel.kernel_rows` gives them, regrouped here once by destination x (in the flattened order; a zero weight
+    dropped: for finite probabilities its share, +0, leaves a sum of non-negative shares as it is). CPU only."""
 
     def __init__(self, weights: Tensor, ids: Tensor) -> None:
         v, k = weights.shape
@@ -362,7 +362,7 @@ class ChannelMix:
         c = torch.arange(v).repeat_interleave(k)  # the source of each flattened share
         keep = w != 0
         w, x, c = w[keep], x[keep], c[keep]
-        order = torch.argsort(x * v + c)  # by destination, then ascending source (ids in a row are distinct)
+        order = torch.argsort(x, stable=True)  # by destination, each in the flattened order scatter_add_ adds in
         self.src, self.w = c[order].contiguous(), w[order].contiguous()
         self.start = torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(x, minlength=v).cumsum(0)])
         self.vocab = v
@@ -374,6 +374,8 @@ class ChannelMix:
         return cls(weights, ids) if available() and weights.device.type == "cpu" else None
 
     def __call__(self, probs: Tensor) -> Tensor:
+        if probs.device.type != "cpu":
+            raise ValueError(f"ChannelMix: probabilities on {probs.device}; the kernel reads CPU memory")
         if probs.shape[-1] != self.vocab:
             raise ValueError(f"ChannelMix: probabilities over {probs.shape[-1]} codes, the channel has {self.vocab}")
         probs = probs.to(torch.float32).contiguous()

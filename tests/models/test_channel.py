@@ -119,6 +119,20 @@ def test_the_c_mixture_gives_the_bits_of_torchs_scatter(rows):
 
 
 @needs_kernel
+def test_the_c_mixture_adds_a_repeated_code_in_scatters_order():
+    """A row that names one code twice (not from `kernel_rows`, but taken): its shares still add in the flattened
+    order, as `scatter_add_` adds them."""
+    gen = torch.Generator().manual_seed(1)
+    weights = torch.rand(24, 4, generator=gen)
+    ids = torch.randint(0, 24, (24, 4), generator=gen)
+    ids[:, 1] = ids[:, 0]  # every row repeats a code
+    probs = torch.softmax(torch.randn(3, 24, generator=gen) * 3, -1)
+    shares = (probs[..., None] * weights).flatten(-2)
+    want = torch.zeros_like(probs).scatter_add_(-1, ids.flatten().expand_as(shares), shares)
+    assert torch.equal(rowkernel.ChannelMix(weights, ids)(probs), want)
+
+
+@needs_kernel
 def test_the_c_mixture_refuses_codes_outside_the_codebook_and_other_vocabularies():
     weights = torch.full((4, 2), 0.5)
     with pytest.raises(ValueError, match="codes in"):
@@ -126,3 +140,5 @@ def test_the_c_mixture_refuses_codes_outside_the_codebook_and_other_vocabularies
     mix = rowkernel.ChannelMix(weights, torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]]))
     with pytest.raises(ValueError, match="5 codes"):
         mix(torch.rand(2, 5))
+    with pytest.raises(ValueError, match="CPU memory"):  # an accelerator's pointer never reaches the C loop
+        mix(torch.rand(2, 4, device="meta"))

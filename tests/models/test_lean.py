@@ -445,7 +445,8 @@ def _random_stack(hq: int, hk: int, hd: int, dtype: torch.dtype, seed: int = 0) 
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
 @pytest.mark.parametrize("g", [1, 2])
 @pytest.mark.parametrize(("heads", "dtype"), [("tiny", torch.float32), ((4, 1, 8), torch.float32),
-                                              ((4, 2, 6), torch.float32), ((2, 1, 80), torch.float32),
+                                              ((4, 2, 6), torch.float32), ((2, 1, 64), torch.float32),
+                                              ((2, 1, 80), torch.float32),
                                               ((4, 1, 8), torch.bfloat16)])
 def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, heads, dtype):
     """`StackKernel` against `plain_layers_py` on the same packed weights (fp32, or bf16 read as stored), over
@@ -481,6 +482,29 @@ def test_the_c_stack_equals_the_python_stack_within_float_rounding(tiny, g, head
         torch.testing.assert_close(k, k_py, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(v, v_py, rtol=1e-5, atol=1e-5)
         start += n
+
+
+@pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")
+@pytest.mark.parametrize("hd", [8, 64])
+def test_the_c_stacks_causal_default_is_its_causal_mask_and_a_closed_key_is_never_read(hd):
+    """No mask and the causal mask give the same bits; a key a tree mask closes may hold NaN (a stale slot) and the
+    output keeps every bit (its score is set to -inf before the softmax, its value skipped)."""
+    lean = _random_stack(2, 1, hd, torch.float32, seed=hd)
+    gen = torch.Generator().manual_seed(2)
+    k = torch.randn(2, 1, 1, 16, hd, generator=gen)
+    v = torch.randn(2, 1, 1, 16, hd, generator=gen)
+    start, n = 9, 3
+    x, pos = torch.randn(1, n, 32, generator=gen), torch.arange(start, start + n)
+    causal = torch.ones(n, start + n, dtype=torch.bool).tril(start)
+    plain = lean.fused(x, pos, k.clone(), v.clone(), start, None)
+    assert torch.equal(lean.fused(x, pos, k.clone(), v.clone(), start, causal), plain)
+    closed = causal.clone()
+    closed[:, 4] = False
+    want = lean.fused(x, pos, k.clone(), v.clone(), start, closed)
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[:, :, :, 4], v_nan[:, :, :, 4] = math.nan, math.nan
+    got = lean.fused(x, pos, k_nan, v_nan, start, closed)
+    assert torch.equal(got, want) and not torch.equal(got, plain)
 
 
 @pytest.mark.skipif(not rowkernel.available(), reason="no AVX2 / FMA CPU or no C compiler here")

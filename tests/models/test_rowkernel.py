@@ -99,12 +99,13 @@ def test_the_kernel_is_built_once_into_the_cache(monkeypatch, tmp_path):
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 3, 7])
-def test_bf16_weights_give_the_bits_of_their_fp32_copy(rows):
+@pytest.mark.parametrize("n", [64, 112])  # 4 column blocks; 7: one row's and a pair's leftover blocks
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8])
+def test_bf16_weights_give_the_bits_of_their_fp32_copy(rows, n):
     """A bf16 weight widens exactly in registers: the kernel on the bf16 pack gives the fp32 pack's bits, from half
     the bytes; a bf16 pack runs one-row calls, an fp32 pack from two rows (`min_rows`)."""
     g = torch.Generator().manual_seed(rows)
-    w_t, x = torch.randn(40, 64, generator=g).bfloat16(), torch.randn(rows, 40, generator=g)
+    w_t, x = torch.randn(40, n, generator=g).bfloat16(), torch.randn(rows, 40, generator=g)
     half, full = rowkernel.pack(w_t), rowkernel.pack(w_t.float())
     assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
     assert torch.equal(rowkernel.rows_mm(x, half), rowkernel.rows_mm(x, full))
