@@ -17,8 +17,8 @@ step of a small model spends most of its time in the ~25 torch calls a layer bet
 products (measured with `python -m coolsd.bench.limit`).
 
 `ChannelMix` runs the look-alike channel's mixture (`coolsd.models.channel`) in one pass: the same sums in the same
-order as torch's `scatter_add_`, so the same bits, without its (rows, V, k) shares (8 rows of 2,048 codes: ~0.5 ms
--> ~0.1 ms on the AVX2 EPYC; a verify's channel cost as much as half its stack call).
+order as torch's `scatter_add_`, so the same bits, without its (rows, V, k) shares (the emoji channel's emit, medians
+of interleaved calls on the AVX2 EPYC: one row 85 -> 55 us, four rows 171 -> 78 us; docs/models.md, eighth stop).
 
 It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`, under
 a second) into `$COOLSD_CACHE` (default ~/.cache/coolsd), loaded with ctypes and registered as the torch op
