@@ -49,7 +49,10 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
   } while (0)
 
 /* R rows by B column blocks at a time: 2 R B accumulators, each one FMA chain over k in order (so an output's bits
-   do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. */
+   do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. Where
+   the accumulators take more than 8 of the 16 registers, an empty asm with a memory clobber after each block makes
+   the compiler broadcast x again for the next block rather than keep R broadcasts live (3 rows by 2 blocks: 12
+   accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). */
 #define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
   static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
                                    int N) {                                                           \
@@ -68,6 +71,7 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
             acc[b][2 * r] = _mm256_fmadd_ps(xr, w0, acc[b][2 * r]);                                    \
             acc[b][2 * r + 1] = _mm256_fmadd_ps(xr, w1, acc[b][2 * r + 1]);                            \
           }                                                                                            \
+          if (2 * R * B > 8) __asm__ volatile("" ::: "memory");                                        \
         }                                                                                              \
       }                                                                                                \
       for (int b = 0; b < B; b++)                                                                      \
@@ -83,12 +87,13 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
 
 /* (choice, measured: 25 emoji step products from the cache on the AVX2-only EPYC, docs/models.md, eighth stop) one
    row four blocks at a time and two rows two at a time (8 accumulators; 2 rows 0.59 -> 0.44 ms against one block,
-   medians of 200 interleaved calls), 3-6 rows one block at a time (6-12 accumulators; two blocks of 3 rows spill
-   registers: 0.79 ms against 0.48 in a first scratch run) */
+   medians of 200 interleaved calls), three rows two blocks at a time (12 accumulators: each k's 6 FMA chains of one
+   block waited on the FMA latency; the emoji C stack of 3 rows 4-11 % faster, ninth stop), 4-6 rows one block at a
+   time (8-12 accumulators) */
 #define ROWS_KERNELS(T, LOAD)                                                                          \
   ROWS_KERNEL(1, 1, T, LOAD) ROWS_KERNEL(2, 1, T, LOAD) ROWS_KERNEL(3, 1, T, LOAD)                        \
   ROWS_KERNEL(4, 1, T, LOAD) ROWS_KERNEL(5, 1, T, LOAD) ROWS_KERNEL(6, 1, T, LOAD)                        \
-  ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD)
+  ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD) ROWS_KERNEL(3, 2, T, LOAD)
 
 /* rows go six at a time, but eight as two fours (1.31 ms against 1.43 for six and two, the same medians) */
 #define ROWS_MM(NAME, T)                                                                               \
@@ -98,7 +103,7 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
       switch (r) {                                                                                     \
         case 1: rows_1x4_##T(x, ldx, wp, y, N, K, N); break;                                           \
         case 2: rows_2x2_##T(x, ldx, wp, y, N, K, N); break;                                           \
-        case 3: rows_3x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
+        case 3: rows_3x2_##T(x, ldx, wp, y, N, K, N); break;                                           \
         case 4: rows_4x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
         case 5: rows_5x1_##T(x, ldx, wp, y, N, K, N); break;                                           \
         default: rows_6x1_##T(x, ldx, wp, y, N, K, N);                                                 \
