@@ -239,8 +239,10 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         "table": report.table(rows),
         "limit": "Step against the machine's limit, eager and lean paths:\n\n" + limit_table.markdown(config["limit"])
                  if config.get("limit") else "",
+        "time": report.time_split_markdown(report.time_split(rows, config.get("limit")),
+                                           (config.get("limit") or {}).get("stored_path", "")),
     }
-    (out / "results.md").write_text("\n\n".join(parts.values()) + "\n")
+    (out / "results.md").write_text("\n\n".join(p for p in parts.values() if p) + "\n")
     return parts
 
 

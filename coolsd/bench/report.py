@@ -21,7 +21,7 @@ from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.decoding import variants
 from coolsd.util.figures import QUALITY, pareto_figure
-from coolsd.util.format import number
+from coolsd.util.format import number, shown
 
 NAN = float("nan")
 SPEEDUP_NAME = "speed-up = ratio of total CPU time (vanilla AR / setting, same images, warm-up excluded)"
@@ -256,6 +256,58 @@ def table(rows: list[dict]) -> str:
                      f"| {_f(100 * r['outside_share'], '.1f')} % | {fid} | {_accuracy(r)} "
                      f"| {_f(r['nll'], '.3f')} ± {_f(r.get('nll_se', NAN), '.3f')} "
                      f"| {_f(r.get('top1', NAN))} / {_f(r.get('top1_fg', NAN))} |")
+    return "\n".join(lines)
+
+
+def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
+    """Where a chain round's time goes, in vanilla AR steps (a step = 1: its forward plus its host work), for the
+    chain settings at the limit tool's draft length, beside the ceiling the tool's cold forwards allow.
+
+    Per setting: `tool_round` the tool's round / step on the stored path (forwards only: drafts and verify);
+    `ceiling` = tau / tool_round, the speed-up if a round cost that and nothing else ran; `forwards` and `host` the
+    loop's wall seconds per round inside and outside model forwards (`outside_share`), over vanilla AR's wall
+    seconds per step; `round` their sum (about tau / speed-up; the speed-up is a CPU-time ratio). The vanilla row
+    splits its own step. [] without a limit table or a vanilla row."""
+    vanilla = next((r for r in rows if r.get("n_images") and r.get("family") == VANILLA), None)
+    if not limit or vanilla is None or not shown(vanilla.get("seconds")):
+        return []
+    path = limit.get("stored_path") if limit.get("stored_path") in limit["ratios"] else "eager"
+    tool_round = limit["ratios"][path]["round_per_step"]
+    step = vanilla["seconds"] / vanilla["target_forwards"]  # wall s per vanilla step
+
+    def split(r: dict) -> dict:
+        per_round = r["seconds"] / r["target_forwards"] / step
+        return {"forwards": per_round * (1 - r["outside_share"]), "host": per_round * r["outside_share"],
+                "round": per_round}
+
+    out = [{"setting": vanilla["setting"], "tau": 1.0, "tool_round": 1.0, "ceiling": 1.0, "speedup": 1.0}
+           | split(vanilla)]
+    for r in rows:
+        if (r.get("n_images") and r.get("family") != VANILLA and r["tree"] is None and not _jacobi(r)
+                and r["draft_len"] == limit["draft_len"] and shown(r.get("seconds"))):
+            out.append({"setting": r["setting"], "tau": r["tau"], "tool_round": tool_round,
+                        "ceiling": r["tau"] / tool_round, "speedup": r["speedup"]} | split(r))
+    return out
+
+
+def _jacobi(r: dict) -> bool:
+    """An SJD setting: no drafter, so the tool's chain round is not its round."""
+    return (r.get("rule_config") or {}).get("rule", "").startswith("sjd")
+
+
+def time_split_markdown(split: list[dict], path: str) -> str:
+    """`time_split` as a table with one line on how to read it ("" when empty)."""
+    if not split:
+        return ""
+    lines = [f"Where a round's time goes (chain settings at the limit tool's L, path {path}; one vanilla AR step = 1, "
+             "its forward plus its host work). The ceiling is tau over the tool's round: the speed-up if a round "
+             "cost only its forwards, measured cold in the tool. In the loop a round's forwards cost more, and the "
+             "host work (probabilities, draws, the rule's test, events) adds the rest.\n",
+             "| setting | tau | tool: round / step | ceiling | loop: forwards | host work | round | speed-up |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in split:
+        lines.append(f"| {r['setting']} | {_f(r['tau'])} | {_f(r['tool_round'])} | {_f(r['ceiling'])}x "
+                     f"| {_f(r['forwards'])} | {_f(r['host'])} | {_f(r['round'])} | {_f(r['speedup'])}x |")
     return "\n".join(lines)
 
 

@@ -15,7 +15,16 @@ import pytest
 import torch
 
 from coolsd.bench import main
-from coolsd.bench.report import SPEEDUP_NAME, claims, frontier_fid, pareto, summarise, targets
+from coolsd.bench.report import (
+    SPEEDUP_NAME,
+    claims,
+    frontier_fid,
+    pareto,
+    summarise,
+    targets,
+    time_split,
+    time_split_markdown,
+)
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
 from coolsd.decoding.engine import DecodeConfig
@@ -112,6 +121,30 @@ def test_targets_report_values():
     assert found[("vanilla", "CPU s / image")]["met"] is True
     assert found[("cool-sd delta=2", "FID / vanilla FID")]["met"] is True
     assert found[("cool-sd delta=2", "time outside model forwards")]["met"] is True
+
+
+def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
+    """Hand count: vanilla 0.4 s over 256 steps, 25 % outside forwards; Eagle-1 (L = 2) 0.6 s over 128 rounds,
+    40 % outside: a round = (0.6 / 128) / (0.4 / 256) = 3 steps, 1.8 of forwards and 1.2 of host work; the tool's
+    round of 1.5 steps caps tau 2 at 1.33x. Other draft lengths, trees and SJD are left out (not the tool's round)."""
+    vanilla = _row("vanilla", "vanilla", 1.0, 1.0) | {"seconds": 0.4, "target_forwards": 256.0, "outside_share": 0.25}
+    eagle = _row("eagle-1 L=2", "eagle-1", 1.0, 0.7, tau=2.0) | {"seconds": 0.6, "target_forwards": 128.0,
+                                                                  "outside_share": 0.4, "draft_len": 2}
+    others = [eagle | {"setting": "eagle-1 L=3", "draft_len": 3}, eagle | {"setting": "tree", "tree": "binary-2"},
+              eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}}]
+    limit = {"draft_len": 2, "stored_path": "lean-fused", "ratios": {"eager": {"round_per_step": 3.0},
+                                                                     "lean-fused": {"round_per_step": 1.5}}}
+    split = time_split([vanilla, eagle, *others], limit)
+    assert [r["setting"] for r in split] == ["vanilla", "eagle-1 L=2"]
+    assert split[0] == pytest.approx({"setting": "vanilla", "tau": 1.0, "tool_round": 1.0, "ceiling": 1.0,
+                                           "speedup": 1.0, "forwards": 0.75, "host": 0.25, "round": 1.0})
+    e = split[1]
+    assert (e["round"], e["forwards"], e["host"]) == pytest.approx((3.0, 1.8, 1.2))
+    assert (e["tool_round"], e["ceiling"], e["speedup"]) == pytest.approx((1.5, 2.0 / 1.5, 0.7))
+    text = time_split_markdown(split, "lean-fused")
+    assert "path lean-fused" in text and "| eagle-1 L=2 | 2.00 | 1.50 | 1.33x | 1.80 | 1.20 | 3.00 | 0.70x |" in text
+    assert time_split([vanilla, eagle], None) == [] and time_split([eagle], limit) == []
+    assert time_split_markdown([], "lean") == ""
 
 
 def test_speedup_is_the_named_cpu_time_ratio_without_warm_up():
@@ -257,6 +290,7 @@ def test_command_end_to_end(scorer, tmp_path):
     assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 6
     limit = json.loads((out / "config.json").read_text())["limit"]  # issue 35: the limit table, with every run
     assert set(limit["paths"]) == {"eager", *LEAN_PATHS} and "| lean |" in (out / "results.md").read_text()
+    assert "Where a round's time goes" in (out / "results.md").read_text()  # the loop's round beside the tool's
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "| cool-sd delta=2 |" in text and "pareto.png" in text and "python -m coolsd.bench --model tiny" in text
