@@ -269,10 +269,11 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
     seconds per step; `round` their sum (about tau / speed-up; the speed-up is a CPU-time ratio). The vanilla row
     splits its own step. [] without a limit table or a vanilla row."""
     vanilla = next((r for r in rows if r.get("n_images") and r.get("family") == VANILLA), None)
-    if not limit or vanilla is None or not shown(vanilla.get("seconds")):
+    ratios = (limit or {}).get("ratios") or {}  # a limit table written before the ratios: none
+    path = limit.get("stored_path") if limit and limit.get("stored_path") in ratios else "eager"
+    if path not in ratios or vanilla is None or not shown(vanilla.get("seconds")):
         return []
-    path = limit.get("stored_path") if limit.get("stored_path") in limit["ratios"] else "eager"
-    tool_round = limit["ratios"][path]["round_per_step"]
+    tool_round = ratios[path]["round_per_step"]
     step = vanilla["seconds"] / vanilla["target_forwards"]  # wall s per vanilla step
 
     def split(r: dict) -> dict:
@@ -284,7 +285,7 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
            | split(vanilla)]
     for r in rows:
         if (r.get("n_images") and r.get("family") != VANILLA and r["tree"] is None and not _jacobi(r)
-                and r["draft_len"] == limit["draft_len"] and shown(r.get("seconds"))):
+                and r["draft_len"] == limit.get("draft_len") and shown(r.get("seconds"))):
             out.append({"setting": r["setting"], "tau": r["tau"], "tool_round": tool_round,
                         "ceiling": r["tau"] / tool_round, "speedup": r["speedup"]} | split(r))
     return out

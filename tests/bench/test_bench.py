@@ -144,6 +144,7 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
     text = time_split_markdown(split, "lean-fused")
     assert "path lean-fused" in text and "| eagle-1 L=2 | 2.00 | 1.50 | 1.33x | 1.80 | 1.20 | 3.00 | 0.70x |" in text
     assert time_split([vanilla, eagle], None) == [] and time_split([eagle], limit) == []
+    assert time_split([vanilla, eagle], {"draft_len": 2, "stored_path": "lean-fused"}) == []  # no ratios recorded
     assert time_split_markdown([], "lean") == ""
 
 
