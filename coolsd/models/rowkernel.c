@@ -71,7 +71,7 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
             acc[b][2 * r] = _mm256_fmadd_ps(xr, w0, acc[b][2 * r]);                                    \
             acc[b][2 * r + 1] = _mm256_fmadd_ps(xr, w1, acc[b][2 * r + 1]);                            \
           }                                                                                            \
-          if (2 * R * B > 8) __asm__ volatile("" ::: "memory");                                        \
+          if (B > 1 && 2 * R * B > 8) __asm__ volatile("" ::: "memory");                               \
         }                                                                                              \
       }                                                                                                \
       for (int b = 0; b < B; b++)                                                                      \
