@@ -50,9 +50,9 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
 
 /* R rows by B column blocks at a time: 2 R B accumulators, each one FMA chain over k in order (so an output's bits
    do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. Where
-   the accumulators take more than 8 of the 16 registers, an empty asm with a memory clobber after each block makes
-   the compiler broadcast x again for the next block rather than keep R broadcasts live (3 rows by 2 blocks: 12
-   accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). */
+   several blocks' accumulators take more than 8 of the 16 registers, an empty asm with a memory clobber after each
+   block makes the compiler broadcast x again for the next block rather than keep R broadcasts live (3 rows by 2
+   blocks: 12 accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). */
 #define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
   static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
                                    int N) {                                                           \
