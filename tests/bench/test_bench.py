@@ -124,11 +124,12 @@ def test_targets_report_values():
 
 
 def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
-    """Hand count: vanilla 0.4 s over 256 steps, 25 % outside forwards; Eagle-1 (L = 2) 0.6 s over 128 rounds,
-    40 % outside: a round = (0.6 / 128) / (0.4 / 256) = 3 steps, 1.8 of forwards and 1.2 of host work; the tool's
-    round of 1.5 steps caps tau 2 at 1.33x. Other draft lengths, trees and SJD are left out (not the tool's round)."""
-    vanilla = _row("vanilla", "vanilla", 1.0, 1.0) | {"seconds": 0.4, "target_forwards": 256.0, "outside_share": 0.25}
-    eagle = _row("eagle-1 L=2", "eagle-1", 1.0, 0.7, tau=2.0) | {"seconds": 0.6, "target_forwards": 128.0,
+    """Hand count (an image of 128 tokens): vanilla 0.4 s over 128 steps, 25 % outside forwards; Eagle-1 (L = 2)
+    0.6 s over 64 rounds, 40 % outside: a round = (0.6 / 64) / (0.4 / 128) = 3 steps, 1.8 of forwards and 1.2 of
+    host work; the tool's round of 1.5 steps caps tau 2 at 1.33x. Other draft lengths, trees and SJD are left out
+    (not the tool's round)."""
+    vanilla = _row("vanilla", "vanilla", 1.0, 1.0) | {"seconds": 0.4, "target_forwards": 128.0, "outside_share": 0.25}
+    eagle = _row("eagle-1 L=2", "eagle-1", 1.0, 0.7, tau=2.0) | {"seconds": 0.6, "target_forwards": 64.0,
                                                                   "outside_share": 0.4, "draft_len": 2}
     others = [eagle | {"setting": "eagle-1 L=3", "draft_len": 3}, eagle | {"setting": "tree", "tree": "binary-2"},
               eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}}]
