@@ -43,8 +43,9 @@ def test_rows_mm_equals_the_exact_product_for_strided_rows(rows, n):
 
 @needs_kernel
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it():
-    """One row alone (four column blocks at a time, then the rest), in a pair (two blocks at a time), or one of
-    seven or eight (six and one, four and four): the same bits (one FMA chain over k per output)."""
+    """One row alone (four column blocks at a time, then the rest), in a pair or a three (two blocks at a time, then
+    the odd one), one of five (one block at a time) or of seven or eight (six and one, four and four): the same bits
+    (one FMA chain over k per output)."""
     g = torch.Generator().manual_seed(0)
     w_t, x = torch.randn(64, 16 * 9, generator=g), torch.randn(8, 64, generator=g)
     packed = rowkernel.pack(w_t)
@@ -53,6 +54,8 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it():
     for i in range(8):
         assert torch.equal(rowkernel.rows_mm(x[i : i + 1], packed)[0], together[i]), i
         assert torch.equal(rowkernel.rows_mm(x[i : i + 2], packed), together[i : i + 2]), i
+        assert torch.equal(rowkernel.rows_mm(x[i : i + 3], packed), together[i : i + 3]), i
+    assert torch.equal(rowkernel.rows_mm(x[:5], packed), together[:5])
 
 
 @needs_kernel
