@@ -121,11 +121,14 @@ def path_calls(bundle, path: str, draft_len: int, context: int = CONTEXT) -> tup
 
 
 def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int = 5, context: int = CONTEXT,
-            clock: Callable[[], float] = time.process_time, buffer_bytes: int = BIG_BUFFER) -> dict:
+            clock: Callable[[], float] = time.process_time, buffer_bytes: int = BIG_BUFFER,
+            paths: tuple[str, ...] = PATHS) -> dict:
     """The limit and the measured calls of `bundle` on each path of PATHS (see the module docstring).
     Times in ms of `clock` (default the process's CPU time, as the benchmark's speed-ups: on a shared machine
     other processes stretch wall time, not this one's CPU time), bytes in MB (2^20), rates in GB/s (10^9 bytes);
-    `context` is capped at half the image; `buffer_bytes`: the copy that measures the memory's bandwidth."""
+    `context` is capped at half the image; `buffer_bytes`: the copy that measures the memory's bandwidth; `paths`:
+    which of PATHS to time (eager always, the ratios' baseline)."""
+    paths = tuple(p for p in PATHS if p == "eager" or p in paths)
     draft_len = draft_len or DecodeConfig().draft_len
     context = min(context, bundle.num_tokens // 2)
     sizes = step_bytes(bundle.target, bundle.drafter)
@@ -136,13 +139,13 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
              "products/drafter": products_call(matrices["drafter"], rows=rows),
              "products/drafter_int8": products_call(matrices["drafter"], Int8Linear, rows)}
     ready = {}
-    for path in PATHS:
+    for path in paths:
         each, ready[path] = path_calls(bundle, path, draft_len, context)
         calls |= {f"{path}/{name}": fn for name, fn in each.items()}
     with torch.no_grad():
         ms = {key: 1e3 * s for key, s in interleaved_medians(calls, repeats, warmup, clock=clock).items()}
-    paths = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
-             | {"ready_s": round(ready[path], 3)} for path in PATHS}
+    times = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
+             | {"ready_s": round(ready[path], 3)} for path in paths}
     return {
         "model": bundle.name, "execution": bundle.execution, "stored_path": bundle.path, "cpu": cpu_key(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "draft_len": draft_len, "context": context,
@@ -153,8 +156,8 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
         "implied_ms": {f"{k}_{where}": round(1e3 * v / rate, 3) for k, v in sizes.items()
                        for where, rate in (("memory", memory), ("cache", cached))},
         "products_ms": {name: round(ms[f"products/{name}"], 3) for name in ("target", "drafter", "drafter_int8")},
-        "paths": paths,
-        "ratios": {path: ratios(paths[path], paths["eager"]) for path in PATHS},
+        "paths": times,
+        "ratios": {path: ratios(times[path], times["eager"]) for path in paths},
     }
 
 
