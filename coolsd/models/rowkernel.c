@@ -55,9 +55,10 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
    blocks: 12 accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). While a group runs, its k-th
    line of each block is matched by a software prefetch (into L2) of the same line of the next group's blocks, so the
    next group streams in beside this one: more lines in flight than the hardware prefetcher keeps for 1-2 streams
-   (choice, measured on the AVX2-only EPYC, docs/models.md, tenth stop: full emoji decodes interleaved in one process,
-   vanilla AR 6 %, Eagle-1 10 %, COOL-SD 14 % faster). After the last group it names lines past W: a prefetch never
-   faults, and the address is integer arithmetic. */
+   (choice, measured on the AVX2-only EPYC, docs/models.md, tenth stop: full emoji decodes interleaved in one
+   process, two runs: vanilla AR 2-7 %, Eagle-1 10-14 %, COOL-SD 10-14 % faster; prefetching for two or more rows
+   only left vanilla AR level). After the last group it names lines past W: a prefetch never faults, and the
+   address is integer arithmetic. */
 #define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
   static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
                                    int N) {                                                           \
