@@ -195,10 +195,12 @@ def products_line(result: dict) -> str:
     """What a step's products alone take (`products_call`), against the lean step: the rest is its small ops."""
     if "products_ms" not in result:  # a table written before the products were measured
         return ""
-    prod, lean = result["products_ms"], result["paths"]["lean"]
+    timed = [p for p in result["paths"] if p != "eager"] or ["eager"]
+    base = "lean" if "lean" in timed else timed[0]  # the plain lean path, else the first one timed
+    prod, step = result["products_ms"], result["paths"][base]["step"]
     return (f"The matrix products alone ({result['rows']} row(s) each, as a step, nothing around them): target "
             f"{prod['target']:.3f} ms "
-            f"({prod['target'] / lean['step']:.0%} of the lean step), head {prod['drafter']:.3f} ms fp32, "
+            f"({prod['target'] / step:.0%} of the {base} step), head {prod['drafter']:.3f} ms fp32, "
             f"{prod['drafter_int8']:.3f} ms int8 (lean-q8's drafter); the rest of a step is the small ops around "
             "them (norms, RoPE, cache writes, attention, views).\n\n")
 

@@ -57,3 +57,45 @@ def test_main_writes_json_and_table_and_stores_the_faster_path(tiny, tmp_path, m
     assert (tmp_path / "out" / "limit.md").read_text() == limit_table.markdown(result)
     stored = json.loads((tmp_path / EXECUTION_FILE).read_text())
     assert stored["cpu"] == limit_table.fastest_path(result) == stored_path(tmp_path, "cpu")
+
+
+def test_measure_times_only_the_paths_asked_for_beside_eager(tiny):
+    result = limit_table.measure(tiny, draft_len=1, repeats=1, warmup=0, context=4, buffer_bytes=2**20,
+                                 paths=("lean-rows", "no-such-path"))
+    assert list(result["paths"]) == list(result["ratios"]) == ["eager", "lean-rows"]  # eager: the ratios' baseline
+    assert result["ratios"]["lean-rows"]["step_vs_eager"] == round(
+        result["paths"]["lean-rows"]["step"] / result["paths"]["eager"]["step"], 3)
+    table = limit_table.markdown(result)
+    assert "| lean-rows |" in table and "| lean |" not in table and "of the lean-rows step" in table
+
+
+def _size_sweep():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "target_size_sweep.py"
+    spec = importlib.util.spec_from_file_location("target_size_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_size_sweep_folders_load_strictly_at_the_new_shape_and_keep_the_shipped_settings(tmp_path):
+    from coolsd.models.emoji import EMOJI_DIR, load_emoji
+
+    sweep = _size_sweep()
+    assert sweep.parse_size("128x2x192") == (128, 2, 192)
+    for bad in ("100x2x192", "128x0x192", "128x2"):
+        with pytest.raises(ValueError):
+            sweep.parse_size(bad)
+    millions = sweep.random_folder(tmp_path / "m", 128, 2, 192)
+    bundle = load_emoji(tmp_path / "m", device="cpu")  # strict: every weight of the new shape present
+    cfg = bundle.target.model.config
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.num_attention_heads) == (128, 2, 192, 2)
+    assert sum(p.numel() for p in bundle.target.model.parameters()) / 1e6 == pytest.approx(millions)
+    assert bundle.drafter.head.config.hidden_size == 128 and bundle.drafter.head.config.num_hidden_layers == 1
+    shipped = json.loads((EMOJI_DIR / "target" / "config.json").read_text(encoding="utf-8"))
+    saved = json.loads((tmp_path / "m" / "target" / "config.json").read_text(encoding="utf-8"))
+    for key in ("lookalike_channel", "class_chars", "default_class", "codebook_size"):
+        assert saved[key] == shipped[key]
+    assert not (tmp_path / "m" / "bench").exists() and (tmp_path / "m" / "vq").is_dir()
