@@ -192,7 +192,8 @@ def markdown(result: dict) -> str:
 
 
 def products_line(result: dict) -> str:
-    """What a step's products alone take (`products_call`), against the lean step: the rest is its small ops."""
+    """What a step's products alone take (`products_call`), against the lean step (else the first lean path timed): the
+    rest is its small ops."""
     if "products_ms" not in result:  # a table written before the products were measured
         return ""
     timed = [p for p in result["paths"] if p != "eager"] or ["eager"]
