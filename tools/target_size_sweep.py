@@ -25,6 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from coolsd.bench.limit_table import measure
 from coolsd.models.eagle import EagleHead
 from coolsd.models.emoji import EMOJI_DIR, load_emoji
+from coolsd.models.lean import LEAN_PATHS
 
 SIZES = ("256x6x704", "384x8x1024", "512x8x1408", "512x12x1408", "768x12x2048")  # the first: the shipped shape
 KEEP_OUT = ("bench", "issue34", "issue35", "*.png")  # the shipped folder's results: not needed to load it
@@ -75,7 +76,8 @@ def row(size: str, millions: float, result: dict, path: str, taus: tuple[float, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), help="hidden x layers x MLP width, each")
-    parser.add_argument("--path", default="lean-fused", help="the lean path to time beside eager")
+    parser.add_argument("--path", default="lean-fused", choices=sorted(LEAN_PATHS),
+                        help="the lean path to time beside eager")
     parser.add_argument("--draft-len", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--taus", type=float, nargs="+", default=[1.85, 2.22],
