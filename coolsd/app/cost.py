@@ -55,10 +55,10 @@ def cost_specs() -> dict[str, Spec]:
 
 
 def path_label(ctx: Context) -> str:
-    """The execution path the call times belong to: device and weight dtype (e.g. "cpu, bf16": the model's
+    """The execution the call times belong to: device, path and weight dtype (e.g. "cpu, fused, bf16": the model's
     `execution` when it names one, else the target's dtype)."""
     dtype = ctx.model.execution.split(" ")[0] if ctx.model.execution else getattr(ctx.model.target, "dtype", None)
-    return f"{ctx.device.type}" + (f", {dtype}" if dtype else "")
+    return f"{ctx.device.type}, {ctx.model.path}" + (f", {dtype}" if dtype else "")
 
 
 class CostPanel:

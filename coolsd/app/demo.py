@@ -101,7 +101,15 @@ def model_info(ctx: Context) -> dict:
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
-            "execution": m.execution, "credits": m.credits}
+            "execution": m.execution, "path": m.path, "credits": m.credits}
+
+
+def execution_words(model) -> str:
+    """How a model's calls run, for a reader: its execution path and precision, e.g. "fused path, bf16 weights
+    (fp32 maths)" (`ModelBundle.path`, `ModelBundle.execution`)."""
+    precision = model.execution.split(" (")[0] if model.execution else ""  # "bf16 weights, fp32 maths (...)"
+    precision = precision.replace("weights, fp32 maths", "weights (fp32 maths)")
+    return f"{model.path} path" + (f", {precision}" if precision else "")
 
 
 def header_markdown(ctx: Context) -> str:
@@ -112,9 +120,8 @@ def header_markdown(ctx: Context) -> str:
     note = f"\n\n⚠️ {m.note}" if m.note else ""
     credits = f"\n\nCredits: {m.credits.rstrip('.')}." if m.credits else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
-    precision = m.execution.split(" ")[0] if m.execution else ""  # "bf16 (stored with the model)" -> "bf16"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-            f"Model: **{name}** on {ctx.device.type.upper()}{f' in {precision}' if precision else ''}, "
+            f"Model: **{name}** on {ctx.device.type.upper()}, {execution_words(m)}, "
             f"{m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
             f"runs next, so each frame compares equal compute.{note}{credits}")

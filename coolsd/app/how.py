@@ -38,10 +38,10 @@ EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
 BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
            "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
 # a later run of some settings beside the main benchmark, in its subfolder of that name (its speed-ups against its
-# own vanilla AR run, so every ratio still comes from one run): SJD came after the main benchmarks (issue 36)
+# own vanilla AR run, so every ratio still comes from one run): SJD came after the main benchmarks
 LATER_RUNS = ("sjd",)
 # Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
-# became COOL-SD's default (issue 17).
+# became COOL-SD's default.
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
 OLDER_NOTE = "† COOL-SD unclipped: the shipped benchmark ran before the floored schedule became COOL-SD's default."
 

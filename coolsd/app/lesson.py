@@ -1,4 +1,4 @@
-"""The Race tab's one line on when relaxation pays (issue 34), with the numbers of the shipped benchmarks.
+"""The Race tab's one line on when relaxation pays, with the numbers of the shipped benchmarks.
 
 Relaxation raises the accepted length only where the target hesitates between look-alike codes; a target sure of
 one code at every position leaves nothing to relax. The line reads, per shipped model, the target's mean top-1

@@ -1,4 +1,4 @@
-"""The image and download files the app serves, bounded by count and age (issue 27, "memory per visitor").
+"""The image and download files the app serves, bounded by count and age.
 
 Every image an event returns (each streamed race frame's changed slots, every replay step, the microscope's views,
 the overlay, the PNG strip, the trace download) is written by Gradio into its cache folder, one file per distinct

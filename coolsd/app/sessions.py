@@ -1,4 +1,4 @@
-"""What the server keeps per visitor (issue 27, "memory per visitor"): lean sessions, evicted by count, age and budget.
+"""What the server keeps per visitor: lean sessions, evicted by count, age and budget.
 
 Gradio's own session (`gradio.state_holder.SessionState`) builds, when a session is first seen, the configuration
 of every component of the page (props, API info: about 0.3-0.4 MB on the emoji model, whose condition picker lists

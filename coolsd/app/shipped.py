@@ -1,4 +1,4 @@
-"""The recorded default race the Race tab shows at page open (issue 17 part 5): files under assets/traces/.
+"""The recorded default race the Race tab shows at page open: files under assets/traces/.
 
 One gzipped JSON file per model (`<model slug>.json.gz`): a `coolsd.compare.trace` trace plus "recorded": the
 machine (CPU model name), its `cpu_key` and the model's execution (precision and path: what its tokens depend on
@@ -92,7 +92,7 @@ def same_machine(ctx: Context, recorded: dict) -> bool:
 
 
 def execution(ctx: Context) -> str:
-    """How the model's calls run: its precision and execution path, e.g. "float32 on lean-q8"."""
+    """How the model's calls run: its precision and execution path, e.g. "bfloat16 on fused"."""
     return f"{ctx.model.execution} on {ctx.model.path}"
 
 

@@ -1,4 +1,4 @@
-"""The guided tour (issue 17 part 4): a few steps, each sets the controls it needs, names the widget to watch and
+"""The guided tour: a few steps, each sets the controls it needs, names the widget to watch and
 asks one question; the visitor types a guess, presses Run, and sees the measured value beside the guess.
 
 Built above the tabs (`build` lays it out, `wire` connects it once every panel exists). A step's Run

@@ -22,17 +22,16 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from coolsd.bench import limit_table, report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
 from coolsd.compare.metrics import load_real_stats
-from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import load_embedded
-from coolsd.models.emoji import DTYPE_ENV, load_emoji
+from coolsd.models.emoji import load_emoji
 from coolsd.models.tiny import tiny_bundle
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.machine import bf16_units, cpu_name
@@ -113,9 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"rewrite the bench section of this Markdown file (no value: {BENCH_DOC.relative_to(ROOT)})")
     g.add_argument("--notes", type=Path, default=None, help="Markdown appended to the README section")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
-    g.add_argument("--other-path", type=int, default=0,
-                   help="emoji: also time vanilla AR on the other dtype path on this many images (the "
-                        "machine's fastest vanilla AR)")
     g.add_argument("--report-only", action="store_true",
                    help="decode nothing: remake results.md, claims, figure and README from --out's results.jsonl")
     return ap
@@ -143,20 +139,6 @@ def load_bundle(args, device: torch.device):
     except FileNotFoundError as err:
         raise SystemExit(str(err)) from None
     return bundle, classifier, stats
-
-
-def load_shared_path(args, device: torch.device, procs):
-    """`load_bundle` where every process runs on the same execution path: under torchrun, rank 0 times
-    the paths (the emoji model's load-time choice) and the other ranks load with its choice pinned."""
-    if procs.world == 1 or args.model != "emoji" or os.environ.get(DTYPE_ENV):
-        return load_bundle(args, device)
-    loaded = load_bundle(args, device) if procs.is_main else None
-    choice = [("bf16" if loaded[0].execution.startswith("bf16") else "fp32") if loaded else None]
-    dist.broadcast_object_list(choice, src=0)
-    if loaded is None:
-        os.environ[DTYPE_ENV] = choice[0]
-        loaded = load_bundle(args, device)
-    return loaded
 
 
 def select(settings: list[Setting], only: str | None) -> list[Setting]:
@@ -231,59 +213,19 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         fig.write_image(out / "pareto.png", scale=1)
     parts = {
         "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
-               + (f"Execution: {config['execution']}  \n" if config.get("execution") else "")
-               + other_path_markdown(rows, config.get("other_path"))
+               + (f"Execution: {config['execution']}" + (f", path {config['path']}" if config.get("path") else "")
+                  + "  \n" if config.get("execution") else "")
                + f"Wall time: {config['wall_minutes']:.1f} min",
-        "targets": "Targets (issue 11):\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
+        "targets": "Targets:\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
         "claims": "Paper claims on this model:\n\n" + report.claims_markdown(found_claims),
         "table": report.table(rows),
-        "limit": "Step against the machine's limit, eager and lean paths:\n\n" + limit_table.markdown(config["limit"])
+        "limit": "Step against the machine's limit, eager and fused paths:\n\n" + limit_table.markdown(config["limit"])
                  if config.get("limit") else "",
         "time": report.time_split_markdown(report.time_split(rows, config.get("limit")),
-                                           (config.get("limit") or {}).get("stored_path", "")),
+                                           (config.get("limit") or {}).get("path", "")),
     }
     (out / "results.md").write_text("\n\n".join(p for p in parts.values() if p) + "\n")
     return parts
-
-
-def other_path_vanilla(args, bundle, sampling, items, device) -> dict | None:
-    """emoji with --other-path N: vanilla AR CPU seconds per image on this bundle's path and on the
-    other dtype path, over the first N vanilla items (each path warmed up once); None otherwise."""
-    if args.model != "emoji" or args.other_path <= 0:
-        return None
-    mine = "bf16" if bundle.execution.startswith("bf16") else "fp32"
-    other = "fp32" if mine == "bf16" else "bf16"
-    vanilla = list(dict.fromkeys((it.cls, it.seed) for it in items))[: args.other_path]
-    old = os.environ.get(DTYPE_ENV)
-    os.environ[DTYPE_ENV] = other
-    try:
-        second = load_emoji(args.model_dir, device=device)
-    finally:
-        if old is None:
-            del os.environ[DTYPE_ENV]
-        else:
-            os.environ[DTYPE_ENV] = old
-    out = {}
-    for name, b in ((mine, bundle), (other, second)):
-        run(b.target, None, None, cond=vanilla[0][0], num_tokens=b.num_tokens, sampling=sampling, seed=vanilla[0][1])
-        c0 = time.process_time()
-        for cls, seed in vanilla:
-            run(b.target, None, None, cond=cls, num_tokens=b.num_tokens, sampling=sampling, seed=seed)
-        out[name] = (time.process_time() - c0) / len(vanilla)
-    return {"images": len(vanilla), "vanilla_cpu_s": out, "path": mine}
-
-
-def other_path_markdown(rows: list[dict], other: dict | None) -> str:
-    """One line: vanilla AR per path and each decoder's speed-up against the machine's fastest vanilla."""
-    if not other:
-        return ""
-    v = other["vanilla_cpu_s"]
-    fastest = min(v, key=v.get)
-    ratio = v[other["path"]] / v[fastest]  # >= 1: this path's vanilla against the fastest vanilla
-    best = [f"{r['setting']} {r['speedup'] / ratio:.2f}x" for r in rows if r.get("speedup") == r.get("speedup")]
-    return (f"Vanilla AR CPU s / image over {other['images']} images: "
-            + ", ".join(f"{k} {t:.2f}" for k, t in v.items())
-            + f" (fastest: {fastest}); speed-up against the machine's fastest vanilla AR: {', '.join(best)}  \n")
 
 
 def update_readme(readme: Path, body: str) -> None:
@@ -341,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
                                 args.extra, args.sjd_window, args.sjd_reuse), args.only)
-        bundle, classifier, stats = load_shared_path(args, device, procs)
+        bundle, classifier, stats = load_bundle(args, device)
         if args.classes is None:
             args.classes = list(range(len(bundle.class_names) or 10))
         if args.seeds < 1 or not args.classes:
@@ -363,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     wall_minutes = (time.perf_counter() - t0) / 60
     if procs.is_main:
         config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
-                  "model": bundle.name, "execution": bundle.execution,
-                  "limit": limit_table.measure(bundle, args.draft_len) if device.type == "cpu" else None,  # issue 35
-                  "other_path": other_path_vanilla(args, bundle, sampling, items, device), "args": vars(args),
+                  "model": bundle.name, "execution": bundle.execution, "path": bundle.path,
+                  "limit": limit_table.measure(bundle, args.draft_len) if device.type == "cpu" else None,
+                  "args": vars(args),
                   "sampling": dataclasses.asdict(sampling),
                   "settings": [s.describe(bundle.neighbours) for s in settings], "world": procs.world,
                   "wall_minutes": wall_minutes}

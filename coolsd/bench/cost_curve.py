@@ -4,7 +4,7 @@ For each candidate Llama size (random weights: time does not depend on their val
 own `LlamaClassTarget` forward is timed with both CFG rows (2 x n rows) after a `--context` token
 prefix, median over `--reps` calls (`coolsd.models.timing.forward_times`: the cache is cropped back
 after each call). A row of the table is "verify n tokens costs c target steps" (c = t(n) / t(1)),
-the number issue 16's size rule reads:
+the number the size rule reads:
 the chosen size verifies 4 tokens for at most 1.25 steps on its fastest path while vanilla AR
 (T single-token steps) stays within 2 s per image.
 """
@@ -68,7 +68,7 @@ def measure(sizes=DEFAULT_SIZES, max_tokens: int = 9, context: int = 128, reps: 
 
 
 def choose(report: dict, max_steps4: float = 1.25, max_vanilla_s: float = 2.0) -> dict:
-    """Issue 16's rule: per size the fastest path (lower t(1)); among sizes whose vanilla AR fits
+    """The size rule: per size the fastest path (lower t(1)); among sizes whose vanilla AR fits
     `max_vanilla_s`, the largest one verifying 4 tokens within `max_steps4` steps, else the one
     closest to it. Returns the chosen row plus "met" (bool)."""
     best: dict[str, dict] = {}

@@ -1,4 +1,4 @@
-"""GPU check (issue 10): the eager and the fast execution path side by side, on one machine, in one run.
+"""GPU check: the eager and the fast execution path side by side, on one machine, in one run.
 
 For the embedded model (shipped weights) and a LlamaGen-XL-size model (random weights, bf16 on CUDA)
 it measures, per path: the warm-up at load, per-call milliseconds (target step, verify of L + 1,
@@ -36,7 +36,7 @@ from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import make_rule
 from coolsd.decoding.tree import EAGLE_25
 from coolsd.models.bundle import load_embedded
-from coolsd.models.graphs import ENV_VAR, prepare
+from coolsd.models.graphs import prepare
 from coolsd.models.llamagen import DEFAULT_SAMPLING, LlamaGenConfig, LlamaGenDrafter, LlamaGenT2I
 from coolsd.models.timing import device_sync, median_seconds
 from coolsd.models.tiny import tiny_bundle
@@ -155,18 +155,13 @@ def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[f
 
 def embedded_models(path: str, tiny: bool, device):
     """(target, drafter, neighbours, cond, sampling, num_tokens, load seconds incl. warm-up) on `path`."""
-    previous = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = path  # what load_embedded's own warm-up picks
     t0 = time.perf_counter()
-    try:
-        if tiny:
-            b = tiny_bundle(grid=(8, 8))
-            prepare([b.target, b.drafter], rows=(2, 1))
-        else:
-            b = load_embedded(device=device)
-        sync(device)
-    finally:
-        os.environ.pop(ENV_VAR) if previous is None else os.environ.update({ENV_VAR: previous})
+    if tiny:
+        b = tiny_bundle(grid=(8, 8))
+        prepare([b.target, b.drafter], path=path, rows=(2, 1))
+    else:
+        b = load_embedded(device=device, execution_path=path)
+    sync(device)
     return b.target, b.drafter, b.neighbours, 3, b.default_sampling, b.num_tokens, time.perf_counter() - t0
 
 

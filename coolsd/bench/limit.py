@@ -1,10 +1,8 @@
-"""`python -m coolsd.bench.limit`: the limit table of a shipped model (`coolsd.bench.limit_table`), written and stored.
+"""`python -m coolsd.bench.limit`: the limit table of a shipped model (`coolsd.bench.limit_table`).
 
-Writes limit.json and limit.md (the table) into --out (default: the model's bench folder); `--store` writes the
-path with the fastest round into the model folder's execution.json, which the loader reads
-(`coolsd.models.graphs.stored_path`; $COOLSD_EXECUTION and a loader's argument override it).
+Writes limit.json and limit.md (the table) into --out (default: the model's bench folder).
 
-    python -m coolsd.bench.limit --model emoji --store
+    python -m coolsd.bench.limit --model emoji
 """
 
 from __future__ import annotations
@@ -15,9 +13,7 @@ from pathlib import Path
 
 import torch
 
-from coolsd.bench.limit_table import BIG_BUFFER, MODELS, fastest_path, markdown, measure
-from coolsd.models.graphs import EXECUTION_FILE
-from coolsd.util.machine import record_choice
+from coolsd.bench.limit_table import BIG_BUFFER, MODELS, markdown, measure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the app decodes at 1)")
     parser.add_argument("--buffer-mb", type=int, default=BIG_BUFFER // 2**20,
                         help="MB copied to measure the memory's bandwidth (past every cache)")
-    parser.add_argument("--store", action="store_true", help="write the faster path into the model folder's "
-                                                             f"{EXECUTION_FILE}")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load, root, out = MODELS[args.model]
@@ -44,11 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "limit.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (out / "limit.md").write_text(markdown(result), encoding="utf-8")
     print(markdown(result))
-    if args.store:
-        choice = {"cpu": fastest_path(result), "round_ms": {p: t["round"] for p, t in result["paths"].items()},
-                  "date": result["date"]}
-        record_choice(root / EXECUTION_FILE, choice)
-        print(f"stored {choice['cpu']} in {root / EXECUTION_FILE}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""A decode step against the machine's memory limit, eager path against lean (issue 35); the command is
+"""A decode step against the machine's memory limit, the eager path against the fused one; the command is
 `python -m coolsd.bench.limit` (`coolsd/bench/limit.py`), and the benchmark records `measure` with every run.
 
 For one shipped model, in its stored precision, at one torch thread (as the app decodes):
@@ -7,7 +7,7 @@ For one shipped model, in its stored precision, at one torch thread (as the app 
   and the rate of the same copy at the target's weight size (what a step gets when its weights stay in
   the last-level cache); the times those imply for a step's weights;
 - the step's matrix products alone (its rows each, nothing around them): what its small ops add;
-- measured on each execution path (`coolsd.models.graphs`: eager, lean, lean-packed, lean-q8), in alternating
+- measured on both CPU execution paths (`coolsd.models.graphs`: eager, fused), in alternating
   turns: one target step of one token, a verify of L + 1 tokens, one head step, a round (L head steps + the
   verify), each after `context` cached tokens, and the time to put the models on the path (packing, at start-up).
 
@@ -28,13 +28,14 @@ from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
-from coolsd.models.graphs import prepare
-from coolsd.models.lean import LEAN_PATHS, Int8Linear, PlainLinear
+from coolsd.models import rowkernel
+from coolsd.models.fused import RowsLinear
+from coolsd.models.graphs import FUSED, prepare
 from coolsd.models.timing import interleaved_medians
 from coolsd.util.machine import cpu_key
 from coolsd.util.paths import BENCH_DIR, EMBEDDED_DIR, EMOJI_DIR
 
-PATHS = ("eager", *LEAN_PATHS)  # (choice) the CPU paths compared; static / CUDA graphs are the GPU's
+PATHS = ("eager", FUSED)  # the CPU paths; CUDA graphs are the GPU's
 BIG_BUFFER = 256 * 2**20  # bytes copied to measure the memory's bandwidth
 CONTEXT = 128  # image tokens cached before every timed call (half the emoji image)
 # --model: (loader(folder, device=...), model folder, default output folder)
@@ -59,11 +60,10 @@ def step_bytes(target, drafter) -> dict[str, int]:
     return {name: matrix_bytes(*ws) for name, ws in step_matrices(target, drafter).items()}
 
 
-def products_call(matrices: list[Tensor], linear=PlainLinear, rows: int = 1) -> Callable[[], None]:
-    """One call of every matrix's product of `rows` rows (a step's: its guidance rows) with nothing around it
-    (`PlainLinear`: fp32 BLAS on weights converted once, as the lean path runs them; `Int8Linear` as lean-q8's
-    drafter): a step's floor in products."""
-    linears = [linear(w) for w in matrices]
+def products_call(matrices: list[Tensor], rows: int = 1) -> Callable[[], None]:
+    """One call of every matrix's product of `rows` rows (a step's: its guidance rows) with nothing around it, as the
+    fused path runs them (`RowsLinear`: the row kernel on the stored weights): a step's floor in products."""
+    linears = [RowsLinear(w) for w in matrices]
     inputs = [torch.randn(rows, w.shape[0], device=w.device) for w in matrices]
 
     def call() -> None:
@@ -127,8 +127,8 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     Times in ms of `clock` (default the process's CPU time, as the benchmark's speed-ups: on a shared machine
     other processes stretch wall time, not this one's CPU time), bytes in MB (2^20), rates in GB/s (10^9 bytes);
     `context` is capped at half the image; `buffer_bytes`: the copy that measures the memory's bandwidth; `paths`:
-    which of PATHS to time (eager always, the ratios' baseline)."""
-    paths = tuple(p for p in PATHS if p == "eager" or p in paths)
+    which of PATHS to time (eager always, the ratios' baseline; fused where the row kernel runs)."""
+    paths = tuple(p for p in PATHS if p == "eager" or (p in paths and rowkernel.available()))
     draft_len = draft_len or DecodeConfig().draft_len
     context = min(context, bundle.num_tokens // 2)
     sizes = step_bytes(bundle.target, bundle.drafter)
@@ -136,8 +136,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     matrices = step_matrices(bundle.target, bundle.drafter)
     rows = bundle.default_sampling.rows
     calls = {"products/target": products_call(matrices["target"], rows=rows),
-             "products/drafter": products_call(matrices["drafter"], rows=rows),
-             "products/drafter_int8": products_call(matrices["drafter"], Int8Linear, rows)}
+             "products/drafter": products_call(matrices["drafter"], rows=rows)}
     ready = {}
     for path in paths:
         each, ready[path] = path_calls(bundle, path, draft_len, context)
@@ -147,7 +146,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     times = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
              | {"ready_s": round(ready[path], 3)} for path in paths}
     return {
-        "model": bundle.name, "execution": bundle.execution, "stored_path": bundle.path, "cpu": cpu_key(),
+        "model": bundle.name, "execution": bundle.execution, "path": bundle.path, "cpu": cpu_key(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "draft_len": draft_len, "context": context,
         "rows": bundle.default_sampling.rows, "turns": repeats, "clock": getattr(clock, "__name__", str(clock)),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),  # noqa: UP017 - Python 3.10
@@ -155,7 +154,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
         "bandwidth_gbs": {"memory": round(memory / 1e9, 2), "cache": round(cached / 1e9, 2)},
         "implied_ms": {f"{k}_{where}": round(1e3 * v / rate, 3) for k, v in sizes.items()
                        for where, rate in (("memory", memory), ("cache", cached))},
-        "products_ms": {name: round(ms[f"products/{name}"], 3) for name in ("target", "drafter", "drafter_int8")},
+        "products_ms": {name: round(ms[f"products/{name}"], 3) for name in ("target", "drafter")},
         "paths": times,
         "ratios": {path: ratios(times[path], times["eager"]) for path in paths},
     }
@@ -192,20 +191,10 @@ def markdown(result: dict) -> str:
 
 
 def products_line(result: dict) -> str:
-    """What a step's products alone take (`products_call`), against the lean step (else the first lean path timed): the
-    rest is its small ops."""
-    if "products_ms" not in result:  # a table written before the products were measured
-        return ""
-    timed = [p for p in result["paths"] if p != "eager"] or ["eager"]
-    base = "lean" if "lean" in timed else timed[0]  # the plain lean path, else the first one timed
+    """What a step's products alone take (`products_call`) against the fused step (else the eager one): the rest is
+    its small ops."""
+    base = FUSED if FUSED in result["paths"] else "eager"
     prod, step = result["products_ms"], result["paths"][base]["step"]
     return (f"The matrix products alone ({result['rows']} row(s) each, as a step, nothing around them): target "
-            f"{prod['target']:.3f} ms "
-            f"({prod['target'] / step:.0%} of the {base} step), head {prod['drafter']:.3f} ms fp32, "
-            f"{prod['drafter_int8']:.3f} ms int8 (lean-q8's drafter); the rest of a step is the small ops around "
-            "them (norms, RoPE, cache writes, attention, views).\n\n")
-
-
-def fastest_path(result: dict) -> str:
-    """The path whose round is fastest."""
-    return min(result["paths"], key=lambda p: result["paths"][p]["round"])
+            f"{prod['target']:.3f} ms ({prod['target'] / step:.0%} of the {base} step), head {prod['drafter']:.3f} "
+            "ms; the rest of a step is the small ops around them (norms, RoPE, cache writes, attention, views).\n\n")

@@ -213,7 +213,7 @@ def claims(rows: list[dict]) -> list[dict]:
 def targets(rows: list[dict], cool_label: str = "cool-sd delta=2", min_speedup: float = 2.0,
             min_vs_eagle: float = 1.3, min_eagle: float = 1.6, max_fid_ratio: float = 1.10,
             max_vanilla_s: float = 1.0, max_outside: float = 0.10) -> list[dict]:
-    """Issue 11's targets: COOL-SD (delta 2) and Eagle-1 speed-ups, vanilla AR CPU s / image, FID ratio,
+    """The benchmark's targets: COOL-SD (delta 2) and Eagle-1 speed-ups, vanilla AR CPU s / image, FID ratio,
     time outside model forwards."""
     by = {r["setting"]: r for r in rows if r.get("n_images")}
     cool, vanilla, eagle = by.get(cool_label), by.get(VANILLA), by.get("eagle-1")
@@ -270,7 +270,7 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
     splits its own step. [] without a limit table or a vanilla row."""
     vanilla = next((r for r in rows if r.get("n_images") and r.get("family") == VANILLA), None)
     ratios = (limit or {}).get("ratios") or {}  # a limit table written before the ratios: none
-    path = limit.get("stored_path") if limit and limit.get("stored_path") in ratios else "eager"
+    path = limit.get("path") if limit and limit.get("path") in ratios else "eager"
     if path not in ratios or vanilla is None or not shown(vanilla.get("seconds")):
         return []
     tool_round = ratios[path]["round_per_step"]

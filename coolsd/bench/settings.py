@@ -1,4 +1,4 @@
-"""The decoder settings a benchmark compares (issue 4): one `Setting` per (rule config, drafting shape).
+"""The decoder settings a benchmark compares: one `Setting` per (rule config, drafting shape).
 
 A setting is data: rule slug + options + draft length + tree. Settings are built from the sweep
 flags (`sweep`) or from a one-line spec (`parse_spec`, e.g. "lantern++:k=10,lam=5@eagle-25").

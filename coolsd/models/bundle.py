@@ -20,7 +20,7 @@ from coolsd.decoding.protocol import Drafter, ImageTokenizer, TokenModel
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.channel import ChannelTarget, stored_channel
 from coolsd.models.conditions import STYLE_SEP, Conditions
-from coolsd.models.graphs import prepare, stored_path
+from coolsd.models.graphs import prepare
 from coolsd.util.paths import EMBEDDED_DIR
 
 # Sampling the embedded model was tuned for (see assets/embedded/README.md).
@@ -58,7 +58,7 @@ class ModelBundle:
     default_class: str | None = None  # the class a page starts on (config `default_class`; None: the loader's pick)
     credits: str = ""  # whose artwork and names the model learned, and their licences (config `credits`; shown)
     kind: str = "embedded"
-    path: str = "eager"  # the execution path target and drafter run (`coolsd.models.graphs`: eager, lean, ...)
+    path: str = "eager"  # the execution path target and drafter run (`coolsd.models.graphs`: eager, fused, cuda-graphs)
     note: str = ""
     resolution: int | None = None
     example_prompts: tuple[str, ...] = ()
@@ -142,8 +142,8 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
 
     `dtype`: what target and drafter run in (default fp32 on CPU, fp16 on CUDA); the VQ decoder runs
     in fp32 on CPU. A styled target (config `style_names`) gets class_names "<class> · <style>" for
-    each condition id class * S + style. `execution_path`: "eager", "lean", ... (None: $COOLSD_EXECUTION, else
-    the folder's `execution.json`, else auto; `coolsd.models.graphs.choose_path`), named by `ModelBundle.path`.
+    each condition id class * S + style. `execution_path`: "eager", "fused" or "cuda-graphs" (None: $COOLSD_EXECUTION,
+    else auto; `coolsd.models.graphs.choose_path`), named by `ModelBundle.path`.
     """
     from transformers import LlamaForCausalLM
 
@@ -168,8 +168,9 @@ def load_vq_llama(root: Path, name: str, sampling: SamplingConfig, device=None, 
     drafter = EagleDrafter(head, model.model.embed_tokens.weight, model.lm_head.weight[: cfg.codebook_size],
                            grid[0] * grid[1])
     tokenizer = VQTokenizer(vq, grid)
-    # execution path (argument / env / execution.json under root / auto: CUDA graphs on a GPU) + warm-up; logs it
-    path = prepare([target, drafter], execution_path, rows=(2, 1), stored=stored_path(root, device))
+    # execution path (argument / env / auto: CUDA graphs on a GPU, fused on a CPU that builds the row kernel),
+    # warm-up; logs it
+    path = prepare([target, drafter], execution_path, rows=(2, 1))
     channel = stored_channel(cfg, tokenizer.codebook)
     if channel is not None:  # the target hesitates between look-alike codes (`coolsd.models.channel`)
         target = ChannelTarget(target, *channel)

@@ -1,4 +1,4 @@
-"""The look-alike channel (issue 34): a target that hesitates between codes that look alike, by construction.
+"""The look-alike channel: a target that hesitates between codes that look alike, by construction.
 
 A VQ image model's target spreads its mass over look-alike codes because an image has many almost identical
 token grids. The emoji target memorised one grid per picture, so it is certain. The channel restores the

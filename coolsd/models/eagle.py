@@ -8,7 +8,6 @@ the target's, shared at run time by `EagleDrafter`, which implements the engine'
 from __future__ import annotations
 
 import copy
-import logging
 
 import torch
 from torch import Tensor, nn
@@ -17,19 +16,9 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 
 from coolsd.decoding.protocol import ModelStep
 from coolsd.models import rowkernel
-from coolsd.models.lean import (
-    FUSED_PATHS,
-    INT8_DRAFTER_PATHS,
-    KERNEL_INT8_PATHS,
-    LEAN_PATHS,
-    Int8Linear,
-    LeanLinear,
-    RowsLinear,
-    int8_runs,
-)
+from coolsd.models.fused import RowsLinear
+from coolsd.models.graphs import FUSED
 from coolsd.models.llama import LayerStack, set_path
-
-log = logging.getLogger("coolsd")
 
 
 class EagleHead(PreTrainedModel):
@@ -63,6 +52,8 @@ class EagleHead(PreTrainedModel):
 class EagleDrafter:
     """Drafter protocol over an EagleHead plus the target's embedding and LM head (codebook rows)."""
 
+    fused_stack = True  # runs the fused CPU path (`coolsd.models.graphs`)
+
     def __init__(self, head: EagleHead, embed: Tensor, lm_head: Tensor, max_tokens: int) -> None:
         self.head = head.eval()
         self.vocab_size = lm_head.shape[0]
@@ -73,8 +64,8 @@ class EagleDrafter:
         self.fc_b = head.fc.bias.detach()
         self.stack = LayerStack([head.layer], head.config, max_tokens + 64)  # + room for tree nodes
         self.device = self.lm_head.device
-        self.lean: tuple[LeanLinear | Int8Linear | RowsLinear, ...] | None = None  # (fc, head) on a lean path
-        self.fused: rowkernel.EagleKernel | None = None  # lean-fused: the whole step in one C call, where it runs
+        self.rows: tuple[RowsLinear, RowsLinear] | None = None  # (fc, head) on the fused path
+        self.fused: rowkernel.EagleKernel | None = None  # the whole step in one C call (fused path)
         # the head mimics the target transformer's logits; a target that divides them by a temperature before its
         # look-alike channel (`coolsd.models.channel`) has its drafter divide by the same (set by the loader)
         self.temperature = 1.0
@@ -84,40 +75,13 @@ class EagleDrafter:
         return self.stack.length
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layer: "eager", "static", "cuda-graphs" or a lean path ("lean-q8": every
-        product on int8 weights; "lean-fused": the whole step in one C call; "lean-fused-q8": that on int8 weights;
-        `coolsd.models.lean`; see `coolsd.models.graphs`)."""
-        int8 = path in INT8_DRAFTER_PATHS and int8_runs(self.device)
-        if path in INT8_DRAFTER_PATHS and not int8:
-            log.warning("coolsd: %s runs int8 products on a CPU only; the drafter on %s runs them as on lean",
-                        path, self.device)
-        plain = LEAN_PATHS.get(path)
-        self.fused = None
-        if int8 and path in KERNEL_INT8_PATHS and self._int8_on_kernel(path, rows):
-            return  # int8 copies on the row kernel, the whole step in one C call
-        set_path(self.stack, path, rows, int8=int8)
-        if plain is None:
-            self.lean = None
-        elif int8:  # torch's int8 product
-            self.lean = (Int8Linear(self.fc_t, self.fc_b), Int8Linear(self.head_t))
-        elif path in FUSED_PATHS:  # the stored weights on the row kernel, the layer in one C call (`set_path`)
-            self.lean = fc, head = (RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t))
-            self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias,
-                                                        head.packed)  # and fc, layer and head in one, where it can
-        else:
-            self.lean = (LeanLinear(self.fc_t, self.fc_b, plain), LeanLinear(self.head_t, None, plain))
-
-    def _int8_on_kernel(self, path: str, rows) -> bool:
-        """Put every weight of the head as int8 on the row kernel, its whole step in one C call (KERNEL_INT8_PATHS);
-        False, changing nothing that stays, where the kernel cannot take them all (no mix of int8 and fp32)."""
-        if not rowkernel.available():
-            return False
-        set_path(self.stack, path, rows, kernel_int8=True)
-        fc, head = RowsLinear(self.fc_t, self.fc_b, int8=True), RowsLinear(self.head_t, int8=True)
-        self.fused = rowkernel.EagleKernel.for_head(self.stack.lean.fused, self.embed, fc.packed, fc.bias, head.packed)
-        if self.fused is not None:
-            self.lean = fc, head
-        return self.fused is not None
+        """Execution path of the layer: "eager", "fused" (fc, the layer and the LM head in one C call), "cuda-graphs"
+        or "static" (see `coolsd.models.graphs`)."""
+        set_path(self.stack, path, rows)
+        self.rows = self.fused = None
+        if path == FUSED:
+            self.rows = fc, head = RowsLinear(self.fc_t, self.fc_b), RowsLinear(self.head_t)
+            self.fused = rowkernel.EagleKernel.for_head(self.stack.fused, self.embed, fc.packed, fc.bias, head.packed)
 
     def fork(self, target=None) -> EagleDrafter:
         """Same weights, own empty cache (`target` unused: the embedding and head are shared weights)."""
@@ -141,8 +105,8 @@ class EagleDrafter:
             self.stack.length = end
             return ModelStep(logits=logits, hidden=out)
         e = self.embed[ids][None].expand(g, -1, -1)
-        if self.lean is not None:  # products prepared once (`coolsd.models.lean`), fp32 pairs and features
-            fc, head = self.lean
+        if self.rows is not None:  # the fused path's call of more rows than the C step takes: fp32 maths
+            fc, head = self.rows
             x = fc(torch.cat([e.float(), hidden.float()], dim=-1).view(g * n, 2 * d))
             out = self.stack.forward(x.view(g, n, d), positions + 1, mask)  # (G, n, D) fp32
             return ModelStep(logits=head(out.view(g * n, d)).view(g, n, -1).float() / self.temperature, hidden=out)

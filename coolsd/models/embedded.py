@@ -16,7 +16,8 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coolsd.decoding.protocol import ModelStep
-from coolsd.models.lean import LEAN_PATHS, ROW_KERNEL_PATHS, LeanHead
+from coolsd.models.fused import FusedHead
+from coolsd.models.graphs import FUSED
 from coolsd.models.llama import LayerStack, set_path
 from coolsd.util.checks import check_int
 
@@ -101,6 +102,8 @@ class LlamaClassTarget:
     """TokenModel over a class(-and-style)-conditional `LlamaForCausalLM` (row 0 = the condition's
     prefix, row 1 = the null prefix under CFG). `num_classes` counts condition ids (see module doc)."""
 
+    fused_stack = True  # runs the fused CPU path (`coolsd.models.graphs`)
+
     def __init__(self, model: LlamaForCausalLM, max_tokens: int | None = None) -> None:
         cfg = model.config
         self.model = model.eval()
@@ -115,18 +118,16 @@ class LlamaClassTarget:
         self.norm_w = model.model.norm.weight.detach()
         self.head = model.lm_head.weight.detach()[: self.vocab_size]  # codebook logits only
         self.head_t = self.head.T.contiguous()  # (D, V)
-        self.lean_head: LeanHead | None = None  # final norm + head on the lean path (None: other paths)
+        self.fused_head: FusedHead | None = None  # final norm + head on the fused path (None: other paths)
 
     @property
     def length(self) -> int:
         return self.stack.length - self.prefix_len
 
     def use_path(self, path: str, rows=(2,)) -> None:
-        """Execution path of the layers: "eager", "static", "cuda-graphs" or a lean path (see
-        `coolsd.models.graphs`)."""
+        """Execution path of the layers: "eager", "fused", "cuda-graphs" or "static" (see `coolsd.models.graphs`)."""
         set_path(self.stack, path, rows)
-        self.lean_head = (LeanHead(self.norm_w, self.head_t, self.stack.eps, LEAN_PATHS[path],
-                                   row_kernel=path in ROW_KERNEL_PATHS) if path in LEAN_PATHS else None)
+        self.fused_head = FusedHead(self.norm_w, self.head_t, self.stack.eps) if path == FUSED else None
 
     def fork(self) -> LlamaClassTarget:
         """Same weights, own empty cache."""
@@ -144,8 +145,8 @@ class LlamaClassTarget:
         return torch.cat(rows)
 
     def _out(self, h: Tensor) -> ModelStep:
-        if self.lean_head is not None:
-            logits, feat = self.lean_head(h)
+        if self.fused_head is not None:
+            logits, feat = self.fused_head(h)
             return ModelStep(logits=logits, hidden=feat)
         feat = torch.nn.functional.rms_norm(h, (h.shape[-1],), self.norm_w, self.stack.eps)
         return ModelStep(logits=(feat @ self.head_t).float(), hidden=feat)  # fp32 logits on a bf16 path

@@ -16,7 +16,7 @@ import torch
 
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import BundleError, ModelBundle, load_vq_llama
-from coolsd.util.machine import stored_choice
+from coolsd.models.graphs import FUSED, choose_path
 from coolsd.util.paths import EMOJI_DIR
 
 # Sampling an emoji model is shown with, unless its target config stores its own (`default_sampling`): CFG over
@@ -28,22 +28,35 @@ EMOJI_SAMPLING = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1
 log = logging.getLogger("coolsd")
 DTYPE_ENV = "COOLSD_DTYPE"  # fp32 | bf16 | auto (default: the precision stored with the model)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-PRECISION_FILE = "precision.json"  # {"cpu": "bf16"}: written once by `python -m coolsd.bench.precision`
+PRECISION_FILE = "precision.json"  # {"fused": "bf16", "why": ...}: the weights' type on the fused CPU path
 
 
-def stored_precision(root: Path, device: torch.device) -> tuple[torch.dtype, str]:
-    """(dtype, description) target and drafter run in: $COOLSD_DTYPE when set to fp32 / bf16; else the choice
-    stored beside the model for this device type (PRECISION_FILE; on a CPU this CPU model's own entry first,
-    `coolsd.util.machine`); else fp32 on CPU, fp16 on CUDA."""
+def stored_precision(root: Path, device: torch.device, path: str) -> tuple[torch.dtype, str]:
+    """(dtype, description) target and drafter run in on `device` and execution `path`: $COOLSD_DTYPE when set to
+    fp32 / bf16; else, on the fused CPU path, the type stored beside the model (PRECISION_FILE: the kernel widens
+    bf16 weights exactly to fp32, so bf16 is the fp32 maths of bf16-rounded weights from half the bytes); else fp16
+    on CUDA and fp32 on a CPU's eager path (torch's bf16 products there run slower than fp32 where the CPU has no
+    bf16 units). What a CPU can do picks the path (`coolsd.models.graphs.choose_path`), the path the type."""
     choice = os.environ.get(DTYPE_ENV, "auto").strip().lower() or "auto"
     if choice not in (*DTYPES, "auto"):
         raise BundleError(f"{DTYPE_ENV} must be fp32, bf16 or auto, got {choice!r}")
     if choice != "auto":
         return DTYPES[choice], f"{choice} (set by {DTYPE_ENV})"
-    stored = stored_choice(root / PRECISION_FILE, device.type)
+    if device.type == "cuda":
+        return torch.float16, "fp16 (CUDA)"
+    stored = _read_json(root / PRECISION_FILE).get(FUSED) if path == FUSED else None
     if stored in DTYPES:
-        return DTYPES[stored], f"{stored} (stored with the model)"
-    return (torch.float16, "fp16 (CUDA)") if device.type == "cuda" else (torch.float32, "fp32")
+        return DTYPES[stored], f"{stored} weights, fp32 maths (stored with the model for the fused path)"
+    return torch.float32, "fp32"
+
+
+def _read_json(file: Path) -> dict:
+    """A JSON object from `file`, {} where it is missing or not an object."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def stored_sampling(root: Path, fallback: SamplingConfig = EMOJI_SAMPLING) -> SamplingConfig:
@@ -67,14 +80,15 @@ def target_millions(root: Path) -> float:
 
 def load_emoji(path: str | Path | None = None, device: str | torch.device | None = None,
                with_classifier: bool = False, k_max: int = 32, execution_path: str | None = None) -> ModelBundle:
-    """Load the shipped emoji model (RGB images in [0, 1], size read from its config); target and drafter run
-    in the precision stored with it (`stored_precision`: logged, and named by `ModelBundle.execution`), on the
-    execution path `execution_path` or the one stored with it (`coolsd.models.graphs.stored_path`; `bundle.path`)."""
+    """Load the shipped emoji model (RGB images in [0, 1], size read from its config) on the execution path
+    `execution_path` (None: `coolsd.models.graphs.choose_path`; named by `bundle.path`), in the precision that
+    path takes (`stored_precision`: logged, and named by `ModelBundle.execution`)."""
     root = Path(path) if path is not None else EMOJI_DIR
     if not (root / "target").is_dir() or not (root / "drafter").is_dir():
         raise BundleError(f"emoji model folder not found or incomplete: {root}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype, how = stored_precision(root, device)
+    execution_path = choose_path(device, execution_path)
+    dtype, how = stored_precision(root, device, execution_path)
     bundle = load_vq_llama(root, f"emoji (Llama {target_millions(root):.1f}M + Eagle-1 head)", stored_sampling(root),
                            device, dtype, with_classifier, k_max, execution_path)
     bundle.execution, bundle.kind = how, "emoji"

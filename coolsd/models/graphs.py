@@ -1,22 +1,16 @@
-"""Execution paths of the layer stacks: eager, static shapes, static shapes captured as CUDA graphs.
+"""The three execution paths of the layer stacks, and which one runs.
 
-- "eager": exact shapes, attention over the slots in use. The CPU default, and the fallback.
-- "static": every call padded to a block size of `STATIC_BLOCKS`, attention over the whole cache
-  (`LayerStack.forward_static`); runs anywhere, used by the CPU tests of the GPU path.
-- "cuda-graphs": the static path with each (rows, block size) captured once as a CUDA graph at
-  load (warm-up) and replayed: one launch per layer stack instead of ~15 per layer.
-- "lean", "lean-packed", "lean-q8", "lean-rows", "lean-fused": the eager maths with products prepared once and fp32
-  activations, for a CPU (`coolsd.models.lean`: one-row calls on fp32 BLAS, or every call on packed bf16 weights;
-  "lean-q8": "lean" with the drafter's products on int8 weights; "lean-rows": "lean-q8" with the target's products
-  of a few rows, a verify, on `coolsd.models.rowkernel`; "lean-fused": every layer stack's call of up to 16 rows,
-  target and drafter, in one C call of that kernel's library, on the stored weights); models without a lean path
-  of their own (LlamaGen) run eager on them.
+- "eager": the reference maths in torch, exact shapes, attention over the slots in use; any device.
+- "fused": the CPU path (`coolsd.models.fused`): each call of up to 16 rows in one C call of the row kernel on the
+  stored weights, fp32 maths; needs AVX2 / FMA and a C compiler (`coolsd.models.rowkernel.available`). Models
+  without a fused stack of their own (LlamaGen) run eager.
+- "cuda-graphs": every call padded to a block size of `STATIC_BLOCKS`, attention over the whole cache
+  (`LayerStack.forward_static`), each (rows, block size) captured once as a CUDA graph at load and replayed.
+  Its uncaptured body, "static", runs anywhere and serves the CPU tests of the GPU path; it is not offered.
 
-`prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | static |
-cuda-graphs | lean | lean-packed | lean-q8 | lean-rows | lean-fused), else the choice stored with the model
-(`execution.json` beside its parts, {"cpu": "lean"}, written by `python -m coolsd.bench.limit --store`), else
-auto = cuda-graphs on CUDA, eager elsewhere. It warms every captured shape, falls back to eager when capture fails,
-and logs which path runs.
+`prepare(models)` picks the path: the caller's argument, else env `COOLSD_EXECUTION` (auto | eager | fused |
+cuda-graphs), else auto = cuda-graphs on CUDA, fused on a CPU where the row kernel runs, eager elsewhere. It warms
+every captured shape, falls back to eager (saying why) where a path cannot run, and logs which path runs.
 """
 
 from __future__ import annotations
@@ -26,19 +20,18 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from coolsd.models.lean import LEAN_PATHS
+from coolsd.models import rowkernel
 from coolsd.models.static import STATIC_BLOCKS
-from coolsd.util.machine import stored_choice
 
 log = logging.getLogger("coolsd")
-PATHS = ("eager", "static", "cuda-graphs", *LEAN_PATHS)
+FUSED = "fused"
+PATHS = ("eager", FUSED, "cuda-graphs")  # the paths offered
+STATIC = "static"  # the graphs' body without capture: CPU tests of the GPU path only
 ENV_VAR = "COOLSD_EXECUTION"
-EXECUTION_FILE = "execution.json"  # {"cpu": "lean", ...}: the path a model folder runs on each device type
 
 
 @dataclass
@@ -113,11 +106,11 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
                 rows: Iterable[int], allocate: Callable[[int], None]) -> tuple[tuple[int, ...], CudaGraphs | None]:
     """(block sizes, runner) for a model on `path`; for "cuda-graphs", `allocate(r)` makes the cache for
     r guidance rows and every block size is captured for it (the warm-up)."""
-    if path not in PATHS:
+    if path not in (*PATHS, STATIC):
         raise ValueError(f"unknown execution path {path!r}; choose one of {PATHS}")
-    if path == "eager" or path in LEAN_PATHS:  # lean: the layer stack runs it (`coolsd.models.lean`); others eager
+    if path in ("eager", FUSED):  # fused: the layer stack runs it itself; models without a fused stack run eager
         return (), None
-    if path == "static":
+    if path == STATIC:
         return STATIC_BLOCKS, None
     runner = CudaGraphs(fn, cache, width)
     for r in rows:
@@ -127,40 +120,39 @@ def make_runner(path: str, fn: Callable, cache: Callable[[], tuple[Tensor, Tenso
     return STATIC_BLOCKS, runner
 
 
-def stored_path(root: str | Path, device: torch.device) -> str | None:
-    """The path stored with the model folder `root` for `device`'s type (EXECUTION_FILE; on a CPU this CPU
-    model's own entry first, `coolsd.util.machine`), or None when there is no file, no entry or an unknown name
-    (the stored choice is advice; a bad one is ignored)."""
-    stored = stored_choice(Path(root) / EXECUTION_FILE, torch.device(device).type)
-    return stored if stored in PATHS else None
-
-
-def choose_path(device: torch.device, requested: str | None = None, stored: str | None = None) -> str:
-    """The path to run on `device`: `requested`, else $COOLSD_EXECUTION, else `stored` (the model folder's
-    choice, see `stored_path`), else auto (cuda-graphs on CUDA, eager elsewhere)."""
+def choose_path(device: torch.device, requested: str | None = None) -> str:
+    """The path to run on `device`: `requested`, else $COOLSD_EXECUTION, else auto (cuda-graphs on CUDA, fused on
+    a CPU where the row kernel runs, eager elsewhere). ValueError for an unknown name or cuda-graphs off CUDA."""
+    kind = torch.device(device).type
+    if requested == STATIC:  # the caller's only (tests of the GPU path on a CPU), never the environment's
+        return STATIC
     requested = requested or os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if requested == "auto" and stored in PATHS and (stored != "cuda-graphs" or torch.device(device).type == "cuda"):
-        requested = stored
     if requested == "auto":
-        return "cuda-graphs" if torch.device(device).type == "cuda" else "eager"
+        if kind == "cuda":
+            return "cuda-graphs"
+        return FUSED if kind == "cpu" and rowkernel.available() else "eager"
     if requested not in PATHS:
         raise ValueError(f"{ENV_VAR} must be auto or one of {PATHS}, got {requested!r}")
-    if requested == "cuda-graphs" and torch.device(device).type != "cuda":
+    if requested == "cuda-graphs" and kind != "cuda":
         raise ValueError(f"the cuda-graphs path needs a CUDA device, got {device}")
     return requested
 
 
-def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,), stored: str | None = None) -> str:
+def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,)) -> str:
     """Set every model (objects with `use_path(path, rows)`) on one path, warm it, log it; returns the path.
 
-    path: the caller's choice (None: see `choose_path`); stored: the model folder's (`stored_path`).
-    rows: guidance rows to capture for (2 with CFG, 1 without); other counts are captured at first use.
-    A capture failure logs a warning and leaves every model on the eager path.
+    path: the caller's choice (None: see `choose_path`). rows: guidance rows to capture for (2 with CFG, 1
+    without); other counts are captured at first use. "fused" runs where every model has a fused stack
+    (`fused_stack = True`), else eager; a path that fails while warming up logs a warning and leaves every model
+    on the eager path.
     """
     models = [m for m in models if m is not None]
     device = torch.device(models[0].device)
-    path = choose_path(device, path, stored)
+    path = choose_path(device, path)
     rows = tuple(rows)
+    if path == FUSED and not all(getattr(m, "fused_stack", False) for m in models):
+        log.info("coolsd: these models have no fused stack; running the eager path")
+        path = "eager"
     t0 = time.perf_counter()
     try:
         for m in models:
@@ -174,5 +166,5 @@ def prepare(models: Iterable, path: str | None = None, rows: Iterable[int] = (2,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     log.info("coolsd: execution path %s on %s (blocks %s, ready in %.2f s)", path, device,
-             STATIC_BLOCKS if path in ("static", "cuda-graphs") else "exact", time.perf_counter() - t0)
+             STATIC_BLOCKS if path in (STATIC, "cuda-graphs") else "exact", time.perf_counter() - t0)
     return path

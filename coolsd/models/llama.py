@@ -1,4 +1,4 @@
-"""A lean static-KV-cache forward over a transformers `LlamaForCausalLM`'s own weights.
+"""A static-KV-cache forward over a transformers `LlamaForCausalLM`'s own weights.
 
 Stock `LlamaForCausalLM` + `DynamicCache` costs 1.5-2x more per step on a 2-core CPU for small
 models (per-layer dispatch overhead). `LayerStack` reads the SAME modules' weights once into fused
@@ -13,9 +13,8 @@ Two ways to run a call (same weights, same cache):
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
   graph and replayed (`coolsd.models.graphs`);
-- lean (`lean`, a `coolsd.models.lean.LeanLayers`; paths "lean", "lean-packed", "lean-q8", "lean-rows",
-  "lean-fused"): the eager path's maths with products prepared once (fp32 BLAS, packed bf16, the row kernel; on
-  lean-fused the whole stack in one C call), fp32 activations and cache, for a CPU (issue 35).
+- fused (`fused`, a `coolsd.models.rowkernel.StackKernel`): a call of up to 16 rows in one C call on the stored
+  weights, fp32 maths and cache, for a CPU; longer calls run `_layers` on fp32 copies (`coolsd.models.fused`).
 """
 
 from __future__ import annotations
@@ -28,8 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
 
-from coolsd.models.graphs import make_runner
-from coolsd.models.lean import FUSED_PATHS, LEAN_PATHS, ROW_KERNEL_PATHS, LeanLayers
+from coolsd.models import rowkernel
+from coolsd.models.fused import stack_kernel
+from coolsd.models.graphs import FUSED, make_runner
 from coolsd.models.static import STATIC_BLOCKS, pad_block, pick_block
 
 ROPE_MARGIN = 64  # RoPE table rows past the cache size: drafts and tree nodes may sit past the grid
@@ -80,17 +80,21 @@ class LayerStack:
                 self.blocks.append((qkv.T.contiguous(), att.o_proj.weight.T.contiguous(),
                                     gate_up.T.contiguous(), mlp.down_proj.weight.T.contiguous()))
         w = self.blocks[0][0]
-        cos, sin = rope_tables(torch.arange(max_slots + ROPE_MARGIN, device=w.device), self.head_dim, self.theta)
-        half = self.head_dim // 2
-        self.cos = cos.to(w.dtype)  # (P, hd)
-        self.sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).to(w.dtype)  # signed for `_rope`
+        self.cos, self.sin = (t.to(w.dtype) for t in self.rope(w.device))  # (P, hd)
         self.k: Tensor | None = None  # (layers, G, h_kv, S, hd)
         self.v: Tensor | None = None
         self.length = 0  # slots in use
         self._kept: dict[int, tuple[Tensor, Tensor]] = {}  # cache per guidance-row count (graphs stay valid)
         self.blocks_static: tuple[int, ...] = ()  # () = eager path
         self.runner: Callable | None = None  # runs forward_static (a CUDA-graph cache), None = call it directly
-        self.lean: LeanLayers | None = None  # the lean path's packed weights (shared by forks), None = not lean
+        self.fused: rowkernel.StackKernel | None = None  # the fused path's C stack (shared by forks), None = not fused
+        self.reference = (self.blocks, self.cos, self.sin)  # what `_layers` reads (fp32 copies on the fused path)
+
+    def rope(self, device) -> tuple[Tensor, Tensor]:
+        """fp32 cos, sin (P, hd) for every position a call may use, sin signed for `_rope`."""
+        cos, sin = rope_tables(torch.arange(self.max_slots + ROPE_MARGIN, device=device), self.head_dim, self.theta)
+        half = self.head_dim // 2
+        return cos, torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
 
     def use_static(self, blocks: tuple[int, ...] = STATIC_BLOCKS, runner: Callable | None = None) -> None:
         """Switch to the static path with these block sizes (() switches back to eager). `runner(x,
@@ -107,8 +111,8 @@ class LayerStack:
         return new
 
     def reset(self, rows: int, device, dtype) -> None:
-        """Empty cache for `rows` guidance rows in `dtype` (fp32 on the lean path, whatever the weights)."""
-        dtype = torch.float32 if self.lean is not None else dtype
+        """Empty cache for `rows` guidance rows in `dtype` (fp32 on the fused path, whatever the weights)."""
+        dtype = torch.float32 if self.fused is not None else dtype
         shape = (len(self.blocks), rows, self.n_kv, self.max_slots, self.head_dim)
         if self.k is None or self.k.shape != shape or self.k.device != device or self.k.dtype != dtype:
             kept = self._kept.get(rows)
@@ -129,13 +133,14 @@ class LayerStack:
         return torch.addcmul(x * cos, x.roll(self.head_dim // 2, -1), sin)
 
     def _layers(self, x: Tensor, positions: Tensor, write, keys_upto: int | None, attn_mask: Tensor | None) -> Tensor:
-        """The shared body of both paths. x (G, n, D); `write(i, k, v)` stores layer i's new keys/values
+        """The reference maths, shared by every path. x (G, n, D); `write(i, k, v)` stores layer i's new keys/values
         (G, h_kv, n, hd); attention reads slots [0, keys_upto) (None: all). Returns (G, n, D)."""
         g, n, d = x.shape
         hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (n, 1, hd)
-        x = x.reshape(g * n, d)
-        for i, (w_qkv, w_o, w_gate_up, w_down) in enumerate(self.blocks):
+        blocks, cos, sin = self.reference
+        cos, sin = cos[positions][:, None], sin[positions][:, None]  # (n, 1, hd)
+        x = x.reshape(g * n, d).to(cos.dtype)
+        for i, (w_qkv, w_o, w_gate_up, w_down) in enumerate(blocks):
             qkv = (self._norm(x) @ w_qkv).view(g, n, hq + 2 * hk, hd)
             qk = self._rope(qkv[:, :, : hq + hk], cos, sin).transpose(1, 2)  # (G, hq + hk, n, hd)
             write(i, qk[:, hq:], qkv[:, :, hq + hk :].transpose(1, 2))
@@ -162,8 +167,8 @@ class LayerStack:
         """
         n = x.shape[1]
         start, end = self.claim(n)
-        if self.lean is not None:
-            out = self.lean.forward(x, positions, self.k, self.v, start, mask)
+        if self.fused is not None and self.fused.runs(x.shape[0] * n, self.k, self.v, mask):
+            out = self.fused(x, positions, self.k, self.v, start, mask)
             self.length = end
             return out
         block = pick_block(self.blocks_static, n, start, self.max_slots)
@@ -207,18 +212,20 @@ class LayerStack:
         self.length = length
 
 
-def set_path(stack: LayerStack, path: str, rows: Iterable[int], int8: bool = False, kernel_int8: bool = False) -> None:
-    """Put one LayerStack on `path` ("eager", "static", "cuda-graphs", captured for every `rows`, or a lean path:
-    `coolsd.models.lean.LEAN_PATHS`); `int8`: its lean products on int8 weights by torch, `kernel_int8`: by the row
-    kernel (a drafter's, `LeanLayers`)."""
-    stack.lean = None
-    if path in LEAN_PATHS:
+def set_path(stack: LayerStack, path: str, rows: Iterable[int]) -> None:
+    """Put one LayerStack on `path` ("eager", "fused", "cuda-graphs" captured for every `rows`, or "static", the
+    graphs' body uncaptured, for tests). "fused" raises RuntimeError where the C stack cannot run these weights."""
+    stack.fused, stack.reference = None, (stack.blocks, stack.cos, stack.sin)
+    stack.k = stack.v = None
+    stack._kept = {}
+    if path == FUSED:
         stack.use_static((), None)
-        stack.lean = LeanLayers(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
-                                stack.max_slots + ROPE_MARGIN, LEAN_PATHS[path], int8=int8,
-                                row_kernel=path in ROW_KERNEL_PATHS, fused=path in FUSED_PATHS,
-                                kernel_int8=kernel_int8)
-        stack.k = stack.v = None
+        stack.fused = stack_kernel(stack.blocks, stack.n_heads, stack.n_kv, stack.head_dim, stack.theta, stack.eps,
+                                   stack.max_slots + ROPE_MARGIN)
+        if stack.fused is None:
+            raise RuntimeError("the row kernel cannot run this layer stack here (no AVX2 / FMA, no C compiler, or "
+                               "widths it does not take)")
+        stack.reference = ([tuple(w.float() for w in b) for b in stack.blocks], *stack.rope(stack.cos.device))
         stack.length = 0
         return
 

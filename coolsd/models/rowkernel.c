@@ -5,7 +5,7 @@
    (ROWS_MM), each row's 16 columns in two AVX2 accumulators of 8. A bf16 weight widens exactly to fp32 in
    the register (its 16 bits are the high half of an fp32), so both weight types give the same bits. Each output
    is one FMA chain over k in order, so a row's result does not depend on how many rows share the call. N must
-   be a multiple of 16. int8 weights (a drafter's) pack each block's fp32 scales after its K rows (below). */
+   be a multiple of 16. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -26,27 +26,12 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
   *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
-/* int8 weights (a drafter's, path "lean-fused-q8"): a block is K rows of 16 int8 weights then the 16 columns'
-   fp32 scales (64 bytes: 4 more rows of 16), so W (K, N) packs as (N / 16, K + 4, 16) int8 and y = (x @ q) s per
-   column, the sum in fp32 over the exactly widened integers, times the scale once at the end. */
-static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
-  __m128i v = _mm_loadu_si128((const __m128i *)w);
-  *w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-  *w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
-}
-
-/* per weight type: a block's length in weights (int8: its scales' 4 rows too) and what its 16 sums become; `end`
+/* per weight type: a block's length in weights and what its 16 sums become (nothing, for both types); `end`
    points just past the block's K rows of weights */
 #define STRIDE_float(K) ((long)(K) * 16)
 #define STRIDE_uint16_t(K) ((long)(K) * 16)
-#define STRIDE_int8_t(K) ((long)((K) + 4) * 16)
 #define FINISH_float(end, lo, hi)
 #define FINISH_uint16_t(end, lo, hi)
-#define FINISH_int8_t(end, lo, hi)                                                                     \
-  do {                                                                                                 \
-    (lo) = _mm256_mul_ps((lo), _mm256_loadu_ps((const float *)(end)));                                 \
-    (hi) = _mm256_mul_ps((hi), _mm256_loadu_ps((const float *)(end) + 8));                             \
-  } while (0)
 
 /* R rows by B column blocks at a time: 2 R B accumulators, each one FMA chain over k in order (so an output's bits
    do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. Where
@@ -55,10 +40,8 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
    blocks: 12 accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). While a group runs, its k-th
    line of each block is matched by a software prefetch (into L2) of the same line of the next group's blocks, so the
    next group streams in beside this one: more lines in flight than the hardware prefetcher keeps for 1-2 streams
-   (choice, measured on the AVX2-only EPYC, docs/models.md, tenth stop: full emoji decodes interleaved in one
-   process, two runs: vanilla AR 2-7 %, Eagle-1 10-14 %, COOL-SD 10-14 % faster; prefetching for two or more rows
-   only left vanilla AR level). After the last group it names lines past W: a prefetch never faults, and the
-   address is integer arithmetic. */
+   (choice, by interleaved measurement of full emoji decodes on an AVX2-only EPYC). After the last group it names
+   lines past W: a prefetch never faults, and the address is integer arithmetic. */
 #define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
   static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
                                    int N) {                                                           \
@@ -95,17 +78,15 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
       rows_##R##x1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, ldy, K, N - nb * 16);             \
   }
 
-/* (choice, measured: 25 emoji step products from the cache on the AVX2-only EPYC, docs/models.md, eighth stop) one
-   row four blocks at a time and two rows two at a time (8 accumulators; 2 rows 0.59 -> 0.44 ms against one block,
-   medians of 200 interleaved calls), three rows two blocks at a time (12 accumulators: each k's 6 FMA chains of one
-   block waited on the FMA latency; the emoji C stack of 3 rows 4-11 % faster, ninth stop), 4-6 rows one block at a
-   time (8-12 accumulators) */
+/* (choice, by interleaved measurement of the emoji step's products on an AVX2-only EPYC) one row four blocks at a
+   time and two rows two at a time (8 accumulators), three rows two blocks at a time (12 accumulators: each k's 6
+   FMA chains of one block waited on the FMA latency), 4-6 rows one block at a time (8-12 accumulators) */
 #define ROWS_KERNELS(T, LOAD)                                                                          \
   ROWS_KERNEL(1, 1, T, LOAD) ROWS_KERNEL(2, 1, T, LOAD) ROWS_KERNEL(3, 1, T, LOAD)                        \
   ROWS_KERNEL(4, 1, T, LOAD) ROWS_KERNEL(5, 1, T, LOAD) ROWS_KERNEL(6, 1, T, LOAD)                        \
   ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD) ROWS_KERNEL(3, 2, T, LOAD)
 
-/* rows go six at a time, but eight as two fours (1.31 ms against 1.43 for six and two, the same medians) */
+/* rows go six at a time, but eight as two fours (measured faster than six and two) */
 #define ROWS_MM(NAME, T)                                                                               \
   void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                    \
     while (M > 0) {                                                                                    \
@@ -126,10 +107,8 @@ static inline void load_i8(const int8_t *w, __m256 *w0, __m256 *w1) {
 
 ROWS_KERNELS(float, load_f32)
 ROWS_KERNELS(uint16_t, load_bf16)
-ROWS_KERNELS(int8_t, load_i8)
 ROWS_MM(coolsd_rows_mm, float)
 ROWS_MM(coolsd_rows_mm_bf16, uint16_t)
-ROWS_MM(coolsd_rows_mm_i8, int8_t)
 
 /* ---- The look-alike channel's mixture (`rowkernel.ChannelMix`, used by `coolsd.models.channel`) ----
 
@@ -173,9 +152,9 @@ void coolsd_channel_mix(const float *probs, const long *start, const long *src, 
   }
 }
 
-/* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.StackKernel`, path "lean-fused") ----
+/* ---- The whole decoder layer stack for a few rows in one call (`rowkernel.StackKernel`, the fused path) ----
 
-   The maths of `coolsd.models.lean.plain_layers_py`, every intermediate in fp32, without ~25 torch calls a layer
+   The maths of `coolsd.models.llama.LayerStack._layers`, every intermediate in fp32, without ~25 torch calls a layer
    between the products. x: (M, D) the residual stream, M = G n rows (G guidance rows of n new tokens), updated
    in place; w: 4 L packed weights (qkv (D -> (hq + 2 hk) hd), o (hq hd -> D), gate_up (D -> 2 I), down
    (I -> D) per layer, RMSNorm weights folded in); cos, sin: (P, hq + hk, hd) RoPE tables (query rows scaled by
@@ -402,12 +381,10 @@ void coolsd_silu_times(const float *gate, const float *up, float *act, int n) { 
 
 LAYERS(coolsd_layers, float, coolsd_rows_mm)
 LAYERS(coolsd_layers_bf16, uint16_t, coolsd_rows_mm_bf16)
-LAYERS(coolsd_layers_i8, int8_t, coolsd_rows_mm_i8)
 
-/* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, paths "lean-fused" and "lean-fused-q8") ----
+/* ---- An Eagle head's whole step in one call (`rowkernel.EagleKernel`, the fused path) ----
 
-   What `coolsd.models.eagle.EagleDrafter.forward` computes on the lean path, in the same order (on bf16 weights the
-   same bits; on fp32 weights its one-row fc and head run MKL, here the row kernel): x = [embed[ids[t]]; hidden] @ fc
+   What `coolsd.models.eagle.EagleDrafter.forward` computes, in fp32: x = [embed[ids[t]]; hidden] @ fc
    + fc_bias, the layer stack above on x (its arguments after `x`), logits = (x @ head) / temperature. embed: (E, D)
    fp32 rows; ids: (n,) shared by the G rows; hidden: (M, D) fp32, M = G n; fc: (2 D -> D), head: (D -> V) packed
    like the stack's weights; x: (M, D) out, the head's features; logits: (M, V) out. Returns the stack's status, or
@@ -441,4 +418,3 @@ LAYERS(coolsd_layers_i8, int8_t, coolsd_rows_mm_i8)
 
 EAGLE(coolsd_eagle, float, coolsd_rows_mm, coolsd_layers)
 EAGLE(coolsd_eagle_bf16, uint16_t, coolsd_rows_mm_bf16, coolsd_layers_bf16)
-EAGLE(coolsd_eagle_i8, int8_t, coolsd_rows_mm_i8, coolsd_layers_i8)

@@ -1,33 +1,23 @@
-"""A product of a few rows that reads each weight once (issue 35): y = x @ w in fp32 maths, up to 16 rows; the
-lean stack's whole layer stack for a few rows in one C call (`StackKernel`, path "lean-fused"), and an Eagle head's
-whole step in one (`EagleKernel`), on fp32, bf16 or int8 weights (int8: a drafter's, path "lean-fused-q8").
+"""The row kernel (`rowkernel.c`): a product of a few rows that reads each weight once, and the fused path's
+whole layer stack and Eagle head step in one C call each.
 
-Why: on a CPU with AVX2 but no AVX-512 (an AMD EPYC, Zen 3), MKL's fp32 product of 2-4 rows by a layer's weight
-takes 2-2.6x the time of one row, although the weights, the bytes it must read, are the same; so a verify of
-L + 1 = 3 tokens cost 1.5-1.8 one-token steps there and every speculative racer ran slower than vanilla AR
-(docs/models.md). `rowkernel.c` streams each 16-column block of the weight once and updates up to six rows from
-it (24 emoji layer matrices, 3 rows: 0.93 ms against MKL's 1.96; 1 row: 0.59 against 0.64). It also reads bf16
-weights, widening them exactly in registers: the same products (the same bits as on the fp32 copy) from half the
-bytes, so a bf16 model's one-row steps run it too (all 25 products of an emoji step: 0.64 ms against MKL's 1.17
-on the fp32 copy).
+- `rows_mm`: y = x @ w for up to MAX_ROWS rows, in fp32 maths, streaming each 16-column block of the weight once
+  for every row (BLAS re-reads the weight for a few rows); fp32 or bf16 weights, bf16 widened exactly in registers
+  (the products of the fp32 maths on the same values, from half the bytes).
+- `StackKernel`: `coolsd.models.llama.LayerStack._layers`' maths (RMSNorm, the products, RoPE, cache writes,
+  attention, SiLU, the residual adds) for up to MAX_ROWS rows in one call of `coolsd_layers*`: a decode step of a
+  small model otherwise spends most of its time in the ~25 torch calls a layer between the products.
+- `EagleKernel`: an Eagle head's fc, its layer stack and the LM head in one call.
+- `ChannelMix`: the look-alike channel's mixture (`coolsd.models.channel`) in one pass, the same sums in the same
+  order as torch's `scatter_add_`, without its (rows, V, k) shares.
 
-`StackKernel` runs `coolsd.models.lean.plain_layers_py`'s maths (RMSNorm, the products on these weights, RoPE, the
-cache writes, attention, SiLU, the residual adds) for up to 16 rows in one call of `coolsd_layers*`: a decode
-step of a small model spends most of its time in the ~25 torch calls a layer between the products, not in the
-products (measured with `python -m coolsd.bench.limit`).
-
-`ChannelMix` runs the look-alike channel's mixture (`coolsd.models.channel`) in one pass: the same sums in the same
-order as torch's `scatter_add_`, so the same bits, without its (rows, V, k) shares (the emoji channel's emit, medians
-of interleaved calls on the AVX2 EPYC: one row 85 -> 55 us, four rows 171 -> 78 us; docs/models.md, eighth stop).
-
-It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`, under
-a second) into `$COOLSD_CACHE` (default ~/.cache/coolsd), loaded with ctypes and registered as the torch op
-`coolsd::rows_mm`, so the scripted layer stack (`coolsd.models.lean.plain_layers`) calls it. Where the CPU lacks
-AVX2 / FMA or no compiler builds it, `available()` is False and the path that uses it runs MKL instead.
+It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`, under a
+second) into `$COOLSD_CACHE` (default ~/.cache/coolsd) and loaded with ctypes. Where the CPU lacks AVX2 / FMA or no
+compiler builds it, `available()` is False and the models run the eager path.
 
 Exactness: each output is one FMA chain over k in order, so a row's result is the same whether it is computed
-alone or among others, and differs from MKL's by float rounding only (tests/models/test_rowkernel.py; the
-path's tokens against the eager path's: tests/models/test_lean.py).
+alone or among others, and differs from BLAS's by float rounding only (tests/models/test_rowkernel.py; the stack
+against the eager maths: tests/models/test_fused.py).
 """
 
 from __future__ import annotations
@@ -53,16 +43,12 @@ SOURCE = Path(__file__).with_name("rowkernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
 LIBS = ("-lm",)  # after the source: expf, sqrtf
 BLOCK = 16  # columns a packed block holds (two AVX2 registers)
-# (choice, measured on the emoji model, AVX2-only EPYC) calls of MIN_ROWS_*..MAX_ROWS rows run the kernel, the
-# others MKL: a one-row call on fp32 weights is no faster than MKL's (the op's call costs more), on bf16 weights,
-# half the bytes, 1.8x faster; past 16 rows (a large tree) MKL's blocked product is left to do it
+# (choice) calls of MIN_ROWS_*..MAX_ROWS rows run `rows_mm`, the others BLAS: a one-row call on fp32 weights gains
+# nothing over BLAS (the same bytes, a dearer call), on bf16 weights it reads half the bytes; past 16 rows (a long
+# prefix, a large tree) BLAS's blocked product is left to do it (`bench/limit` times both paths)
 MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 16
-KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # weight types the kernel reads (bf16 widened exactly in registers)
-SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.int8: "_i8"}  # rowkernel.c's function per packed dtype
+SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16"}  # rowkernel.c's function per packed dtype
 BF16_ORDER = torch.tensor([j // 2 + BLOCK // 2 * (j % 2) for j in range(BLOCK)])  # a bf16 block's columns, packed
-
-_LIB = torch.library.Library("coolsd", "DEF")  # kept alive: the op lives as long as this module
-_LIB.define("rows_mm(Tensor x, Tensor packed) -> Tensor")
 
 
 def cache_dir() -> Path:
@@ -92,12 +78,12 @@ def _library() -> ctypes.CDLL | None:
         return None
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        log.warning("coolsd: no C compiler; the row kernel is off (products of a few rows run MKL)")
+        log.warning("coolsd: no C compiler; the row kernel is off (the fused CPU path cannot run)")
         return None
     try:
         return ctypes.CDLL(str(_build(compiler)))
     except (OSError, subprocess.SubprocessError) as err:
-        log.warning("coolsd: the row kernel did not build (%s); products of a few rows run MKL", err)
+        log.warning("coolsd: the row kernel did not build (%s); the fused CPU path cannot run", err)
         return None
 
 
@@ -129,53 +115,37 @@ def available() -> bool:
     return _library() is not None
 
 
-def pack(w_t: Tensor, int8: bool = False) -> Tensor | None:
+def pack(w_t: Tensor) -> Tensor | None:
     """w_t (K, N) -> (N / BLOCK, K, BLOCK) contiguous, the kernel's layout, in w_t's dtype where the kernel reads it
     (bf16: half the bytes, the same products; each block's columns interleaved, BF16_ORDER) else fp32; None where
-    it cannot take this weight (N not a multiple of BLOCK, not on the CPU, or the kernel unavailable). int8:
-    `quantise`d, (N / BLOCK, K + 4, BLOCK) int8 (each block's K rows of weights, then its BLOCK fp32 scales as
-    bytes)."""
+    it cannot take this weight (N not a multiple of BLOCK, not on the CPU, or the kernel unavailable)."""
     k, n = w_t.shape
     if n % BLOCK or w_t.device.type != "cpu" or not available():
         return None
-    if int8:
-        q, scale = quantise(w_t)
-        blocks = q.reshape(k, n // BLOCK, BLOCK).transpose(0, 1)  # (N / BLOCK, K, BLOCK)
-        return torch.cat([blocks, scale.reshape(n // BLOCK, BLOCK).view(torch.int8).reshape(-1, 4, BLOCK)], 1)
-    dtype = w_t.dtype if w_t.dtype in KERNEL_DTYPES else torch.float32
+    dtype = w_t.dtype if w_t.dtype in SUFFIX else torch.float32
     blocks = w_t.detach().to(dtype).reshape(k, n // BLOCK, BLOCK).transpose(0, 1)
     if dtype == torch.bfloat16:  # interleaved: columns 0, 8, 1, 9, ... (rowkernel.c's `load_bf16` widens them so)
         blocks = blocks[:, :, BF16_ORDER]
     return blocks.contiguous()
 
 
-def quantise(w_t: Tensor) -> tuple[Tensor, Tensor]:
-    """w_t (K, N) -> (q (K, N) int8, scale (N,) fp32) with w ~ q * scale per column: `coolsd.models.lean.Int8Linear`'s
-    rounding (symmetric, |w| max -> 127, the scale kept as bf16), so both int8 drafters read the same numbers."""
-    w = w_t.detach().float()
-    scale = w.abs().amax(dim=0).clamp_min(1e-12) / 127
-    return torch.round(w / scale).to(torch.int8), scale.to(torch.bfloat16).float()
-
-
 def min_rows(packed: Tensor) -> int:
-    """The fewest rows a call on this packed weight runs the kernel for (MIN_ROWS_BF16 or MIN_ROWS_F32; 1 on int8)."""
-    return MIN_ROWS_BF16 if packed.dtype in (torch.bfloat16, torch.int8) else MIN_ROWS_F32
+    """The fewest rows a call on this packed weight runs the kernel for (MIN_ROWS_BF16 or MIN_ROWS_F32)."""
+    return MIN_ROWS_BF16 if packed.dtype == torch.bfloat16 else MIN_ROWS_F32
 
 
 def takes(packed: Tensor, rows: int) -> bool:
-    """Whether a call of `rows` rows on this packed weight runs the kernel: min_rows..MAX_ROWS, and every call on
-    int8 weights (its only copy of those numbers)."""
-    return min_rows(packed) <= rows and (rows <= MAX_ROWS or packed.dtype == torch.int8)
+    """Whether a call of `rows` rows on this packed weight runs the kernel: min_rows..MAX_ROWS."""
+    return min_rows(packed) <= rows <= MAX_ROWS
 
 
 def rows_mm(x: Tensor, packed: Tensor) -> Tensor:
-    """x (M, K) fp32 (rows may be strided) @ the packed weight (N / BLOCK, K, BLOCK) fp32 or bf16, or (N / BLOCK,
-    K + 4, BLOCK) int8 with its scales (`pack`) -> (M, N) fp32 contiguous."""
+    """x (M, K) fp32 (rows may be strided) @ the packed weight (N / BLOCK, K, BLOCK) fp32 or bf16 (`pack`) ->
+    (M, N) fp32 contiguous."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
     m, k = x.shape
     blocks, k_w, block = packed.shape
-    k_w -= 4 if packed.dtype == torch.int8 else 0  # its scales' rows
     if k != k_w or block != BLOCK or packed.dtype not in SUFFIX:
         raise ValueError(f"rows_mm: x has {k} columns, the packed weight {k_w} rows of blocks of {block} "
                          f"({packed.dtype})")
@@ -185,16 +155,15 @@ def rows_mm(x: Tensor, packed: Tensor) -> Tensor:
     return y
 
 
-_LIB.impl("rows_mm", rows_mm, "CPU")
-
-
 class StackKernel:
     """A layer stack's forward for a few rows in one C call (`coolsd_layers*`): the maths of
-    `coolsd.models.lean.plain_layers_py` in fp32 on its packed weights (`pack`), reading the stored bf16 or fp32.
+    `coolsd.models.llama.LayerStack._layers` in fp32 on its packed weights (`pack`), reading the stored bf16 or fp32.
 
     Args: packed: 4 per layer (qkv, o, gate_up, down), all packed (`pack`) in one dtype; n_heads, n_kv, head_dim:
-    hq, hk, hd; eps: RMSNorm epsilon; cos, sin: (P, hq + hk, hd) fp32 RoPE tables as `LeanLayers` holds them
-    (queries scaled, sin signed). Holds weights and tables only, so forks of a stack share one.
+    hq, hk, hd; eps: RMSNorm epsilon; cos, sin: (P, hq + hk, hd) fp32 RoPE tables
+    (`coolsd.models.fused.rope_tables`: queries scaled, sin signed). Holds weights and tables only, so forks of a
+    stack share one.
+    stack share one.
     """
 
     def __init__(self, packed: list[Tensor], n_heads: int, n_kv: int, head_dim: int, eps: float, cos: Tensor,
@@ -288,9 +257,7 @@ def _eagle_kernel(dtype: torch.dtype):
 
 class EagleKernel:
     """An Eagle head's whole step in one C call (`coolsd_eagle*`): fc([embedding; feature]) + bias, its layer stack
-    (a `StackKernel`), the LM head, / temperature: `coolsd.models.eagle.EagleDrafter.forward`'s lean maths in the
-    same order (on bf16 weights the same bits; on fp32 weights a one-row fc or head runs MKL there, here the row
-    kernel: float rounding apart).
+    (a `StackKernel`), the LM head, / temperature: `coolsd.models.eagle.EagleDrafter.forward`'s maths in fp32.
 
     Args: stack: the head's `StackKernel`; embed: (E, D) token embedding (copied to fp32 once); fc, head: `pack`ed
     (2 D -> D) and (D -> V) in the stack's dtype; fc_bias: (D,)."""
@@ -311,8 +278,8 @@ class EagleKernel:
             return None
         if not fc.dtype == head.dtype == stack.packed[0].dtype:
             return None
-        d, scales = embed.shape[1], 4 if fc.dtype == torch.int8 else 0  # an int8 block's scale rows
-        if (fc.shape[1] - scales, fc.shape[0] * BLOCK, head.shape[1] - scales, fc_bias.numel()) != (2 * d, d, d, d):
+        d = embed.shape[1]
+        if (fc.shape[1], fc.shape[0] * BLOCK, head.shape[1], fc_bias.numel()) != (2 * d, d, d, d):
             return None
         return cls(stack, embed, fc, fc_bias, head)
 

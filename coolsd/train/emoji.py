@@ -1,6 +1,6 @@
 """Training stages of the emoji model (class + style conditional, RGB), built on the MNIST stages.
 
-Recipe (issue 25; one class per emoji, `coolsd.train.emoji_data`; the target size chosen by the pilot,
+Recipe (one class per emoji, `coolsd.train.emoji_data`; the target size chosen by the pilot,
 `tools/emoji_pilot.py`, assets/emoji/README.md):
 - VQ: the local `PatchVQModel` (`train_patch_vq`, `--vq-kind patch`, the default): 2,048 codes, the k-means
   of every 2 x 2 RGB patch of the training images, a decoder correction (widths 32, 64) trained with MSE,
@@ -123,7 +123,7 @@ def flat_framings(codes: torch.Tensor, labels: torch.Tensor, styles: torch.Tenso
 
 @torch.no_grad()
 def soft_candidates(vq, images: torch.Tensor, sigma2: float, k: int = CHANNEL_K, chunk: int = 256):
-    """Stochastic quantisation (issue 34): each patch of images (N, 3, 32, 32) in [-1, 1] may take any of its k
+    """Stochastic quantisation: each patch of images (N, 3, 32, 32) in [-1, 1] may take any of its k
     nearest codes, code c with probability proportional to exp(-|z - c|^2 / (2 sigma2)) (z the patch, in the
     codebook's space): a patch between look-alike codes gets either, a patch on one code keeps it. Plain white
     patches (`PLAIN`) keep their nearest code. -> ids (N, T, k) int64 nearest first, probs (N, T, k) float."""

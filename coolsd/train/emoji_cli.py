@@ -26,8 +26,7 @@ def emoji_tokens(vq, data: dict, styles: int, n_val: int = 64) -> dict[str, tupl
 
 DEFAULT_EMOJI = "cat face"  # the emoji the app's race starts from: one every visitor knows
 # the named-emoji model's sampling (stored in its target config): its own distribution, no guidance; at CFG 3
-# its unconditional row drew no emoji (recognised 5 % vs 92 % at CFG 1, 128 training pairs). Issue 34's
-# soft-quantised target (not shipped; assets/emoji/issue34/) was sampled at top-k 8, its look-alike set's size.
+# its unconditional row drew no emoji (recognised 5 % vs 92 % at CFG 1, 128 training pairs).
 NAMED_SAMPLING = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=0, top_p=1.0)
 
 

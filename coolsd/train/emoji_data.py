@@ -284,7 +284,7 @@ def rasterise(icon: Icon, pixels: int = 128):
 
 @dataclass(frozen=True)
 class Framing:
-    """A random framing of an icon for one training picture (issue 34): the content, cropped and padded square,
+    """A random framing of an icon for one training picture: the content, cropped and padded square,
     is scaled to `scale` of the 32-px box and moved `dx`, `dy` pixels (fractions allowed) from its centre.
     Drawn per picture, so no two pictures of an emoji share their pixels and its edges fall on different
     look-alike codes: the target learns a spread over those codes instead of memorising one picture."""

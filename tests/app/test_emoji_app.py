@@ -69,15 +69,29 @@ def folder(tmp_path_factory):
     return save_new_emoji(tmp_path_factory.mktemp("precision"))
 
 
-@pytest.mark.parametrize("stored,env,expected", [
-    (None, None, torch.float32),  # nothing stored: fp32 on a CPU
-    ("bf16", None, torch.bfloat16),  # the stored choice
-    ("bf16", "fp32", torch.float32),  # the variable wins
-    ("fp32", "bf16", torch.bfloat16),
+@pytest.mark.parametrize("stored,env,path,expected", [
+    (None, None, "fused", torch.float32),  # nothing stored: fp32 on a CPU
+    ("bf16", None, "fused", torch.bfloat16),  # the stored choice, on the path it is stored for
+    ("bf16", None, "eager", torch.float32),  # the eager CPU path runs fp32
+    ("bf16", "fp32", "fused", torch.float32),  # the variable wins
+    ("fp32", "bf16", "eager", torch.bfloat16),
 ])
-def test_precision_is_stored_with_the_model_and_overridable(folder, monkeypatch, stored, env, expected):
-    path = folder / emoji.PRECISION_FILE
-    path.unlink(missing_ok=True)
+def test_precision_is_stored_with_the_model_and_overridable(folder, monkeypatch, stored, env, path, expected):
+    file = folder / emoji.PRECISION_FILE
+    file.unlink(missing_ok=True)
+    if stored:
+        file.write_text(json.dumps({"fused": stored}))
+    if env:
+        monkeypatch.setenv(emoji.DTYPE_ENV, env)
+    else:
+        monkeypatch.delenv(emoji.DTYPE_ENV, raising=False)
+    bundle = emoji.load_emoji(folder, device="cpu", execution_path=path)
+    assert bundle.target.embed.dtype == expected and bundle.drafter.embed.dtype == expected
+    word = {torch.float32: "fp32", torch.bfloat16: "bf16"}[expected]
+    assert bundle.execution.startswith(word)
+    assert ("set by COOLSD_DTYPE" in bundle.execution) == bool(env)
+    assert ("stored with the model" in bundle.execution) == bool(stored and not env and path == "fused")
+    file.unlink(missing_ok=True)
     if stored:
         path.write_text(json.dumps({"cpu": stored}))
     if env:

@@ -43,6 +43,7 @@ def test_model_info_names_the_race_outputs_and_the_models_own_conditions(clients
     assert info["model_key"] == key and info["race_outputs"] == API_NAMES
     assert info["classes"] == bundle.base_class_names and info["styles"] == bundle.style_names
     assert info["execution"] == bundle.execution and info["defaults"]["condition"] in info["classes"]
+    assert info["path"] == bundle.path in ("eager", "fused", "cuda-graphs")  # the execution path that runs
     assert info["credits"] == bundle.credits  # the artwork's authors and licences, from the model's config
 
 
@@ -205,7 +206,7 @@ def test_a_preset_leaves_the_race_area_alone_until_generate(shipped_app):
 
 
 def test_the_page_speaks_to_a_visitor(shipped_app):
-    """Issue 26 #8: the header names the precision plainly (and, issue 25, the credits of the model's artwork), the
+    """The header names the execution path and precision plainly (and the credits of the model's artwork), the
     How tab has no spec sections and shows the paper beside the shown model's own benchmark, and the tour's guess
     box starts empty."""
     from coolsd.app import demo as demo_ui
@@ -214,6 +215,8 @@ def test_the_page_speaks_to_a_visitor(shipped_app):
     demo, _ = shipped_app
     header = demo_ui.header_markdown(demo.ctx)
     assert "measured at load" not in header and "median" not in header
+    model = demo.ctx.model
+    assert f"{model.path} path, {model.execution.split(' ')[0]}" in header  # the path and precision that run
     assert ("Credits: " in header) == bool(demo.ctx.model.credits)  # the model's own credits (issue 25), if any
     assert demo.ctx.model.credits in header
     assert "spec section" not in how.TEXT and "spec section" not in how.paper_beside_us(demo.ctx.model.kind)

@@ -28,7 +28,6 @@ from coolsd.bench.report import (
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.models.lean import LEAN_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,8 +132,8 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
                                                                   "outside_share": 0.4, "draft_len": 2}
     others = [eagle | {"setting": "eagle-1 L=3", "draft_len": 3}, eagle | {"setting": "tree", "tree": "binary-2"},
               eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}}]
-    limit = {"draft_len": 2, "stored_path": "lean-fused", "ratios": {"eager": {"round_per_step": 3.0},
-                                                                     "lean-fused": {"round_per_step": 1.5}}}
+    limit = {"draft_len": 2, "path": "fused", "ratios": {"eager": {"round_per_step": 3.0},
+                                                         "fused": {"round_per_step": 1.5}}}
     split = time_split([vanilla, eagle, *others], limit)
     assert [r["setting"] for r in split] == ["vanilla", "eagle-1 L=2"]
     assert split[0] == pytest.approx({"setting": "vanilla", "tau": 1.0, "tool_round": 1.0, "ceiling": 1.0,
@@ -142,11 +141,11 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
     e = split[1]
     assert (e["round"], e["forwards"], e["host"]) == pytest.approx((3.0, 1.8, 1.2))
     assert (e["tool_round"], e["ceiling"], e["speedup"]) == pytest.approx((1.5, 2.0 / 1.5, 0.7))
-    text = time_split_markdown(split, "lean-fused")
-    assert "path lean-fused" in text and "| eagle-1 L=2 | 2.00 | 1.50 | 1.33x | 1.80 | 1.20 | 3.00 | 0.70x |" in text
+    text = time_split_markdown(split, "fused")
+    assert "path fused" in text and "| eagle-1 L=2 | 2.00 | 1.50 | 1.33x | 1.80 | 1.20 | 3.00 | 0.70x |" in text
     assert time_split([vanilla, eagle], None) == [] and time_split([eagle], limit) == []
-    assert time_split([vanilla, eagle], {"draft_len": 2, "stored_path": "lean-fused"}) == []  # no ratios recorded
-    assert time_split_markdown([], "lean") == ""
+    assert time_split([vanilla, eagle], {"draft_len": 2, "path": "fused"}) == []  # no ratios recorded
+    assert time_split_markdown([], "fused") == ""
 
 
 def test_speedup_is_the_named_cpu_time_ratio_without_warm_up():
@@ -290,8 +289,10 @@ def test_command_end_to_end(scorer, tmp_path):
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
                                                    "gstar_improves_lantern"}
     assert all(c["verdict"] for c in found["claims"]) and len(found["targets"]) == 6
-    limit = json.loads((out / "config.json").read_text())["limit"]  # issue 35: the limit table, with every run
-    assert set(limit["paths"]) == {"eager", *LEAN_PATHS} and "| lean |" in (out / "results.md").read_text()
+    config = json.loads((out / "config.json").read_text())
+    limit = config["limit"]  # the limit table, with every run, and the path and precision that ran
+    assert set(limit["paths"]) == {"eager", "fused"} and "| fused |" in (out / "results.md").read_text()
+    assert config["path"] == limit["path"] and f"path {config['path']}" in (out / "results.md").read_text()
     assert "Where a round's time goes" in (out / "results.md").read_text()  # the loop's round beside the tool's
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text

@@ -114,19 +114,24 @@ def test_the_dtype_variable_is_honoured_and_logged(emoji_dir, monkeypatch, caplo
     assert step.logits.dtype == torch.float32  # rules and sampling always see fp32 logits
 
 
-def test_the_precision_stored_with_the_model_is_used_and_nothing_is_timed(emoji_dir, monkeypatch, tmp_path):
-    """Issue 26: precision is configuration (precision.json beside the model; COOLSD_DTYPE overrides it)."""
+def test_the_precision_follows_the_path_and_nothing_is_timed(emoji_dir, monkeypatch, tmp_path):
+    """Precision is configuration keyed by the path, not by the machine: the fused path reads the type stored
+    beside the model (precision.json), the eager CPU path runs fp32, COOLSD_DTYPE overrides both."""
     import shutil
 
     monkeypatch.delenv(DTYPE_ENV, raising=False)
-    assert load_emoji(emoji_dir, device="cpu").execution == "fp32"  # nothing stored: fp32 on a CPU
+    assert load_emoji(emoji_dir, device="cpu", execution_path="eager").execution == "fp32"
     stored = tmp_path / "stored"
     shutil.copytree(emoji_dir, stored)
-    (stored / "precision.json").write_text('{"cpu": "bf16"}')
-    b = load_emoji(stored, device="cpu")
-    assert b.execution == "bf16 (stored with the model)" and b.target.embed.dtype == torch.bfloat16
+    (stored / "precision.json").unlink(missing_ok=True)
+    b = load_emoji(stored, device="cpu", execution_path="fused")
+    assert b.execution == "fp32" and b.target.embed.dtype == torch.float32  # nothing stored: fp32
+    (stored / "precision.json").write_text('{"fused": "bf16"}')
+    b = load_emoji(stored, device="cpu", execution_path="fused")
+    assert b.execution.startswith("bf16 weights, fp32 maths") and b.target.embed.dtype == torch.bfloat16
+    assert load_emoji(stored, device="cpu", execution_path="eager").target.embed.dtype == torch.float32
     monkeypatch.setenv(DTYPE_ENV, "fp32")
-    assert load_emoji(stored, device="cpu").target.embed.dtype == torch.float32
+    assert load_emoji(stored, device="cpu", execution_path="fused").target.embed.dtype == torch.float32
     monkeypatch.setenv(DTYPE_ENV, "fp64")
     with pytest.raises(BundleError, match=DTYPE_ENV):
         load_emoji(emoji_dir, device="cpu")

@@ -13,6 +13,7 @@ from llamagen_weights import random_models  # tests/ helper
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.rules import RULES
+from coolsd.models import rowkernel
 from coolsd.models.graphs import choose_path, prepare
 
 
@@ -135,14 +136,18 @@ def test_rule_and_drafter_come_together(tiny, build_rule):
 
 
 def test_path_choice_and_fork_keeps_the_path(tiny, monkeypatch):
+    monkeypatch.setattr(rowkernel, "available", lambda: False)
+    monkeypatch.delenv("COOLSD_EXECUTION", raising=False)
     assert choose_path(torch.device("cpu")) == "eager"
-    monkeypatch.setenv("COOLSD_EXECUTION", "static")
-    assert choose_path(torch.device("cpu")) == "static"
+    monkeypatch.setenv("COOLSD_EXECUTION", "static")  # the graphs' body: the caller's choice, not offered
+    with pytest.raises(ValueError, match="auto or one of"):
+        choose_path(torch.device("cpu"))
+    assert choose_path(torch.device("cpu"), "static") == "static"
     with pytest.raises(ValueError, match="CUDA"):
         choose_path(torch.device("cpu"), "cuda-graphs")
     with pytest.raises(ValueError, match="auto or one of"):
         choose_path(torch.device("cpu"), "fast")
-    target, drafter = _pair(tiny, None)  # from the environment
+    target, drafter = _pair(tiny, "static")
     again, again_d = fork_models(target, drafter)
     assert again.stack.blocks_static == target.stack.blocks_static != ()
     assert again_d.stack.blocks_static != ()
