@@ -101,7 +101,7 @@ def model_info(ctx: Context) -> dict:
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
-            "execution": m.execution, "path": m.path, "credits": m.credits}
+            "execution": m.execution, "execution_path": m.path, "credits": m.credits}
 
 
 def execution_words(model) -> str:
@@ -185,7 +185,7 @@ def build_demo(ctx: Context) -> Page:
                     with gr.Tab(theory.TITLE, id=theory.ID) as tab:
                         theory.build(ctx, settings_column, tab)
                     with gr.Tab(cost.TITLE, id=cost.ID) as tab:
-                        cost.build(ctx, model, trace, tab)
+                        cost.build(ctx, model, trace, recordings, tab)
                     with gr.Tab(how.TITLE, id=how.ID) as tab:
                         how.build(ctx, tab)
         tour.wire(guide, tabs, settings_column, racing, quality)

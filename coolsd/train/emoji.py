@@ -1,7 +1,6 @@
 """Training stages of the emoji model (class + style conditional, RGB), built on the MNIST stages.
 
-Recipe (one class per emoji, `coolsd.train.emoji_data`; the target size chosen by the pilot,
-`tools/emoji_pilot.py`, assets/emoji/README.md):
+Recipe (one class per emoji, `coolsd.train.emoji_data`; assets/emoji/README.md):
 - VQ: the local `PatchVQModel` (`train_patch_vq`, `--vq-kind patch`, the default): 2,048 codes, the k-means
   of every 2 x 2 RGB patch of the training images, a decoder correction (widths 32, 64) trained with MSE,
   left-right flips where safe. (`--vq-kind conv`: the earlier diffusers `VQModel`, widths (32, 64), 8-dim

@@ -43,7 +43,7 @@ def test_model_info_names_the_race_outputs_and_the_models_own_conditions(clients
     assert info["model_key"] == key and info["race_outputs"] == API_NAMES
     assert info["classes"] == bundle.base_class_names and info["styles"] == bundle.style_names
     assert info["execution"] == bundle.execution and info["defaults"]["condition"] in info["classes"]
-    assert info["path"] == bundle.path in ("eager", "fused", "cuda-graphs")  # the execution path that runs
+    assert info["execution_path"] == bundle.path in ("eager", "fused", "cuda-graphs")  # the path that runs
     assert info["credits"] == bundle.credits  # the artwork's authors and licences, from the model's config
 
 
