@@ -8,7 +8,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "warning: could not install Debian's chromium; the browser test will be skipped"
 fi
-if ! command -v cc >/dev/null 2>&1; then  # builds coolsd/models/rowkernel.c (the lean-rows path) on first use
+if ! command -v cc >/dev/null 2>&1; then  # builds coolsd/models/rowkernel.c (the fused CPU path) on first use
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev) >/dev/null 2>&1 \
     || echo "warning: could not install a C compiler; the row-kernel tests will be skipped"
 fi
