@@ -8,7 +8,8 @@ every panel in one visible order, handing each builder what it reads, and return
     race = race.build(ctx, controls, recordings, tab)               # -> RaceHandle (outputs by name, trace state)
     microscope.build(ctx, controls["model"], race.outputs.trace, recordings, tab)
     lab = lab.build(ctx, controls["condition"], controls["model"], tab)   # -> LabHandle (the tour runs it)
-    schedule.build(ctx, tab); theory.build(ctx, controls, tab); cost.build(ctx, model, trace, tab); how.build(ctx, tab)
+    schedule.build(ctx, tab); theory.build(ctx, controls, tab); how.build(ctx, tab)
+    cost.build(ctx, controls["model"], race.outputs.trace, recordings, tab)
     tour.wire(guide, tabs, controls, race, lab); share.wire_restore(ctx, controls, blocks, tabs, ids)
 
 No panel reads another panel's attributes: what others may read, a builder returns in a small frozen handle

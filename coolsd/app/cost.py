@@ -14,6 +14,7 @@ import gradio as gr
 
 from coolsd.app.context import APP_MODEL, Context, bad, log
 from coolsd.app.how import PAPER
+from coolsd.app.recordings import Recordings
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
 from coolsd.compare import cost
 from coolsd.compare.race import fork_models
@@ -36,8 +37,9 @@ token (with its CFG rows), **c** is a drafter step in target steps and **V(n)** 
 target steps. It commits **E = 1 + a₁ + a₁a₂ + … + a₁⋯a<sub>L</sub>** tokens on average (aᵢ: the acceptance rate at
 draft depth i), and vanilla AR commits one token per step, so the predicted speed-up over vanilla AR is **E / (L c +
 V(L + 1))**. The call times below are measured on this machine (once per model, in the background); the acceptance
-comes from the last race (run one on the Race tab). The prediction leaves out the image's first and last rounds and
-the time spent outside model calls (sampling, the rules), so the gap to the measured speed-up shows what those cost.
+comes from the race on show on the Race tab (the recorded one until you race). The prediction leaves out the image's
+first and last rounds and the time spent outside model calls (sampling, the rules), so the gap to the measured
+speed-up shows what those cost.
 """
 
 
@@ -62,10 +64,11 @@ def path_label(ctx: Context) -> str:
 
 
 class CostPanel:
-    """The handlers (also the API's `cost` and `cost_whatif`); one background measurement per model variant."""
+    """The handlers (also the API's `cost` and `cost_whatif`); one background measurement per model variant.
+    recordings: the recorded default races, used until a session races (None: no recorded race is shown)."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: Context, recordings: Recordings | None = None) -> None:
+        self.ctx, self.recordings = ctx, recordings
         self.curves = cost.CurveCache()
         self.specs = cost_specs()
 
@@ -103,15 +106,20 @@ class CostPanel:
         self.start(self.ctx.for_model(model))
 
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
-        """-> (curve figure, predicted vs measured table (markdown), JSON) for the last race (`trace`), on its
-        model; without a race, the call times of `model` (default: the app's model)."""
+        """-> (curve figure, predicted vs measured table (markdown), JSON) for the race on show, on its model: the
+        session's last race (`trace`), else the recorded race of `model` (default: the app's model; JSON "race":
+        "session" or "recorded"); without either, the call times of `model` alone ("race": None)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         picked = self.ctx.picked(model)  # checked also when the race on show names the model
+        source = "session" if isinstance(trace, RaceTrace) and len(trace) else None
+        if source is None and self.recordings is not None:
+            trace = self.recordings.trace_or_recorded(None, picked.model_key)
+            source = "recorded" if trace is not None else None
         ctx = self.ctx.for_trace(trace.settings) if isinstance(trace, RaceTrace) else picked
         costs = self.costs(ctx, memory_bound)
         payload = {"model": ctx.model.name, "execution": path_label(ctx), "step_ms": costs.step_ms,
                    "draft_cost": costs.draft_cost, "memory_bound": memory_bound, "curve": costs.curve(),
-                   "rows": costs.times.rows, "racers": [], "paper_speedup": PAPER_BEST[3]}
+                   "rows": costs.times.rows, "racers": [], "paper_speedup": PAPER_BEST[3], "race": source}
         if isinstance(trace, RaceTrace) and len(trace):
             racers = trace.replay(len(trace))
             settings = trace.settings
@@ -187,6 +195,9 @@ def table_markdown(payload: dict) -> str:
                                                             else "") + "."]
     if not payload["racers"]:
         return "\n\n".join(lines + ["No race yet: run one on the Race tab, then come back (or press Compute)."])
+    if payload.get("race") == "recorded":
+        lines.append("The race is the recorded one on show on the Race tab: its measured speed-ups are those of the "
+                     "machine that recorded it (named there), the prediction uses this machine's call times.\n")
     if not payload["chain"]:
         lines.append("The last race used a static tree: the model above covers chain drafting only (and SJD).")
     if payload.get("sjd_windows"):
@@ -217,10 +228,10 @@ def jacobi_windows(rule_configs: dict) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------- the tab
-def build(ctx: Context, model: gr.Dropdown, trace: gr.State, tab: gr.Tab) -> CostPanel:
+def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> CostPanel:
     """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the
-    race's trace state."""
-    panel = CostPanel(ctx)
+    race's trace state, `recordings` the recorded races (shown until the session races)."""
+    panel = CostPanel(ctx, recordings)
     gr.Markdown(INTRO)
     table_specs = panel.specs
     with gr.Row():

@@ -145,7 +145,7 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         lines += [f"| {method} | {tau:.2f} | {speedup:.2f}× | {fid:.2f} | {clip:.4f} |"
                   for m, method, tau, speedup, fid, clip in PAPER if m == model]
     try:
-        config, rows = _bench(folder)
+        config, rows = read_bench(folder)
     except (OSError, ValueError, KeyError):
         lines += _group(f"Ours: not measured (`{folder.name}/` is missing)", quality)
         return "\n".join(lines)
@@ -181,7 +181,7 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
     return "\n".join(lines)
 
 
-def _bench(folder: Path) -> tuple[dict, list[dict]]:
+def read_bench(folder: Path) -> tuple[dict, list[dict]]:
     """A benchmark folder's config.json and results.jsonl rows (OSError / ValueError when missing or broken)."""
     config = json.loads((folder / "config.json").read_text())
     return config, [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
@@ -197,7 +197,7 @@ def later_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
     found = []
     for name in LATER_RUNS:
         try:
-            found.append(_bench(folder / name))
+            found.append(read_bench(folder / name))
         except (OSError, ValueError):
             continue
     return found

@@ -25,6 +25,7 @@ from coolsd.app.settings import Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import RULES
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
@@ -45,14 +46,16 @@ COLOURS = {"right": (0, 170, 90), "wrong": (220, 40, 40), "pending": (200, 200, 
 MARKS = {"eagle-1": ("#444444", "star"), "chosen": ("#d62728", "x"), "twin": ("#1f77b4", "cross")}
 INTRO = f"""
 Pick a rule and how much to relax it, then **Run**: every decoder draws the same samples (each of another class,
-spread over the model's classes; same seed), streamed as they finish. Vanilla AR is the reference (exact, slow);
-Eagle-1 is exact and faster; the relaxed rule and its twin trade exactness for speed. A frame around a sample is
-**green** when the model's small classifier reads the intended class (the digit; an emoji's class, its style
+spread over the model's classes; same seed), streamed as they finish. Vanilla AR is the reference: exact, one token
+per target forward. Eagle-1 is exact too and commits several tokens per target forward, which is faster only where
+that saves more than its drafting costs (the line under the table says which decoders were faster in your run); the
+relaxed rule and its twin loosen the test to accept more drafts, at the price of exactness. A frame around a sample
+is **green** when the model's small classifier reads the intended class (the digit; an emoji's class, its style
 aside), **red** (with what it read) when it does not. The emoji classifier is weak (its held-out accuracy is under
 the table), so compare the decoders with each other, not with 100 %. Raise the relaxation until the red frames and
-the NLL climb: that is where images start to break. Sampling and draft length (L = {DecodeConfig().draft_len}) are
-the benchmark's, so on a model with a shipped benchmark (MNIST, emoji) the run is marked on its Pareto figure
-below.
+the NLL climb: that is where images start to break. The run uses the model's default sampling and the draft length
+L = {DecodeConfig().draft_len}; on a model with a shipped benchmark (MNIST, emoji) it is marked on the benchmark's
+Pareto figure below, and the line under the table says whether the benchmark ran at the same settings.
 """
 
 
@@ -133,8 +136,41 @@ def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: li
     return canvas
 
 
+def speed_line(rows: list[dict]) -> str:
+    """"In this run Eagle-1 (lossless) was slower than vanilla AR (0.70×); COOL-SD ... was faster than vanilla AR
+    (1.32×)." from the table's speed-ups (as shown: two decimals); "" before any decoder has one."""
+    said = []
+    for r in rows:
+        if r["decoder"] == "vanilla" or r["speedup"] is None:
+            continue
+        shown = round(r["speedup"], 2)
+        word = "faster than" if shown > 1 else "slower than" if shown < 1 else "as fast as"
+        said.append(f"{plain(r['label'])} was {word} vanilla AR ({shown:.2f}×)")
+    return f"In this run {'; '.join(said)}." if said else ""
+
+
+def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: dict, draft_len: int) -> str:
+    """Whether the benchmark's points (`rows`, its `sampling`) were measured at this run's draft length and
+    sampling (the chain-drafting rows; SJD's window is no draft length); "" without a benchmark."""
+    lengths = sorted({r.get("draft_len") for r in rows if drafts_by_chain(r)} - {None})
+    if not lengths:
+        return ""
+    shown = " / ".join(str(n) for n in lengths)
+    if lengths == [draft_len] and sampling == lab_sampling:
+        return f"The benchmark's points were measured at this run's draft length (L = {shown}) and sampling."
+    other = [f"L = {shown}" if lengths != [draft_len] else "", "other sampling" if sampling != lab_sampling else ""]
+    return (f"The benchmark's points were measured at {' and '.join(w for w in other if w)} (this run: "
+            f"L = {draft_len}): compare positions with care.")
+
+
+def drafts_by_chain(row: dict) -> bool:
+    """Whether a benchmark row is a drafter's chain (not vanilla AR, a static tree or SJD's Jacobi window)."""
+    rule = (row.get("rule_config") or {}).get("rule")
+    return rule in RULES and not RULES[rule].jacobi and not row.get("tree")
+
+
 def stats_markdown(rows: list[dict], status: str) -> str:
-    """Per-decoder table: samples, classifier accuracy, mean NLL, tau, speed-up."""
+    """Per-decoder table: samples, classifier accuracy, mean NLL, tau, speed-up; then which were faster."""
     lines = [status, "", "| decoder | samples | classifier accuracy | target NLL (nats/token) | tau | speed-up |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -142,6 +178,8 @@ def stats_markdown(rows: list[dict], status: str) -> str:
         cached = f" ({r['cached']} reused)" if r["cached"] else ""
         lines.append(f"| {plain(r['label'])} | {r['n']}{cached} | {acc} | {number(r['nll'], '.3f')} | "
                      f"{number(r['tau'], '.2f')} | {number(r['speedup'], '.2f')}{'×' if r['speedup'] else ''} |")
+    if speed_line(rows):
+        lines.append("\n" + speed_line(rows))
     lines.append("\nNLL: the target's mean negative log-likelihood of the samples' tokens under its own sampling "
                  "distribution (lower = more typical of the target). Speed-up: vanilla AR's decode time over the "
                  "decoder's, summed over the samples both have finished, on this server as loaded now "
@@ -178,6 +216,15 @@ def pareto_figure(rows: list[dict], summary: list[dict]):
             fig.add_vline(x=r[axis], line={"color": colour, "dash": "dash", "width": 1}, row=1, col=col)
     fig.update_layout(width=None, height=820, autosize=True, title={"font": {"size": 14}})
     return fig
+
+
+def bench_sampling(path: Path) -> dict | None:
+    """The sampling (SamplingConfig as a dict) the benchmark whose results are `path` ran with, read from the
+    config.json beside it; None when it is missing or does not say."""
+    try:
+        return json.loads((path.parent / "config.json").read_text()).get("sampling")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]) -> str:
@@ -316,6 +363,10 @@ class LabPanel:
         if final:
             note = bench_note(bench, decoders, summary)
             text += ("\n\nSame setting in the benchmark:\n" + note) if note else ""
+            if bench and ctx.model.kind in BENCHES:
+                text += "\n\n" + bench_settings_line(bench, bench_sampling(BENCHES[ctx.model.kind]),
+                                                       dataclasses.asdict(ctx.model.default_sampling),
+                                                       DecodeConfig().draft_len)
             figure = pareto_figure(bench, summary) if bench else None
         payload = {"model": ctx.model.name, "settings": settings, "finished": final, "wall_seconds": wall,
                    "first_row_seconds": first_row, "decoders": summary,

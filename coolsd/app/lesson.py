@@ -1,55 +1,115 @@
-"""The Race tab's one line on when relaxation pays, with the numbers of the shipped benchmarks.
+"""The Race tab's one line on when relaxation pays, with the numbers of the race on show.
 
 Relaxation raises the accepted length only where the target hesitates between look-alike codes; a target sure of
-one code at every position leaves nothing to relax. The line reads, per shipped model, the target's mean top-1
-probability on its own vanilla samples and Eagle-1's and COOL-SD's tau from the benchmark's results.jsonl
-(`python -m coolsd.bench`); a model whose benchmark lacks a number is left out, so the line never names a number
-nobody measured.
+one code at every position leaves nothing to relax. The line quotes the race on show (its stats JSON: the table
+beside it): Eagle-1's and a relaxed racer's tau and speed-up, at the race's draft length. Where the race ran at the
+settings of its model's shipped benchmark (`python -m coolsd.bench`: the same draft length, sampling and rule
+settings), it adds the benchmark's taus and the target's mean top-1 probability on its own vanilla samples, naming
+those settings; otherwise it quotes no benchmark, so every number it names is one measured at the race's settings.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from coolsd.app.how import find_row, later_runs
+from coolsd.app.how import later_runs, read_bench
 from coolsd.util.format import number
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
 
-# (model name on the page, its benchmark folder, the COOL-SD delta quoted)
-SHIPPED_BENCHES = (("emoji", EMOJI_DIR / "bench", 2.0), ("MNIST", BENCH_DIR, 2.0))
+# picker model key -> (its name on the page, its shipped benchmark folder)
+SHIPPED_BENCHES = {"emoji": ("emoji", EMOJI_DIR / "bench"), "mnist": ("MNIST", BENCH_DIR)}
 LEAD = ("**When relaxation pays:** when the target hesitates between look-alike codes, not when it is sure of one. "
         "A draft that picks a look-alike of the target's favourite fails Eagle-1's test and passes a relaxed one")
+EAGLE, VANILLA = "eagle-1", "vanilla"
+KNOBS = (("delta", "δ"), ("k", "k"), ("lam", "λ"), ("window", "W"))  # rule settings a racer's name shows
 
 
-def read_rows(folder: Path) -> list[dict]:
-    """The rows of a benchmark folder's results.jsonl ([] when it is missing or unreadable), then those of the
-    later runs beside it (`how.later_runs`: their vanilla AR rows may hold the target's top-1 the main run did
-    not record)."""
+def bench_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
+    """(config, rows) of the benchmark in `folder`, then of each later run beside it (`how.later_runs`: their
+    vanilla AR rows may hold the target's top-1 the main run did not record); [] when it is missing or broken."""
     try:
-        rows = [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
+        main = read_bench(folder)
     except (OSError, ValueError):
         return []
-    return rows + [r for _, more in later_runs(folder) for r in more]
+    return [main, *later_runs(folder)]
 
 
-def model_clause(name: str, rows: list[dict], delta: float) -> str | None:
-    """"on emoji (target top-1 0.62 on its own samples) COOL-SD δ = 2 accepts τ 3.10 vs Eagle-1's 2.30", or None
-    when a number is missing. The top-1 (of the first vanilla AR row that has it) is left out when no run
-    recorded it."""
-    eagle = find_row(rows, "eagle-1", {})
-    cool = find_row(rows, "cool-sd", {"delta": delta})
-    if eagle is None or cool is None or eagle.get("tau") is None or cool.get("tau") is None:
+def relaxed_key(decoders: dict) -> str | None:
+    """The relaxed racer the line quotes: COOL-SD when it raced, else the first racer that is neither Eagle-1 nor
+    vanilla AR (None when there is none)."""
+    others = [k for k in decoders if k not in (EAGLE, VANILLA)]
+    return "cool-sd" if "cool-sd" in others else (others[0] if others else None)
+
+
+def racer_name(decoders: dict, rules: dict, key: str) -> str:
+    """"COOL-SD (δ = 2)": the racer's label (stats "decoder") and the rule settings that tell its relaxation."""
+    config = rules.get(key) or {}
+    knobs = ", ".join(f"{sign} = {config[name]:g}" for name, sign in KNOBS if isinstance(config.get(name), int | float))
+    return decoders[key]["decoder"] + (f" ({knobs})" if knobs else "")
+
+
+def race_clause(stats: dict) -> str | None:
+    """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at 1.41× vs 1.10×
+    vanilla AR's speed" from a race's stats JSON ("so far" while it is not finished); None without Eagle-1, a
+    relaxed racer or their numbers."""
+    decoders, settings = stats.get("decoders") or {}, stats.get("settings") or {}
+    key = relaxed_key(decoders)
+    if EAGLE not in decoders or key is None:
         return None
-    sure = next((r["top1"] for r in rows if r.get("top1") is not None and find_row([r], "vanilla", {})), None)
-    hesitation = f" (target top-1 probability {number(sure, '.2f')} on its own samples)" if sure is not None else ""
-    return (f"on {name}{hesitation} COOL-SD δ = {delta:g} accepts τ {number(cool['tau'])} "
-            f"vs Eagle-1's {number(eagle['tau'])}")
+    eagle, relaxed = decoders[EAGLE], decoders[key]
+    if eagle.get("mean_accepted_length") is None or relaxed.get("mean_accepted_length") is None:
+        return None
+    chain = settings.get("drafting", "chain") == "chain"
+    where = [f"L = {settings['draft_len']}" if chain and "draft_len" in settings else settings.get("drafting")]
+    where += [] if all(d.get("finished") for d in decoders.values()) else ["so far"]
+    speed = ""
+    if eagle.get("speedup") is not None and relaxed.get("speedup") is not None:
+        speed = f" and ran at {number(relaxed['speedup'])}× vs {number(eagle['speedup'])}× vanilla AR's speed"
+    shown = ", ".join(str(w) for w in where if w)
+    return (f"in the race on show{f' ({shown})' if shown else ''} "
+            f"{racer_name(decoders, settings.get('rules') or {}, key)} "
+            f"accepted τ {number(relaxed['mean_accepted_length'])} vs Eagle-1's "
+            f"{number(eagle['mean_accepted_length'])}{speed}")
 
 
-def lesson_markdown(benches=SHIPPED_BENCHES) -> str:
-    """The line: the lead, then one clause per shipped model with its measured numbers, then the source."""
-    clauses = [c for name, folder, delta in benches if (c := model_clause(name, read_rows(folder), delta))]
-    if not clauses:
+def matching_rows(runs: list[tuple[dict, list[dict]]], settings: dict) -> list[dict]:
+    """The chain-drafting rows of the benchmark runs whose sampling is the race's and whose draft length is the
+    race's (vanilla AR rows, draft length 0, included); [] for a race that did not draft by chain."""
+    if settings.get("drafting", "chain") != "chain":
+        return []
+    return [r for config, rows in runs if config.get("sampling") == settings.get("sampling") for r in rows
+            if r.get("tree") is None and r.get("draft_len") in (0, settings.get("draft_len"))]
+
+
+def bench_clause(name: str, runs: list[tuple[dict, list[dict]]], stats: dict) -> str | None:
+    """"the shipped emoji benchmark at these settings (L = 2, 200 images a setting): τ 2.22 vs Eagle-1's 1.88, the
+    target's top-1 probability 0.75 on its own samples", or None unless the benchmark ran the race's draft length,
+    sampling and the rule settings of both racers the race clause quotes."""
+    decoders, settings = stats.get("decoders") or {}, stats.get("settings") or {}
+    rules, key = settings.get("rules") or {}, relaxed_key(decoders)
+    rows = matching_rows(runs, settings)
+    found = {k: next((r for r in rows if r.get("rule_config") == rules.get(k)), None) for k in (EAGLE, key)}
+    if key is None or None in found.values() or any(r.get("tau") is None for r in found.values()):
+        return None
+    eagle, relaxed = found[EAGLE], found[key]
+    sure = next((r["top1"] for r in rows if r.get("rule_config") is None and r.get("top1") is not None), None)
+    top1 = f", the target's top-1 probability {number(sure, '.2f')} on its own samples" if sure is not None else ""
+    images = f", {relaxed['n_images']} images a setting" if relaxed.get("n_images") else ""
+    return (f"the shipped {name} benchmark at these settings (L = {settings['draft_len']}{images}): "
+            f"τ {number(relaxed['tau'])} vs Eagle-1's {number(eagle['tau'])}{top1}")
+
+
+def lesson_markdown(stats: dict | None = None, benches: dict = SHIPPED_BENCHES) -> str:
+    """The line for the race on show (`stats`: its stats JSON, `RaceFrame.stats`; None: no race): the lead, the
+    race's own numbers, then its model's benchmark numbers when it ran at the benchmark's settings."""
+    stats = stats if isinstance(stats, dict) else {}
+    clauses = [race_clause(stats)]
+    model = (stats.get("settings") or {}).get("model")
+    if clauses[0] and model in benches:
+        name, folder = benches[model]
+        clauses.append(bench_clause(name, bench_runs(folder), stats))
+    said = [c for c in clauses if c]
+    if not said:
         return LEAD + "."
-    return f"{LEAD}: {'; '.join(clauses)} (shipped benchmarks, `python -m coolsd.bench`; How it works has the tables)."
+    source = " (`python -m coolsd.bench`; How it works has the tables)" if len(said) > 1 else ""
+    return f"{LEAD}: {'; '.join(said)}{source}."

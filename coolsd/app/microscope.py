@@ -62,7 +62,11 @@ class MicroscopePanel:
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
-        """(racer `key`'s rounds with detail, whether they match the recorded ones, the updated cache)."""
+        """(racer `key`'s rounds, whether a re-run here committed the recorded ones, the updated cache).
+
+        The rounds are the re-run's (each with its detail: q, p, u, the residual) when it reproduced the race;
+        otherwise (a trace from another machine, precision or execution path) the trace's own rounds, without
+        detail: the view then shows what the trace stores (`stored_view`), never a round the race did not run."""
         sig = (id(trace), len(trace), key)
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
@@ -71,7 +75,8 @@ class MicroscopePanel:
         with ctx.lane() as lane:
             target, drafter = lane[0]
             events = scope.rerun(trace, key, target, drafter, cond, ctx.model.neighbours)
-        same = scope.matches(trace, key, events)
+        same = scope.matches(trace, key, events) and len(events) == len(scope.recorded(trace, key))
+        events = events if same else scope.recorded(trace, key)
         return events, same, {"sig": sig, "events": events, "matches": same}
 
     # ---------------------------------------------------------------- handlers
@@ -92,10 +97,11 @@ class MicroscopePanel:
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
-        v = scope.round_view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(rule)}
+        view = scope.round_view if events[round_no].detail is not None else stored_view
+        v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(rule)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
-                             **v})
+                             "source": "re-run" if same else "trace", **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)
 
@@ -128,6 +134,27 @@ class MicroscopePanel:
         rows, cols = trace.grid
         cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
         return scope.round_at(events, cell)  # a position in `events`, as the slider and `view` count rounds
+
+
+def stored_view(event, grid: tuple[int, int], residual: str) -> dict:
+    """`coolsd.compare.microscope.round_view`'s dict for a round as a trace stores it (no detail): positions,
+    verdicts, each depth's a_i and omega_i, the accepted drafts' tokens (the first n committed), the last token and
+    how it came; q, p, u, a rejected or untested draft's token and the top tokens are None / empty (not stored)."""
+    n, length = event.n_accepted, event.n_drafted
+    tokens = event.tokens.tolist()
+    depths = [{"depth": i + 1, "position": scope.grid_cell(event.start + i, grid),
+               "token": tokens[i] if i < n else None, "q": None, "p": None, "omega": float(event.omega[i]),
+               "accept": float(event.accept_probs[i]), "u": None, "verdict": v}
+              for i, v in enumerate(scope.verdicts(length, n))]
+    bonus = str(event.last) == "bonus"
+    return {"round": event.index, "start": event.start, "n_drafted": length, "n_accepted": n,
+            "positions": [scope.grid_cell(event.start + i, grid) for i in range(max(length, 1))],
+            "committed": [scope.grid_cell(event.start + i, grid) for i in range(len(tokens))],
+            "depths": depths, "last": "bonus" if bonus else "resampled", "token": tokens[-1],
+            "token_position": scope.grid_cell(event.start + n, grid),
+            "drawn_from": (f"p_{n + 1} (bonus: every draft accepted)" if bonus and length else
+                           "p (no drafts this round)" if bonus else f"the residual at depth {n + 1}"),
+            "residual": residual, "top": {}, "token_probs": {}}
 
 
 # ---------------------------------------------------------------- drawing (views of the library's numbers)
@@ -163,11 +190,12 @@ def patch_strip(ctx, events, j: int, v: dict) -> Image.Image:
     """The drafted tokens (each decoded in place on the committed prefix) and the last token, as patches."""
     tokens, _ = _tokens_until(events, j - 1, ctx.model.num_tokens)
     drafted = tokens.clone()
-    for row in v["depths"]:
+    shown = [row for row in v["depths"] if row["token"] is not None]  # (a trace stores the accepted drafts only)
+    for row in shown:
         drafted[v["start"] + row["depth"] - 1] = row["token"]
     final, _ = _tokens_until(events, j, ctx.model.num_tokens)
     cells = [(drafted, row["position"], VERDICT_COLOURS[row["verdict"]], f"i={row['depth']} {row['verdict'][:3]}")
-             for row in v["depths"]]
+             for row in shown]
     cells.append((final, v["token_position"], LAST_COLOURS[v["last"]], v["last"]))
     patches, labels = [], []
     for ids, (r, c), colour, label in cells:
@@ -187,6 +215,12 @@ def bars_figure(v: dict):
     import plotly.graph_objects as go
 
     fig = go.Figure(layout=LIGHT_LAYOUT)
+    if not v["top"]:  # a round as a trace stores it: no distributions
+        fig.update_layout(height=120, margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis={"visible": False},
+                          yaxis={"visible": False},
+                          title={"text": f"token {v['token']} drawn from {v['drawn_from']} (the trace keeps no "
+                                         "distributions)", "font": {"size": 13}})
+        return fig
     order = [r["token"] for r in v["top"]["p"]]
     for name in ("q", "residual"):
         order += [r["token"] for r in v["top"].get(name, []) if r["token"] not in order]
@@ -215,7 +249,8 @@ def table_markdown(v: dict) -> str:
         mark = {"accepted": "✓ u ≤ a", "rejected": "✗ u > a"}.get(r["verdict"], "not tested")
         tested = r["verdict"] in ("accepted", "rejected")  # an untested draft has no a_i or u_i to show
         a, u = (small(r["accept"]), small(r["u"])) if tested else ("–", "–")
-        lines.append(f"| {r['depth']} | {tuple(r['position'])} | {r['token']} | {small(r['q'])} | {small(r['p'])} | "
+        token = "–" if r["token"] is None else r["token"]
+        lines.append(f"| {r['depth']} | {tuple(r['position'])} | {token} | {small(r['q'])} | {small(r['p'])} | "
                      f"{small(r['omega'])} | {a} | {u} | {mark} |")
     if not v["depths"]:
         lines.append("| – | – | – | – | – | – | – | – | no drafts this round |")
@@ -223,8 +258,12 @@ def table_markdown(v: dict) -> str:
 
 
 def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTrace) -> str:
-    warn = "" if same else (" ⚠️ The re-run did not commit the recorded tokens (a trace from another machine or "
-                            "version): the numbers are the re-run's.")
+    """The round in words; for a race this machine does not decode bit for bit (`same` False: recorded on another
+    CPU, precision or path), which numbers the trace keeps (the view shows the race's own rounds)."""
+    warn = "" if same else (
+        " The numbers are the race's own, as its trace stores them (it ran on another CPU, precision or execution "
+        "path, so this server does not decode it bit for bit): each round's tokens, verdicts, aᵢ and ωᵢ; q, p, uᵢ, a "
+        "rejected draft and the residual are shown for races run on this server.")
     return (f"**{label}**, round {v['round']} (rounds 0 to {rounds - 1}): {v['n_drafted']} drafts from cell "
             f"{tuple(v['positions'][0])}, {v['n_accepted']} accepted, then token {v['token']} ({v['last']}) drawn "
             f"from {v['drawn_from']}. Residual: {v['residual']}. Drafts drawn from {v.get('q_from', 'q (drafter)')}."

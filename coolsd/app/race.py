@@ -26,11 +26,11 @@ from coolsd.app.context import Context, gpu, log, unexpected_errors
 from coolsd.app.controls import Controls
 from coolsd.app.lesson import lesson_markdown
 from coolsd.app.plots import overlay_legend_html, stats_markdown
-from coolsd.app.race_view import RaceFrame, RaceOutputs, images, label_of, numbers, plots, release_trace
+from coolsd.app.race_view import RaceFrame, RaceOutputs, images, label_of, numbers, plots, release_trace, replay_slider
 from coolsd.app.racers import slot_keys
 from coolsd.app.recordings import Recordings
 from coolsd.app.serving import STATE_TTL_S
-from coolsd.app.settings import RacePlan, RaceSettings
+from coolsd.app.settings import RacePlan, RaceSettings, name_notice
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.engine import DecodeConfig, generate
@@ -60,8 +60,10 @@ class RaceStream:
         self.race = self._race_handler()
 
     @gpu
-    def _run(self, plan: RacePlan, seed: int, overlay: bool, trace: RaceTrace, session: str | None = None):
-        """Generator of RaceFrames; holds one lane of model handles (of the plan's model) for the whole race."""
+    def _run(self, plan: RacePlan, seed: int, overlay: bool, trace: RaceTrace, session: str | None = None,
+             notice: str = ""):
+        """Generator of RaceFrames; holds one lane of model handles (of the plan's model) for the whole race.
+        notice: a line every frame's status and stats JSON carry ("rockit: showing rocket"; "" for none)."""
         ctx = plan.ctx
         num_tokens = ctx.model.num_tokens
         closed = threading.Event()
@@ -78,7 +80,7 @@ class RaceStream:
                                           sampling=plan.sampling, config=plan.config, seed=seed)
                         racers.append(Racer(key, label, events, num_tokens))
                     race = Race(racers)
-                    yield from self._frames(ctx, race, trace, overlay, session)
+                    yield from self._frames(ctx, race, trace, overlay, session, notice)
             finally:
                 if race is not None:
                     race.close()
@@ -89,7 +91,8 @@ class RaceStream:
                     del self.live.active[session]
                 closed.set()
 
-    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None):
+    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None,
+                notice: str = ""):
         racers = race.racers
         index = {r.key: i for i, r in enumerate(racers)}
         snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
@@ -112,15 +115,14 @@ class RaceStream:
             if final:
                 trace.status = "finished"
             status = (f"**Finished** in {wall:.2f} s wall clock." if final else
-                      f"Racing… {race.steps} rounds so far, {wall:.1f} s.")
+                      f"Racing… {race.steps} rounds so far, {wall:.1f} s.") + (f" *{notice}.*" if notice else "")
             drawn = {}
             if final or now - last_plot >= PLOT_EVERY_S:
                 drawn, last_plot = plots(trace, racers), now
             return RaceFrame(images=shown, **drawn, trace=trace,
                              **numbers(trace, racers, status, finished=final, wall_seconds=wall,
-                                       first_frame_seconds=first_frame_s, steps=race.steps),
-                             replay=gr.Slider(maximum=max(len(trace), 1), value=len(trace), interactive=True)
-                             if final else gr.skip(),
+                                       first_frame_seconds=first_frame_s, steps=race.steps, notice=notice),
+                             replay=replay_slider(len(trace), interactive=final),
                              snapshot={**snapshot, "images": dict(snapshot["images"])})
 
         for racer, event in race:
@@ -134,14 +136,18 @@ class RaceStream:
         dirty.update(r.key for r in racers)
         yield frame(final=True)
 
-    def run_settings(self, settings: RaceSettings, request: gr.Request = None):
+    def run_settings(self, settings: RaceSettings, request: gr.Request = None, notice: str = ""):
         """Race checked `settings`: the chosen decoders (default Eagle-1, LANTERN++, COOL-SD) and vanilla AR.
 
         Yields a frame per update (`coolsd.app.race_view.RaceFrame`; over the API, the outputs named by
         /model_info's "race_outputs": 5 images, stats table, 3 plots, stats JSON, replay slider). Unchanged
-        outputs are skipped.
+        outputs are skipped; the replay slider follows the race (its end: the steps so far; usable once it ends).
+        A typed name read as another class is said in a toast, in the status line and in the stats JSON's
+        "notice" ("rockit: showing rocket"; "" when the name was the class's own).
         """
         plan = settings.plan(self.ctx)  # the model variant, condition, configs and rules, or one clear error
+        if notice:
+            gr.Info(notice)
         if plan.sampling.greedy:
             gr.Warning("temperature 0 is greedy decoding: every rule commits the target's argmax, so the relaxed "
                        "rules can change the speed but not the image.")
@@ -158,7 +164,7 @@ class RaceStream:
         trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
                           ctx.model.num_tokens, ctx.model.grid)
         session = getattr(request, "session_hash", None)
-        yield from self._run(plan, settings.seed, settings.overlay, trace, session)
+        yield from self._run(plan, settings.seed, settings.overlay, trace, session, notice)
 
     def _race_handler(self):
         """The /race handler: one parameter per RaceSettings field, in order (generated), then the request.
@@ -168,7 +174,8 @@ class RaceStream:
         def race(*args, **kwargs):
             values = signature.bind(*args, **kwargs).arguments
             request = values.pop("request", None)
-            yield from self.run_settings(RaceSettings.check(ctx, values), request)
+            settings = RaceSettings.check(ctx, values)
+            yield from self.run_settings(settings, request, name_notice(ctx, values.get("condition"), settings))
 
         race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
         race.__doc__ = self.run_settings.__doc__
@@ -220,13 +227,14 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list]:
     return titles, columns, shown
 
 
-def layout(ctx: Context, first: RaceFrame | None, steps: int) -> tuple[RaceOutputs, list, list, gr.Button]:
-    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button)."""
+def layout(ctx: Context, first: RaceFrame | None, steps: int
+           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown]:
+    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line)."""
     titles, columns, shown = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     gr.HTML(overlay_legend_html(), elem_id="legend")
-    gr.Markdown(lesson_markdown(), elem_id="lesson")  # when relaxation pays, with the shipped benchmarks' numbers
+    lesson = gr.Markdown(lesson_markdown(first.stats if first else None), elem_id="lesson")  # the race on show's
     stats_md = gr.Markdown(first.stats_md if first else stats_markdown([]), elem_id="stats")
     replay = gr.Slider(0, max(steps, 1), value=steps, step=1, label="Replay: race step (after a race or a stop)",
                        interactive=first is not None, elem_id="replay")
@@ -241,7 +249,7 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int) -> tuple[RaceOutpu
     snapshot = gr.State({}, time_to_live=STATE_TTL_S)
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, snapshot, trace)
-    return outputs, titles, columns, phone_generate
+    return outputs, titles, columns, phone_generate, lesson
 
 
 def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab) -> RaceHandle:
@@ -252,11 +260,12 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     if found is not None:
         log.info("race tab opens on the recorded default race (%d steps)", len(found[0]))
     first = found[2] if found else None
-    outputs, titles, columns, phone_generate = layout(ctx, first, len(found[0]) if found else 0)
+    outputs, titles, columns, phone_generate, lesson = layout(ctx, first, len(found[0]) if found else 0)
     take = share.TakeAway(ctx, controls, after, outputs.snapshot, outputs.trace)
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         stats = gr.JSON(first.stats if first else None, elem_id="stats-json", label="stats")
     outputs = dataclasses.replace(outputs, stats=stats)
+    stats.change(lesson_markdown, stats, lesson, queue=False, api_visibility="private", show_progress="hidden")
     handle = RaceHandle(outputs, stream, after, (), tuple(titles), tuple(columns))
     everything = outputs.components()
     run_event = controls.generate.click(handle.gradio_race(), controls.inputs, everything, api_name="race",

@@ -148,9 +148,10 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
                      **numbers(trace, racers, status, replay_step=step, steps=len(trace), race_status=trace.status))
 
 
-def replay_slider(steps: int) -> gr.Slider:
-    """The replay slider over a race of `steps` steps, at its end (disabled without steps)."""
-    return gr.Slider(maximum=max(steps, 1), value=steps, interactive=steps > 0)
+def replay_slider(steps: int, interactive: bool = True) -> gr.Slider:
+    """The replay slider over a race of `steps` steps, at its end (disabled without steps, or when not
+    `interactive`: a race still streaming)."""
+    return gr.Slider(maximum=max(steps, 1), value=steps, interactive=interactive and steps > 0)
 
 
 def release_trace(trace) -> None:

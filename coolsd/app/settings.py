@@ -51,7 +51,7 @@ from coolsd.decoding.rules import (
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
 
 MAX_DRAFT_LEN = 8
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
@@ -161,6 +161,25 @@ def name_choices(model) -> list[tuple[str, str]]:
     names = model.conditions.classes
     chars = model.class_chars if len(model.class_chars) == len(names) else [""] * len(names)
     return [(f"{c} {n}".strip(), n) for n, c in zip(names, chars)]
+
+
+def name_notice(ctx: Context, typed, settings: RaceSettings) -> str:
+    """"rockit: showing rocket" when the class name a visitor typed (`typed`, as sent) was read as another class
+    (a typo forgiven, or a word held by one name alone: "apple: showing red apple"); "" when it names its class
+    (up to case, spaces, hyphens and underscores), is an engine id, a prompt, or not text. `settings`: the
+    checked race settings made from it (their `condition` is the class raced)."""
+    names = ctx.for_model(settings.model).model.conditions
+    if names.kind != "class" or not isinstance(typed, str) or names.is_id(typed):
+        return ""
+    name = (typed.rsplit(STYLE_SEP.strip(), 1)[0] if names.styles else typed).strip()  # "<class> · <style>"
+    if names.match(name) != settings.condition or _loose(name) == _loose(settings.condition):
+        return ""  # (another model's default class replaced by this one's is no reading of the text)
+    return one_line(f"{name}: showing {settings.condition}")  # (plain text: no markup of the visitor's)
+
+
+def _loose(text: str) -> str:
+    """A name as the condition resolver compares it: lower case, hyphens, underscores and spaces made one space."""
+    return " ".join(text.replace("-", " ").replace("_", " ").lower().split())
 
 
 def default_condition(ctx: Context) -> tuple[str, str]:

@@ -100,6 +100,11 @@ class Conditions:
                      if any(_ratio(w, v) >= MATCH_CUTOFF for w in words for v in _key(c).split())]
         return list(dict.fromkeys(similar[:n] + word_like))[:n]
 
+    def nearest(self, text: str, n: int = SUGGESTIONS) -> list[str]:
+        """The `n` class names most similar to `text` however far (difflib's ratio, best first); [] when no name
+        shares a single character with it. For a text no name is close to (`closest` is empty)."""
+        return [c for score, c in self._scores(text[:MAX_NAME_CHARS]) if score > 0][:n]
+
     def match(self, text: str) -> str | None:
         """The class `text` names: exact up to case, spaces and hyphens; else the one class holding it as whole
         words ("apple" -> "red apple"); else a typo of one class clearly closer than any other."""
@@ -148,14 +153,22 @@ class Conditions:
             condition, style = (part.strip() for part in condition.rsplit(STYLE_SEP.strip(), 1))
         name = self.match(condition) if len(condition) <= MAX_NAME_CHARS else None
         if name is None:
-            near = self.closest(condition) if len(condition) <= MAX_NAME_CHARS else []
-            hint = f"; did you mean {' or '.join(show(n) for n in near)}?" if near else \
-                f"; choose one of {', '.join(self.classes[:12])}{', ...' if len(self.classes) > 12 else ''}"
-            raise ValueError(f"unknown {self.noun} {show(condition)}{hint}")
+            raise ValueError(f"unknown {self.noun} {show(condition)}{self._hint(condition)}")
         cls = self.classes.index(name)
         if not self.styles:
             return cls
         return cls * len(self.styles) + self.style_index(style)
+
+    def _hint(self, text: str) -> str:
+        """What an unknown name's error adds: "; did you mean 'a' or 'b'?" (names close to it), else "; none is
+        close, the closest names: 'a', 'b', 'c'" (however far), else (no name shares a character) the first names."""
+        near = self.closest(text) if len(text) <= MAX_NAME_CHARS else []
+        if near:
+            return f"; did you mean {' or '.join(show(n) for n in near)}?"
+        nearest = self.nearest(text)
+        if nearest:
+            return f"; none is close, the closest names: {', '.join(show(n) for n in nearest)}"
+        return f"; choose one of {', '.join(self.classes[:12])}{', ...' if len(self.classes) > 12 else ''}"
 
     def _prompt(self, text) -> str:
         if not isinstance(text, str) or not text.strip():

@@ -89,6 +89,36 @@ def test_handler_streams_and_ends_complete(monkeypatch):
     assert any(sum(not isinstance(v, type(gr.skip())) for v in f.images) == 1 for f in frames[1:-1])
 
 
+def test_the_replay_slider_follows_the_live_race(monkeypatch):
+    """While a race streams, every frame moves the replay slider's end to the steps recorded so far (not the
+    recorded race's length shown before), locked until the race ends; the last frame opens it at the end."""
+    monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
+    monkeypatch.setattr(race_ui, "FRAME_SHARE", 1.0)
+    seen = []
+    for frame in RACE.race(**kwargs(seed=4)):
+        steps = len(frame.trace)  # (read now: the trace grows after the frame is yielded)
+        seen.append((frame.replay.maximum, frame.replay.value, frame.replay.interactive, steps))
+    assert len(seen) > 5
+    *live, final = seen
+    assert all(top == value == steps and interactive is False for top, value, interactive, steps in live), live
+    assert [top for top, *_ in live] == sorted(top for top, *_ in live) and live[0][0] < final[0]
+    assert final[:3] == (final[3], final[3], True) and final[3] == sum(
+        RACE.replay(final[3], False, frame.trace).stats["decoders"][k]["rounds"] for k in race_ui.DECODERS)
+
+
+def test_the_lesson_line_follows_the_stats_on_show():
+    """The Race tab's lesson line is redrawn from the stats JSON whenever it changes (race frames, replay, Stop, a
+    model pick), so its numbers are the table's beside it."""
+    from coolsd.app.lesson import lesson_markdown
+
+    fns = [f for f in APP.blocks.fns.values() if f.fn is lesson_markdown]
+    assert len(fns) == 1, fns
+    stats = next(b for b in APP.blocks.blocks.values() if getattr(b, "elem_id", None) == "stats-json")
+    lesson = next(b for b in APP.blocks.blocks.values() if getattr(b, "elem_id", None) == "lesson")
+    assert fns[0].targets == [(stats._id, "change")]
+    assert [b._id for b in fns[0].inputs] == [stats._id] and [b._id for b in fns[0].outputs] == [lesson._id]
+
+
 def test_same_seed_same_images_and_cool_sd_at_omega_one_is_eagle(monkeypatch):
     monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 10.0)  # first and last frame only
     a = list(RACE.race(**kwargs(seed=5, delta=1.0, nu=0.0)))[-1]

@@ -4,15 +4,19 @@ ones; and the app's controls, race plan and lab on that model."""
 
 from __future__ import annotations
 
+import difflib
+
+import gradio as gr
 import pytest
 import torch
 from new_emoji import CHARS, CLASS_GROUPS, CREDITS, DEFAULT, NAMES, STYLES, save_new_emoji
 
 from coolsd.app import controls
+from coolsd.app import race as race_ui
 from coolsd.app.context import Catalogue
 from coolsd.app.demo import header_markdown, model_info
 from coolsd.app.lab import LabPanel
-from coolsd.app.settings import RaceSettings, default_condition, specs
+from coolsd.app.settings import RaceSettings, default_condition, name_notice, specs
 from coolsd.models.conditions import Conditions
 from coolsd.models.emoji import load_emoji
 from coolsd.models.tiny import tiny_bundle
@@ -66,6 +70,59 @@ def test_typos_are_matched_and_unknown_names_get_the_closest(bundle):
         bundle.condition("zzzz")
     with pytest.raises(ValueError, match="unknown style"):
         bundle.condition(NAMES[0], "Sketch")
+
+
+def similarity(text: str, name: str) -> float:
+    """How alike a typed text and a name are (difflib's ratio on lower case, the better way round)."""
+    a, b = text.lower(), name.lower()
+    return max(difflib.SequenceMatcher(None, a, b).ratio(), difflib.SequenceMatcher(None, b, a).ratio())
+
+
+@pytest.mark.parametrize("text", ["<script>alert(1)</script>", "xylophonequartet", "%%%% tomato %%%%"])
+def test_an_unknown_name_lists_the_names_most_like_it(bundle, text):
+    """A text close to no name gets the names most similar to it, not the first names of the list."""
+    with pytest.raises(ValueError) as err:
+        bundle.condition(text)
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 300 and message.startswith("unknown emoji "), message
+    listed = [n for n in NAMES if f"'{n}'" in message]
+    assert len(listed) == 3, message
+    others = max(similarity(text, n) for n in NAMES if n not in listed)
+    assert min(similarity(text, n) for n in listed) >= others - 0.05, (message, others)  # (normalised spaces aside)
+    assert listed != NAMES[:3]
+
+
+def race_values(ctx, **changes) -> dict:
+    return RaceSettings.defaults(ctx).as_dict() | {"racers": ["eagle-1"]} | changes
+
+
+@pytest.mark.parametrize("typed, notice", [
+    ("rockit", "rockit: showing rocket"), ("rokcet · Noto", "rokcet: showing rocket"),
+    ("apple", "apple: showing red apple"), ("Rocket", ""), ("birthday-cake", ""), ("Cat  Face · Noto", ""),
+    ("7", ""), (7, ""),
+])
+def test_a_name_read_as_another_is_said(ctx, typed, notice):
+    settings = RaceSettings.check(ctx, race_values(ctx, condition=typed))
+    assert name_notice(ctx, typed, settings) == notice
+
+
+def test_a_typo_races_its_name_and_the_page_and_the_api_say_so(ctx, monkeypatch):
+    """"rockit" races rocket: a toast, every frame's status line and the stats JSON's "notice" say so; a name
+    typed right races with no notice."""
+    toasts = []
+    monkeypatch.setattr(gr, "Info", lambda message, *a, **kw: toasts.append(message))
+    monkeypatch.setattr(race_ui, "IMAGE_EVERY_S", 0.0)
+    monkeypatch.setattr(race_ui, "FRAME_SHARE", 1.0)
+    stream = race_ui.RaceStream(ctx, race_ui.LiveRaces())
+    frames = list(stream.race(**race_values(ctx, condition="rockit", style="Noto")))
+    assert toasts == ["rockit: showing rocket"] and len(frames) > 1
+    assert frames[-1].trace.settings["condition"] == "rocket · Noto"
+    for frame in frames:
+        assert frame.stats["notice"] == "rockit: showing rocket"
+        assert frame.stats_md.split("\n")[0].endswith("*rockit: showing rocket.*"), frame.stats_md
+    toasts.clear()
+    plain = list(stream.race(**race_values(ctx, condition="ROCKET")))[-1]
+    assert toasts == [] and plain.stats["notice"] == "" and "showing" not in plain.stats_md
 
 
 def test_an_integer_condition_is_the_engines_id(bundle):

@@ -1,53 +1,92 @@
-"""The Race tab's line on when relaxation pays: numbers read from benchmark results, none invented."""
+"""The Race tab's line on when relaxation pays: every number it names is the race on show's, or its model's shipped
+benchmark's at the very settings the race ran (named); none from other settings."""
 
 from __future__ import annotations
 
 import json
 
-from coolsd.app.lesson import LEAD, lesson_markdown, model_clause, read_rows
+from coolsd.app.lesson import LEAD, bench_clause, bench_runs, lesson_markdown, race_clause
+
+SAMPLING = {"cfg_scale": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+COOL = {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None, "floor_at_one": True, "residual_kind": "optimal"}
+LANTERN = {"rule": "lantern++", "k": 10, "lam": 5.0, "residual_kind": "published"}
 
 
-def rows(top1=0.61, eagle=2.2, cool=3.1):
-    return [{"setting": "vanilla", "rule_config": None, "tree": None, "tau": 1.0, "top1": top1},
-            {"setting": "eagle-1 L=2", "rule_config": {"rule": "eagle-1"}, "tree": None, "tau": eagle},
-            {"setting": "cool-sd", "rule_config": {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "floor_at_one": True},
-             "tree": None, "tau": cool},
-            {"setting": "cool-sd d8", "rule_config": {"rule": "cool-sd", "delta": 8.0, "nu": 0.7, "floor_at_one": True},
-             "tree": None, "tau": 9.9}]
+def race_stats(draft_len=3, finished=True, racers=("eagle-1", "lantern++", "cool-sd"), sampling=SAMPLING):
+    """A race's stats JSON as the race streams it (settings, per-decoder numbers)."""
+    numbers = {"eagle-1": ("Eagle-1 (lossless)", 2.2, 1.1), "lantern++": ("LANTERN++", 2.9, 1.3),
+               "cool-sd": ("COOL-SD", 3.1, 1.41), "vanilla": ("vanilla AR", 1.0, 1.0)}
+    keys = [*racers, "vanilla"]
+    rules = {"eagle-1": {"rule": "eagle-1"}, "lantern++": LANTERN, "cool-sd": COOL}
+    return {"model": "emoji (test)", "finished": finished,
+            "settings": {"model": "emoji", "draft_len": draft_len, "drafting": "chain", "sampling": sampling,
+                         "rules": {k: rules[k] for k in racers}},
+            "decoders": {k: {"decoder": numbers[k][0], "mean_accepted_length": numbers[k][1],
+                             "speedup": numbers[k][2], "finished": finished} for k in keys}}
 
 
-def test_a_clause_names_the_measured_top1_and_both_taus():
-    text = model_clause("emoji", rows(), 2.0)
-    assert text == ("on emoji (target top-1 probability 0.61 on its own samples) COOL-SD δ = 2 accepts τ 3.10 "
-                    "vs Eagle-1's 2.20")
-    assert "9.90" in model_clause("emoji", rows(), 8.0)
+def bench(draft_len=2, sampling=SAMPLING, top1=0.61):
+    config = {"sampling": sampling}
+    rows = [{"setting": "vanilla", "rule_config": None, "draft_len": 0, "tree": None, "tau": 1.0, "top1": top1},
+            {"setting": "eagle-1", "rule_config": {"rule": "eagle-1"}, "draft_len": draft_len, "tree": None,
+             "tau": 1.88, "n_images": 200},
+            {"setting": "cool-sd d2", "rule_config": COOL, "draft_len": draft_len, "tree": None, "tau": 2.22,
+             "n_images": 200},
+            {"setting": "cool-sd d8", "rule_config": COOL | {"delta": 8.0}, "draft_len": draft_len, "tree": None,
+             "tau": 9.9, "n_images": 200}]
+    return config, rows
 
 
-def test_older_benchmarks_without_top1_and_missing_rows():
-    old = [r | {"top1": None} if r["setting"] == "vanilla" else r for r in rows()]
-    assert model_clause("MNIST", old, 2.0) == "on MNIST COOL-SD δ = 2 accepts τ 3.10 vs Eagle-1's 2.20"
-    assert model_clause("MNIST", rows()[:2], 2.0) is None  # no COOL-SD row: nothing said
-    assert model_clause("MNIST", rows(), 4.0) is None
+def test_the_race_clause_quotes_the_race_on_show():
+    text = race_clause(race_stats())
+    assert text == ("in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at "
+                    "1.41× vs 1.10× vanilla AR's speed")
+    assert "(L = 3, so far)" in race_clause(race_stats(finished=False))
+    assert race_clause(race_stats(racers=("eagle-1", "lantern++"))).startswith(
+        "in the race on show (L = 3) LANTERN++ (k = 10, λ = 5) accepted τ 2.90 vs Eagle-1's 2.20")
+    assert race_clause(race_stats(racers=("cool-sd",))) is None and race_clause({}) is None
+    assert race_clause(race_stats(racers=("eagle-1",))) is None
 
 
-def test_the_line_reads_each_folder_and_skips_missing_ones(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows(0.5, 2.0, 3.0)) + "\n")
-    assert len(read_rows(tmp_path / "a")) == 4 and read_rows(tmp_path / "missing") == []
-    line = lesson_markdown((("emoji", tmp_path / "a", 2.0), ("MNIST", tmp_path / "missing", 2.0)))
-    assert line.startswith(LEAD) and "0.50" in line and "τ 3.00 vs Eagle-1's 2.00" in line and "MNIST" not in line
-    assert lesson_markdown((("MNIST", tmp_path / "missing", 2.0),)) == LEAD + "."
+def test_the_benchmark_is_quoted_only_at_the_races_own_settings():
+    """The issue's case: a race at L = 3 under a benchmark run at L = 2 quotes no benchmark number."""
+    assert bench_clause("emoji", [bench(draft_len=2)], race_stats(draft_len=3)) is None
+    assert bench_clause("emoji", [bench(draft_len=3, sampling=SAMPLING | {"top_k": 5})], race_stats()) is None
+    stats = race_stats()
+    stats["settings"]["rules"]["cool-sd"] = COOL | {"nu": 0.5}
+    assert bench_clause("emoji", [bench(draft_len=3)], stats) is None
+    assert bench_clause("emoji", [bench(draft_len=3)], race_stats(racers=("eagle-1", "lantern++"))) is None
+    assert bench_clause("emoji", [bench(draft_len=3)], race_stats()) == (
+        "the shipped emoji benchmark at these settings (L = 3, 200 images a setting): τ 2.22 vs Eagle-1's 1.88, "
+        "the target's top-1 probability 0.61 on its own samples")
+    assert "top-1" not in bench_clause("emoji", [bench(draft_len=3, top1=None)], race_stats())
 
 
-def test_the_top1_may_come_from_a_later_run_beside_the_benchmark(tmp_path):
+def write(folder, config, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_the_line_reads_the_race_and_its_models_benchmark_folder(tmp_path):
+    write(tmp_path / "a", *bench(draft_len=3))
+    benches = {"emoji": ("emoji", tmp_path / "a"), "mnist": ("MNIST", tmp_path / "missing")}
+    line = lesson_markdown(race_stats(), benches)
+    assert line.startswith(LEAD + ": in the race on show (L = 3)") and "τ 2.22 vs Eagle-1's 1.88" in line
+    assert "MNIST" not in line and line.endswith("How it works has the tables).")
+    at_two = lesson_markdown(race_stats(draft_len=2), {"emoji": ("emoji", tmp_path / "a")})
+    assert "benchmark" not in at_two and "1.88" not in at_two and at_two.endswith("vanilla AR's speed.")
+    assert lesson_markdown(None, benches) == lesson_markdown({}, benches) == LEAD + "."
+    assert bench_runs(tmp_path / "missing") == []
+
+
+def test_the_top1_may_come_from_a_later_run_at_the_same_sampling(tmp_path):
     """The main benchmark ran before the top-1 was recorded; a later run in its sjd/ subfolder recorded it: the line
-    quotes that run's vanilla top-1 and still the main run's taus."""
-    old = [r | {"top1": None} for r in rows()]
-    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in old))
-    (tmp_path / "sjd").mkdir()
-    (tmp_path / "sjd" / "config.json").write_text("{}")
-    later = [{"setting": "vanilla", "rule_config": None, "tree": None, "tau": 1.0, "top1": 0.95},
-             {"setting": "eagle-1", "rule_config": {"rule": "eagle-1"}, "tree": None, "tau": 9.0}]
-    (tmp_path / "sjd" / "results.jsonl").write_text("\n".join(json.dumps(r) for r in later))
-    clause = model_clause("emoji", read_rows(tmp_path), 2.0)
-    assert "top-1 probability 0.95" in clause and "Eagle-1's 2.20" in clause, clause
+    quotes that run's vanilla top-1 (same sampling) and still the main run's taus."""
+    config, rows = bench(draft_len=3, top1=None)
+    write(tmp_path, config, rows)
+    write(tmp_path / "sjd", config, [rows[0] | {"top1": 0.95}, rows[1] | {"tau": 9.0, "draft_len": 8}])
+    clause = bench_clause("emoji", bench_runs(tmp_path), race_stats())
+    assert "top-1 probability 0.95" in clause and "Eagle-1's 1.88" in clause, clause
+    write(tmp_path / "sjd", {"sampling": SAMPLING | {"temperature": 0.5}}, [rows[0] | {"top1": 0.95}])
+    assert "top-1" not in bench_clause("emoji", bench_runs(tmp_path), race_stats())

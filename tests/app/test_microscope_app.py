@@ -3,14 +3,17 @@ rounds of a race just run; its image, patches and bars are drawn from those numb
 
 from __future__ import annotations
 
+import math
+
 import gradio as gr
 import pytest
 from demo_app import RaceAPI, tiny_demo
 
 from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.settings import RaceSettings
-from coolsd.compare.microscope import rerun, residual_label, round_view, rule_of
+from coolsd.compare.microscope import recorded, rerun, residual_label, round_view, rule_of
 from coolsd.compare.race import fork_models
+from coolsd.compare.trace import RaceTrace
 from coolsd.util.jsonsafe import json_safe
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -42,6 +45,34 @@ def test_the_view_is_the_librarys_at_interior_rounds(trace, key):
         drawn = {t.name: list(t.y) for t in bars.data}
         assert len(drawn) == len(want["top"])
     assert cache["events"][-1].tokens.tolist() == events[-1].tokens.tolist()
+
+
+@pytest.mark.parametrize("key", ["eagle-1", "cool-sd", "vanilla"])
+def test_a_race_this_server_does_not_decode_again_is_shown_as_its_trace_stores_it(trace, key):
+    """A trace whose rounds a re-run here does not reproduce (another machine's: here, its seed changed so the
+    re-run draws other tokens) shows the race's own rounds: its tokens, verdicts, a_i and omega_i, with no
+    warning, and the numbers it does not store (q, p, u) left out."""
+    data = trace.to_json()
+    other = RaceTrace.from_json(data | {"settings": data["settings"] | {"seed": data["settings"]["seed"] + 1}})
+    stored = recorded(other, key)
+    cache = {}
+    for j in range(1, len(stored) - 1):
+        image, strip, bars, table, header, payload, cache = PANEL.view(key, j, other, cache)
+        e = stored[j]
+        assert payload["matches_race"] is False and payload["source"] == "trace" and payload["rounds"] == len(stored)
+        assert "⚠" not in header and "did not commit" not in header and "as its trace stores them" in header
+        assert payload["token"] == e.tokens[-1].item() and payload["n_accepted"] == e.n_accepted
+        assert payload["committed"] == [[(e.start + i) // other.grid[1], (e.start + i) % other.grid[1]]
+                                        for i in range(len(e.tokens))]
+        for i, row in enumerate(payload["depths"]):
+            a = e.accept_probs[i].item()
+            assert row["accept"] == (None if math.isnan(a) else pytest.approx(a))  # (untested: nan, JSON null)
+            assert row["omega"] == pytest.approx(e.omega[i].item()) and row["q"] is row["p"] is row["u"] is None
+            assert row["token"] == (e.tokens[i].item() if i < e.n_accepted else None)
+            assert f"| {row['depth']} | {tuple(row['position'])} | {'–' if row['token'] is None else row['token']} |" \
+                in table
+        assert payload["last"] == str(e.last) and image.size == (APP.ctx.display_hw[1], APP.ctx.display_hw[0])
+    assert PANEL.view(key, 1, trace, {})[5]["source"] == "re-run"  # the race as run here: the full detail
 
 
 @pytest.mark.parametrize("drafting", ["chain", "eagle-25"])

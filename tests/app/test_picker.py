@@ -325,6 +325,22 @@ def test_an_older_combined_label_still_names_class_and_style():
 
 
 @needs_emoji
+def test_the_shipped_emoji_says_a_typo_it_reads_and_lists_the_nearest_names():
+    """"rockit" races rocket and says so; markup sent as a name gets the names most like it, one line."""
+    from coolsd.app.settings import name_notice
+
+    settings = RaceSettings.check(APP.ctx, defaults("emoji", condition="rockit"))
+    assert settings.condition == "rocket" and name_notice(APP.ctx, "rockit", settings) == "rockit: showing rocket"
+    names, _ = emoji_names()
+    with pytest.raises(gr.Error) as err:
+        RaceSettings.check(APP.ctx, defaults("emoji", condition="<script>alert(1)</script>"))
+    message = str(err.value.message)
+    listed = [n for n in names if f"'{n}'" in message]
+    assert "closest names" in message and "<" not in message and len(listed) == 3, message
+    assert not set(listed) & set(names[:3]), message
+
+
+@needs_emoji
 def test_each_recorded_race_shows_only_for_its_own_model():
     emoji = APP.ctx.for_model("emoji")
     found = RACE.recordings.of(emoji)

@@ -1,0 +1,109 @@
+"""Every figure the page's sentences quote is read from the data beside them, on every shipped model: the Race
+tab's lesson line (the race on show, and its model's benchmark only at the race's own settings), the Cost tab
+(the recorded race on show until the session races), the Quality lab (which decoders were faster, and at which
+settings the benchmark ran) and the Microscope on the recorded race (its own rounds, no warning). The models are
+loaded as `app.py` loads them; names and numbers are read from them and their shipped files, never typed here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from coolsd.app import lab as lab_ui
+from coolsd.app.context import open_context
+from coolsd.app.cost import CostPanel
+from coolsd.app.lesson import SHIPPED_BENCHES, bench_runs, lesson_markdown, matching_rows
+from coolsd.app.microscope import MicroscopePanel
+from coolsd.app.recordings import Recordings
+from coolsd.compare import cost
+from coolsd.compare.microscope import recorded
+from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import RULES
+from coolsd.models import registry
+from coolsd.util.format import number
+
+SHIPPED = [key for key in ("emoji", "mnist") if registry.MODELS[key].present()]
+pytestmark = [pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*"),
+              pytest.mark.skipif(not SHIPPED, reason="no shipped model here")]
+
+
+@pytest.fixture(scope="module", params=SHIPPED)
+def shown(request):
+    """(Context, Recordings, (trace, status line, final frame) of its recorded race) of one shipped model."""
+    ctx = open_context(request.param, others=[])
+    recordings = Recordings(ctx)
+    found = recordings.of(ctx)
+    if found is None:
+        pytest.skip(f"no recorded race of {request.param} at the current defaults")
+    return ctx, recordings, found
+
+
+def figures(text: str) -> list[str]:
+    """The decimal figures a text quotes ("3.10", "0.61"), in order."""
+    return re.findall(r"\d+\.\d+", text)
+
+
+def test_the_lesson_quotes_the_race_on_show_and_the_benchmark_only_at_its_settings(shown):
+    ctx, _, (trace, _, frame) = shown
+    stats = frame.stats
+    line = lesson_markdown(stats)
+    decoders, settings = stats["decoders"], stats["settings"]
+    race = {number(d[k]) for d in decoders.values() for k in ("mean_accepted_length", "speedup")}
+    rows = matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), settings)
+    same = [r for r in rows if r.get("rule_config") in [None, *settings["rules"].values()]]
+    bench = {number(r["tau"]) for r in same} | {number(r.get("top1")) for r in same}
+    assert f"in the race on show (L = {settings['draft_len']})" in line, line
+    assert figures(line) and set(figures(line)) <= race | bench, (line, race, bench)
+    assert ("benchmark at these settings" in line) == any(r.get("rule_config") for r in same), line
+    assert f"L = {settings['draft_len']}" in line and not re.search(rf"L = (?!{settings['draft_len']}\b)\d", line)
+
+
+def test_the_cost_tab_uses_the_recorded_race_on_show(shown):
+    ctx, recordings, (trace, _, _) = shown
+    panel = CostPanel(ctx, recordings)
+    _, table, payload = panel.compare(None, model=ctx.model_key)
+    assert payload["race"] == "recorded" and "No race yet" not in table and "recorded one" in table, table
+    racers = trace.replay(len(trace))
+    want = cost.compare_racers(racers, panel.costs(ctx), trace.settings["draft_len"], racers[-1])
+    assert [r["key"] for r in payload["racers"]] == [k for k, _ in trace.racers]
+    for got, expected in zip(payload["racers"], want):
+        assert got["measured_speedup"] == pytest.approx(expected["measured_speedup"], rel=1e-12)
+        row = next(line for line in table.splitlines() if line.startswith(f"| {got['decoder']} |"))
+        assert row.endswith(f"| {number(expected['measured_speedup'], '.2f', '×')} |"), row
+    assert CostPanel(ctx).compare(None, model=ctx.model_key)[2]["race"] is None  # (no recorded race handed in)
+
+
+def test_the_lab_says_which_decoders_were_faster_and_at_which_settings_the_benchmark_ran(shown):
+    ctx = shown[0]
+    panel = lab_ui.LabPanel(ctx)
+    assert "exact and faster" not in lab_ui.INTRO
+    *_, text, _, payload = list(panel.grid("cool-sd", 2.0, 1, 0, model=ctx.model_key))[-1]
+    line = next(line for line in text.splitlines() if line.startswith("In this run "))
+    for d in payload["decoders"]:
+        if d["decoder"] == "vanilla":
+            continue
+        shown_speed = round(d["speedup"], 2)
+        word = "faster than" if shown_speed > 1 else "slower than" if shown_speed < 1 else "as fast as"
+        assert f"{d['label']} was {word} vanilla AR ({shown_speed:.2f}×)" in line, (line, d)
+    rows = lab_ui.bench_rows(lab_ui.BENCHES[ctx.model.kind])
+    lengths = {r["draft_len"] for r in rows if r.get("rule_config") and not r.get("tree")
+               and not RULES[r["rule_config"]["rule"]].jacobi}  # (SJD's window is no draft length)
+    same = lengths == {DecodeConfig().draft_len} and \
+        lab_ui.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
+    said = next(line for line in text.splitlines() if line.startswith("The benchmark's points were measured at"))
+    assert ("this run's draft length" in said) == same, said
+    assert all(f"L = {n}" in said for n in lengths), said
+
+
+def test_the_microscope_shows_the_recorded_race_without_a_warning(shown):
+    """Whatever machine recorded it, every racer's rounds in the Microscope are the recorded race's own."""
+    ctx, recordings, (trace, _, _) = shown
+    panel = MicroscopePanel(ctx, recordings)
+    for key, _ in trace.racers:
+        out = panel.opened(key, 0, None, {}, model=ctx.model_key)
+        header, payload = out[6], out[7]
+        stored = recorded(trace, key)
+        assert "⚠" not in header and "did not commit" not in header, header
+        assert payload["rounds"] == len(stored) and payload["token"] == stored[payload["round"]].tokens[-1].item()
