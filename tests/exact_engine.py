@@ -2,17 +2,21 @@
 
 No sampling noise: `engine_distribution(...)` runs `coolsd.decoding.engine.run` once per path of random outcomes
 (depth first) and adds up the path probabilities, so a test can compare the engine with the oracle or
-with P to float rounding (1e-12) instead of a chi-square. The draws the engine makes are replaced by
-scripted choices while a path runs:
+with P to float rounding (1e-12) instead of a chi-square. The places where the engine turns uniforms into a
+decision (`coolsd.decoding.round.Session`'s two, the only ones of vanilla, chain and Jacobi rounds, and a tree's
+draws without replacement) are replaced by scripted choices while a path runs; the uniforms themselves are still
+drawn, and ignored:
 
-- `torch.multinomial(probs, 1)` (drafts, residual and bonus tokens): each token of probs' support,
-  with probability probs[y]; so whatever distribution the engine samples from is what gets weighted;
-- `torch.rand(n)` of a chain round (n = drafts): the number of accepted drafts c = 0..n, with
-  probability a_1 ... a_c (1 - a_{c+1}), a = the test the rule returned in that round (`judge`; a tree: `accept_prob`);
-- `torch.rand(())` of a tree sibling test: accept (a) or reject (1 - a), a as above;
+- `Session.draw(probs, u)` (drafts, Jacobi windows, residual and bonus tokens): for each row of probs, each token of
+  its support, with probability probs[y] / sum(probs); so whatever distribution the engine samples from is what
+  gets weighted;
+- `Session.accepted(a, u)` (a chain round's tests, or one tree sibling's): the number of accepted drafts c = 0..n,
+  with probability a_1 ... a_c (1 - a_{c+1}), a = the tests the engine computed;
 - `coolsd.decoding.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
   support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l)).
 
+The sampler itself (`coolsd.decoding.sampling.inverse_cdf`) and the engine with its real draws are tested against
+their distributions in tests/decoding/test_sampler.py (and by the chi-square tests of test_engine.py).
 Costs one engine run per path: keep V, T and the tree small (V = 3, T = 4, L = 2 is ~10^3 paths).
 """
 
@@ -26,6 +30,7 @@ import torch
 
 import coolsd.decoding.tree
 from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.round import Session
 from coolsd.theory.tabular import TabularDrafter, TabularLM
 
 
@@ -34,26 +39,20 @@ class _Pruned(Exception):
 
 
 class _RecordingRule:
-    """Delegates to a rule; remembers the last acceptance probabilities the engine asked for, and checks that
-    every residual is asked for at a depth and draft length of the acceptance test it follows (else the
-    resampling would not be the G* of the acceptance actually used)."""
+    """Delegates to a rule; checks that every residual is asked for at a depth and draft length of the acceptance
+    test it follows (else the resampling would not be the G* of the acceptance actually used)."""
 
     def __init__(self, rule) -> None:
         self._rule = rule
-        self.last_accept: torch.Tensor | None = None
         self._accept_at: tuple[set[int], int] | None = None
 
-    def accept_prob(self, p, q, x, depth, draft_len):
-        a = self._rule.accept_prob(p, q, x, depth, draft_len)
-        self.last_accept = a.detach().clone()
+    def accept_prob(self, p, q, x, depth, draft_len):  # a tree sibling's test
         self._accept_at = (set(torch.as_tensor(depth).flatten().tolist()), draft_len)
-        return a
+        return self._rule.accept_prob(p, q, x, depth, draft_len)
 
-    def judge(self, p, q, x, depth, draft_len):  # a chain round's one call: the test and its own residual
-        a, residual = self._rule.judge(p, q, x, depth, draft_len)
-        self.last_accept = a.detach().clone()
-        self._accept_at = (set(torch.as_tensor(depth).flatten().tolist()), draft_len)
-        return a, residual
+    def chain_accept(self, p, q, x, draft_len):  # a chain round's tests, depths 1..L
+        self._accept_at = (set(range(1, len(x) + 1)), draft_len)
+        return self._rule.chain_accept(p, q, x, draft_len)
 
     def residual(self, p, q, x, depth, draft_len):
         assert self._accept_at is not None, "a residual asked for before any acceptance test"
@@ -69,8 +68,8 @@ class _RecordingRule:
 class _Path:
     """One run's scripted choices: `prefix` fixes the first ones, later choice points take option 0."""
 
-    def __init__(self, prefix: list[int], rule: _RecordingRule) -> None:
-        self.prefix, self.rule = prefix, rule
+    def __init__(self, prefix: list[int]) -> None:
+        self.prefix = prefix
         self.choices: list[int] = []
         self.n_options: list[int] = []
         self.weight = 1.0
@@ -87,31 +86,24 @@ class _Path:
         if w <= 0:
             raise _Pruned
 
-    # -- the engine's random draws ---------------------------------------------------------------
-    def multinomial(self, probs, num_samples, replacement=False, *, generator=None, out=None):
-        assert probs.dim() == 1 and num_samples == 1, "the engine draws one token from a (V,) row"
-        support = (probs > 0).nonzero().flatten().tolist()
-        y = support[self.choose(len(support))]
-        self.scale(float(probs[y]) / float(probs.sum()))
-        return torch.tensor([y], dtype=torch.long, device=probs.device)
+    # -- the engine's random decisions ------------------------------------------------------------
+    def draw(self, probs, u):
+        shape = probs.shape[:-1] + (1,)
+        assert isinstance(u, float) or u.shape == shape, "one uniform per row"
+        ids = []
+        for row in probs.reshape(-1, probs.shape[-1]):
+            support = (row > 0).nonzero().flatten().tolist()
+            y = support[self.choose(len(support))]
+            self.scale(float(row[y]) / float(row.sum()))
+            ids.append(y)
+        return torch.tensor(ids, dtype=torch.long, device=probs.device).reshape(shape)
 
-    def rand(self, *size, generator=None, dtype=None, device=None, **kwargs):
-        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
-        a = self.rule.last_accept
-        assert a is not None, "torch.rand drawn before any acceptance probability was computed"
-        self.rule.last_accept = None
-        if shape == ():  # a tree sibling test: accept or reject
-            c = self.choose(2)
-            self.scale(float(a) if c == 0 else 1 - float(a))
-            return torch.tensor(0.0 if c == 0 else 2.0, dtype=dtype or torch.float32)
-        (n,) = shape
-        assert a.shape == (n,), f"a chain round draws one u per draft: a {tuple(a.shape)}, u {shape}"
+    def accepted(self, a, u):
+        n = len(a)
+        assert len(u) == n, f"one uniform per test: a {n}, u {len(u)}"
         c = self.choose(n + 1)  # number of accepted drafts
-        self.scale(math.prod(float(v) for v in a[:c]) * (1 - float(a[c]) if c < n else 1.0))
-        u = torch.zeros(n, dtype=dtype or torch.float32)
-        if c < n:
-            u[c] = 2.0  # > any a: rejected here
-        return u
+        self.scale(math.prod(a[:c]) * (1 - a[c] if c < n else 1.0))
+        return c
 
     def without_replacement(self, q, n, gen):
         support = (q > 0).nonzero().flatten().tolist()
@@ -140,9 +132,9 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
     with monkeypatch.context() as mp:
         while stack:
             prefix = stack.pop()
-            path = _Path(prefix, recording or _RecordingRule(None))
-            mp.setattr(torch, "multinomial", path.multinomial)
-            mp.setattr(torch, "rand", path.rand)
+            path = _Path(prefix)
+            mp.setattr(Session, "draw", path.draw)
+            mp.setattr(Session, "accepted", path.accepted)
             mp.setattr(coolsd.decoding.tree, "_sample_without_replacement", path.without_replacement)
             try:
                 result = run(target, drafter, recording, cond=None, num_tokens=num_tokens,

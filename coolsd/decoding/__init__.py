@@ -4,10 +4,10 @@ Start reading at `engine.py` (`decode` / `generate` / `run`: the loop over draft
 `chain.py` (one chain round: draft L tokens, verify, accept / resample / bonus) and `rules.py` (the
 acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py` is the static-tree
 round, `jacobi.py` Jacobi drafting (SJD: the target drafts for itself one iteration late, no drafter),
-`round.py` the pieces the rounds share (session, clock, sampling of one step), `events.py`
+`round.py` the pieces the rounds share (session, clock, a round's uniforms, draws and tests), `events.py`
 what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
-temperature / top-k / CFG settings, `protocol.py` what a model must offer the engine (`TokenModel`,
-`Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the
+temperature / top-k / CFG settings and the one sampler (inverse CDF), `protocol.py` what a model must offer the
+engine (`TokenModel`, `Drafter`, `ImageTokenizer`: models implement it, the engine owns it), `neighbours.py` the
 latent-neighbour table LANTERN++ uses.
 `variants.py` is the one registry of named decoder variants (key, label, colour, rule, fixed options:
 "cool-sd" floored at 1, "cool-sd-unclipped", "lantern++-gstar", ...); each builds its rule from

@@ -26,15 +26,16 @@ from torch import Tensor
 
 from coolsd.decoding.chain import verify
 from coolsd.decoding.events import RoundEvent
-from coolsd.decoding.round import Clock, Session, sample
-from coolsd.decoding.rules import SJDRule, normalise
+from coolsd.decoding.round import Clock, Session
+from coolsd.decoding.rules import SJDRule, normalise, pick
 
 
 def coupled_draw(q: Tensor, q_prev: Tensor, d: Tensor) -> Tensor:
-    """(V,) distribution of a draft that keeps the previous draft d (() int64, drawn from q_prev) where q allows:
-    keep w.p. min(1, q(d) / q_prev(d)), else a draw from Norm([q - q_prev]_+). Averaged over d ~ q_prev it is q."""
-    keep = (q[d] / q_prev[d]).clamp(max=1.0)
-    moved = normalise((q - q_prev).clamp_min(0), q)  # (V,) where q has more mass than q_prev
+    """(..., V) distribution of a draft that keeps the previous draft d ((...) int64, drawn from q_prev) where q
+    allows: keep w.p. min(1, q(d) / q_prev(d)), else a draw from Norm([q - q_prev]_+). Averaged over d ~ q_prev it
+    is q. q, q_prev: (..., V); rows are independent."""
+    keep = (pick(q, d) / pick(q_prev, d)).clamp(max=1.0).unsqueeze(-1)  # (..., 1)
+    moved = normalise((q - q_prev).clamp_min(0), q)  # (..., V) where q has more mass than q_prev
     return (1 - keep) * moved + keep * torch.nn.functional.one_hot(d, q.shape[-1]).to(q.dtype)
 
 
@@ -52,36 +53,44 @@ class JacobiDrafts:
         self.drafts = torch.zeros(0, dtype=torch.long, device=s.device)
         self.draft_q = self.rows[:0]
 
-    def proposal(self, position: int) -> Tensor:
-        """q (V,) of a window position: the last forward's row for it, else the rule's `init`."""
-        j = position - self.base
-        if j < len(self.rows):
-            return self.rows[j]
+    def proposals(self, t: int, n: int) -> Tensor:
+        """q (n, V) of window positions t..t+n-1: the last forward's rows for them, the rule's `init` after those."""
+        have = self.rows[t - self.base : t - self.base + n]
+        if len(have) == n:
+            return have
         if self.rule.init == "uniform":
-            return torch.full_like(self.rows[-1], 1.0 / self.rows.shape[-1])
-        return self.rows[-1]
+            fill = torch.full_like(self.rows[-1], 1.0 / self.rows.shape[-1])
+        else:
+            fill = self.rows[-1]
+        return torch.cat([have, fill.expand(n - len(have), -1)])
 
-    def draw(self, position: int, q: Tensor) -> Tensor:
-        """x (1,) int64 for `position`, a draw from q (coupled with the previous draft there under `reuse`)."""
-        j = position - self.base
-        if self.rule.reuse and j < len(self.drafts):
-            return sample(coupled_draw(q, self.draft_q[j], self.drafts[j]), self.s.gen)
-        return sample(q, self.s.gen)
+    def draws(self, t: int, q: Tensor, u: Tensor) -> Tensor:
+        """x (n,) int64 for positions t..t+n-1, a draw from each row of q (n, V) at its uniform u (n, 1); under
+        `reuse`, a position that holds a previous draft couples the draw with it."""
+        rows = q
+        j = t - self.base
+        kept = max(0, min(len(q), len(self.drafts) - j)) if self.rule.reuse else 0  # positions with a draft
+        if kept:
+            coupled = coupled_draw(q[:kept], self.draft_q[j : j + kept], self.drafts[j : j + kept])
+            rows = torch.cat([coupled, q[kept:]])
+        return self.s.draw(rows, u)[:, 0]
 
     def round(self, index: int) -> RoundEvent:
         """One Jacobi iteration: W drafts (fewer near the image's end), one target forward, the rule's test."""
         s, clock = self.s, Clock()
         t = len(s.committed)
         n_draft = min(self.rule.window, s.num_tokens - t - 1)
+        u = s.uniforms(2 * n_draft + 1)  # (2W + 1,): the drafts', the tests', the last token's
+        ids, q = s.last_id, None
         # 1. the window: q_j from the last iteration, x_j drawn from it (no model call)
         if n_draft > 0:
             clock.switch("draft")
-        q_list = [self.proposal(t + i) for i in range(n_draft)]
-        x_list = [self.draw(t + i, q) for i, q in enumerate(q_list)]
+            q = self.proposals(t, n_draft)
+            ids = torch.cat([s.last_id, self.draws(t, q, u[:n_draft, None])])
         # 2.-4. one target forward, the rule's test, commit (the chain round's own code)
-        event, p = verify(s, index, clock, x_list, q_list, self.rule.window, draft_forwards=0)
+        event, p = verify(s, index, clock, ids, q, u[n_draft:].tolist(), self.rule.window, draft_forwards=0)
         # the Jacobi update: this forward's rows and drafts are the next iteration's proposals
         self.base, self.rows = t, p  # (n_draft + 1, V): positions t..t+n_draft
         if n_draft > 0:
-            self.drafts, self.draft_q = torch.cat(x_list), torch.stack(q_list)
+            self.drafts, self.draft_q = ids[1:], q
         return event

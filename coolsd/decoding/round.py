@@ -1,7 +1,13 @@
-"""What every round shares (spec sections 2, 4, 5): the image's state, the phase clock, sampling, events.
+"""What every round shares (spec sections 2, 4, 5): the image's state, the phase clock, the draws, events.
 
 Chain rounds (`coolsd.decoding.chain`) and tree rounds (`coolsd.decoding.tree`) both import this module and neither
 imports the other; `coolsd.decoding.engine.decode` is the one loop that calls them.
+
+Randomness (one sampler for every decoder, vanilla AR included): a round draws the uniforms it needs in one call
+of the seeded generator (`Session.uniforms`), each token is the inverse CDF of its distribution at one of them
+(`Session.draw`), and each acceptance test compares a_i with one (`Session.accepted`). Those two methods, and a
+static tree's draws without replacement, are the only places uniforms become decisions (tests/exact_engine.py
+enumerates them).
 """
 
 from __future__ import annotations
@@ -10,28 +16,14 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
 from coolsd.decoding.protocol import Drafter, TokenModel
-from coolsd.decoding.rules import Rule, pick
-from coolsd.decoding.sampling import SamplingConfig
-
-
-def sample(probs: Tensor, gen: torch.Generator) -> Tensor:
-    """One token id from (V,) probabilities, as a (1,) int64 tensor on their device.
-
-    On CPU: `torch.multinomial`. On an accelerator, where `multinomial` waits for the device, the
-    inverse CDF with one uniform draw (the first id whose cumulative mass exceeds u * total; an id of
-    probability 0 is never picked), which never syncs with the host. Each device has its own random
-    stream anyway, so a seed gives the same tokens on both paths of one device.
-    """
-    if probs.device.type == "cpu":
-        return torch.multinomial(probs, 1, generator=gen)
-    cdf = probs.cumsum(-1)  # (V,)
-    u = torch.rand(1, generator=gen, device=probs.device, dtype=probs.dtype) * cdf[-1:]
-    return torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[-1] - 1)
+from coolsd.decoding.rules import Rule, omega_values, pick
+from coolsd.decoding.sampling import SamplingConfig, inverse_cdf
 
 
 class Clock:
@@ -52,18 +44,28 @@ class Clock:
         return self.seconds
 
 
-def make_event(*, index: int, start: int, tokens: list[int], n_accepted: int, seconds: dict[str, float],
+def make_event(*, index: int, start: int, tokens: list[int] | Tensor, n_accepted: int, seconds: dict[str, float],
                last: TokenOutcome = TokenOutcome.BONUS, accept_probs: list[float] = (), omega: list[float] = (),
                tested_depths: list[int] = (), tested_probs: list[float] = (), target_forwards: int = 1,
                draft_forwards: int = 0, detail: RoundDetail | None = None) -> RoundEvent:
-    """A RoundEvent from plain host values (keyword only); n_drafted = len(omega)."""
-    f = torch.float64
-    return RoundEvent(index=index, start=start, tokens=torch.tensor(tokens, dtype=torch.long), n_accepted=n_accepted,
-                      n_drafted=len(omega), accept_probs=torch.tensor(accept_probs, dtype=f),
-                      omega=torch.tensor(omega, dtype=f), tested_depths=torch.tensor(tested_depths, dtype=torch.long),
-                      tested_probs=torch.tensor(tested_probs, dtype=f), last=last,
-                      target_forwards=target_forwards, draft_forwards=draft_forwards, seconds=seconds,
-                      detail=detail)
+    """A RoundEvent from host values (keyword only); n_drafted = len(omega). tokens: ids, or a (n,) int64 tensor
+    (copied to the CPU if elsewhere). The three float lists become views of one float64 tensor (a round without
+    drafts: shared empty tensors)."""
+    a, w = len(accept_probs), len(omega)
+    tokens = tokens.cpu() if isinstance(tokens, Tensor) else torch.from_numpy(np.array(tokens, dtype=np.int64))
+    if not (a or w or tested_probs or tested_depths):
+        accept, omegas, tested, depths = _EMPTY_FLOATS, _EMPTY_FLOATS, _EMPTY_FLOATS, _EMPTY_IDS
+    else:
+        floats = torch.from_numpy(np.array([*accept_probs, *omega, *tested_probs], dtype=np.float64))
+        accept, omegas, tested = floats[:a], floats[a : a + w], floats[a + w :]
+        depths = torch.from_numpy(np.array(tested_depths, dtype=np.int64))
+    return RoundEvent(index=index, start=start, tokens=tokens, n_accepted=n_accepted, n_drafted=w,
+                      accept_probs=accept, omega=omegas, tested_depths=depths, tested_probs=tested, last=last,
+                      target_forwards=target_forwards, draft_forwards=draft_forwards, seconds=seconds, detail=detail)
+
+
+_EMPTY_FLOATS = torch.zeros(0, dtype=torch.float64)  # what a round without drafts reports (no element to change)
+_EMPTY_IDS = torch.zeros(0, dtype=torch.long)
 
 
 class Session:
@@ -85,10 +87,40 @@ class Session:
         self.pending_hidden: list[Tensor | None] = []
         self.detail = False  # True: every chain round's event carries its RoundDetail (the microscope)
         self.first_probs: Tensor | None = None  # (1, V) p of token 0, once round 0 ran (Jacobi drafting's first rows)
+        self.depths = torch.arange(1, num_tokens + 1, device=self.device)  # (T,) int64: depth i is depths[i - 1]
+        self._omegas: dict[tuple[int, int], list[float]] = {}
+        self._plain = sampling == SamplingConfig()  # no guidance, temperature 1, no top-k / top-p
 
     def probs(self, logits: Tensor) -> Tensor:
-        """(G, n, V) -> (n, V) processed, float64 for exact maths on small vocabularies."""
+        """(G, ..., V) -> (..., V) processed, float64 for exact maths on small vocabularies. The processing runs
+        on float64 logits; without any (one row, temperature 1, no truncation) the softmax converts them itself,
+        the same numbers with one copy fewer."""
+        if self._plain:
+            return logits[0].softmax(-1, dtype=torch.float64)
         return self.sampling.probs(logits.double())
+
+    def uniforms(self, n: int) -> Tensor:
+        """(n,) float64 uniforms in [0, 1) on the device: one call of the decode's generator (a round's draws)."""
+        return torch.rand(n, generator=self.gen, device=self.device, dtype=torch.float64)
+
+    def draw(self, probs: Tensor, u: float | Tensor) -> Tensor:
+        """Token ids from rows probs (..., V) at uniforms u (a host float for one row, else (..., 1) on the
+        device): (..., 1) int64 on the device (`coolsd.decoding.sampling.inverse_cdf`, every decoder's sampler)."""
+        return inverse_cdf(probs, u)
+
+    def accepted(self, a: list[float], u: list[float]) -> int:
+        """n: how many leading drafts pass their test u_i <= a_i (the first failure ends the walk); host floats."""
+        for n, (a_i, u_i) in enumerate(zip(a, u)):
+            if u_i > a_i:
+                return n
+        return len(a)
+
+    def omegas(self, depths: int, draft_len: int) -> list[float]:
+        """The rule's omega_1..omega_depths of a round of `draft_len`, host floats (what an event records)."""
+        key = (depths, draft_len)
+        if key not in self._omegas:
+            self._omegas[key] = omega_values(self.rule, depths, draft_len) if depths else []
+        return self._omegas[key]
 
     def commit(self, ids: list[int], ids_on_device: Tensor, hidden: Tensor | None) -> None:
         """Append ids (host list and the same (n,) int64 on the device); hidden (G, n, D): target
@@ -100,29 +132,33 @@ class Session:
 
     def ingest_pending(self) -> Any:
         """Feed pending tokens to the drafter; returns its ModelStep (last row drafts the next token)."""
-        ids = torch.cat(self.pending_ids)
-        start = len(self.committed) - len(ids)
-        hidden = None if self.pending_hidden[0] is None else torch.cat(self.pending_hidden, dim=1)
-        out = self.drafter.forward(ids, hidden, torch.arange(start, start + len(ids), device=self.device))
+        ids = self.pending_ids[0] if len(self.pending_ids) == 1 else torch.cat(self.pending_ids)
+        n = ids.shape[0]
+        hidden = self.pending_hidden[0]
+        if hidden is not None and len(self.pending_hidden) > 1:
+            hidden = torch.cat(self.pending_hidden, dim=1)
+        out = self.drafter.forward(ids, hidden, torch.arange(len(self.committed) - n, len(self.committed),
+                                                             device=self.device))
         self.pending_ids, self.pending_hidden = [], []
         return out
 
     def first(self) -> RoundEvent:
         """Round 0: the target's prefix step commits token 0."""
         clock = Clock()
+        (u,) = self.uniforms(1).tolist()
         clock.switch("verify")
         step = self.target.start(self.cond, self.sampling.guidance)
         clock.switch("other")
         p = self.first_probs = self.probs(step.logits)[-1:]  # (1, V)
-        y = sample(p[0], self.gen)
-        self.commit([int(y)], y, None if step.hidden is None else step.hidden[:, -1:])
+        y = self.draw(p[0], u)  # (1,)
+        token = int(y)
+        self.commit([token], y, None if step.hidden is None else step.hidden[:, -1:])
         if self.drafter is not None:
             clock.switch("draft")
             self.drafter.start(self.cond, self.sampling.guidance)
         none = p[:0, 0].long()
-        detail = round_detail(p, None, none, none.double(), None, [], p, 0, int(y)) if self.detail else None
-        return make_event(index=0, start=0, tokens=self.committed[:1], n_accepted=0, seconds=clock.read(),
-                          detail=detail)
+        detail = round_detail(p, None, none, none.double(), None, [], p[0], 0, token) if self.detail else None
+        return make_event(index=0, start=0, tokens=y, n_accepted=0, seconds=clock.read(), detail=detail)
 
 
 def nan_after(values: list[float], length: int) -> list[float]:
@@ -134,19 +170,19 @@ TOP_TOKENS = 8  # tokens of each distribution a RoundDetail keeps (the microscop
 
 
 def round_detail(p: Tensor, q: Tensor | None, x: Tensor, a: Tensor, u: Tensor | None, omega: list[float],
-                 rows: Tensor, n: int, token: int) -> RoundDetail:
+                 row: Tensor, n: int, token: int) -> RoundDetail:
     """A chain round's RoundDetail from its tensors (any device; copied to the host as float64).
 
     p: (L + 1, V) processed target rows; q: (L, V) draft rows (None when L = 0); x, a, u: (L,) drafts,
-    acceptance probabilities and uniforms (u None when L = 0); omega: L floats; rows: (L + 1, V) the
-    distribution the last token is drawn from for each n (the residual at depth n + 1, or p_{L+1});
-    n: drafts accepted; token: the id drawn last.
+    acceptance probabilities and uniforms (u None when L = 0); omega: L floats; row: (V,) the distribution the
+    last token was drawn from (the residual at depth n + 1, or p_{L+1}); n: drafts accepted; token: the id drawn
+    last.
     """
     def host(t: Tensor) -> Tensor:
         return t.detach().to("cpu", torch.float64)
 
     length = len(x)
-    dists = {"p": p[n]} if n == length else {"p": p[n], "q": q[n], "residual": rows[n]}
+    dists = {"p": p[n]} if n == length else {"p": p[n], "q": q[n], "residual": row}
     tops = [torch.topk(r, min(TOP_TOKENS, r.numel())).indices.cpu() for r in dists.values()]
     ids = torch.cat([*tops, torch.tensor([token])]).unique()
     empty = torch.zeros(0, dtype=torch.float64)

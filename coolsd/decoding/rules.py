@@ -4,10 +4,12 @@ Every rule answers three calls on processed distributions, vectorised over leadi
   omega(depth, draft_len)                 -> (...)       relaxation weight (ones if lossless)
   accept_prob(p, q, x, depth, draft_len)  -> (...)       a in [0, 1], chance of keeping draft x
   residual(p, q, x, depth, draft_len)     -> (..., V)    where to resample after rejecting x
-and `judge(p, q, x, depth, draft_len)` gives the last two at once (a chain round needs both; a rule whose two calls
-read `accept_all` computes it once; the same numbers, bit for bit, tests/decoding/test_rules.py).
 with p, q: (..., V) target / draft probabilities, x: (...) int64 draft ids, depth: (...) int64,
-1-based position of the draft inside its round (restarts at 1 every round).
+1-based position of the draft inside its round (restarts at 1 every round). `accept_all(p, q, depth, draft_len)`
+-> (..., V) is the acceptance of every token (G* and the exact oracle read it). A chain round asks for the test at
+every depth (`chain_accept`: host floats) and for the residual at the one depth that failed; the ratio rules' test
+reads only the drafts' entries of p and q, the same numbers as `accept_all` at x, bit for bit
+(tests/decoding/test_rules.py).
 
 Greedy decoding (temperature 0, one-hot p and q): every rule commits the target's argmax token;
 Eagle-1, UniformRSD/COOL-SD with omega >= 1 and LANTERN(++) accept a draft iff it equals that
@@ -21,6 +23,7 @@ text has one grammar, `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5")
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -41,9 +44,13 @@ def pick(v: Tensor, x: Tensor) -> Tensor:
 
 
 def normalise(v: Tensor, fallback: Tensor) -> Tensor:
-    """Norm(v) = v / sum(v) per row; rows whose mass is only rounding noise fall back to `fallback` (p)."""
-    total = v.sum(-1, keepdim=True)
+    """Norm(v) = v / sum(v) per row; rows whose mass is only rounding noise fall back to `fallback` (p).
+    v, fallback: (..., V); one row (V,) (a chain round's residual) has its total read on the host."""
     tiny = 16 * torch.finfo(v.dtype).eps
+    if v.dim() == 1:
+        total = float(v.sum())
+        return v / total if total > tiny else fallback
+    total = v.sum(-1, keepdim=True)
     return torch.where(total > tiny, v / total.clamp_min(tiny), fallback)
 
 
@@ -66,7 +73,8 @@ def lossless_residual(p: Tensor, q: Tensor) -> Tensor:
 # ---------------------------------------------------------------- the interface
 @dataclass(frozen=True)
 class Rule:
-    """Base rule. Subclasses override `accept_all` (and maybe `omega`, `residual`); fields are their config."""
+    """Base rule: the relaxed ratio test with this rule's `omega` and its G*. Subclasses override `omega` (and
+    maybe `accept_all`, `accept_prob`, `residual`); their fields are their config."""
 
     name: ClassVar[str] = ""
     lossless: ClassVar[bool] = False  # True when the rule provably reproduces p exactly
@@ -77,27 +85,41 @@ class Rule:
         return torch.ones_like(depth, dtype=torch.float64)
 
     def accept_all(self, p: Tensor, q: Tensor, depth: Tensor, draft_len: int) -> Tensor:
-        """Acceptance probability a(y) of EVERY token y as a draft, (..., V)."""
-        raise NotImplementedError
+        """Acceptance probability a(y) of EVERY token y as a draft, (..., V). Base: the relaxed ratio test
+        min(1, omega_i p(y) / q(y)) with this rule's omega (Eagle-1, UniformRSD, COOL-SD and the schedules)."""
+        return ratio_accept(p, q, self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1))
 
     def accept_prob(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> Tensor:
+        """a of the drafts x, (...). With the base's ratio test, computed on the drafts' entries of p and q only
+        (the same numbers as accept_all at x, bit for bit: the same elementwise operations)."""
+        if type(self).accept_all is Rule.accept_all:
+            return ratio_accept(pick(p, x), pick(q, x), self.omega(depth, draft_len).to(p.dtype))
         return pick(self.accept_all(p, q, depth, draft_len), x)
 
+    def chain_accept(self, p: Tensor, q: Tensor, x: Tensor, draft_len: int) -> list[float]:
+        """a_1..a_L of a chain round's drafts x (L,) at depths 1..L, p, q (L, V): host floats, equal to accept_prob's
+        bit for bit. With the base's ratio test, only p(x) and q(x) are read and the ratio is taken on the host
+        (the same IEEE operations as `ratio_accept`: omega * p / max(q, tiny), at most 1; 1 where q = 0)."""
+        if type(self).accept_all is not Rule.accept_all or type(self).accept_prob is not Rule.accept_prob:
+            return self.accept_prob(p, q, x, torch.arange(1, x.shape[0] + 1, device=x.device), draft_len).tolist()
+        tiny = torch.finfo(q.dtype).tiny
+        omega = omega_values(self, x.shape[0], draft_len)
+        return [min(1.0, w * p_x / max(q_x, tiny)) if q_x > 0 else 1.0
+                for w, p_x, q_x in zip(omega, pick(p, x).tolist(), pick(q, x).tolist())]
+
     def residual(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> Tensor:
-        """Default: the optimal residual G* of this rule's acceptance."""
-        return g_star(p, q, self.accept_all(p, q, depth, draft_len))
-
-    def judge(self, p: Tensor, q: Tensor, x: Tensor, depth: Tensor, draft_len: int) -> tuple[Tensor, Tensor]:
-        """(accept_prob (...), residual (..., V)) of drafts x in one call, equal to the two calls'. Where the test
-        and the residual are the base's (both read accept_all), accept_all is computed once for both."""
-        if not self._reads_accept_all():
-            return self.accept_prob(p, q, x, depth, draft_len), self.residual(p, q, x, depth, draft_len)
-        a_all = self.accept_all(p, q, depth, draft_len)
-        return pick(a_all, x), g_star(p, q, a_all)
-
-    def _reads_accept_all(self) -> bool:
-        """True when accept_prob is accept_all at x and residual G* of accept_all (neither call overridden)."""
-        return type(self).accept_prob is Rule.accept_prob and type(self).residual is Rule.residual
+        """Default: the optimal residual G* of this rule's acceptance, (..., V). With the base's ratio test
+        G*_i = Norm([p - min(q, omega_i p)]_+) (q a = min(q, omega p) wherever q > 0, and 0 = q where q = 0);
+        at one depth (depth ()), omega_i is read from the host cache, and omega_i >= 1 gives Norm([p - q]_+), the
+        same numbers (min(q, omega p) is q wherever p - q >= 0)."""
+        if type(self).accept_all is not Rule.accept_all:
+            return g_star(p, q, self.accept_all(p, q, depth, draft_len))
+        if depth.dim() > 0:
+            w = self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1)
+            return normalise((p - torch.minimum(q, w * p)).clamp_min(0), p)
+        i = int(depth)
+        w = omega_values(self, i, draft_len)[i - 1]
+        return normalise((p - (q if w >= 1 else torch.minimum(q, p * w))).clamp_min(0), p)
 
     def config(self) -> dict:
         """Name + fields, JSON-ready (what benchmarks record next to their numbers)."""
@@ -110,14 +132,6 @@ class EagleRule(Rule):
 
     name: ClassVar[str] = "eagle-1"
     lossless: ClassVar[bool] = True
-
-    def accept_all(self, p, q, depth, draft_len):
-        return ratio_accept(p, q, 1.0)
-
-    def accept_prob(self, p, q, x, depth, draft_len):
-        if type(self).accept_all is not EagleRule.accept_all:  # a subclass's own acceptance
-            return super().accept_prob(p, q, x, depth, draft_len)
-        return ratio_accept(pick(p, x), pick(q, x), 1.0)  # the drafts' entries only: the same numbers
 
     def residual(self, p, q, x, depth, draft_len):
         return lossless_residual(p, q)
@@ -172,9 +186,6 @@ class UniformRSDRule(Rule):
     def omega(self, depth, draft_len):
         return torch.full_like(depth, self.delta, dtype=torch.float64)
 
-    def accept_all(self, p, q, depth, draft_len):
-        return ratio_accept(p, q, self.delta)
-
 
 @functools.lru_cache(maxsize=1024)
 def log_mean_decay(nu: float, draft_len: int) -> float:
@@ -218,19 +229,10 @@ class CoolSDRule(Rule):
         w = self.delta * torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))
         return w.clamp_min(1.0) if self.floor_at_one else w
 
-    def accept_all(self, p, q, depth, draft_len):
-        w = self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1)
-        return ratio_accept(p, q, w)
-
     def residual(self, p, q, x, depth, draft_len):
         if self.residual_kind == "lossless":
             return lossless_residual(p, q)
         return super().residual(p, q, x, depth, draft_len)
-
-    def _reads_accept_all(self):  # the optimal residual is the base's G*
-        cls = type(self)
-        base_calls = cls.accept_prob is Rule.accept_prob and cls.residual is CoolSDRule.residual
-        return base_calls and self.residual_kind == "optimal"
 
 
 @dataclass(frozen=True)
@@ -253,9 +255,6 @@ class ScheduleRule(Rule):
         w = self.schedule(draft_len).to(depth.device)  # (L,)
         w = w[(depth.long() - 1).clamp(0, len(w) - 1)]  # (...)
         return w.clamp_min(1.0) if self.floor_at_one else w
-
-    def accept_all(self, p, q, depth, draft_len):
-        return ratio_accept(p, q, self.omega(depth, draft_len).to(p.dtype).unsqueeze(-1))
 
 
 @dataclass(frozen=True)
@@ -375,8 +374,8 @@ class LanternPPRule(Rule):
     def _check_budget(self):
         check_number("lam", self.lam, 1)
 
-    def budget(self, px: Tensor) -> Tensor:
-        """Neighbour mass allowed for a draft with target probability px."""
+    def budget(self, px: Tensor | float) -> Tensor | float:
+        """Neighbour mass allowed for a draft with target probability px (a tensor, or a host float)."""
         return (self.lam - 1) * px
 
     def with_neighbours(self, table: Tensor) -> LanternPPRule:
@@ -402,6 +401,26 @@ class LanternPPRule(Rule):
         return torch.where(qx > 0, (p_tilde / qx.clamp_min(torch.finfo(q.dtype).tiny)).clamp(max=1.0),
                            torch.ones_like(qx))
 
+    def chain_accept(self, p, q, x, draft_len):
+        """accept_prob's numbers as host floats, bit for bit: the drafts' neighbour masses are read once, (L, k)
+        cumulative sums, and m, p~(x) and the ratio are taken on the host."""
+        cls = type(self)
+        if cls.accept_prob is not LanternPPRule.accept_prob or cls._aggregate is not LanternPPRule._aggregate:
+            return super().chain_accept(p, q, x, draft_len)  # a subclass's own test
+        tiny = torch.finfo(q.dtype).tiny
+        return [min(1.0, (p_x + c_m) / max(q_x, tiny)) if q_x > 0 else 1.0
+                for (p_x, c_m, _), q_x in zip(self._pooled(p, x), pick(q, x).tolist())]
+
+    def _pooled(self, p: Tensor, x: Tensor) -> list[tuple[float, float, int]]:
+        """(p(x), c_m, m) of each draft on the host, as `_aggregate` computes them: p (L, V), x (L,) (or (V,), ())."""
+        nb = self._table(p.device)[x, : self.k]  # (L, k)
+        sums = p.gather(-1, nb).cumsum(-1).view(-1, self.k).tolist()  # c_1..c_k of each draft, non-decreasing
+        out = []
+        for c, p_x in zip(sums, pick(p, x).view(-1).tolist()):
+            m = bisect.bisect_right(c, self.budget(p_x))  # the fits form a prefix: m of them
+            out.append((p_x, c[m - 1] if m else 0.0, m))
+        return out
+
     def accept_all(self, p, q, depth, draft_len):
         every = torch.arange(p.shape[-1], device=p.device).expand(p.shape)  # (..., V)
         p_rows = p.unsqueeze(-2).expand(*p.shape[:-1], p.shape[-1], p.shape[-1])  # (..., V, V)
@@ -411,6 +430,10 @@ class LanternPPRule(Rule):
     def residual(self, p, q, x, depth, draft_len):
         if self.residual_kind == "optimal":
             return super().residual(p, q, x, depth, draft_len)
+        if x.dim() == 0:  # one draft (a chain round's rejected depth): m on the host, q' only if it pooled
+            ((_, _, m),) = self._pooled(p, x)
+            q_prime = q.index_fill(-1, self._table(p.device)[x, : self.k + 1], 0.0) if m else q
+            return normalise((p - q_prime).clamp_min(0), p)
         _, m = self._aggregate(p, x)
         zero = self._table(p.device)[x][..., : self.k + 1]  # (..., k+1)
         q_zeroed = q.scatter(-1, zero, 0.0)
@@ -432,7 +455,7 @@ class LanternRule(LanternPPRule):
             raise ValueError(f"LANTERN's absolute delta must be <= 1, got {self.delta} (use lantern++ for lambda)")
 
     def budget(self, px):
-        return torch.full_like(px, self.delta)
+        return torch.full_like(px, self.delta) if isinstance(px, Tensor) else self.delta
 
 
 _OMEGA_VALUES: dict[tuple, tuple[float, ...]] = {}  # omega_values' cache: settings -> omegas (no rule kept alive)

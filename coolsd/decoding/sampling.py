@@ -1,4 +1,5 @@
-"""Logits processing in one place (spec section 1): CFG mix -> temperature -> top-k -> top-p -> softmax.
+"""Logits processing in one place (spec section 1): CFG mix -> temperature -> top-k -> top-p -> softmax; and the one
+sampler every decoder draws its tokens with (`inverse_cdf`).
 
 The SAME `SamplingConfig` is applied to target and draft logits, and every rule uses the
 processed distributions p and q. Temperature 0 means greedy: the processed distribution is the
@@ -76,3 +77,18 @@ class SamplingConfig:
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             z = z.masked_fill(drop, -math.inf)
         return z.softmax(-1)
+
+
+def inverse_cdf(probs: Tensor, u: float | Tensor) -> Tensor:
+    """Token ids drawn from the rows of `probs` by the inverse CDF: the first id whose cumulative mass exceeds
+    u * (the row's total).
+
+    probs: (..., V) non-negative rows (need not sum to 1); u: uniforms in [0, 1), a host float (every row the same
+    u: one row, in practice) or (..., 1) on probs' device, one per row, float64 as `torch.rand` makes them.
+    Returns (..., 1) int64 on probs' device, never synchronising with the host.
+    P(id = y) = probs[y] / total: the cumulative mass rises by probs[y] at y, so an id of probability 0 is never
+    picked; and u * total rounds below total for every u < 1 that `torch.rand` makes (multiples of the dtype's
+    epsilon / 2), so the search never runs past the last id.
+    """
+    cdf = probs.cumsum(-1)
+    return torch.searchsorted(cdf, cdf[..., -1:] * u, right=True)

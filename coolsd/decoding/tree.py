@@ -16,8 +16,7 @@ from torch import Tensor
 
 from coolsd.decoding.events import RoundEvent, TokenOutcome
 from coolsd.decoding.protocol import ModelStep
-from coolsd.decoding.round import Clock, Session, make_event, nan_after, sample
-from coolsd.decoding.rules import omega_values
+from coolsd.decoding.round import Clock, Session, make_event, nan_after
 
 # Eagle-1's default 25-node tree (`mc_sim_7b_63`; 4, 8, 8, 3, 2 nodes per depth).
 EAGLE_25 = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
@@ -203,7 +202,7 @@ def _test_siblings(s: Session, tree: DraftTree, walk: Walk, node: tuple, p: Tens
         walk.tested_a.append(a)
         if len(walk.tested_d) == 1 or walk.tested_d[-2] != d:
             walk.first_a.append(a)
-        if float(torch.rand((), generator=s.gen, device=s.device, dtype=p.dtype)) <= a:
+        if s.accepted([a], s.uniforms(1).tolist()):
             return kid, p
         p = s.rule.residual(p, q_norm, x, depth, tree_depth)
         q[tree.token_of[kid]] = 0.0  # draw without replacement: later siblings never repeat x
@@ -245,7 +244,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     step, row_of, old = verify_tree(s, tree, t)
     clock.switch("other")
     walk = walk_tree(s, tree, s.probs(step.logits), row_of, tree_depth)
-    y = int(sample(walk.p, s.gen))
+    y = int(s.draw(walk.p, s.uniforms(1).item()))
     # commit; keep the accepted path in the target cache, drop every drafted slot
     tokens = [tree.token_of[k] for k in walk.accepted] + [y]
     keep = torch.tensor([old + row_of[k] for k in walk.accepted], dtype=torch.long, device=s.device)
@@ -253,7 +252,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     s.drafter.crop(t)
     hidden = None if step.hidden is None else step.hidden[:, [0] + [row_of[k] for k in walk.accepted]]
     s.commit(tokens, torch.tensor(tokens, dtype=torch.long, device=s.device), hidden)
-    omega_all = omega_values(s.rule, depth_max, tree_depth)
+    omega_all = s.omegas(depth_max, tree_depth)
     return make_event(index=index, start=t, tokens=tokens, n_accepted=len(walk.accepted), seconds=clock.read(),
                       last=walk.last, accept_probs=nan_after(walk.first_a, depth_max), omega=omega_all,
                       tested_depths=walk.tested_d, tested_probs=walk.tested_a, target_forwards=1,

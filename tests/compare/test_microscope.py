@@ -5,7 +5,9 @@ sampling (CFG 2, temperature 0.9, top-k 20): a fresh copy of the target and draf
 committed prefix plus the round's drafts in ONE call each (the engine fed them round by round), the
 logits are processed here (not by `coolsd.decoding.sampling`), omega_i, a_i and the residual are
 computed here from the spec's formulas, and a generator seeded like the race's replays every random
-draw from the recomputed rows: it must draw the same drafts, the same u_i and the same last token.
+draw from the recomputed rows (a round's 2L + 1 uniforms in one call: the drafts', the tests', the last token's;
+each token the inverse CDF of its row, written here): it must draw the same drafts, the same u_i and the same
+last token.
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ def rows_at(bundle, prefix: list[int], drafts: list[int]) -> tuple[torch.Tensor,
     return p, qs
 
 
+def drawn(probs: torch.Tensor, u: float) -> int:
+    """The inverse CDF of (V,) probs at u: the first id whose cumulative mass exceeds u * total."""
+    cdf = probs.cumsum(0)
+    return int((cdf <= u * float(cdf[-1])).sum())
+
+
 def omega_of(key: str, depth: int) -> float:
     if key != "cool-sd":
         return 1.0
@@ -136,7 +144,7 @@ def test_every_number_of_every_round_equals_a_recomputation(bundle, trace, key):
     for e in events:
         if e.index == 0:  # the prefix step: one token from p_0, its bars p_0 only
             p0 = process(bundle.target.fork().start(COND, True).logits)[-1]
-            assert int(torch.multinomial(p0, 1, generator=gen)) == e.tokens[0]
+            assert drawn(p0, float(torch.rand(1, generator=gen, dtype=torch.float64))) == e.tokens[0]
             view = round_view(e, trace.grid, label)
             assert view["depths"] == [] and view["n_accepted"] == 0 and view["token"] == e.tokens[0]
             assert view["last"] == "bonus" and set(view["top"]) == {"p"}
@@ -152,17 +160,18 @@ def test_every_number_of_every_round_equals_a_recomputation(bundle, trace, key):
         view = round_view(e, trace.grid, label)
         drafts = [row["token"] for row in view["depths"]]
         p, qs = rows_at(bundle, committed, drafts)
+        u = torch.rand(2 * len(drafts) + 1, generator=gen, dtype=torch.float64).tolist()  # the round's one call
         for i, (row, q) in enumerate(zip(view["depths"], qs)):
-            assert int(torch.multinomial(q, 1, generator=gen)) == row["token"]  # the same draft from the same q
+            assert drawn(q, u[i]) == row["token"]  # the same draft from the same q
             a, _ = accept_and_residual(key, p[i], q, row["token"], i + 1, bundle.neighbours)
             assert close(row["q"], q[row["token"]]) and close(row["p"], p[i, row["token"]])
             assert close(row["omega"], omega_of(key, i + 1)) and close(row["accept"], a)
             assert row["position"] == list(divmod(e.start + i, trace.grid[1]))
         n = view["n_accepted"]
         if drafts:
-            u = torch.rand(len(drafts), generator=gen, dtype=torch.float64)
-            assert [row["u"] for row in view["depths"]] == pytest.approx(u.tolist(), abs=0)
-            accepted = (u <= torch.tensor([row["accept"] for row in view["depths"]])).long().cumprod(0).sum()
+            tests = torch.tensor(u[len(drafts) : 2 * len(drafts)], dtype=torch.float64)
+            assert [row["u"] for row in view["depths"]] == pytest.approx(tests.tolist(), abs=0)
+            accepted = (tests <= torch.tensor([row["accept"] for row in view["depths"]])).long().cumprod(0).sum()
             assert int(accepted) == n
         if n < len(drafts):
             _, source = accept_and_residual(key, p[n], qs[n], drafts[n], n + 1, bundle.neighbours, rejected=True)
@@ -175,7 +184,7 @@ def test_every_number_of_every_round_equals_a_recomputation(bundle, trace, key):
             tops = {r["token"]: r["prob"] for r in view["top"][name]}
             assert set(torch.topk(dist, 8).indices.tolist()) <= set(tops)  # its own top tokens are listed
             assert all(close(prob, dist[tok]) for tok, prob in tops.items())
-        assert int(torch.multinomial(source, 1, generator=gen)) == view["token"] == e.tokens[-1]
+        assert drawn(source, u[-1]) == view["token"] == e.tokens[-1]
         kinds.add((view["last"], len(drafts) > 0))
         committed += e.tokens.tolist()
     assert 1 < len(events) - 1 and len(committed) == bundle.num_tokens

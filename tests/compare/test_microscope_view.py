@@ -219,7 +219,7 @@ def test_round_detail_after_a_rejection(n):
     a, u = torch.tensor([0.9, 0.6, 0.3], dtype=F), torch.tensor([0.1, 0.2, 0.95], dtype=F)
     omega = [2.0, 1.25, 1.0]
     token = int(residual[n].argmin())  # drawn last: in none of the top 8 of a distribution here
-    d = round_detail(p, q, x, a, u, omega, rows_, n, token)
+    d = round_detail(p, q, x, a, u, omega, rows_[n], n, token)
     assert d.drafts.tolist() == [3, 7, 0] and d.drafts.dtype == torch.long
     assert d.q_draft.tolist() == [float(q[i, x[i]]) for i in range(L)]
     assert d.p_draft.tolist() == [float(p[i, x[i]]) for i in range(L)]
@@ -238,7 +238,7 @@ def test_round_detail_of_a_full_acceptance_keeps_p_next_only():
     p, q = rows(4, L + 1), rows(5, L)
     x, a, u = torch.tensor([1, 2, 3]), torch.ones(L, dtype=F), torch.tensor([0.5, 0.25, 0.75], dtype=F)
     token = int(p[L].argmax())
-    d = round_detail(p, q, x, a, u, [1.0] * L, torch.cat([rows(6, L), p[L:]]), L, token)
+    d = round_detail(p, q, x, a, u, [1.0] * L, p[L], L, token)
     assert set(d.dists) == {"p"} and d.n_accepted == L
     assert sorted(d.ids.tolist()) == sorted(top8(p[L])) and len(d.ids) == 8  # the drawn token is one of them
     assert d.dists["p"].tolist() == [float(p[L, i]) for i in d.ids.tolist()]

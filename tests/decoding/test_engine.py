@@ -352,35 +352,50 @@ def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
 
 def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
     """Depth i of a round is tested with the target's and the drafter's conditionals of committed tokens +
-    drafts 1..i-1 (so the first draft of a round reads the drafter's LAST row after several pending tokens)."""
+    drafts 1..i-1 (so the first draft of a round reads the drafter's LAST row after several pending tokens); the
+    residual is asked for once, after a rejection only, with the rejected depth's p, q, draft and depth."""
 
     class Spy:
         def __init__(self, rule):
-            self.rule, self.calls = rule, []
+            self.rule, self.tests, self.residuals = rule, [], []
 
-        def judge(self, p, q, x, depth, draft_len):  # a chain round's one call
-            self.calls.append((p.clone(), q.clone(), x.tolist()))
-            return self.rule.judge(p, q, x, depth, draft_len)
+        def chain_accept(self, p, q, x, draft_len):  # a chain round's test at every depth
+            self.tests.append((p.clone(), q.clone(), x.tolist()))
+            return self.rule.chain_accept(p, q, x, draft_len)
+
+        def residual(self, p, q, x, depth, draft_len):  # at the depth that failed
+            self.residuals.append((p.clone(), q.clone(), int(x), int(depth)))
+            return self.rule.residual(p, q, x, depth, draft_len)
 
         def __getattr__(self, name):
             return getattr(self.rule, name)
 
     target, drafter = tabular(3, 7, seed=10)
+    rejections = 0
     for seed in range(6):
         spy = Spy(CoolSDRule())
         result = run(target, drafter, spy, cond=None, num_tokens=7, config=DecodeConfig(draft_len=3), seed=seed)
-        calls = iter(spy.calls)
+        tests, residuals = iter(spy.tests), iter(spy.residuals)
         prefix = result.events[0].tokens.tolist()
         for e in result.events[1:]:
             if e.n_drafted:
-                p, q, x = next(calls)
-                assert x[: e.n_accepted] == e.tokens[: e.n_accepted].tolist()
+                p, q, x = next(tests)
+                assert x[: e.n_accepted] == e.tokens[: e.n_accepted].tolist() and len(x) == e.n_drafted
                 for i in range(e.n_drafted):
                     path = tuple(prefix + x[:i])
                     torch.testing.assert_close(p[i], target.probs(path), rtol=0, atol=1e-12)
                     torch.testing.assert_close(q[i], drafter.probs(path), rtol=0, atol=1e-12)
+            if e.last == "resampled":
+                n = e.n_accepted
+                p_n, q_n, x_n, depth = next(residuals)
+                assert (x_n, depth) == (x[n], n + 1)
+                torch.testing.assert_close(p_n, p[n], rtol=0, atol=0)
+                torch.testing.assert_close(q_n, q[n], rtol=0, atol=0)
             prefix += e.tokens.tolist()
-        assert next(calls, None) is None and any(e.n_accepted >= 1 for e in result.events[1:-1])
+        assert next(tests, None) is None and next(residuals, None) is None
+        assert any(e.n_accepted >= 1 for e in result.events[1:-1])
+        rejections += len(spy.residuals)
+    assert rejections > 0
 
 
 def test_condition_and_default_seed_reach_the_models(tabular):

@@ -75,11 +75,12 @@ def test_keeping_drafts_without_the_coupling_is_biased(monkeypatch):
     """The check has power: keep every earlier draft (tested against q as if drawn from it) and P is lost."""
     target = guided_target(2, 6, seed=1)
 
-    def always_keep(self, position, q):
-        j = position - self.base
-        return self.drafts[j : j + 1] if j < len(self.drafts) else jacobi.sample(q, self.s.gen)
+    def always_keep(self, t, q, u):
+        j = t - self.base
+        kept = self.drafts[j : j + len(q)]
+        return torch.cat([kept, self.s.draw(q[len(kept) :], u[len(kept) :])[:, 0]])
 
-    monkeypatch.setattr(jacobi.JacobiDrafts, "draw", always_keep)
+    monkeypatch.setattr(jacobi.JacobiDrafts, "draws", always_keep)
     dist, _ = engine_distribution(target, None, SJDRule(window=3), 6, DecodeConfig(), monkeypatch,
                                   max_paths=100_000)
     assert 0.5 * float((dist - p_of(target, SamplingConfig())).abs().sum()) > 1e-2
@@ -124,27 +125,32 @@ class Recording:
     def __init__(self, rule) -> None:
         self.rule, self.tests = rule, []
 
-    def judge(self, p, q, x, depth, draft_len):  # a chain round's one call
+    def chain_accept(self, p, q, x, draft_len):  # a chain round's test at every depth
         self.tests.append((p.clone(), q.clone(), x.tolist()))
-        return self.rule.judge(p, q, x, depth, draft_len)
+        return self.rule.chain_accept(p, q, x, draft_len)
 
     def __getattr__(self, name):
         return getattr(self.rule, name)
 
 
 def scripted(monkeypatch, tokens: list[int], uniforms: list[list[float]]) -> list[torch.Tensor]:
-    """torch.multinomial returns `tokens` in order (recording the rows it was given); torch.rand `uniforms`."""
+    """Every row drawn from gives the next of `tokens` (the rows are recorded); a round's tests read the next of
+    `uniforms` (a round's uniforms: W drafts', W tests', the last token's)."""
+    from coolsd.decoding.round import Session
+
     drawn_from = []
 
-    def multinomial(probs, n, replacement=False, *, generator=None):
-        drawn_from.append(probs.clone())
-        return torch.tensor([tokens[len(drawn_from) - 1]])
+    def draw(self, probs, u):
+        rows = probs.reshape(-1, probs.shape[-1])
+        drawn_from.extend(row.clone() for row in rows)
+        return torch.tensor(tokens[len(drawn_from) - len(rows) : len(drawn_from)]).reshape(*probs.shape[:-1], 1)
 
-    def rand(n, *, generator=None, device=None, dtype=None):
-        return torch.tensor(uniforms.pop(0), dtype=dtype)
+    def round_uniforms(self, n):
+        tests = uniforms.pop(0) if n > 1 else []
+        return torch.tensor([0.0] * (n // 2) + tests + [0.0], dtype=torch.float64)
 
-    monkeypatch.setattr(torch, "multinomial", multinomial)
-    monkeypatch.setattr(torch, "rand", rand)
+    monkeypatch.setattr(Session, "draw", draw)
+    monkeypatch.setattr(Session, "uniforms", round_uniforms)
     return drawn_from
 
 

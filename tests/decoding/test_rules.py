@@ -27,7 +27,7 @@ from coolsd.decoding.rules import (
 from coolsd.theory.oracle import rule_step
 
 V, L = 8, 3  # codebook size and draft length of the contract batches
-JUDGE_VARIANTS = {"cool-sd": [{"residual_kind": "lossless"}, {"floor_at_one": False}],
+RULE_VARIANTS = {"cool-sd": [{"residual_kind": "lossless"}, {"floor_at_one": False}],
                   "lantern++": [{"residual_kind": "optimal"}], "lantern": [{"residual_kind": "optimal"}],
                   "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}]}
 
@@ -81,19 +81,29 @@ class RuleContract:
         assert ((a >= 0) & (a <= 1)).all() and ((a_all >= 0) & (a_all <= 1)).all()
         torch.testing.assert_close(a, pick(a_all, x), rtol=0, atol=1e-12)
 
-    def test_judge_is_the_two_calls_bit_for_bit(self, build_rule, batch):
-        """A chain round's one call (test and residual at once) gives exactly what the two calls give, also for
-        the other residuals and floors a rule offers; and the event's cached host omegas are the rule's omega."""
-        for settings in [{}, *JUDGE_VARIANTS.get(self.name, [])]:
-            self.check_judge(build_rule(self.name, **settings), batch)
+    def test_the_test_at_the_drafts_is_accept_all_bit_for_bit(self, build_rule, batch):
+        """A chain round's test reads the drafts' entries only: exactly accept_all at x, and its host floats
+        (`chain_accept`) exactly accept_prob's, also for the other residuals and floors a rule offers; its residual
+        is G* of accept_all (or the rule's own), and the one row a round asks for equals that row of the batched
+        call; the event's cached host omegas are the rule's omega."""
+        for settings in [{}, *RULE_VARIANTS.get(self.name, [])]:
+            self.check_test_and_residual(build_rule(self.name, **settings), batch)
 
     @staticmethod
-    def check_judge(rule, batch):
+    def check_test_and_residual(rule, batch):
         p, q, x, depth = batch
+        for draft_len in (L, L + 2):  # a round's host test: every depth of a shorter round than the rule's L too
+            assert rule.chain_accept(p, q, x, draft_len) == rule.accept_prob(p, q, x, depth, draft_len).tolist()
+        q_zero = q.clone()
+        q_zero[0, x[0]] = 0.0  # never drafted; the rule's answer still holds (1 for the ratio rules)
+        assert rule.chain_accept(p, q_zero, x, L) == rule.accept_prob(p, q_zero, x, depth, L).tolist()
         for d in (depth, depth + 2):  # interior depths too
-            a, r = rule.judge(p, q, x, d, L)
-            assert torch.equal(a, rule.accept_prob(p, q, x, d, L))
-            assert torch.equal(r, rule.residual(p, q, x, d, L))
+            assert torch.equal(rule.accept_prob(p, q, x, d, L), pick(rule.accept_all(p, q, d, L), x))
+            r = rule.residual(p, q, x, d, L)
+            for i in range(L):
+                torch.testing.assert_close(rule.residual(p[i], q[i], x[i], d[i], L), r[i], rtol=0, atol=1e-15)
+            if getattr(rule, "residual_kind", "optimal") == "optimal" and not isinstance(rule, EagleRule):
+                torch.testing.assert_close(r, g_star(p, q, rule.accept_all(p, q, d, L)), rtol=0, atol=1e-12)
         assert omega_values(rule, L, L) == rule.omega(depth, L).tolist()
         assert omega_values(rule, 2, 5) == rule.omega(torch.arange(1, 3), 5).tolist()
 
@@ -219,23 +229,28 @@ class TestUniformRSD(RuleContract):
 class TestCoolSD(RuleContract):
     name = "cool-sd"
 
-    def test_judge_computes_the_acceptance_once_and_honours_overrides(self, batch):
-        """judge reads accept_all once for the test and G*; a subclass's own residual is still the one used."""
+    def test_the_test_reads_no_whole_row_and_overrides_are_honoured(self, batch):
+        """The ratio test never builds accept_all (the drafts' entries only); a subclass's own accept_all is what
+        its test and G* read, and a subclass's own residual is the one used."""
         calls = []
 
         class Counting(CoolSDRule):
             def accept_all(self, *args):
                 calls.append(args[2])
-                return super().accept_all(*args)
+                return super().accept_all(*args).clamp(max=0.5)
 
         class OwnResidual(CoolSDRule):
             def residual(self, p, q, x, depth, draft_len):
                 return p
 
         p, q, x, depth = batch
-        Counting().judge(p, q, x, depth, L)
-        assert len(calls) == 1
-        assert torch.equal(OwnResidual().judge(p, q, x, depth, L)[1], p)
+        plain = CoolSDRule()
+        assert torch.equal(plain.accept_prob(p, q, x, depth, L), pick(plain.accept_all(p, q, depth, L), x))
+        a = Counting().accept_prob(p, q, x, depth, L)
+        assert len(calls) == 1 and torch.equal(a, pick(plain.accept_all(p, q, depth, L), x).clamp(max=0.5))
+        counted = Counting().residual(p, q, x, depth, L)
+        torch.testing.assert_close(counted, g_star(p, q, plain.accept_all(p, q, depth, L).clamp(max=0.5)))
+        assert torch.equal(OwnResidual().residual(p, q, x, depth, L), p)
 
     @pytest.mark.parametrize("draft_len", [1, 2, 3, 5, 8])
     @pytest.mark.parametrize("nu", [0.0, 0.3, 0.7, 2.0])
@@ -357,6 +372,27 @@ class TestLanternPP(RuleContract):
             assert (a >= eagle - 1e-15).all()
             if lam == 1.0:
                 torch.testing.assert_close(a, eagle, rtol=0, atol=1e-15)
+
+    def test_the_host_test_pools_as_the_tensor_test(self, build_rule, probs, gen):
+        """chain_accept == accept_prob bit for bit on many drafts, where m runs from 0 to k (both rules' budgets),
+        and on the worked example above (m = 1, a = 0.6); the published residual of one draft (m on the host)
+        equals its row of the batched call."""
+        for name, budgets in (("lantern++", {"lam": [1.0, 2.0, 5.0, 20.0]}), ("lantern", {"delta": [0.05, 0.3, 1.0]})):
+            for key, values in budgets.items():
+                for value in values:
+                    rule = build_rule(name, **{key: value})
+                    p, q = probs(64, V, generator=gen, zeros=0.2), probs(64, V, generator=gen, zeros=0.2)
+                    x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+                    a = rule.accept_prob(p, q, x, torch.arange(1, 65), 64)
+                    assert rule.chain_accept(p, q, x, 64) == a.tolist()
+                    r = rule.residual(p, q, x, torch.arange(1, 65), 64)
+                    for i in range(64):
+                        one = rule.residual(p[i], q[i], x[i], torch.tensor(i + 1), 64)
+                        torch.testing.assert_close(one, r[i], rtol=0, atol=1e-15)
+        rule = self.rule_on_line(k=3, lam=3.5)
+        (a,) = rule.chain_accept(self.P[None], self.Q[None], torch.tensor([0]), 1)
+        assert a == float(rule.accept_prob(self.P, self.Q, torch.tensor(0), torch.tensor(1), 1))
+        assert math.isclose(a, 0.6, rel_tol=1e-12)
 
     def test_lambda_one_is_eagle_on_dense_p(self, build_rule, probs, gen):
         p, q = probs(L, V, generator=gen), probs(L, V, generator=gen)
