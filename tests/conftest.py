@@ -146,7 +146,8 @@ def tiny():
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    """The engine's phase clock (`time.perf_counter`, read by coolsd's round Clock) made deterministic.
+    """The engine's phase clocks (`time.perf_counter`, `time.thread_time`, read by coolsd's round Clock) made
+    deterministic.
 
     Every read advances it by k * 2**-10 s, k = 1..7 from a seeded stream: phases get unequal spans that
     add up exactly in float64, and two runs making the same reads report the same seconds. Returns
@@ -164,4 +165,5 @@ def fake_clock(monkeypatch):
 
     restart()
     monkeypatch.setattr(time, "perf_counter", perf_counter)
+    monkeypatch.setattr(time, "thread_time", perf_counter)  # the engine's clock on a CPU (`round.clock_source`)
     return restart

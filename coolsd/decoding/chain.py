@@ -19,7 +19,7 @@ from coolsd.decoding.round import Clock, Session, make_event, nan_after, round_d
 
 def chain_round(s: Session, index: int, draft_len: int) -> RoundEvent:
     """One chain round of L = `draft_len` drafts (fewer near the end of the image; 0 without a drafter)."""
-    clock = Clock()
+    clock = s.clock()
     t = len(s.committed)
     n_draft = min(draft_len, s.num_tokens - t - 1) if s.drafter is not None else 0
     u = s.uniforms(2 * n_draft + 1).tolist()  # 2L + 1 host floats: the drafts', the tests', the last token's

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from coolsd.decoding.chain import verify
 from coolsd.decoding.events import RoundEvent
-from coolsd.decoding.round import Clock, Session
+from coolsd.decoding.round import Session
 from coolsd.decoding.rules import SJDRule, normalise, pick
 
 
@@ -77,7 +77,8 @@ class JacobiDrafts:
 
     def round(self, index: int) -> RoundEvent:
         """One Jacobi iteration: W drafts (fewer near the image's end), one target forward, the rule's test."""
-        s, clock = self.s, Clock()
+        s = self.s
+        clock = s.clock()
         t = len(s.committed)
         n_draft = min(self.rule.window, s.num_tokens - t - 1)
         u = s.uniforms(2 * n_draft + 1)  # (2W + 1,): the drafts', the tests', the last token's

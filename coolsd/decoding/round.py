@@ -26,16 +26,25 @@ from coolsd.decoding.rules import Rule, omega_values, pick
 from coolsd.decoding.sampling import SamplingConfig, inverse_cdf
 
 
-class Clock:
-    """Accumulates wall seconds per phase of a round: "draft", "verify" (target forward), "other"."""
+def clock_source(device: torch.device):
+    """The clock a decode on `device` is charged by, in seconds: this thread's CPU time on a CPU, so the work of
+    other threads (a page drawing frames, another visitor's race) never lands in a racer's time; wall time on an
+    accelerator, whose kernels run while the host thread waits."""
+    return time.thread_time if torch.device(device).type == "cpu" else time.perf_counter
 
-    def __init__(self) -> None:
+
+class Clock:
+    """Accumulates seconds of `now` (default wall time; a session's `clock_source`) per phase of a round:
+    "draft", "verify" (target forward), "other"."""
+
+    def __init__(self, now=None) -> None:
+        self.now = now or time.perf_counter
         self.seconds = {"draft": 0.0, "verify": 0.0, "other": 0.0}
-        self._t = time.perf_counter()
+        self._t = self.now()
         self._phase = "other"
 
     def switch(self, phase: str) -> None:
-        now = time.perf_counter()
+        now = self.now()
         self.seconds[self._phase] += now - self._t
         self._t, self._phase = now, phase
 
@@ -90,6 +99,11 @@ class Session:
         self.depths = torch.arange(1, num_tokens + 1, device=self.device)  # (T,) int64: depth i is depths[i - 1]
         self._omegas: dict[tuple[int, int], list[float]] = {}
         self._plain = sampling == SamplingConfig()  # no guidance, temperature 1, no top-k / top-p
+        self.now = clock_source(self.device)  # what each round's Clock reads
+
+    def clock(self) -> Clock:
+        """A new round's clock, on this decode's clock source."""
+        return Clock(self.now)
 
     def probs(self, logits: Tensor) -> Tensor:
         """(G, ..., V) -> (..., V) processed, float64 for exact maths on small vocabularies. The processing runs
@@ -144,7 +158,7 @@ class Session:
 
     def first(self) -> RoundEvent:
         """Round 0: the target's prefix step commits token 0."""
-        clock = Clock()
+        clock = self.clock()
         (u,) = self.uniforms(1).tolist()
         clock.switch("verify")
         step = self.target.start(self.cond, self.sampling.guidance)

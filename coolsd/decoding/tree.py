@@ -232,7 +232,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
 
     Needs at least one token left to draft (the engine runs the image's last token as a chain step).
     """
-    clock = Clock()
+    clock = s.clock()
     t = len(s.committed)
     tree_depth = max(len(p) for p in paths)  # the shape's L: what the rule's schedule is defined over
     depth_max = min(tree_depth, s.num_tokens - t - 1)  # fewer levels near the end of the image

@@ -120,3 +120,40 @@ def test_a_real_race_charges_every_phase_and_schedules_on_the_sum(tables, fake_c
     assert order == schedule(lanes)
     for subset in proper_subsets():
         assert schedule(lanes, subset) != order, subset
+
+
+def test_work_on_other_threads_is_never_charged_to_a_racer(tables):
+    """A page that draws its frames on another thread (here: a thread burning CPU for the whole race, holding the
+    interpreter between its own ticks) lands in no racer's compute: on a CPU each round is timed on its own
+    thread's CPU clock (`coolsd.decoding.round.clock_source`), so the racers together are charged no more than the
+    racing thread's own CPU time (on the wall clock they would be charged the painter's turns too), and each racer
+    only its own rounds."""
+    import threading
+    import time
+
+    from coolsd.decoding.round import clock_source
+
+    assert clock_source(torch.device("cpu")) is time.thread_time
+    stop, burned = threading.Event(), []
+
+    def draw_frames() -> None:
+        t0 = time.thread_time()
+        while not stop.is_set():
+            sum(i * i for i in range(2000))  # a slow frame, in Python: it holds the interpreter
+        burned.append(time.thread_time() - t0)
+
+    painter = threading.Thread(target=draw_frames)
+    painter.start()
+    try:
+        race = real_race(tables)
+        t0 = time.thread_time()
+        steps = [(racer.key, event) for racer, event in race]
+        racing = time.thread_time() - t0  # this thread's CPU for the whole race, bookkeeping included
+        time.sleep(0.05)
+    finally:
+        stop.set()
+        painter.join()
+    charged = sum(r.seconds for r in race.racers)
+    assert charged <= racing and burned[0] > 0.2 * racing, (charged, racing, burned)  # wall time: charged > racing
+    for racer in race.racers:
+        assert racer.seconds == pytest.approx(sum(sum(e.seconds.values()) for k, e in steps if k == racer.key))
