@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+import gradio as gr
 import pytest
 
 from coolsd.app import race as race_ui
@@ -43,9 +44,13 @@ def served(blocks, throttles: dict | None = None, **launch):
 
 
 def api_frame(values) -> RaceFrame:
-    """A /race or /replay result from the API (its outputs in `race_view.API_NAMES` order) as a RaceFrame."""
+    """A /race or /replay result from the API (its outputs in `race_view.API_NAMES` order; /replay's without the
+    slider) as a RaceFrame."""
     values = list(values)
-    return RaceFrame(images=tuple(values[:SLOTS]), **dict(zip(API_NAMES[SLOTS:], values[SLOTS:])))
+    names = API_NAMES if len(values) == len(API_NAMES) else [n for n in API_NAMES if n != "replay"]  # (/replay)
+    named = dict(zip(names[SLOTS:], values[SLOTS:]))
+    lines = tuple(named.pop(f"seen_{i + 1}") for i in range(SLOTS)) if "seen_1" in named else (gr.skip(),) * SLOTS
+    return RaceFrame(images=tuple(values[:SLOTS]), captions=lines, **named)
 
 
 class RaceAPI:

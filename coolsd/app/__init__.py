@@ -7,7 +7,7 @@ every panel in one visible order, handing each builder what it reads, and return
     controls = controls.build(ctx)                                  # the settings column -> Controls
     race = race.build(ctx, controls, recordings, tab)               # -> RaceHandle (outputs by name, trace state)
     microscope.build(ctx, controls["model"], race.outputs.trace, recordings, tab)
-    lab = lab.build(ctx, controls["condition"], controls["model"], tab)   # -> LabHandle (the tour runs it)
+    lab = lab.build(ctx, controls["condition"], controls["model"], tab, controls["delta"])  # -> LabHandle
     schedule.build(ctx, tab); theory.build(ctx, controls, tab); how.build(ctx, tab)
     cost.build(ctx, controls["model"], race.outputs.trace, recordings, tab)
     tour.wire(guide, tabs, controls, race, lab); share.wire_restore(ctx, controls, blocks, tabs, ids)
@@ -17,8 +17,9 @@ No panel reads another panel's attributes: what others may read, a builder retur
 one-line errors), controls (settings column), settings (every race argument's Spec: label, bounds from the
 rule dataclasses, check), racers (racer choice -> rules, from `coolsd.decoding.variants`), race (streams the
 race), race_view (a race's outputs and frames, by name), after_race (stop, overlay, replay), recordings (the
-recorded default races), share (downloads, share links), microscope, lab, schedule, theory, cost, how, tour,
-plots (figures and token images; drawing only), serving (sessions, unknown endpoints).
+recorded default races), share (downloads, share links), judge (what the model's classifier sees in a finished
+picture, under it), microscope, lab, sweep_view (the Lab's precomputed δ sweep), schedule, theory, cost, how,
+tour, plots (figures and token images; drawing only), serving (sessions, unknown endpoints).
 
 Every event that is part of the API gets an explicit, stable `api_name=`; UI-only events get
 `api_visibility="private"`. A handler reads the visitor's model from its inputs (the picker) or from the trace

@@ -110,7 +110,8 @@ class AfterRace:
             return frame.replace(replay=replay_slider(len(trace)), trace=None), \
                 self.slot_layout([k for k, _ in trace.racers[:-1]])
         blank = RaceFrame(images=(ctx.blank_image(),) * SLOTS, stats_md=stats_markdown([]), plot_acc=None,
-                          plot_len=None, plot_hist=None, stats=None, replay=replay_slider(0), snapshot={}, trace=None)
+                          plot_len=None, plot_hist=None, stats=None, replay=replay_slider(0), captions=("",) * SLOTS,
+                          snapshot={}, trace=None)
         return blank, tuple(gr.skip() for _ in range(2 * SLOTS))
 
     def wire(self, controls, outputs: RaceOutputs, run_events) -> None:
@@ -121,7 +122,8 @@ class AfterRace:
             return RaceOutputs.values(self.stopped(stats, overlay, request), *VIEW, "replay")
 
         def replay(step, overlay, trace, model=APP_MODEL):
-            """The race as it was after `step` race steps (outputs: 5 images, stats table, 3 plots, stats JSON)."""
+            """The race as it was after `step` race steps (outputs: 5 images, stats table, 3 plots, stats JSON, and
+            the 5 lines under the images: what the model's classifier sees in each finished picture)."""
             return RaceOutputs.values(self.replay(step, overlay, trace, model), *VIEW)
 
         controls.stop.click(stop, [outputs.stats, controls["overlay"]], [*view, outputs.replay],

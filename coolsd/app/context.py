@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 import torch
 
+from coolsd.app.judge import Judge
 from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
 from coolsd.models import registry
@@ -119,6 +120,7 @@ class Context:
     models on offer (shared); device: where it runs; pixels_hw / display_hw: (H, W) pixels of a decoded
     image and of its on-page (integer-upscaled) view; image_format: "png" | "webp" for streamed images;
     k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes that may run at once.
+    judge: the model's own classifier, loaded on first use (`coolsd.app.judge.Judge`: what it sees in a picture).
     lanes: a queue of `workers` lanes; a lane is a list of MAX_LANE_HANDLES (target, drafter) handles on
         the shared weights, each with its own KV caches (borrow one with `lane()`).
     """
@@ -133,6 +135,7 @@ class Context:
     image_format: str
     k_max: int
     lanes: queue.Queue = field(repr=False, compare=False)
+    judge: Judge = field(repr=False, compare=False)
 
     @classmethod
     def make(cls, model: ModelBundle, key: str, catalogue: Catalogue) -> Context:
@@ -143,7 +146,7 @@ class Context:
             lanes.put([fork_models(model.target, model.drafter) for _ in range(MAX_LANE_HANDLES)])
         return cls(model, key, catalogue, catalogue.workers, device, pixels_hw, display_size(model.grid, pixels_hw),
                    "webp" if model.conditioning == "text" else "png",  # flat small grids: png is exact and small
-                   int(model.neighbours.shape[-1]) - 1, lanes)
+                   int(model.neighbours.shape[-1]) - 1, lanes, Judge(model))
 
     @property
     def model_key(self) -> str:

@@ -23,6 +23,7 @@ from coolsd.app.settings import RaceSettings
 PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order (each module has ID and TITLE)
 CSS = """
 .panel-title {text-align: center}
+.panel-seen {text-align: center; font-size: 0.85em}
 #header {margin-bottom: 0}
 #download {max-height: 120px; overflow: auto}
 table th, table td {word-break: normal !important; overflow-wrap: normal !important}
@@ -99,6 +100,7 @@ def model_info(ctx: Context) -> dict:
             "image_size": list(ctx.display_hw), "race_outputs": API_NAMES,
             "device": str(ctx.device),
             "drafting": list(settings.DRAFTING), "lantern_k_max": ctx.k_max, "max_draft_len": settings.MAX_DRAFT_LEN,
+            "delta_max": settings.DELTA_TOP,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
             "execution": m.execution, "execution_path": m.path, "credits": m.credits}
@@ -179,7 +181,7 @@ def build_demo(ctx: Context) -> Page:
                     with gr.Tab(microscope.TITLE, id=microscope.ID) as tab:
                         microscope.build(ctx, model, trace, recordings, tab)
                     with gr.Tab(lab.TITLE, id=lab.ID) as tab:
-                        quality = lab.build(ctx, settings_column["condition"], model, tab)
+                        quality = lab.build(ctx, settings_column["condition"], model, tab, settings_column["delta"])
                     with gr.Tab(schedule.TITLE, id=schedule.ID) as tab:
                         schedule.build(ctx, tab)
                     with gr.Tab(theory.TITLE, id=theory.ID) as tab:

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.plots import to_rgb_array
-from coolsd.app.settings import Spec, check_values
-from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
+from coolsd.app.settings import DELTA_TOP, Spec, check_values
+from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import RULES
@@ -31,14 +32,13 @@ from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
-from coolsd.util.paths import BENCH_DIR, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, EMOJI_DIR
+from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
 
 ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
 LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
 BENCH = BENCH_DIR / "results.jsonl"
 BENCHES = {"embedded": BENCH, "emoji": EMOJI_DIR / "bench" / "results.jsonl"}  # ModelBundle.kind -> its benchmark
-CLASSIFIERS = {"embedded": EMBEDDED_CLASSIFIER, "emoji": EMOJI_CLASSIFIER}  # AppModel.kind -> its judge
 HELD_OUT = {"emoji": EMOJI_DIR / "metrics.json"}  # the training run's held-out accuracy of a weak classifier
 CELL = 64  # pixels per sample in the grid image
 LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample header row, gap between cells
@@ -68,8 +68,8 @@ def lab_specs() -> dict[str, Spec]:
     """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
-            "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, 50.0, 0.05,
-                               elem_id="lab-relaxation"),
+            "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, DELTA_TOP, 0.05,
+                               elem_id="lab-relaxation"),  # (as far as the race's delta: where pictures break)
             "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
             "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
@@ -276,11 +276,11 @@ class LabPanel:
             return self.labs[ctx.model_key]
 
     def _classifier(self, ctx: Context, lab: Lab):
-        """The shipped classifier of an embedded model (MNIST: digits; emoji: class + style), loaded on the
-        model's first lab run (memory spent only when used); None for other models."""
+        """The model's own classifier (`Context.judge`: MNIST digits; emoji class + style), shared with the races and
+        loaded on its first use; None for other models."""
         with self._lock:
-            if ctx.model.kind in CLASSIFIERS and lab.classifier is None:
-                lab.classifier = load_classifier(CLASSIFIERS[ctx.model.kind])
+            if lab.classifier is None:
+                lab.classifier = ctx.judge.classifier
         return lab.classifier
 
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
@@ -388,11 +388,15 @@ class LabHandle:
     outputs: list
 
 
-def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab) -> LabHandle:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `condition` and `model` are the race's
-    condition and the picker (text models sample the prompt)."""
+def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab,
+          delta: gr.Slider | None = None) -> LabHandle:
+    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `condition`, `model` and `delta` are the
+    race's condition, the picker and COOL-SD's δ (text models sample the prompt). The precomputed δ sweep comes
+    first (`coolsd.app.sweep_view`; with the race's `delta` marked), then the live lab."""
+    if delta is not None:
+        sweep_view.build(ctx, model, delta)
     panel = LabPanel(ctx)
-    gr.Markdown(INTRO)
+    gr.Markdown("### Run it yourself\n" + INTRO)
     table = lab_specs()
     rule = table["rule"].component()  # (a row of its own: its longest choice needs the width)
     with gr.Row():

@@ -26,7 +26,18 @@ from coolsd.app.context import Context, gpu, log, unexpected_errors
 from coolsd.app.controls import Controls
 from coolsd.app.lesson import lesson_markdown
 from coolsd.app.plots import overlay_legend_html, stats_markdown
-from coolsd.app.race_view import RaceFrame, RaceOutputs, images, label_of, numbers, plots, release_trace, replay_slider
+from coolsd.app.race_view import (
+    RaceFrame,
+    RaceOutputs,
+    captions,
+    images,
+    label_of,
+    numbers,
+    plots,
+    recognised,
+    release_trace,
+    replay_slider,
+)
 from coolsd.app.racers import slot_keys
 from coolsd.app.recordings import Recordings
 from coolsd.app.serving import STATE_TTL_S
@@ -107,9 +118,11 @@ class RaceStream:
             now = time.perf_counter()
             live = self.live.overlay.get(session, overlay)
             toggled, overlay = live != overlay, live
+            judged, first = set(snapshot.get("seen", {})), first_frame_s is None
             shown = images(ctx, trace, racers, overlay, snapshot,
                            lambda key: "decode" if key in dirty else "tint" if toggled else "skip")
             dirty.clear()
+            lines = captions(ctx, snapshot, None if first or final else set(snapshot["seen"]) - judged)
             wall = now - t0
             first_frame_s = wall if first_frame_s is None else first_frame_s
             if final:
@@ -119,11 +132,12 @@ class RaceStream:
             drawn = {}
             if final or now - last_plot >= PLOT_EVERY_S:
                 drawn, last_plot = plots(trace, racers), now
-            return RaceFrame(images=shown, **drawn, trace=trace,
-                             **numbers(trace, racers, status, finished=final, wall_seconds=wall,
-                                       first_frame_seconds=first_frame_s, steps=race.steps, notice=notice),
+            return RaceFrame(images=shown, **drawn, trace=trace, captions=lines,
+                             **numbers(trace, racers, status, recognised(trace, snapshot), finished=final,
+                                       wall_seconds=wall, first_frame_seconds=first_frame_s, steps=race.steps,
+                                       notice=notice),
                              replay=replay_slider(len(trace), interactive=final),
-                             snapshot={**snapshot, "images": dict(snapshot["images"])})
+                             snapshot={**snapshot, "images": dict(snapshot["images"]), "seen": dict(snapshot["seen"])})
 
         for racer, event in race:
             trace.record(index[racer.key], event)
@@ -208,9 +222,10 @@ class RaceHandle:
         return run
 
 
-def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list]:
-    """The racers' image slots in one row -> (titles, columns, images); `first`: the recorded race's frame or None."""
-    titles, columns, shown = [], [], []
+def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
+    """The racers' image slots in one row -> (titles, columns, images, the lines under them: what the model's
+    classifier sees); `first`: the recorded race's frame or None."""
+    titles, columns, shown, seen = [], [], [], []
     # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; small grids: side by side
     widest = max(v.display_hw[1] for v in ctx.variants.values())
     min_width = widest if ctx.model.conditioning == "text" else 150
@@ -223,14 +238,16 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list]:
                 shown.append(gr.Image(value=image, type="pil", format=ctx.image_format, show_label=False,
                                       interactive=False, buttons=["download"], elem_id=f"img-{slot}",
                                       label=f"slot {slot}"))
+                seen.append(gr.Markdown(first.captions[slot] if first and isinstance(first.captions[slot], str)
+                                        else "", elem_classes="panel-seen", elem_id=f"seen-{slot}"))
             columns.append(column)
-    return titles, columns, shown
+    return titles, columns, shown, seen
 
 
 def layout(ctx: Context, first: RaceFrame | None, steps: int
            ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown]:
     """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line)."""
-    titles, columns, shown = image_row(ctx, first)
+    titles, columns, shown, seen = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     gr.HTML(overlay_legend_html(), elem_id="legend")
@@ -248,7 +265,8 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
     # a session's race state lives STATE_TTL_S after its last update (and at most SESSION_CAPACITY sessions)
     snapshot = gr.State({}, time_to_live=STATE_TTL_S)
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
-    outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, snapshot, trace)
+    outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, tuple(seen), snapshot,
+                          trace)
     return outputs, titles, columns, phone_generate, lesson
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from coolsd.app.context import Context
+from coolsd.app.judge import caption
 from coolsd.app.plots import acceptance_figure, length_figure, length_histogram, quantise, stats_markdown
 from coolsd.app.racers import RACERS, SLOTS, VANILLA, slot_keys
 from coolsd.compare.race import Racer
@@ -32,6 +33,7 @@ class RaceFrame:
     images: SLOTS images (the racers in order, vanilla AR last); stats_md: the stats table (markdown);
     plot_acc / plot_len / plot_hist: acceptance per draft position, accepted length along the race, its
     histogram; stats: the JSON payload (model, settings, per-decoder numbers); replay: the replay slider;
+    captions: SLOTS lines under the images, what the model's classifier sees in each finished picture;
     snapshot: the images on show (state: for the overlay and the PNG strip); trace: the race (state).
     """
 
@@ -42,6 +44,7 @@ class RaceFrame:
     plot_hist: object = field(default_factory=gr.skip)
     stats: object = field(default_factory=gr.skip)
     replay: object = field(default_factory=gr.skip)
+    captions: tuple = (SKIP,) * SLOTS
     snapshot: object = field(default_factory=gr.skip)
     trace: object = field(default_factory=gr.skip)
 
@@ -51,7 +54,8 @@ class RaceFrame:
 
 # positions the API returns (states are not returned): image_1..image_5, then the named fields
 API_NAMES = [*(f"image_{i + 1}" for i in range(SLOTS)), "stats_md", "plot_acc", "plot_len", "plot_hist", "stats",
-             "replay"]
+             "replay", *(f"seen_{i + 1}" for i in range(SLOTS))]
+SLOT_FIELDS = ("images", "captions")  # fields holding one value per slot
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class RaceOutputs:
     plot_hist: gr.Plot
     stats: gr.JSON
     replay: gr.Slider
+    captions: tuple
     snapshot: gr.State
     trace: gr.State
 
@@ -74,7 +79,7 @@ class RaceOutputs:
         out = []
         for name in names:
             value = getattr(self, name)
-            out += list(value) if name == "images" else [value]
+            out += list(value) if name in SLOT_FIELDS else [value]
         return out
 
     @staticmethod
@@ -84,11 +89,11 @@ class RaceOutputs:
         out = []
         for name in names:
             value = getattr(frame, name)
-            out += list(value) if name == "images" else [value]
+            out += list(value) if name in SLOT_FIELDS else [value]
         return tuple(out)
 
 
-VIEW = ("images", "stats_md", "plot_acc", "plot_len", "plot_hist", "stats", "snapshot")  # what a replay redraws
+VIEW = ("images", "stats_md", "plot_acc", "plot_len", "plot_hist", "stats", "captions", "snapshot")  # a replay's
 
 
 def label_of(key: str | None) -> str:
@@ -100,24 +105,52 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
            redraw: Callable[[str], str]) -> tuple:
     """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": the same pixels with the
     overlay changed), else gr.skip(); `snapshot` is updated: {"model": picker key, "variant": the model
-    variant's key, "images": slot -> (pixels uint8, filled, kinds)}."""
+    variant's key, "images": slot -> (pixels uint8, filled, kinds), "seen": slot -> what the model's classifier
+    read in that slot's finished picture (`judge_pictures`)}."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
-    shown = snapshot.setdefault("images", {})
+    shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
     keys = slot_keys([k for k, _ in trace.racers[:-1]])
     hows = [redraw(key) if key is not None else "skip" for key in keys]
     decoded = iter(ctx.decode_many([by_key[key].tokens for key, how in zip(keys, hows) if how == "decode"]))
-    out = []
+    out, finished = [], {}
     for slot, (key, how) in enumerate(zip(keys, hows)):
         if how == "decode":
             r, pixels = by_key[key], next(decoded)
             shown[slot] = (quantise(pixels), r.filled.clone(), r.kinds.clone())  # compact: a session keeps it
             out.append(ctx.render(pixels, r.filled, r.kinds, overlay))
+            if r.done >= r.num_tokens and slot not in seen:
+                finished[slot] = r.tokens.clone()
         elif how == "tint" and slot in shown:
             out.append(ctx.render(*shown[slot], overlay))
         else:
             out.append(SKIP)
+    judge_pictures(ctx, trace, finished, seen)
     return tuple(out)
+
+
+def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -> None:
+    """seen[slot] = the model's classifier's reading (a dict, `coolsd.app.judge.Judge.judge`; None without a
+    classifier) of each finished picture in `pictures` (slot -> its (T,) token ids), judged against the condition
+    the race asked for."""
+    if pictures:
+        asked = ctx.judge.asked(trace.settings.get("condition"))
+        seen.update(zip(pictures, ctx.judge.judge(list(pictures.values()), asked, ctx.decode_pixels)))
+
+
+def captions(ctx: Context, snapshot: dict, slots=None) -> tuple:
+    """The line under each slot's picture (`coolsd.app.judge.caption`; "" where nothing was judged); only the
+    `slots` given (default: all) get a value, the others gr.skip()."""
+    seen = snapshot.get("seen", {})
+    return tuple(caption(ctx.judge, seen.get(slot)) if slots is None or slot in slots else SKIP
+                 for slot in range(SLOTS))
+
+
+def recognised(trace: RaceTrace, snapshot: dict) -> dict:
+    """racer key -> what the classifier read in its finished picture (None: not finished, or no classifier)."""
+    seen = snapshot.get("seen", {})
+    keys = slot_keys([k for k, _ in trace.racers[:-1]])
+    return {key: seen.get(slot) for slot, key in enumerate(keys) if key is not None}
 
 
 def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
@@ -131,11 +164,13 @@ def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
             "plot_hist": length_histogram(spec)}
 
 
-def numbers(trace: RaceTrace, racers: list[Racer], status: str, **extra) -> dict:
-    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder numbers)."""
+def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | None = None, **extra) -> dict:
+    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder numbers, each
+    with "recognised": what the model's classifier read in its finished picture, `seen` by racer key, or None)."""
     stats = [r.stats(racers[-1]) for r in racers]
+    seen = seen or {}
     payload = json_safe({"model": trace.model, "settings": trace.settings, **extra,
-                         "decoders": {r.key: s for r, s in zip(racers, stats)}})
+                         "decoders": {r.key: s | {"recognised": seen.get(r.key)} for r, s in zip(racers, stats)}})
     return {"stats_md": stats_markdown(stats, status), "stats": payload}
 
 
@@ -144,8 +179,9 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
     racers = trace.replay(step)
     snapshot: dict = {}
     shown = images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
-    return RaceFrame(images=shown, snapshot=snapshot, **plots(trace, racers),
-                     **numbers(trace, racers, status, replay_step=step, steps=len(trace), race_status=trace.status))
+    return RaceFrame(images=shown, snapshot=snapshot, captions=captions(ctx, snapshot), **plots(trace, racers),
+                     **numbers(trace, racers, status, recognised(trace, snapshot), replay_step=step, steps=len(trace),
+                               race_status=trace.status))
 
 
 def replay_slider(steps: int, interactive: bool = True) -> gr.Slider:

@@ -54,6 +54,10 @@ from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
 
 MAX_DRAFT_LEN = 8
+# (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
+# precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
+# AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep
+DELTA_TOP = 1024.0
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
 MEAN_OMEGA = CoolSDRule.mu is None  # "mean omega = delta" is on by default exactly when the rule's mu is (None)
 DEFAULT_OMEGAS = format_omegas(CustomScheduleRule.omegas)  # the custom racer's list, as text (the rule's default)
@@ -261,11 +265,13 @@ def rule_default(rule: type[Rule], name: str):
 
 
 def rule_spec(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
-              top: float | None = None, extra: Mapping | None = None) -> Spec:
+              top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
     """A control for field `name` of `rule`: its default (unless given), range and step come from the rule
-    dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than the rule's."""
+    dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than the rule's; `reach`: a
+    higher one (the rule's own check still says what is valid)."""
     low, high, step = {f.name: f for f in fields(rule)}[name].metadata["ui"]
     high = high if top is None else min(high, top)
+    high = high if reach is None else max(high, reach)
     value = rule_default(rule, name) if default is None else default
     value = value if value is None else min(value, high)
     return Spec(label, kind, value, low, high, step, elem_id=elem_id, extra=extra or {})
@@ -281,11 +287,12 @@ def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, st
 
 def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
               high: Callable | None = None, extra: Mapping | None = None, also: tuple[type[Rule], ...] = (),
-              read: Callable[[Mapping], object] | None = None):
+              read: Callable[[Mapping], object] | None = None, reach: float | None = None):
     """A RaceSettings field that sets field `name` of `rule` (and of each rule in `also`), its control made by
-    `rule_spec`; `high(ctx)`: a model-dependent top, never above the rule's; read: as `rule_setting`."""
+    `rule_spec`; `high(ctx)`: a model-dependent top, never above the rule's; `reach`: a top above the rule's;
+    read: as `rule_setting`."""
     return rule_setting(lambda ctx: rule_spec(rule, name, label, elem_id, kind, default,
-                                              None if high is None else high(ctx), extra),
+                                              None if high is None else high(ctx), extra, reach),
                         rule_default(rule, name) if default is None else default,
                         {r.name: name for r in (rule, *also)}, read)
 
@@ -322,7 +329,7 @@ class RaceSettings:
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
                                                                                          DRAFTING.items()),
                                              widget="radio", elem_id="drafting"))
-    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta")
+    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta", reach=DELTA_TOP)
     nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
     mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0,
                           extra={"interactive": not MEAN_OMEGA},

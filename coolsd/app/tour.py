@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
+from coolsd.app import sweep_view
 from coolsd.app.context import Context, user_errors
-from coolsd.app.settings import RaceSettings
+from coolsd.app.settings import DELTA_TOP, RaceSettings
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.checks import check_number
 
@@ -34,7 +35,9 @@ class Step:
     race: race control changes (name -> value; every other race control goes back to its default) or None;
     lab: lab control changes (rule, relaxation, samples) or None (then the step runs a race);
     question: what to guess; answer: (payload) -> [(label, measured value)] from the run's stats JSON;
-    unit: "" or "%" (values shown x100).
+    unit: "" or "%" (values shown x100); lab_for: (picked model's Context) -> the lab control changes for that
+    model (overrides `lab`, e.g. the δ its precomputed sweep says pictures break at) or None;
+    note: (Context) -> a line about the picked model shown in the step (markdown; it follows the picker) or None.
     """
 
     title: str
@@ -44,6 +47,12 @@ class Step:
     race: dict | None = field(default_factory=dict)
     lab: dict | None = None
     unit: str = ""
+    lab_for: Callable[[Context], dict] | None = None
+    note: Callable[[Context], str] | None = None
+
+    def lab_values(self, ctx: Context) -> dict | None:
+        """The lab control changes this step makes on `ctx`'s model."""
+        return self.lab_for(ctx) if self.lab_for is not None else self.lab
 
 
 def _race(key: str, stat: str) -> Callable[[dict], list[tuple[str, float | None]]]:
@@ -120,12 +129,15 @@ STEPS = [
          _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7, "draft_len": 4}),
     Step("Quality",
-         "Relaxation buys speed with fidelity. The **Quality lab** tab decodes the same samples, each of another "
-         "class, with vanilla AR, Eagle-1 and COOL-SD at a large δ, and the model's small classifier says whether "
-         "each still shows what was asked for (the digit, or the emoji). Watch the lab's grid and its accuracy "
-         "column: few samples, so compare the columns rather than trust one number.",
-         "COOL-SD's class accuracy at δ = 8, in %?",
-         _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": 8.0}, unit="%"),
+         "Relaxation buys speed with fidelity. The **Quality lab** tab opens on a precomputed sweep of COOL-SD's δ on "
+         "this model: τ, speed-up, FID, how often the model's own classifier recognises the class asked for, and "
+         "the target's NLL, against δ, with vanilla AR's spread as a grey band. The line below says from which δ "
+         "pictures break here; this step runs the lab there: the same samples, each of another class, with vanilla "
+         "AR, Eagle-1 and COOL-SD, the classifier judging each (the digit, or the emoji). Watch the lab's grid and "
+         "its accuracy column: few samples, so compare the columns rather than trust one number.",
+         "COOL-SD's class accuracy at that δ, in %?",
+         _lab("accuracy"), race=None, lab={"rule": "cool-sd", "relaxation": DELTA_TOP}, unit="%",
+         lab_for=lambda ctx: {"rule": "cool-sd", "relaxation": quality_delta(ctx)}, note=lambda ctx: sweep_note(ctx)),
     Step("Why G*",
          "After a rejection a relaxed rule must not resample from $[p-q]_+$: $G^* = \\mathrm{Norm}([p - q\\,a]_+)$ is "
          "the residual that makes each step's output closest to $p$. LANTERN++ as published uses "
@@ -139,6 +151,20 @@ STEPS = [
          "COOL-SD's speed-up over vanilla AR at δ = 2?",
          _race("cool-sd", "speedup"), race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0}),
 ]
+
+
+def quality_delta(ctx: Context) -> float:
+    """The δ the Quality step runs the lab at on `ctx`'s model: where its precomputed sweep says pictures break,
+    else the largest δ it swept, else (no sweep) the end of the race's δ slider."""
+    sweep = sweep_view.load(ctx.model.kind)
+    return sweep_view.breaking_delta(sweep) or sweep_view.reach(sweep) or DELTA_TOP
+
+
+def sweep_note(ctx: Context) -> str:
+    """Where pictures break on `ctx`'s model (its sweep's words, `sweep_view.range_sentence`) and the δ the Quality
+    step runs at."""
+    return (f"*{sweep_view.range_sentence(sweep_view.load(ctx.model.kind))}* This step runs COOL-SD at "
+            f"δ = {quality_delta(ctx):g}.")
 
 
 def measured(step: Step, payload: dict) -> list[tuple[str, float | None]]:
@@ -183,15 +209,18 @@ class Tour:
         self.guesses: list[gr.Textbox] = []
         self.runs: list[gr.Button] = []
         self.results: list[gr.Markdown] = []
+        self.notes: dict[int, gr.Markdown] = {}  # step -> its line about the picked model (`Step.note`)
 
     def settings(self, step: Step, model=None, lab_controls=()) -> tuple:
         """New values of the race controls (the picked `model`'s defaults, changed by the step) and, for a lab
         step, of the lab's controls (their names, in order)."""
-        values = RaceSettings.defaults(self.ctx.for_model(model)).as_dict() | (step.race or {})
+        picked = self.ctx.for_model(model)
+        values = RaceSettings.defaults(picked).as_dict() | (step.race or {})
         race = tuple(values[name] for name in RaceSettings.names())
         if step.lab is None:
             return race
-        return (*race, *(step.lab.get(name, gr.skip()) for name in lab_controls))
+        lab = step.lab_values(picked)
+        return (*race, *(lab.get(name, gr.skip()) for name in lab_controls))
 
 
 def build(ctx: Context) -> Tour:
@@ -203,6 +232,8 @@ def build(ctx: Context) -> Tour:
             for j, step in enumerate(STEPS):
                 with gr.Step(step.title, id=j, elem_id=f"tour-step-{j}"):
                     gr.Markdown(step.text, latex_delimiters=LATEX)
+                    if step.note is not None:
+                        tour.notes[j] = gr.Markdown(step.note(ctx), elem_id=f"tour-note-{j}")
                     gr.Markdown(f"**Challenge:** {step.question} Type your guess, then press Run: it sets the "
                                 "controls, runs, and shows the measured value beside your guess.")
                     with gr.Row():
@@ -247,3 +278,6 @@ def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
                                concurrency_limit=1, concurrency_id="lab", show_progress="minimal")
             answer_from = lab.outputs[-1]
         event.then(reveal, [tour.guesses[j], answer_from], tour.results[j], api_visibility="private")
+    for j, note in tour.notes.items():  # a step's line about the model follows the picker
+        controls["model"].change(lambda model, j=j: STEPS[j].note(ctx.for_model(model)), controls["model"], note,
+                                 api_visibility="private", queue=False, show_progress="hidden")

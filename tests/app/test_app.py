@@ -596,7 +596,7 @@ def test_api_replay_trace_strip_and_share_link(client):
     ("/share_restore", {"query": "?racers=eagle-1,warp"}, "share link: unknown racer 'warp'"),
     ("/share_restore", {"query": "?speed=11"}, "share link: unknown setting 'speed'"),
     ("/share_restore", {"query": "?tab=nowhere"}, "share link: unknown tab 'nowhere'"),
-    ("/share_link", {"delta": 99}, "delta (overall relaxation) must be in"),
+    ("/share_link", {"delta": 2048}, "delta (overall relaxation) must be in"),
     ("/race", {"racers": ["sjd"], "sjd_window": 0}, "SJD window W (drafts per iteration) must be in [1, 16], got 0"),
     ("/race", {"racers": ["sjd"], "sjd_window": 17}, "SJD window W (drafts per iteration) must be in [1, 16], got 17"),
     ("/race", {"racers": ["sjd"], "sjd_window": 2.5}, "SJD window W (drafts per iteration) must be a whole number"),

@@ -38,8 +38,9 @@ HUGE = 10**400  # a JSON integer of 400 digits (no float holds it)
 # values no argument of any endpoint takes (a bool or a list only where the argument is of that kind)
 NOWHERE = [None, HUGE, FILE, {"a": 1}, MARKUP, CONTROL, LONG]
 ENDPOINTS = ["race", "share_link", "overlay", "replay", "strip_file", "microscope", "lab_grid", "schedule", "theory",
-             "cost", "cost_whatif", "share_restore", "model_info"]
-MODEL_ENDPOINTS = ["race", "share_link", "overlay", "replay", "microscope", "lab_grid", "cost", "model_info"]
+             "cost", "cost_whatif", "share_restore", "model_info", "delta_sweep"]
+MODEL_ENDPOINTS = ["race", "share_link", "overlay", "replay", "microscope", "lab_grid", "cost", "model_info",
+                   "delta_sweep"]
 ALLOWED = {"race": False}  # set while a test races for real
 
 

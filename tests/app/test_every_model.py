@@ -59,6 +59,39 @@ def test_the_default_race_finishes_on_every_model(raced, key, shipped_app):
 
 
 @pytest.mark.parametrize("key", SHIPPED)
+def test_under_each_picture_the_models_classifier_says_what_it_sees(raced, key, shipped_app):
+    """The last frame's lines under the pictures (`seen_1`..`seen_5`) and the stats JSON's `recognised`: a class of
+    this model with its probability, for every racer (each finished), "" for the unused slot."""
+    final, names = raced[key], shipped_app[0].ctx.for_model(key).model.conditions
+    for key_, d in final["stats"]["decoders"].items():
+        seen = d["recognised"]
+        assert seen["class"] in names.classes and 0 < seen["class_p"] <= 1 and isinstance(seen["class_ok"], bool)
+        assert (seen["style"] is None) == (not names.styles), key_
+    lines = [final[f"seen_{i}"] for i in range(1, 6)]
+    assert lines[3] == "" and all("classifier sees" in line for n, line in enumerate(lines) if n != 3)
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_the_delta_sweep_through_a_default_client(clients, key, shipped_app):
+    """/delta_sweep: the model's sweep file's numbers with the race's delta and the nearest swept one, or null where
+    the model has no sweep yet; a delta past the slider's end is one clear line."""
+    from gradio_client.exceptions import AppError
+
+    from coolsd.app import sweep_view
+    from coolsd.app.settings import DELTA_TOP
+
+    got = clients[key].predict(model=key, delta=3.0, api_name="/delta_sweep")
+    sweep = sweep_view.load(shipped_app[0].ctx.for_model(key).model.kind)
+    if sweep is None:
+        assert got is None
+    else:
+        assert got["rows"] == json.loads(json.dumps(sweep["rows"])) and got["delta"] == 3.0
+        assert got["nearest"] == sweep_view.nearest(sweep, 3.0)["delta"] and "kept" not in got
+    with pytest.raises(AppError, match=r"delta \(overall relaxation\) must be in"):
+        clients[key].predict(model=key, delta=DELTA_TOP + 1, api_name="/delta_sweep")
+
+
+@pytest.mark.parametrize("key", SHIPPED)
 def test_replay_overlay_trace_and_share_link_follow_the_race(clients, raced, key):
     client = clients[key]
     steps = raced[key]["stats"]["steps"]

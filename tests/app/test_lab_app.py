@@ -91,7 +91,7 @@ def test_schedule_reads_the_custom_list_only_for_a_custom_schedule(client, kind,
 
 @pytest.mark.parametrize("api, changes, message", [
     ("/lab_grid", {"rule": "eagle"}, "unknown rule 'eagle'"),
-    ("/lab_grid", {"relaxation": 100.0}, "relaxation: delta (lambda for LANTERN++) must be in"),
+    ("/lab_grid", {"relaxation": 4096.0}, "relaxation: delta (lambda for LANTERN++) must be in"),
     ("/lab_grid", {"relaxation": "two"}, "must be a number"),
     ("/lab_grid", {"rule": "lantern++", "relaxation": 0.5}, "lam must be ≥ 1"),
     ("/lab_grid", {"samples": 0}, "samples must be in [1, 10]"),

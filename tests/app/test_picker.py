@@ -389,6 +389,6 @@ def test_the_lab_on_emoji_judges_each_class_and_the_tour_reveals_it():
     names, styles = emoji_names()  # two samples: classes spread over the model's, the styles in turn
     assert {s["condition"] for s in stats["samples"]} == {0, (len(names) // 2) * len(styles) + 1 % len(styles)}
     assert all(r["accuracy"] is not None for r in stats["decoders"]) and "held-out" in text
-    step = next(s for s in tour.STEPS if s.lab == {"rule": "cool-sd", "relaxation": 8.0})
+    step = next(s for s in tour.STEPS if s.lab and s.lab["rule"] == "cool-sd")
     shown = tour.reveal_markdown(step, 50, stats)
     assert "Measured just now" in shown and "does not measure" not in shown

@@ -107,3 +107,47 @@ def test_the_microscope_shows_the_recorded_race_without_a_warning(shown):
         stored = recorded(trace, key)
         assert "⚠" not in header and "did not commit" not in header, header
         assert payload["rounds"] == len(stored) and payload["token"] == stored[payload["round"]].tokens[-1].item()
+
+
+def test_the_line_under_each_recorded_picture_is_what_the_classifier_reads_in_it(shown):
+    """The recorded race's captions: the model's own classifier run again on each racer's final tokens (decoded
+    alone here, in one batch by the page: probabilities to 1e-4, shown as whole percents)."""
+    from coolsd.app.judge import caption
+    from coolsd.app.racers import slot_keys
+    from coolsd.compare.recognise import recognise
+
+    ctx, _, (trace, _, frame) = shown
+    asked = ctx.judge.asked(trace.settings["condition"])
+    assert asked is not None
+    for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
+        if key is None:
+            assert frame.captions[slot] == ""
+            continue
+        racer = next(r for r in trace.replay(len(trace)) if r.key == key)
+        (reading,) = recognise(ctx.judge.classifier, ctx.model.tokenizer.decode(racer.tokens)[None])
+        seen = frame.stats["decoders"][key]["recognised"]
+        assert seen["class"] == ctx.model.conditions.classes[reading.cls] and seen["class_ok"] == (
+            reading.condition(len(ctx.model.style_names)) // max(len(ctx.model.style_names), 1)
+            == asked // max(len(ctx.model.style_names), 1))
+        assert seen["class_p"] == pytest.approx(reading.cls_p, rel=1e-4)
+        assert frame.captions[slot] == caption(ctx.judge, seen) and f"{seen['class_p']:.0%}" in frame.captions[slot]
+
+
+def test_the_sweep_words_quote_the_sweep_file(shown):
+    """The Lab's sweep text and the tour's Quality line: each number read from the model's sweep file."""
+    from coolsd.app import sweep_view, tour
+
+    ctx = shown[0]
+    sweep = sweep_view.load(ctx.model.kind)
+    if sweep is None:
+        pytest.skip(f"no delta sweep of {ctx.model_key} yet (python -m coolsd.bench.delta_sweep)")
+    _, text, _ = sweep_view.SweepPanel(ctx).view(ctx.model_key, 2.0)
+    near = sweep_view.nearest(sweep, 2.0)
+    assert sweep_view.range_sentence(sweep) in text and f"{sweep['samples']} samples a point" in text
+    assert f"τ {number(near['tau'], '.2f')}, speed-up {number(near['speedup'], '.2f')}×" in text
+    assert f"FID {number(near['fid'], '.1f')} ± {number(near['fid_std'], '.1f')}" in text
+    cut = sweep["breaks"]["picture"]
+    if cut is not None:
+        assert f"From δ = {cut:g} on" in text
+    assert tour.sweep_note(ctx).endswith(f"δ = {tour.quality_delta(ctx):g}.")
+    assert tour.quality_delta(ctx) == (cut or sweep_view.reach(sweep))

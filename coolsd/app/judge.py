@@ -1,0 +1,112 @@
+"""What the model's own classifier sees in each finished picture of a race: its reading (`coolsd.compare.recognise`),
+kept per image slot, and the one-line caption under the picture.
+
+`Judge` holds one model's shipped classifier, loaded on its first use (once per model and process) and run under
+a lock (the lab and every race share it). The reading of a picture is taken once, when its racer has committed
+every token (a partial picture is judged on nothing: its missing tokens are filled in); the Race tab shows it
+under the picture and puts it in the stats JSON (`recognised`, per decoder). No maths here: the class, the
+style and their softmax probabilities come from `coolsd.compare.recognise`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+from coolsd.compare.recognise import recognise, shipped_classifier
+from coolsd.models.conditions import STYLE_SEP
+from coolsd.util.checks import plain
+
+UNLOADED = object()
+CACHE_SIZE = 512  # readings kept by their pictures' tokens (a few hundred bytes each)
+
+
+class Judge:
+    """One model's classifier (or None: the model ships none) and its readings of decoded pictures.
+
+    model: the ModelBundle (its kind names the shipped classifier; its `classifier`, when loaded with one, is used
+    as it is); load: kind -> classifier or None (default `shipped_classifier`)."""
+
+    def __init__(self, model, load=shipped_classifier) -> None:
+        self.names = model.conditions if model.conditioning == "class" else None
+        self.chars = list(model.class_chars)
+        self.kind, self._load = model.kind, load
+        self._classifier = model.classifier if model.classifier is not None else UNLOADED
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple, dict | None] = OrderedDict()  # (classifier, tokens, asked) -> reading
+
+    @property
+    def classifier(self):
+        """The classifier (loaded now when this is its first use), or None without one."""
+        with self._lock:
+            if self._classifier is UNLOADED:
+                self._classifier = self._load(self.kind) if self.names is not None else None
+            return self._classifier
+
+    def use(self, classifier) -> None:
+        """Judge with `classifier` from now on (tests, tools: e.g. a digit classifier for the tiny model)."""
+        with self._lock:
+            self._classifier = classifier
+            self._seen.clear()
+
+    def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
+        """The classifier's reading of each picture, (C, H, W) float in [0, 1], as JSON-ready dicts
+        (`Reading.describe` against engine condition `asked`; None: not judged) or Nones without a classifier."""
+        classifier = self.classifier
+        if classifier is None or not images:
+            return [None] * len(images)
+        with self._lock:  # (one forward at a time: the lab's threads and the races share the model)
+            readings = recognise(classifier, torch.stack([im.float().cpu() for im in images]))
+        return [r.describe(self.names, asked) for r in readings]
+
+    def judge(self, grids: list[torch.Tensor], asked, decode) -> list[dict | None]:
+        """The reading (`read`) of each finished picture, given by its (T,) token ids and decoded by `decode`
+        ((T,) -> (C, H, W) in [0, 1]). Each is decoded and classified alone and kept by its tokens (at most
+        CACHE_SIZE), so a picture reads the same live, replayed and redrawn: a batch's floats depend on the
+        pictures beside it."""
+        classifier = self.classifier
+        if classifier is None:
+            return [None] * len(grids)
+        out = []
+        for tokens in grids:
+            key = (id(classifier), tokens.cpu().numpy().tobytes(), asked)
+            with self._lock:
+                hit = self._seen.get(key, UNLOADED)
+            if hit is UNLOADED:
+                hit = self.read([decode(tokens)], asked)[0]
+                with self._lock:
+                    self._seen[key] = hit
+                    while len(self._seen) > CACHE_SIZE:
+                        self._seen.popitem(last=False)
+            out.append(hit)
+        return out
+
+    def asked(self, label) -> int | None:
+        """The engine condition a race's recorded `condition` label names, or None (a text model, an unreadable
+        label: then a reading is shown without a verdict)."""
+        if self.names is None:
+            return None
+        try:
+            return int(self.names.resolve(label))
+        except (ValueError, TypeError):
+            return None
+
+    def char(self, name: str) -> str:
+        """The emoji character of class `name` ("" for models without characters)."""
+        classes = self.names.classes if self.names is not None else ()
+        return self.chars[classes.index(name)] if len(self.chars) == len(classes) and name in classes else ""
+
+
+def caption(judge: Judge, reading: dict | None) -> str:
+    """The line under a finished picture: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 %", or "✗ ..., not
+    <asked>" when the class read is not the one asked for; "" when nothing was judged."""
+    if not reading:
+        return ""
+    mark = {True: "✓ ", False: "✗ "}.get(reading.get("class_ok"), "")
+    what = f"{judge.char(reading['class'])} **{plain(reading['class'])}** {reading['class_p']:.0%}".strip()
+    if reading.get("style") is not None:
+        what += f" · {plain(reading['style'])} {reading['style_p']:.0%}"
+    miss = "" if reading.get("class_ok") is not False else f", not {plain(reading['asked'].split(STYLE_SEP)[0])}"
+    return f"{mark}classifier sees {what}{miss}"
