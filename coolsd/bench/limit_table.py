@@ -26,9 +26,9 @@ from torch import Tensor
 
 from coolsd.compare.race import fork_models
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.models import rowkernel
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
-from coolsd.models import rowkernel
 from coolsd.models.fused import RowsLinear
 from coolsd.models.graphs import FUSED, prepare
 from coolsd.models.timing import interleaved_medians
