@@ -34,6 +34,7 @@ import gradio as gr
 
 from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
+from coolsd.app.trace_files import recorded_seed
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import (
@@ -316,7 +317,7 @@ class RaceSettings:
     per model (`specs(ctx)`): bounds such as top-k's codebook size and LANTERN++'s k depend on it."""
 
     condition: str = setting(_condition)
-    seed: int = setting(lambda ctx: Spec("seed", "int", 0, 0, MAX_SEED, elem_id="seed"))
+    seed: int = setting(lambda ctx: Spec("seed", "int", recorded_seed(ctx.model.name), 0, MAX_SEED, elem_id="seed"))
     temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.default_sampling.temperature,
                                  0.0, 2.0, 0.05, "temperature")
     top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k,

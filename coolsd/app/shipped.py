@@ -14,28 +14,21 @@ import gzip
 import json
 import logging
 import os
-import re
 from pathlib import Path
 
 from coolsd.app.context import Context
 from coolsd.app.settings import RaceSettings
+from coolsd.app.trace_files import TRACES_DIR, trace_file
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.machine import cpu_key, cpu_name
-from coolsd.util.paths import ASSETS
 
-TRACES_DIR = ASSETS / "traces"
 COMMAND = "python -m coolsd.app.record_default"
 log = logging.getLogger("coolsd.app")
 
 
-def slug(name: str) -> str:
-    """"coolsd embedded (digits)" -> "coolsd-embedded-digits" (the file name of a model's recording)."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
 def path_for(ctx: Context, folder: Path | None = None) -> Path:
     """The recording of `ctx`'s model in `folder` (default TRACES_DIR)."""
-    return Path(folder or TRACES_DIR) / f"{slug(ctx.model.name)}.json.gz"
+    return trace_file(ctx.model.name, folder or TRACES_DIR)
 
 
 def machine() -> str:
@@ -50,15 +43,17 @@ def defaults_json(ctx: Context) -> dict:
     return json.loads(json.dumps(defaults.as_dict() | {"rules": rules}))
 
 
-def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None) -> Path:
-    """Write `trace` with where, when and with which defaults it was recorded; returns the path."""
+def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: dict | None = None) -> Path:
+    """Write `trace` with where, when and with which defaults it was recorded; returns the path. `chosen`: how its
+    seed was chosen ({"seed": s, "tried": [...], "why": "..."}); the seed becomes the default the app races with."""
     path = Path(out) if out else path_for(ctx)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
+    defaults = defaults_json(ctx) | ({"seed": chosen["seed"]} if chosen else {})
     recorded = {"machine": machine(), "cpu": cpu_key(), "execution": execution(ctx),
                 "device": ctx.device.type, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
                 "load_average": [round(v, 2) for v in os.getloadavg()], "command": COMMAND,
-                "defaults": defaults_json(ctx)}
+                "defaults": defaults, "seed": defaults["seed"], "seed_choice": chosen}
     data = trace.to_json() | {"recorded": recorded}
     with gzip.open(path, "wt", encoding="utf-8") as f:
         json.dump(data, f, separators=(",", ":"))
@@ -100,6 +95,8 @@ def label(recorded: dict) -> str:
     """The status line of the shipped race."""
     load = recorded.get("load_average")
     busy = f", load average {load[0]:g}" if load else ""
+    choice = recorded.get("seed_choice") or {}
+    why = f" Seed {choice['seed']}: {choice['why']}." if choice.get("why") else ""
     return (f"**Recorded race** of the default settings on {recorded.get('machine', 'an unrecorded machine')} "
             f"({recorded.get('device', 'cpu').upper()}{busy}), {recorded.get('date', 'undated')}: replay it with the "
-            f"slider, or press **Generate** to race live on this server.")
+            f"slider, or press **Generate** to race live on this server.{why}")

@@ -15,6 +15,7 @@ from coolsd.app.context import open_context
 from coolsd.app.race import LiveRaces
 from coolsd.app.record_default import record
 from coolsd.app.recordings import Recordings
+from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.variants import VANILLA
 from coolsd.models import registry
@@ -35,7 +36,7 @@ def recorded(tmp_path_factory):
     """(a fresh tiny context, its default race recorded into a temporary traces folder, that folder)."""
     ctx = open_context("tiny", others=[])
     folder = tmp_path_factory.mktemp("traces")
-    trace = record(ctx)
+    trace, _ = record(ctx)
     shipped.save(ctx, trace, shipped.path_for(ctx, folder))
     return ctx, trace, folder
 
@@ -101,7 +102,7 @@ def test_the_shipped_embedded_recording_is_what_generate_gives_now():
     found = shipped.load(ctx)
     assert found is not None, f"no current recording for {ctx.model.name}: run `{shipped.COMMAND}`"
     old, recorded = found
-    new = record(ctx)
+    new, _ = record(ctx)
     assert new.settings == old.settings and new.racers == old.racers
     same = shipped.same_machine(ctx, recorded)
     for i, (key, _) in enumerate(new.racers):
@@ -134,3 +135,29 @@ def test_each_shipped_model_has_one_current_recording_and_no_stale_one(key):
             if json.load(f).get("settings", {}).get("model") == key:
                 mine.append(path.name)
     assert mine == [shipped.path_for(ctx).name], f"recordings of {key}: {mine}; remove the stale ones"
+
+
+def test_the_seed_is_chosen_where_the_lossless_pictures_are_recognised(recorded, monkeypatch, tmp_path):
+    """`choose` keeps the first seed whose vanilla AR and Eagle-1 pictures the classifier recognises; the file
+    names it, its defaults race at it, the page says it was chosen, and it is the seed the settings default to."""
+    from coolsd.app import record_default, trace_files
+
+    ctx, trace, _ = recorded
+    seen = {0: {"vanilla": {"class_ok": True}, "eagle-1": {"class_ok": False}},
+            1: {"vanilla": {"class_ok": False}, "eagle-1": {"class_ok": True}},
+            2: {"vanilla": {"class_ok": True}, "eagle-1": {"class_ok": True}, "cool-sd": {"class_ok": False}}}
+    monkeypatch.setattr(record_default, "record", lambda c, seed: (trace, seen[seed]))
+    got, chosen = record_default.choose(ctx, [0, 1, 2])
+    assert got is trace and chosen["seed"] == 2 and [t["seed"] for t in chosen["tried"]] == [0, 1, 2]
+    assert "first of seeds 0-2" in chosen["why"]
+    path = shipped.save(ctx, trace, tmp_path / "x.json.gz", chosen)
+    with gzip.open(path, "rt") as f:
+        rec = json.load(f)["recorded"]
+    assert rec["seed"] == rec["defaults"]["seed"] == 2 and trace_files._seed_in(str(path), 0) == 2
+    assert "Seed 2: chosen as the first" in shipped.label(rec)
+    none = {0: {"vanilla": {"class_ok": False}, "eagle-1": {"class_ok": True}}}
+    monkeypatch.setattr(record_default, "record", lambda c, seed: (trace, none[seed]))
+    assert record_default.choose(ctx, [0])[1]["why"].startswith("no seed of 0-0")
+    monkeypatch.setattr(trace_files, "trace_file", lambda name, folder=None: path)
+    assert trace_files.recorded_seed(ctx.model.name) == 2
+    assert RaceSettings.defaults(ctx).seed == 2  # the app races at the recording's seed
