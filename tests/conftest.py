@@ -31,6 +31,8 @@ RULE_KWARGS: dict[str, dict] = {
     "linear-decay": {"delta": 1.5, "slope": 0.8},  # omega 2.7, 1.5, 0.3 at L = 3
     "custom": {"omegas": (2.5, 1.0, 0.4)},
     "sjd": {"window": 3},
+    "cool-sd-jacobi": {"delta": 2.0, "nu": 0.7, "floor_at_one": False, "window": 3},  # as cool-sd's, on a window
+    "lantern++-jacobi": {"k": 2, "lam": 3.0, "window": 3},
 }
 
 
@@ -75,6 +77,12 @@ def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor, z: float = 3.
 def sequence_index(tokens: torch.Tensor, vocab_size: int) -> int:
     """Row-major index of a whole sequence, as in `coolsd.theory.oracle.sequence_probs`."""
     return sum(int(x) * vocab_size ** (len(tokens) - 1 - i) for i, x in enumerate(tokens))
+
+
+@pytest.fixture
+def chi_square_of():
+    """`chi_square` as a fixture: a test module cannot import this conftest by name (tests/app has its own)."""
+    return chi_square
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ GROUPS = [
     ("LANTERN++", ("lantern_k", "lantern_lambda"), True),
     ("More rules: UniformRSD, linear decay, custom schedule",
      ("uniform_delta", "linear_delta", "linear_slope", "custom_omegas"), False),
-    ("SJD: no drafter (Speculative Jacobi Decoding)", ("sjd_window",), False),
+    ("No drafter: SJD, COOL-SD and LANTERN++ on Jacobi drafts (the window W; their rules' own settings above)",
+     ("sjd_window",), False),
 ]
 
 # the controls whose choices, bounds or defaults depend on the model (a model switch updates them)

@@ -199,9 +199,11 @@ def table_markdown(payload: dict) -> str:
         lines.append("The race is the recorded one on show on the Race tab: its measured speed-ups are those of the "
                      "machine that recorded it (named there), the prediction uses this machine's call times.\n")
     if not payload["chain"]:
-        lines.append("The last race used a static tree: the model above covers chain drafting only (and SJD).")
+        lines.append("The last race used a static tree: the model above covers chain drafting only (and the "
+                     "no-drafter racers).")
     if payload.get("sjd_windows"):
-        lines.append("SJD has no drafter: an iteration is one target forward of W + 1 tokens, so its row uses L = W "
+        lines.append("SJD has no drafter, nor has any racer of the no-drafter group: an iteration is one target "
+                     "forward of W + 1 tokens, so its row uses L = W "
                      "and c = 0 (W = " + ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
                      + ").")
     cfg = payload.get("race_cfg_scale")
@@ -222,7 +224,8 @@ def table_markdown(payload: dict) -> str:
 
 
 def jacobi_windows(rule_configs: dict) -> dict[str, int]:
-    """racer key -> W of the racers whose rule drafts by Jacobi iteration (SJD), from a trace's rule configs."""
+    """racer key -> W of the racers whose rule drafts by Jacobi iteration (the no-drafter group), from a trace's rule
+    configs."""
     return {key: int(c["window"]) for key, c in rule_configs.items()
             if c and c.get("rule") in RULES and RULES[c["rule"]].jacobi and "window" in c}
 

@@ -37,9 +37,9 @@ page open): the image shows the committed tokens up to this round, the round's d
 resampled after a rejection, **blue** bonus). The table gives, for each draft, $q(\\tilde x_i)$, $p(\\tilde x_i)$,
 $\\omega_i$, the acceptance probability $a_i$ and the uniform $u_i$ drawn: the draft is kept when $u_i \\le a_i$.
 The bars show where the last token came from. ← / → step through the rounds; a click on the image jumps to the
-round that committed that cell. An SJD round is one Jacobi iteration: its drafts are the window, each drawn from
-q, the target's own distribution for that cell as the previous iteration's forward computed it, and p is this
-iteration's.
+round that committed that cell. A round of a no-drafter racer (SJD, COOL-SD or LANTERN++ without a drafter) is one
+Jacobi iteration: its drafts are the window, each drawn from q, the target's own distribution for that cell as the
+previous iteration's forward computed it, and p is this iteration's; $\\omega_i$ runs over the window's depths.
 """
 
 
@@ -90,7 +90,7 @@ class MicroscopePanel:
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)
-        jacobi = rule is not None and rule.jacobi  # (SJD iterates its window whatever the drafting setting)
+        jacobi = rule is not None and rule.jacobi  # (a no-drafter racer iterates its window whatever the drafting)
         if trace.settings.get("drafting", "chain") != "chain" and not jacobi:
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")

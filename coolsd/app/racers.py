@@ -3,7 +3,9 @@
 A racer is a named decoder variant (`coolsd.decoding.variants`: key, label, colour, rule and fixed
 options); its rule is built from the race settings by `coolsd.app.settings.make_racer_rule`. Variants of
 one rule (LANTERN++ with its published or the G* residual; COOL-SD floored at 1 or unclipped) share that
-rule's settings, so they race at the same parameters. Vanilla AR always races as the reference. Old keys
+rule's settings, so they race at the same parameters (COOL-SD and LANTERN++ without a drafter too, at the
+no-drafter window W). The "no drafter" group comes last: SJD, SJD + reuse, COOL-SD and LANTERN++ on Jacobi drafts,
+which need no trained drafter. Vanilla AR always races as the reference. Old keys
 still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1, as it always was).
 """
 
@@ -16,6 +18,7 @@ from coolsd.util.checks import show
 
 MAX_RACERS = 4  # vanilla AR races as well, always
 RACERS = {key: variants.VARIANTS[key].label for key in variants.RACERS}  # key -> label; the order of the choices
+NO_DRAFTER = list(variants.NO_DRAFTER)  # the "no drafter" group (the target drafts for itself), the last choices
 VANILLA = (variants.VANILLA, variants.VARIANTS[variants.VANILLA].label)
 DEFAULT_RACERS = ["eagle-1", "lantern++", "cool-sd"]
 SLOTS = MAX_RACERS + 1  # the race's image panels: the chosen racers in order, vanilla AR always in the last one

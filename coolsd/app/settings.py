@@ -16,8 +16,9 @@ A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k
 its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
 race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
 
-The arguments `model` (the picker's key), `style` and `sjd_window` (SJD's window W) came after the others so
-older calls keep working: `check` reads the model first and checks the rest against that model's Specs.
+The arguments `model` (the picker's key), `style` and `sjd_window` (the window W of SJD and of every racer of the
+"no drafter" group) came after the others so older calls keep working: `check` reads the model first and checks
+the rest against that model's Specs.
 
 The checks run in the handlers (events are wired with preprocess=False), never in a component's
 preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
@@ -38,8 +39,10 @@ from coolsd.app.trace_files import recorded_seed
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import (
+    CoolSDJacobiRule,
     CoolSDRule,
     CustomScheduleRule,
+    LanternPPJacobiRule,
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
@@ -225,7 +228,9 @@ def _model(ctx: Context) -> Spec:
 
 
 def _racers(ctx: Context) -> Spec:
-    return Spec(f"Racers (up to {choice.MAX_RACERS}; vanilla AR always races)", "custom", list(choice.DEFAULT_RACERS),
+    group = f"the last {len(choice.NO_DRAFTER)}: no drafter, the target drafts for itself"
+    return Spec(f"Racers (up to {choice.MAX_RACERS}; vanilla AR always races; {group})", "custom",
+                list(choice.DEFAULT_RACERS),
                 choices=tuple((label, key) for key, label in choice.RACERS.items()), widget="checkboxgroup",
                 elem_id="racers", check_fn=choice.check_racers)
 
@@ -330,16 +335,19 @@ class RaceSettings:
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
                                                                                          DRAFTING.items()),
                                              widget="radio", elem_id="drafting"))
-    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta", reach=DELTA_TOP)
-    nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
-    mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0,
+    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta", reach=DELTA_TOP,
+                             also=(CoolSDJacobiRule,))  # (COOL-SD with or without a drafter: one setting)
+    nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu", also=(CoolSDJacobiRule,))
+    mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0, also=(CoolSDJacobiRule,),
                           extra={"interactive": not MEAN_OMEGA},
                           read=lambda v: None if v["mean_omega"] else v["mu"])  # (None: mean-normalised)
     mean_omega: bool = rule_setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", MEAN_OMEGA,
                                                      elem_id="mean-omega"), MEAN_OMEGA)  # (read by mu)
-    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int", also=(LanternRule,),
+    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int",
+                               also=(LanternRule, LanternPPJacobiRule),
                                high=lambda ctx: ctx.k_max)  # (the model's neighbour table bounds k)
-    lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda")
+    lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda",
+                                      also=(LanternPPJacobiRule,))
     overlay: bool = setting(lambda ctx: Spec("overlay: colour tokens by outcome", "bool", False, elem_id="overlay"))
     racers: list[str] = setting(_racers)
     uniform_delta: float = rule_knob(UniformRSDRule, "delta", "UniformRSD delta", "uniform-delta")
@@ -355,7 +363,8 @@ class RaceSettings:
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
     sjd_window: int = rule_knob(SJDRule, "window", "SJD window W (drafts per iteration)", "sjd-window",
-                                kind="int")  # (appended: older calls keep their meaning)
+                                kind="int", also=(CoolSDJacobiRule, LanternPPJacobiRule))  # (every no-drafter
+    # racer's window; appended after the others: older calls keep their meaning)
 
     @classmethod
     def names(cls) -> list[str]:

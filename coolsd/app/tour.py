@@ -128,6 +128,15 @@ STEPS = [
          "COOL-SD's τ at δ = 2 and L = 4 (Eagle-1's is shown beside it)?",
          _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7, "draft_len": 4}),
+    Step("Relax without a drafter",
+         "Relaxation does not need a trained drafter. **COOL-SD, no drafter** puts COOL-SD's relaxed test on SJD's "
+         "drafts: the target drafts a window for itself as in SJD, and each position j of the window gets "
+         "$a_j = \\min(1, \\omega_j p/q)$ with $\\omega_j$ over the window's depths (floored at 1) and the optimal "
+         "residual, the very maths of a chain round at depth j. Watch the **τ** and **speed-up vs AR** columns: "
+         "SJD's panel and this one draft the same way, only the test differs.",
+         "COOL-SD, no drafter: its τ at δ = 2 (SJD's is shown beside it)?",
+         _races(("cool-sd-jacobi", "sjd"), "mean_accepted_length"),
+         race={"racers": ["sjd", "cool-sd-jacobi"], "delta": 2.0, "nu": 0.7}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab opens on a precomputed sweep of COOL-SD's δ on "
          "this model: τ, speed-up, FID, how often the model's own classifier recognises the class asked for, and "

@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "iteration; each W also runs as 'SJD + reuse' unless --no-sjd-reuse)")
     g.add_argument("--sjd-reuse", action=argparse.BooleanOptionalAction, default=True,
                    help="also run 'SJD + reuse' (redrafts coupled with the previous drafts, lossless) at each W")
+    g.add_argument("--jacobi-cool-delta", type=_floats, default=[2.0, 4.0, 8.0],
+                   help="'COOL-SD, no drafter' deltas: COOL-SD's test on Jacobi drafts at each SJD window W "
+                        "(omega over the window's depths, floored at 1, G* residual; nu: --cool-nu)")
+    g.add_argument("--jacobi-lantern-lam", type=_floats, default=[5.0],
+                   help="'LANTERN++, no drafter' budgets lambda at each SJD window W (k: the first --lantern-k)")
     g.add_argument("--extra", nargs="*", default=TREE_SETTINGS,
                    help="more settings as 'rule[:name=value,...][@tree]' (default: the static-tree ones)")
     g.add_argument("--only", default=None, help="keep only settings whose label contains one of these "
@@ -282,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
-                                args.extra, args.sjd_window, args.sjd_reuse), args.only)
+                                args.extra, args.sjd_window, args.sjd_reuse, args.jacobi_cool_delta,
+                                args.jacobi_lantern_lam), args.only)
         bundle, classifier, stats = load_bundle(args, device)
         if args.classes is None:
             args.classes = list(range(len(bundle.class_names) or 10))

@@ -20,6 +20,7 @@ import numpy as np
 from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.decoding import variants
+from coolsd.decoding.rules import rule_class
 from coolsd.util.figures import QUALITY, pareto_figure
 from coolsd.util.format import number, shown
 
@@ -292,8 +293,13 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
 
 
 def _jacobi(r: dict) -> bool:
-    """An SJD setting: no drafter, so the tool's chain round is not its round."""
-    return (r.get("rule_config") or {}).get("rule", "").startswith("sjd")
+    """A setting on Jacobi drafts (SJD, COOL-SD or LANTERN++ without a drafter): no drafter, so the tool's chain
+    round is not its round."""
+    rule = (r.get("rule_config") or {}).get("rule")
+    try:
+        return bool(rule) and rule_class(rule).jacobi
+    except ValueError:  # (a rule this version does not know)
+        return False
 
 
 def time_split_markdown(split: list[dict], path: str) -> str:

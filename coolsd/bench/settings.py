@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import RULES, CoolSDRule, LanternPPRule, Rule, make_rule
+from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule, make_rule, rule_class
 
 VANILLA = "vanilla"  # vanilla AR: no drafter, one target forward per token (not a rule)
+COOL_SD = ("cool-sd", "cool-sd-jacobi")  # COOL-SD with a drafter and on Jacobi drafts: labels leave out nu = 0.7
+LANTERN_PP = ("lantern++", "lantern++-jacobi")  # LANTERN++ with a drafter and on Jacobi drafts: k in the family
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Setting:
         if self.rule is None:
             return VANILLA
         name = self.rule
-        if self.rule == "lantern++":
+        if self.rule in LANTERN_PP:
             name += f" k={self.kwargs.get('k', LanternPPRule.k)}"
         key = self.variant
         tag = variants.VARIANTS[key].tag if key else ""
@@ -60,12 +62,12 @@ class Setting:
         if self.rule is None:
             return VANILLA
         key = self.variant
-        hidden = set(variants.VARIANTS[key].fixed if key else ()) | ({"k"} if self.rule == "lantern++" else set())
+        hidden = set(variants.VARIANTS[key].fixed if key else ()) | ({"k"} if self.rule in LANTERN_PP else set())
         shown = {k: v for k, v in self.options if k not in hidden}
-        if shown.get("nu") == CoolSDRule.nu and self.rule == "cool-sd":
+        if shown.get("nu") == CoolSDRule.nu and self.rule in COOL_SD:
             shown.pop("nu")  # the paper's value, left out of labels
         parts = [self._name()] + [f"{k}={_fmt(v)}" for k, v in shown.items()]
-        jacobi = RULES[self.rule].jacobi  # (SJD: its window W is its draft length, named as window=W)
+        jacobi = rule_class(self.rule).jacobi  # (no drafter: its window W is its draft length, named as window=W)
         if self.tree is None and self.draft_len != DecodeConfig().draft_len and not jacobi:  # the default L: unnamed
             parts.append(f"L={self.draft_len}")
         if self.tree:
@@ -121,7 +123,7 @@ def parse_spec(text: str, draft_len: int = DecodeConfig.draft_len) -> Setting:
             raise ValueError(f"vanilla takes no options or tree, got {text!r}")
         return _setting(None, draft_len)
     setting = _setting(name, draft_len, tree.strip() or None, **options)
-    setting.build_rule(None if name != "lantern++" else _dummy_table(setting))  # fail early on bad options
+    setting.build_rule(None if name not in LANTERN_PP else _dummy_table(setting))  # fail early on bad options
     setting.decode_config()
     return setting
 
@@ -152,11 +154,15 @@ def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), la
           lantern_gstar: bool = True,
           uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = CoolSDRule.nu,
           cool_unclipped_delta: list[float] = (), extra: list[str] = (), sjd_window: list[int] = (),
-          sjd_reuse: bool = True) -> list[Setting]:
-    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, SJD, then the `extra` specs.
+          sjd_reuse: bool = True, jacobi_cool_delta: list[float] = (),
+          jacobi_lantern_lam: list[float] = ()) -> list[Setting]:
+    """Vanilla AR, Eagle-1, then every swept rule at chain length `draft_len`, the no-drafter rows, then the `extra`
+    specs.
 
     cool_delta: COOL-SD (floored at 1, the default); cool_unclipped_delta: the unclipped schedule;
-    sjd_window: SJD at each window W (its draft length), and "SJD + reuse" too when `sjd_reuse`.
+    sjd_window: SJD at each window W (its draft length), and "SJD + reuse" too when `sjd_reuse`; at each W as well,
+    COOL-SD on Jacobi drafts at each of `jacobi_cool_delta` (nu = `cool_nu`) and LANTERN++ on Jacobi drafts at each
+    of `jacobi_lantern_lam` (k: the first of `lantern_k`, else the rule's).
     """
     out = [_setting(None, draft_len), _setting("eagle-1", draft_len)]
     for k in lantern_k:
@@ -170,6 +176,12 @@ def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), la
             for d in cool_unclipped_delta]
     for key in ("sjd", "sjd-reuse") if sjd_reuse else ("sjd",):
         out += [_variant_setting(key, int(w), window=int(w)) for w in sjd_window]
+    for w in sjd_window:
+        out += [_variant_setting("cool-sd-jacobi", int(w), window=int(w), delta=float(d), nu=float(cool_nu))
+                for d in jacobi_cool_delta]
+        k = int(lantern_k[0]) if lantern_k else LanternPPRule.k
+        out += [_variant_setting("lantern++-jacobi", int(w), window=int(w), k=k, lam=float(lam))
+                for lam in jacobi_lantern_lam]
     out += [parse_spec(s, draft_len) for s in extra]
     labels = [s.label for s in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})

@@ -12,8 +12,9 @@ one token per step, so the predicted speed-up over vanilla AR is
 
     speed-up = E / (L c + V(L + 1)).
 
-SJD (Speculative Jacobi Decoding) has no drafter: an iteration is one target forward on the last committed token
-and its window of W drafts, so c = 0 and L = W: speed-up = E / V(W + 1).
+SJD (Speculative Jacobi Decoding), and every rule on Jacobi drafts (COOL-SD or LANTERN++ without a drafter), has no
+drafter: an iteration is one target forward on the last committed token and its window of W drafts, so c = 0 and
+L = W: speed-up = E / V(W + 1).
 
 It leaves out the image's first and last rounds (shorter), the time spent outside model calls
 (sampling, the rules) and the independence it assumes between depths: `compare_racers` puts the
@@ -91,7 +92,8 @@ class Costs:
         return predicted_speedup(accept, self.draft_cost, self.verify_cost(len(accept) + 1))
 
     def jacobi_speedup(self, accept: Sequence[float]) -> float:
-        """Predicted speed-up of Jacobi iterations (SJD) of window W = len(accept): E / V(W + 1), no drafter (c = 0);
+        """Predicted speed-up of Jacobi iterations (any rule on Jacobi drafts: SJD, COOL-SD or LANTERN++ without a
+        drafter) of window W = len(accept): E / V(W + 1), no drafter (c = 0);
         nan where W + 1 is beyond the measured curve."""
         if len(accept) + 1 > len(self.times.target_s):
             return math.nan
@@ -113,7 +115,7 @@ def compare_racers(racers: Sequence[Racer], costs: Costs, draft_len: int, refere
 
     reference: vanilla AR of the same race (its predicted speed-up is 1 by definition). Tree
     drafting is not modelled (chain=False: predictions are nan). windows: racer key -> W for the racers that
-    draft by Jacobi iteration (SJD: L = W, c = 0, whatever the race's drafting).
+    draft by Jacobi iteration (the no-drafter racers: L = W, c = 0, whatever the race's drafting).
     """
     rows, windows = [], windows or {}
     for r in racers:

@@ -4,7 +4,8 @@ A race records no detail (it stays as light as without this module). `rerun` dec
 recorded race again with the race's own settings and seed and `DecodeConfig(detail=True)`, so each
 event carries a `RoundDetail`; `matches` says whether the re-run committed the recorded tokens (a
 trace recorded on another machine may differ); `round_view` makes one round JSON-ready for the app
-and the API. Chain rounds and Jacobi iterations (SJD: the window, q from the last iteration, p now, the verdicts);
+and the API. Chain rounds and Jacobi iterations (the no-drafter racers, SJD, COOL-SD or LANTERN++ on Jacobi drafts:
+the window, q from the last iteration, p now, omega per window depth, the verdicts);
 a static-tree round has no detail (its view says so).
 
     events = rerun(trace, "cool-sd", target, drafter, cond, neighbours)   # RoundEvents with .detail
@@ -90,7 +91,8 @@ def residual_label(rule: Rule | None) -> str:
 
 
 def q_label(rule: Rule | None) -> str:
-    """Where a round's q came from, in words: the drafter, or (SJD, a Jacobi rule) the target one iteration late."""
+    """Where a round's q came from, in words: the drafter, or (a rule on Jacobi drafts) the target one iteration
+    late."""
     if rule is not None and rule.jacobi:
         return "q (the target's own row for that position, from the last iteration's forward)"
     return "q (drafter)"

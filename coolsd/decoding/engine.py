@@ -2,8 +2,11 @@
 
 Everything (app, benchmark, tests) drives this loop. A rule is an object (`coolsd.decoding.rules`); the
 drafting shape is data (`DecodeConfig.tree`): chain rounds in `coolsd.decoding.chain`, static trees in
-`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`. A rule whose drafts come from the
-target itself (`Rule.jacobi`: SJD) runs Jacobi iterations (`coolsd.decoding.jacobi`) and needs no drafter.
+`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`. Drafting and acceptance are independent:
+a rule with Jacobi settings (`Rule.jacobi`: SJD, COOL-SD or LANTERN++ without a drafter, any chain rule through
+`coolsd.decoding.rules.on_jacobi`) runs Jacobi iterations (`coolsd.decoding.jacobi`), its test per window position
+the chain rule's, and needs no drafter. A racer is the pair: its drafting is its rule's (the Jacobi settings, or the
+chain / tree of `DecodeConfig` the race shares), so racers of one race can draft differently.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
 
 def speculative_drafter(drafter: Drafter | None, rule: Rule | None) -> Drafter | None:
     """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused) and for a rule
-    that drafts with the target itself (SJD), else `drafter`, which a rule cannot do without (ValueError)."""
+    that drafts with the target itself (a Jacobi rule), else `drafter`, which a rule cannot do without (ValueError)."""
     if rule is None or rule.jacobi:
         return None
     if drafter is None:

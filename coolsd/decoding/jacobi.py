@@ -1,22 +1,32 @@
-"""Jacobi drafting (spec section 4b): Speculative Jacobi Decoding, the target drafting for itself one iteration late.
+"""Jacobi drafting (spec section 4b): the target drafting for itself one iteration late, under any chain rule.
 
-SJD (Teng et al., arXiv 2410.01699) needs no draft model. An iteration holds a window of W drafts for the
-positions after the committed prefix; draft x_j was drawn from q_j, the target's processed distribution for that
-position as the *previous* iteration's forward computed it. One target forward on [last committed, x_1..x_W]
-gives p_1..p_{W+1}; the rule (Eagle-1's lossless test for `SJDRule`) verifies x_1..x_W exactly as a chain round
-does (`coolsd.decoding.chain.verify`, the same code). Then the window moves past what was committed and every
-position gets its new q: the row this forward just computed for it (from a context that may hold rejected
-drafts), or, for a position no forward has computed, the rule's `init` ("last": the last row computed; "uniform").
+SJD (Speculative Jacobi Decoding, Teng et al., arXiv 2410.01699) needs no draft model. An iteration holds a window
+of W drafts for the positions after the committed prefix; draft x_j was drawn from q_j, the target's processed
+distribution for that position as the *previous* iteration's forward computed it. One target forward on
+[last committed, x_1..x_W] gives p_1..p_{W+1}; the rule verifies x_1..x_W exactly as a chain round does
+(`coolsd.decoding.chain.verify`, the same code: depth j = position in the window, draft_len = W). Then the window
+moves past what was committed and every position gets its new q: the row this forward just computed for it (from a
+context that may hold rejected drafts), or, for a position no forward has computed, the rule's `init` ("last":
+the last row computed; "uniform").
 
-Why lossless: at position j, q_j is fixed (a function of earlier forwards) before x_j is drawn from it, and the
-verified prefix is exactly the context p_j conditions on; that is all speculative sampling needs.
+Drafting and acceptance are independent: the rule is any chain rule with Jacobi settings
+(`coolsd.decoding.rules.JacobiDrafting`, `on_jacobi`): SJD is Eagle-1's test on these drafts, "COOL-SD, no
+drafter" COOL-SD's (omega over the window's depths, G* residual), "LANTERN++, no drafter" LANTERN++'s.
 
-"SJD + reuse" (`SJDRule.reuse`, ours, after SJD++'s reuse of drafts): instead of a fresh draw, a position keeps
+Why the per-position maths is the chain's: at position j, q_j is fixed (a function of earlier forwards, hence of
+the tokens and drafts at positions before j) before x_j is drawn from it, and the verified prefix is exactly the
+context p_j conditions on. So given everything at earlier positions, x_j ~ q_j and the token committed at j has
+the chain rule's step kernel at (p_j, q_j, depth j, W): P exactly for Eagle-1, the relaxed rule's own kernel (and
+its bound) for the others (tests/decoding/test_jacobi.py checks both against `coolsd.theory.jacobi_oracle`).
+
+"+ reuse" (`JacobiDrafting.reuse`, ours, after SJD++'s reuse of drafts): instead of a fresh draw, a position keeps
 its previous draft d (drawn from q_prev, never tested: it lay beyond the last rejection) with probability
 min(1, q(d) / q_prev(d)), else draws from Norm([q - q_prev]_+): a maximal coupling, so x is still a draw from q
-given everything the test conditions on (d was never tested, and no forward read d at its own position or
-before), and the test still uses q. Acceptance at the position is unchanged; the drafts after it more often
-keep the context the last forward saw, so their q already is their p.
+given everything at earlier positions (d was never tested, and given those, d ~ q_prev), and the test still uses q.
+What the coupling does break is independence from the previous draft d itself: given d, x_j is not a draw from
+q_j. Every rule here reads only p_j, q_j and x_j, so all run with reuse; a rule whose test read d (e.g. keeping a
+draft untested because it was drafted twice) would not be exact. Acceptance at the position is unchanged; the
+drafts after it more often keep the context the last forward saw, so their q already is their p.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from torch import Tensor
 from coolsd.decoding.chain import verify
 from coolsd.decoding.events import RoundEvent
 from coolsd.decoding.round import Session
-from coolsd.decoding.rules import SJDRule, normalise, pick
+from coolsd.decoding.rules import JacobiDrafting, normalise, pick
 
 
 def coupled_draw(q: Tensor, q_prev: Tensor, d: Tensor) -> Tensor:
@@ -46,7 +56,7 @@ class JacobiDrafts:
     drafts that forward read at positions base..: ids (k,) with the q each was drawn from, (k, V).
     """
 
-    def __init__(self, s: Session, rule: SJDRule) -> None:
+    def __init__(self, s: Session, rule: JacobiDrafting) -> None:
         self.s, self.rule = s, rule
         self.base = 0
         self.rows = s.first_probs  # (1, V) round 0's p of token 0

@@ -16,6 +16,10 @@ Eagle-1, UniformRSD/COOL-SD with omega >= 1 and LANTERN(++) accept a draft iff i
 argmax; COOL-SD at a depth with omega_i < 1 accepts a matching draft with probability omega_i and
 otherwise resamples the same argmax token (G* of a one-hot p is p).
 
+Drafting and acceptance are independent: any chain rule runs on Jacobi drafts (the target drafting for itself, no
+drafter) as its twin with Jacobi settings (`JacobiDrafting`, `on_jacobi`): SJD is Eagle-1's, "cool-sd-jacobi"
+COOL-SD's, "lantern++-jacobi" LANTERN++'s; depth is then the position in the window and draft_len its size W.
+
 A rule's fields are its settings: their defaults, and the range a control offers (`knob`: field metadata
 "ui"), live here, once; front ends read them from the dataclasses. A custom schedule's omega list as
 text has one grammar, `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5").
@@ -141,36 +145,6 @@ def knob(default, low: float, high: float, step: float):
     """A rule field whose default is `default` and whose control offers [low, high] in steps of `step` (field
     metadata "ui": what a front end shows; the rule's own checks in __post_init__ say what is valid)."""
     return field(default=default, metadata={"ui": (low, high, step)})
-
-
-JACOBI_INITS = ("last", "uniform")  # SJDRule.init: the proposal of a window position no forward has seen yet
-
-
-@dataclass(frozen=True)
-class SJDRule(EagleRule):
-    """Speculative Jacobi Decoding (SJD, arXiv 2410.01699; spec section 4b): Eagle-1's lossless test and residual on
-    drafts that come from the target itself, one iteration late (`coolsd.decoding.jacobi`); no draft model.
-
-    The fields configure the drafting, so a rule config names an SJD decoder fully (race, benchmark, traces):
-    window: W, drafts per iteration (one target forward of the last committed token + W drafts);
-    reuse: False = SJD (every draft drawn afresh from its q); True = "SJD + reuse" (ours, after SJD++): a position
-        keeps its previous draft with probability min(1, q(d) / q_prev(d)) (a maximal coupling of the two
-        proposals), so drafts the target still supports stay and the window can settle like greedy Jacobi decoding;
-    init: the proposal of a position no forward has computed yet: "last" (choice) = the last distribution the
-        target computed (the window's last row), "uniform" = 1/V.
-    """
-
-    name: ClassVar[str] = "sjd"
-    jacobi: ClassVar[bool] = True
-    window: int = knob(8, 1, 16, 1)  # W (the SJD paper's window for Lumina-mGPT is larger; small CPU models: 8)
-    reuse: bool = False
-    init: str = "last"
-
-    def __post_init__(self):
-        object.__setattr__(self, "window", check_int("SJD window W", self.window, 1, MAX_SCHEDULE_LEN))
-        check_bool("reuse", self.reuse)
-        if self.init not in JACOBI_INITS:
-            raise ValueError(f"init must be one of {', '.join(JACOBI_INITS)}, got {show(self.init)}")
 
 
 @dataclass(frozen=True)
@@ -458,6 +432,91 @@ class LanternRule(LanternPPRule):
         return torch.full_like(px, self.delta) if isinstance(px, Tensor) else self.delta
 
 
+# ---------------------------------------------------------------- any chain rule on Jacobi drafts (spec section 4b)
+JACOBI_INITS = ("last", "uniform")  # JacobiDrafting.init: the proposal of a window position no forward has seen yet
+
+
+@dataclass(frozen=True)
+class JacobiDrafting(Rule):
+    """Jacobi drafting's settings, mixed into a chain rule (`on_jacobi`): no draft model, the target drafts for itself
+    one iteration late (spec section 4b, `coolsd.decoding.jacobi`). The rule's test and residual are the chain rule's,
+    applied per window position j exactly as a chain round applies them at depth j given q_j: depth = j, draft_len = W.
+
+    window: W, drafts per iteration (one target forward of the last committed token + W drafts);
+    reuse: False = every draft drawn afresh from its q; True (ours, after SJD++): a position keeps its previous draft
+        with probability min(1, q(d) / q_prev(d)) (a maximal coupling of the two proposals), so drafts the target
+        still supports stay and the window can settle like greedy Jacobi decoding. The draft is still a draw from q
+        given every earlier position, which is all the test and residual at j read;
+    init: the proposal of a position no forward has computed yet: "last" (choice) = the last distribution the
+        target computed (the window's last row), "uniform" = 1/V.
+
+    A static tree cannot be drafted this way (one draft per position and iteration): a Jacobi rule ignores
+    `DecodeConfig.tree` and `draft_len` (its window is its draft length).
+    """
+
+    jacobi: ClassVar[bool] = True
+    window_name: ClassVar[str] = "Jacobi window W"  # how a bad window is named in its error
+    window: int = knob(8, 1, 16, 1)  # W (the SJD paper's window for Lumina-mGPT is larger; small CPU models: 8)
+    reuse: bool = False
+    init: str = "last"
+
+    def __post_init__(self):
+        object.__setattr__(self, "window", check_int(self.window_name, self.window, 1, MAX_SCHEDULE_LEN))
+        check_bool("reuse", self.reuse)
+        if self.init not in JACOBI_INITS:
+            raise ValueError(f"init must be one of {', '.join(JACOBI_INITS)}, got {show(self.init)}")
+        chain_checks = getattr(super(), "__post_init__", None)
+        if chain_checks is not None:
+            chain_checks()
+
+
+@dataclass(frozen=True)
+class SJDRule(JacobiDrafting, EagleRule):
+    """Speculative Jacobi Decoding (SJD, arXiv 2410.01699): Eagle-1's lossless test and residual on Jacobi drafts.
+    reuse=True is "SJD + reuse" (ours, lossless too)."""
+
+    name: ClassVar[str] = "sjd"
+    window_name: ClassVar[str] = "SJD window W"
+
+
+@dataclass(frozen=True)
+class CoolSDJacobiRule(JacobiDrafting, CoolSDRule):
+    """COOL-SD on Jacobi drafts ("COOL-SD, no drafter", ours): omega_i over the window's depths i = 1..W (mean
+    delta over the window, floored at 1 by default), G*_i residual; no trained drafter."""
+
+    name: ClassVar[str] = "cool-sd-jacobi"
+
+
+@dataclass(frozen=True)
+class LanternPPJacobiRule(JacobiDrafting, LanternPPRule):
+    """LANTERN++ on Jacobi drafts ("LANTERN++, no drafter", ours): the latent-neighbour test on self-drafted tokens."""
+
+    name: ClassVar[str] = "lantern++-jacobi"
+
+
+JACOBI_OF: dict[type[Rule], type[JacobiDrafting]] = {EagleRule: SJDRule, CoolSDRule: CoolSDJacobiRule,
+                                                     LanternPPRule: LanternPPJacobiRule}  # the named ones
+
+
+def jacobi_class(chain: type[Rule]) -> type[JacobiDrafting]:
+    """The Jacobi twin of chain rule class `chain`: its fields plus window, reuse and init, its name + "-jacobi"
+    (Eagle-1's is SJD). Made once per class; a rule that already drafts by Jacobi iteration is a ValueError."""
+    if chain.jacobi:
+        raise ValueError(f"{chain.name} already drafts by Jacobi iteration")
+    if chain not in JACOBI_OF:
+        body = {"name": f"{chain.name}-jacobi", "__module__": __name__,
+                "__doc__": f"{chain.__name__} on Jacobi drafts (`JacobiDrafting`)."}
+        JACOBI_OF[chain] = dataclass(frozen=True)(type(f"{chain.__name__}OnJacobi", (JacobiDrafting, chain), body))
+    return JACOBI_OF[chain]
+
+
+def on_jacobi(rule: Rule, window: int = JacobiDrafting.window, reuse: bool = False, init: str = "last") -> Rule:
+    """Chain rule `rule` run on Jacobi drafts (no drafter): the same settings, the same test and residual per
+    position, e.g. on_jacobi(CoolSDRule(delta=2), window=8) == CoolSDJacobiRule(delta=2, window=8)."""
+    chain = {f.name: getattr(rule, f.name) for f in fields(rule) if f.init}
+    return jacobi_class(type(rule))(**chain, window=window, reuse=reuse, init=init)
+
+
 _OMEGA_VALUES: dict[tuple, tuple[float, ...]] = {}  # omega_values' cache: settings -> omegas (no rule kept alive)
 
 
@@ -478,14 +537,26 @@ def omega_values(rule: Rule, depths: int, draft_len: int) -> list[float]:
 
 
 RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,
-                                                    LinearDecayRule, CustomScheduleRule, SJDRule)}
+                                                    LinearDecayRule, CustomScheduleRule, SJDRule, CoolSDJacobiRule,
+                                                    LanternPPJacobiRule)}  # the rules offered; any other chain
+# rule runs on Jacobi drafts too, as "<name>-jacobi" (`rule_class`)
+
+
+def rule_class(name: str) -> type[Rule]:
+    """The rule class of slug `name`: one of RULES, or "<chain rule>-jacobi" (its `jacobi_class`); else ValueError."""
+    if name in RULES:
+        return RULES[name]
+    chain = RULES.get(name.removesuffix("-jacobi")) if isinstance(name, str) and name.endswith("-jacobi") else None
+    if chain is None or chain.jacobi:
+        raise ValueError(f"unknown rule {name!r}; choose one of {sorted(RULES)} (or a chain rule's name + '-jacobi')")
+    return jacobi_class(chain)
 
 
 def make_rule(name: str, **kwargs) -> Rule:
-    """Build a rule by slug: make_rule("cool-sd", delta=2.0, nu=0.7). Unknown names/fields raise ValueError."""
-    if name not in RULES:
-        raise ValueError(f"unknown rule {name!r}; choose one of {sorted(RULES)}")
+    """Build a rule by slug: make_rule("cool-sd", delta=2.0, nu=0.7), make_rule("cool-sd-jacobi", delta=2, window=8).
+    Unknown names/fields raise ValueError."""
+    cls = rule_class(name)
     try:
-        return RULES[name](**kwargs)
+        return cls(**kwargs)
     except TypeError as err:
         raise ValueError(f"bad options for rule {name!r}: {err}") from None

@@ -2,9 +2,10 @@
 
 A *variant* is a named way of running one rule of `coolsd.decoding.rules`: "cool-sd" is COOL-SD
 floored at 1 (the rule's default), "cool-sd-unclipped" the same schedule without the floor,
-"lantern++-gstar" LANTERN++ with the G* residual, "sjd" Speculative Jacobi Decoding (the target drafts for
-itself, no drafter) and "sjd-reuse" the same with its redrafts coupled to the previous drafts, "vanilla" no rule
-at all. Every front end reads
+"lantern++-gstar" LANTERN++ with the G* residual, "vanilla" no rule at all. The "no drafter" group drafts by
+Jacobi iteration (the target drafts for itself, spec section 4b): "sjd" Speculative Jacobi Decoding (Eagle-1's
+test), "sjd-reuse" the same with its redrafts coupled to the previous drafts, "cool-sd-jacobi" COOL-SD's relaxed
+test and "lantern++-jacobi" LANTERN++'s on those drafts: relaxation needs no trained drafter. Every front end reads
 this table: the app's racers, the quality lab, the schedule explorer, the benchmark's settings and
 labels, the plots and the How tab. A variant builds its rule from options named by the rule's own
 dataclass fields (any left out: the rule's default) plus the variant's `fixed` options (what makes it
@@ -56,6 +57,11 @@ class Variant:
     racer: bool = True
 
     @property
+    def no_drafter(self) -> bool:
+        """Whether it races without a drafter: its rule drafts by Jacobi iteration (the "no drafter" group)."""
+        return self.rule is not None and rules.rule_class(self.rule).jacobi
+
+    @property
     def name(self) -> str:
         """The label without its parenthesis: "Eagle-1 (lossless)" -> "Eagle-1"."""
         return self.label.split(" (")[0]
@@ -88,11 +94,17 @@ VARIANTS: dict[str, Variant] = {v.key: v for v in (
     Variant("custom", "Custom schedule", "#8c564b", "custom"),
     Variant("sjd", "SJD (no drafter, lossless)", "#e377c2", "sjd", {"reuse": False}),
     Variant("sjd-reuse", "SJD + reuse (ours, lossless)", "#bcbd22", "sjd", {"reuse": True}, tag="reuse"),
+    Variant("cool-sd-jacobi", "COOL-SD, no drafter", "#8b0000", "cool-sd-jacobi",
+            {"floor_at_one": True, "residual_kind": "optimal"}, "delta"),
+    Variant("lantern++-jacobi", "LANTERN++, no drafter", "#006400", "lantern++-jacobi",
+            {"residual_kind": "published"}, "lam"),
 )}
 ALIASES = {"cool-sd-floor": "cool-sd"}  # old keys (share links, API calls) -> the variant they named
-RACERS = [key for key, v in VARIANTS.items() if v.racer]  # the Race tab's choices, in this order
+RACERS = [key for key, v in VARIANTS.items() if v.racer]  # the Race tab's choices, in this order (no drafter: last)
+NO_DRAFTER = [key for key in RACERS if VARIANTS[key].no_drafter]  # the "no drafter" group of racers
 COLOURS = {key: v.colour for key, v in VARIANTS.items()} | {a: VARIANTS[k].colour for a, k in ALIASES.items()}
 assert rules.CoolSDRule.floor_at_one is VARIANTS["cool-sd"].fixed["floor_at_one"], "'cool-sd' is the rule's default"
+assert RACERS[-len(NO_DRAFTER):] == NO_DRAFTER, "the no-drafter racers are one group, the last choices"
 for _variant in VARIANTS.values():  # its strength and fixed options name fields of its rule (else: ValueError)
     _variant.rule_options(dict.fromkeys([*_variant.fixed, *[_variant.strength] * bool(_variant.strength)]))
 

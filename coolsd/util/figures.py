@@ -29,7 +29,8 @@ def pareto_figure(rows: list[dict], title: str):
     for j, (family, pts) in enumerate(families.items()):
         color = "black" if family == VANILLA else palette[j % len(palette)]
         symbol = "star" if family == VANILLA else ("diamond" if "tree" in family else
-                                                   "square" if family.startswith("sjd") else "circle")  # SJD: square
+                                                   "square" if family.startswith("sjd") or "jacobi" in family
+                                                   else "circle")  # no drafter (Jacobi drafts): square
         for row, (quality, noise) in enumerate(QUALITY.items(), start=1):
             for col, axis in ((1, "speedup"), (2, "tau")):
                 fig.add_trace(go.Scatter(

@@ -557,6 +557,22 @@ def test_share_link_round_trip_restores_every_setting():
     assert set(restored) == set(RaceSettings.names())  # every control travels
 
 
+def test_share_link_carries_the_no_drafter_racers():
+    """The no-drafter group (SJD and the relaxed rules on Jacobi drafts) travels in a link; COOL-SD without a drafter
+    races at COOL-SD's delta and nu and the no-drafter window."""
+    from coolsd.app import share
+    from coolsd.decoding.rules import CoolSDJacobiRule
+
+    values = kwargs(racers=["cool-sd", "sjd", "cool-sd-jacobi", "lantern++-jacobi"], delta=4.0, nu=0.5, sjd_window=6)
+    params = dict(__import__("urllib.parse").parse.parse_qsl(share.share_query(APP.ctx, values)[1:],
+                                                             keep_blank_values=True))
+    restored, errors = share.parse_query(APP.ctx, params, ["race", "theory"])
+    assert not errors and restored == values
+    rules = RaceSettings.check(APP.ctx, restored).plan(APP.ctx).rules
+    assert rules["cool-sd-jacobi"] == CoolSDJacobiRule(delta=4.0, nu=0.5, window=6)
+    assert rules["lantern++-jacobi"].window == 6 and rules["lantern++-jacobi"].neighbours is not None
+
+
 def test_api_replay_trace_strip_and_share_link(client):
     import json
 

@@ -7,6 +7,7 @@ import math
 
 import gradio as gr
 import pytest
+import torch
 from demo_app import RaceAPI, tiny_demo
 
 from coolsd.app.microscope import MicroscopePanel
@@ -14,6 +15,7 @@ from coolsd.app.settings import RaceSettings
 from coolsd.compare.microscope import recorded, rerun, residual_label, round_view, rule_of
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.rules import CoolSDJacobiRule
 from coolsd.util.jsonsafe import json_safe
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -94,6 +96,23 @@ def test_an_sjd_round_is_one_jacobi_iteration(drafting):
         assert {k: payload[k] for k in ("depths", "n_accepted", "token")} == json_safe(
             {k: v for k, v in round_view(events[1], trace.grid, "").items() if k in ("depths", "n_accepted", "token")})
         assert any("last iteration" in t.name for t in bars.data) or payload["last"] == "bonus"
+
+
+def test_a_relaxed_round_without_a_drafter_is_one_jacobi_iteration():
+    """COOL-SD and LANTERN++ on Jacobi drafts: the microscope shows the window with q from the last iteration, and
+    COOL-SD's omega over the window's depths (W = 5) with the G* residual."""
+    settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["cool-sd-jacobi", "lantern++-jacobi"],
+                                                          "seed": 2, "sjd_window": 5, "delta": 4.0}
+    trace = list(RaceAPI(APP).race(**settings))[-1].trace
+    rule = trace.settings["rules"]["cool-sd-jacobi"]
+    assert (rule["rule"], rule["window"], rule["delta"]) == ("cool-sd-jacobi", 5, 4.0)
+    for key in ("cool-sd-jacobi", "lantern++-jacobi"):
+        *_, header, payload, _ = PANEL.view(key, 1, trace, {})
+        assert payload["matches_race"] is True and "last iteration" in payload["q_from"] and "last iteration" in header
+    payload = PANEL.view("cool-sd-jacobi", 1, trace, {})[5]
+    omega = CoolSDJacobiRule(delta=4.0, window=5).omega(torch.arange(1, 6), 5).tolist()
+    assert [d["omega"] for d in payload["depths"]] == pytest.approx(omega[: payload["n_drafted"]])
+    assert "G*" in payload["residual"]
 
 
 def test_opening_picks_a_decoder_and_a_click_finds_its_round(trace):

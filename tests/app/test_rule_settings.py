@@ -15,8 +15,10 @@ from coolsd.app import racers
 from coolsd.app.settings import RaceSettings, make_racer_rule, make_rules, rule_options, rule_spec
 from coolsd.decoding import variants
 from coolsd.decoding.rules import (
+    CoolSDJacobiRule,
     CoolSDRule,
     CustomScheduleRule,
+    LanternPPJacobiRule,
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
@@ -54,7 +56,9 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     ("lantern_k", LanternPPRule, "k"), ("lantern_k", LanternRule, "k"), ("lantern_lambda", LanternPPRule, "lam"),
     ("uniform_delta", UniformRSDRule, "delta"), ("linear_delta", LinearDecayRule, "delta"),
     ("linear_slope", LinearDecayRule, "slope"), ("custom_omegas", CustomScheduleRule, "omegas"),
-    ("sjd_window", SJDRule, "window"),
+    ("sjd_window", SJDRule, "window"), ("delta", CoolSDJacobiRule, "delta"), ("lantern_k", LanternPPJacobiRule, "k"),
+    ("lantern_lambda", LanternPPJacobiRule, "lam"), ("sjd_window", CoolSDJacobiRule, "window"),
+    ("sjd_window", LanternPPJacobiRule, "window"),
 ])
 def test_each_argument_sets_its_rule_field_with_the_rules_default(name, rule, field):
     meta = rule_fields()[name]
@@ -96,6 +100,8 @@ def test_no_settings_build_the_default_rules():
     ("uniform-rsd", UniformRSDRule(delta=1.5)), ("linear-decay", LinearDecayRule(delta=2.5, slope=0.25)),
     ("custom", CustomScheduleRule((4.0, 2.0, 1.0))), ("eagle-1", variants.rules.EagleRule()),
     ("sjd", SJDRule(window=5)), ("sjd-reuse", SJDRule(window=5, reuse=True)),
+    ("cool-sd-jacobi", CoolSDJacobiRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=True, window=5)),
+    ("lantern++-jacobi", LanternPPJacobiRule(k=3, lam=7.0, residual_kind="published", window=5)),
 ])
 def test_each_racer_at_non_default_settings_is_the_rule_built_by_hand(key, expected):
     rule = make_racer_rule(CTX, key, {**SETTINGS, "racers": [key], "seed": 3})  # (other settings: not read)

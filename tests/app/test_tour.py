@@ -26,7 +26,9 @@ LAB_STEPS = [j for j, s in enumerate(tour.STEPS) if s.lab is not None]
 # a symbol the texts use -> the race control / the lab control it names
 RACE_SYMBOLS = {"δ": "delta", "ν": "nu", "λ": "lantern_lambda", "L": "draft_len"}
 LAB_SYMBOLS = {"δ": "relaxation", "λ": "relaxation"}
-DECODERS = {"Eagle-1": "eagle-1", "LANTERN++": "lantern++", "COOL-SD": "cool-sd", "SJD": "sjd"}
+# decoder names a question may use (a longer name first: "COOL-SD, no drafter" is not COOL-SD)
+DECODERS = {"COOL-SD, no drafter": "cool-sd-jacobi", "Eagle-1": "eagle-1", "LANTERN++": "lantern++",
+            "COOL-SD": "cool-sd", "SJD": "sjd"}
 CLAIM = re.compile(r"(δ|ν|λ|L) = (\d+(?:\.\d+)?)")
 
 
@@ -93,7 +95,7 @@ def test_every_step_sets_the_controls_its_text_claims_and_the_run_uses_them(j):
     assert set_to.pop("tab") == ("race" if step.lab is None else "lab")  # the tab to watch is opened
     race_values = {n: v for n, v in set_to.items() if not n.startswith("lab.")}
     assert race_values == defaults | (step.race or {})  # every other race control back to its default
-    named = [key for name, key in DECODERS.items() if name in step.question]
+    named = mentions(step.question)
     assert named, step.question  # every challenge names the decoder it asks about
     if step.lab is None:
         for symbol, value in claims(step).items():
@@ -117,7 +119,7 @@ def test_every_step_sets_the_controls_its_text_claims_and_the_run_uses_them(j):
 def test_the_reveal_puts_the_runs_measured_value_beside_the_guess(j):
     step = tour.STEPS[j]
     _, shown, stats = _run_step(j, 2.25)
-    (key,) = [key for name, key in DECODERS.items() if step.question.startswith(name)]
+    key = key_first(step)
     # a question may name a second decoder "shown beside it" (the Look-alikes step): its value follows
     beside = [key for name, key in DECODERS.items() if f"{name}'s" in step.question and key != key_first(step)]
     vanilla = stats["decoders"]["vanilla"]
@@ -136,6 +138,16 @@ def test_the_reveal_puts_the_runs_measured_value_beside_the_guess(j):
 def key_first(step) -> str:
     """The decoder a question starts with (the one the guess is about)."""
     return next(key for name, key in DECODERS.items() if step.question.startswith(name))
+
+
+def mentions(text: str) -> list[str]:
+    """The decoders a text names, a longer name hiding a shorter one inside it."""
+    found = []
+    for name, key in DECODERS.items():
+        if name in text:
+            found.append(key)
+            text = text.replace(name, "")
+    return found
 
 
 def test_the_reveal_reads_the_payload_and_says_when_nothing_is_measured():

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from coolsd.bench import main
+from coolsd.bench.cli import select
 from coolsd.bench.report import (
     SPEEDUP_NAME,
     claims,
@@ -48,6 +49,25 @@ def test_sweep_covers_every_family_with_unique_labels():
     other = DecodeConfig().draft_len + 2
     assert [s.label for s in sweep(other, cool_delta=[2])] == ["vanilla", f"eagle-1 L={other}",
                                                               f"cool-sd delta=2 L={other}"]
+
+
+def test_sweep_puts_the_relaxed_no_drafter_rows_beside_sjd():
+    """At each SJD window W: SJD, SJD + reuse, COOL-SD on Jacobi drafts at each delta, LANTERN++ on Jacobi drafts at
+    each lambda (k: the first swept k); W is their draft length, named once as window=W; `--only jacobi` keeps
+    them (and vanilla)."""
+    settings = sweep(3, [5], [], False, [], [], 0.7, [], [], [4, 8], True, [2.0, 8.0], [5.0])
+    labels = [s.label for s in settings]
+    assert labels[2:] == ["sjd window=4", "sjd window=8", "sjd reuse window=4", "sjd reuse window=8",
+                          "cool-sd-jacobi delta=2 window=4", "cool-sd-jacobi delta=8 window=4",
+                          "lantern++-jacobi k=5 lam=5 window=4", "cool-sd-jacobi delta=2 window=8",
+                          "cool-sd-jacobi delta=8 window=8", "lantern++-jacobi k=5 lam=5 window=8"]
+    cool = next(s for s in settings if s.label == "cool-sd-jacobi delta=2 window=8")
+    assert cool.draft_len == 8 and cool.variant == "cool-sd-jacobi" and cool.family == "cool-sd-jacobi"
+    assert cool.build_rule(None).config() == {"rule": "cool-sd-jacobi", "delta": 2.0, "nu": 0.7, "mu": None,
+                                              "floor_at_one": True, "residual_kind": "optimal", "window": 8,
+                                              "reuse": False, "init": "last"}
+    assert [s.label for s in select(settings, "jacobi")] == ["vanilla", *[x for x in labels if "jacobi" in x]]
+    assert parse_spec("cool-sd-jacobi:delta=4,window=6", 6).label == "cool-sd-jacobi delta=4 window=6"
 
 
 def test_parse_spec():
@@ -131,7 +151,9 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
     eagle = _row("eagle-1 L=2", "eagle-1", 1.0, 0.7, tau=2.0) | {"seconds": 0.6, "target_forwards": 64.0,
                                                                   "outside_share": 0.4, "draft_len": 2}
     others = [eagle | {"setting": "eagle-1 L=3", "draft_len": 3}, eagle | {"setting": "tree", "tree": "binary-2"},
-              eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}}]
+              eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}},
+              eagle | {"setting": "cool-sd-jacobi", "family": "cool-sd-jacobi",
+                       "rule_config": {"rule": "cool-sd-jacobi"}}]
     limit = {"draft_len": 2, "path": "fused", "ratios": {"eager": {"round_per_step": 3.0},
                                                          "fused": {"round_per_step": 1.5}}}
     split = time_split([vanilla, eagle, *others], limit)
@@ -251,7 +273,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def test_command_end_to_end(scorer, tmp_path):
-    """The default sweep (32 settings) on the tiny model writes every output and the README section.
+    """The default sweep (38 settings) on the tiny model writes every output and the README section.
 
     About 10 s on an idle 2-core CPU (no timed assert: the machine is shared)."""
     readme = tmp_path / "README.md"
@@ -264,8 +286,11 @@ def test_command_end_to_end(scorer, tmp_path):
         assert (out / name).stat().st_size > 0, name
     rows = _read_jsonl(out / "results.jsonl")
     by = {r["setting"]: r for r in rows}
-    assert len(rows) == 34 and all(r["n_images"] == 4 for r in rows)  # (with SJD and SJD + reuse at W = 8)
-    assert {"sjd window=8", "sjd reuse window=8"} <= set(by) and by["sjd window=8"]["draft_forwards"] == 0
+    assert len(rows) == 38 and all(r["n_images"] == 4 for r in rows)  # (with the 6 no-drafter rows at W = 8)
+    no_drafter = {"sjd window=8", "sjd reuse window=8", "cool-sd-jacobi delta=2 window=8",
+                  "cool-sd-jacobi delta=4 window=8", "cool-sd-jacobi delta=8 window=8",
+                  "lantern++-jacobi k=5 lam=5 window=8"}
+    assert no_drafter <= set(by) and all(by[name]["draft_forwards"] == 0 for name in no_drafter)
     assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
     # the per-setting numbers recomputed from the per-image records (items.jsonl, rounded to 6 digits)
     items = _read_jsonl(out / "items.jsonl")
@@ -279,12 +304,12 @@ def test_command_end_to_end(scorer, tmp_path):
         assert r["cpu_seconds"] > 0 and r["n_timed"] == 3
         assert r["speedup_stat"] == SPEEDUP_NAME and "speedup_median" not in r and "speedup_cpu" not in r
     warm = [r for r in items if r["warm_up"]]
-    assert len(warm) == 34 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
+    assert len(warm) == 38 and {(r["cls"], r["seed"]) for r in warm} == {(0, 0)}
     # the tiny drafter helps: every speculative setting needs fewer target forwards than tokens
     assert all(r["tau"] > 1 for r in rows if r["setting"] != "vanilla")
     assert by["cool-sd delta=2"]["rule_config"] == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
                                                    "floor_at_one": True, "residual_kind": "optimal"}
-    assert len(_read_jsonl(out / "items.jsonl")) == 34 * 4
+    assert len(_read_jsonl(out / "items.jsonl")) == 38 * 4
     found = json.loads((out / "claims.json").read_text())
     assert {c["claim"] for c in found["claims"]} == {"cool_dominates_uniform", "cool_beats_lantern",
                                                    "gstar_improves_lantern"}

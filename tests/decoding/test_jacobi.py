@@ -1,14 +1,18 @@
-"""Jacobi drafting (spec section 4b): SJD and "SJD + reuse" keep the target's distribution exactly.
+"""Jacobi drafting (spec section 4b): SJD and "SJD + reuse" keep the target's distribution exactly; relaxed rules
+on Jacobi drafts (COOL-SD, LANTERN++ without a drafter) give exactly the Jacobi oracle's distribution.
 
 The engine's own output distribution is enumerated (`tests/exact_engine.py`: every random draw it makes, no
 sampling noise) and compared with P over whole sequences, which fixes P's conditional at every position, interior
 ones included, at the default and at non-default sampling (CFG, temperature, top-k, top-p, all, greedy; the
-processed tables of `test_sampling_exact`, computed there in numpy from spec section 1). Then the drafting against
-a two-iteration example worked by hand, and the events a Jacobi iteration reports.
+processed tables of `test_sampling_exact`, computed there in numpy from spec section 1). A relaxed rule is compared
+with `coolsd.theory.jacobi_oracle` (written from the spec: the chain rule's maths at each window position given its
+q); since its output depends on q, the check has the power SJD's lacks: a q from the wrong iteration fails it. Then
+the drafting against a two-iteration example worked by hand, and the events a Jacobi iteration reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -19,7 +23,9 @@ from test_sampling_exact import SAMPLINGS, GuidedTarget, guided_models, processe
 
 from coolsd import DecodeConfig, SamplingConfig, run, sequence_probs
 from coolsd.decoding import jacobi
-from coolsd.decoding.rules import EagleRule, SJDRule
+from coolsd.decoding.neighbours import neighbour_table
+from coolsd.decoding.rules import CoolSDJacobiRule, CoolSDRule, EagleRule, LanternPPJacobiRule, SJDRule, on_jacobi
+from coolsd.theory.jacobi_oracle import exact_jacobi
 from coolsd.theory.tabular import TabularLM, random_tables
 
 SJD_CASES = {
@@ -84,6 +90,97 @@ def test_keeping_drafts_without_the_coupling_is_biased(monkeypatch):
     dist, _ = engine_distribution(target, None, SJDRule(window=3), 6, DecodeConfig(), monkeypatch,
                                   max_paths=100_000)
     assert 0.5 * float((dist - p_of(target, SamplingConfig())).abs().sum()) > 1e-2
+
+
+# ---------------------------------------------------------------- relaxed rules on Jacobi drafts: the Jacobi oracle
+def relaxed_rule(case: str, codebook: torch.Tensor, window: int):
+    """A relaxed rule offered on Jacobi drafts, at settings where it relaxes at every window depth; LANTERN++
+    pools over the neighbours of `codebook` (V, C)."""
+    if case == "lantern++-jacobi":
+        return LanternPPJacobiRule(k=1, lam=3.0, window=window).with_neighbours(neighbour_table(codebook))
+    return {"cool-sd-jacobi": CoolSDJacobiRule(delta=2.0, window=window),
+            "cool-sd-jacobi-unclipped": CoolSDJacobiRule(delta=1.5, nu=1.0, floor_at_one=False, window=window),
+            "cool-sd-jacobi-uniform-init": CoolSDJacobiRule(delta=2.0, window=window, init="uniform")}[case]
+
+
+def oracle_of(target: GuidedTarget, sampling: SamplingConfig, rule):
+    """`exact_jacobi` on the processed target (numpy tables of spec section 1)."""
+    tables = TabularLM(processed_tables(target, sampling), target.vocab_size, target.num_tokens)
+    return exact_jacobi(tables, rule, p_of(target, sampling))
+
+
+@pytest.mark.parametrize("sampling_name", ["default", "all"])
+@pytest.mark.parametrize("case", ["cool-sd-jacobi", "cool-sd-jacobi-unclipped", "cool-sd-jacobi-uniform-init",
+                                  "lantern++-jacobi"])
+def test_relaxed_jacobi_is_the_oracle(monkeypatch, case, sampling_name):
+    """V = 3, T = 4, W = 2: the engine's exact output is the oracle's, which is not P (the rule relaxes)."""
+    target, _ = guided_models(seed=3)
+    sampling = ALL_SAMPLINGS[sampling_name]
+    rule = relaxed_rule(case, target.codebook, 2)
+    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(), monkeypatch, sampling=sampling)
+    oracle = oracle_of(target, sampling, rule)
+    assert float((dist - oracle.dist).abs().max()) <= 1e-12, (case, sampling_name)
+    assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
+    assert oracle.tv > 1e-3 and oracle.tv <= oracle.bound + 1e-12
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh", "reuse"])
+@pytest.mark.parametrize("case", ["cool-sd-jacobi", "lantern++-jacobi"])
+def test_relaxed_jacobi_with_drafts_carried_over_is_the_oracle(monkeypatch, case, reuse):
+    """Interior windows whose q and (reuse) drafts come from earlier iterations: V = 2, T = 6, W = 3 (COOL-SD);
+    V = 3, T = 5, W = 2 (LANTERN++: a neighbour to pool needs V >= 3)."""
+    v, t, w = (2, 6, 3) if case == "cool-sd-jacobi" else (3, 5, 2)
+    target = guided_target(v, t, seed=1)
+    rule = dataclasses.replace(relaxed_rule(case, torch.tensor([[0.0], [1.0], [2.5]])[:v], w), reuse=reuse)
+    dist, _ = engine_distribution(target, None, rule, t, DecodeConfig(), monkeypatch, max_paths=100_000)
+    oracle = oracle_of(target, SamplingConfig(), rule)
+    assert float((dist - oracle.dist).abs().max()) <= 1e-12
+    assert oracle.tv > 1e-3 and oracle.tv <= oracle.bound + 1e-12
+
+
+def stale_rows(monkeypatch) -> None:
+    """A deliberately wrong Jacobi update: the proposals come from the iteration before the last."""
+    one_iteration = jacobi.JacobiDrafts.round
+
+    def round_with_stale_rows(self, index):
+        older = getattr(self, "older", (self.base, self.rows))
+        event = one_iteration(self, index)
+        self.older, (self.base, self.rows) = (self.base, self.rows), older
+        return event
+
+    monkeypatch.setattr(jacobi.JacobiDrafts, "round", round_with_stale_rows)
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh", "reuse"])
+def test_q_from_the_wrong_iteration_fails_the_relaxed_check(monkeypatch, reuse):
+    """The check has power: with q from the iteration before the last the relaxed output leaves the oracle, while
+    SJD's stays P (Eagle-1 is exact for any q fixed before the draw, so only a relaxed rule can see this)."""
+    target = guided_target(2, 6, seed=1)
+    cool = CoolSDJacobiRule(delta=2.0, window=3, reuse=reuse)
+    sjd = SJDRule(window=3, reuse=reuse)
+    with monkeypatch.context() as wrong:
+        stale_rows(wrong)
+        dist, _ = engine_distribution(target, None, cool, 6, DecodeConfig(), monkeypatch, max_paths=100_000)
+        lossless, _ = engine_distribution(target, None, sjd, 6, DecodeConfig(), monkeypatch, max_paths=100_000)
+    assert 0.5 * float((dist - oracle_of(target, SamplingConfig(), cool).dist).abs().sum()) > 1e-2
+    assert float((lossless - p_of(target, SamplingConfig())).abs().max()) <= 1e-12
+
+
+def test_the_oracle_keeps_p_for_sjd():
+    """The oracle itself: Eagle-1's test on Jacobi drafts is P (with or without reuse, either init); a relaxed rule
+    leaves P within its bound and commits more per forward; every iteration commits its accepted drafts + 1 token,
+    so the accepted drafts add up to T - E[forwards]."""
+    target = TabularLM(random_tables(3, 5, seed=7)[0].table, 3, 5)
+    p = sequence_probs(target)
+    for rule in (SJDRule(window=2), SJDRule(window=3, reuse=True), SJDRule(window=3, init="uniform")):
+        result = exact_jacobi(target, rule, p)
+        assert float((result.dist - p).abs().max()) <= 1e-12 and result.bound <= 1e-12
+    sjd, cool = exact_jacobi(target, SJDRule(window=3), p), exact_jacobi(target, CoolSDJacobiRule(window=3), p)
+    assert cool.tau > sjd.tau > 1 and 0 < cool.tv <= cool.bound
+    for result in (sjd, cool):
+        assert math.isclose(sum(result.depth_accepts), 5 - result.expected_rounds, abs_tol=1e-12)
+        assert list(result.depth_tests) == sorted(result.depth_tests, reverse=True)  # deeper: reached less often
+    assert on_jacobi(CoolSDRule(), window=3) == CoolSDJacobiRule(window=3)
 
 
 def test_coupled_draw_is_q_on_average_and_keeps_what_q_allows():
@@ -194,14 +291,17 @@ def jacobi_decode(target, rule, **kw):
 
 
 # ---------------------------------------------------------------- events and the engine's contract
-def test_sjd_needs_no_drafter_and_ignores_one_given():
+@pytest.mark.parametrize("rule", [SJDRule(window=3), CoolSDJacobiRule(delta=4.0, window=3)], ids=["sjd", "cool"])
+def test_jacobi_needs_no_drafter_and_ignores_one_given(rule):
     target, drafter = random_tables(4, 6, seed=2)
-    alone = run(target, None, SJDRule(window=3), num_tokens=6, seed=5)
-    given = run(target, drafter, SJDRule(window=3), num_tokens=6, seed=5)
-    assert alone.tokens.tolist() == given.tokens.tolist() and drafter.length == 0
-    events = list(jacobi_decode(target, SJDRule(window=3)))
+    alone = run(target, None, rule, num_tokens=6, seed=5)
+    given = run(target, drafter, rule, num_tokens=6, seed=5, config=DecodeConfig(draft_len=1, tree="binary-2"))
+    assert alone.tokens.tolist() == given.tokens.tolist() and drafter.length == 0  # (its window, not L or a tree)
+    events = list(jacobi_decode(target, rule))
     assert all(e.draft_forwards == 0 and e.target_forwards == 1 and e.n_drafted <= 3 for e in events)
     assert sum(len(e.tokens) for e in events) == 6
+    full = [e.omega.tolist() for e in events if e.n_drafted == 3]  # omega over the window's depths, L = W
+    assert full and all(w == rule.omega(torch.arange(1, 4), 3).tolist() for w in full)
 
 
 def test_a_window_longer_than_the_image_drafts_what_is_left():
@@ -210,12 +310,14 @@ def test_a_window_longer_than_the_image_drafts_what_is_left():
     assert events[1].n_drafted == 2 and events[1].omega.tolist() == [1.0, 1.0]
 
 
-def test_greedy_sjd_is_vanilla_greedy():
-    """Temperature 0: p and q one-hot, so SJD commits the target's argmax everywhere (Jacobi decoding)."""
+def test_greedy_jacobi_is_vanilla_greedy():
+    """Temperature 0: p and q one-hot, so SJD, and COOL-SD (floored) and LANTERN++ on Jacobi drafts, commit the
+    target's argmax everywhere (Jacobi decoding)."""
     target, _ = random_tables(3, 7, seed=4)
     greedy = SamplingConfig(temperature=0.0)
     vanilla = run(target, None, None, num_tokens=7, sampling=greedy).tokens.tolist()
-    for rule in (SJDRule(window=3), SJDRule(window=4, reuse=True)):
+    lantern = LanternPPJacobiRule(k=1, lam=5.0, window=3).with_neighbours(neighbour_table(target.codebook))
+    for rule in (SJDRule(window=3), SJDRule(window=4, reuse=True), CoolSDJacobiRule(delta=8.0, window=3), lantern):
         assert run(target, None, rule, num_tokens=7, sampling=greedy, seed=3).tokens.tolist() == vanilla
 
 

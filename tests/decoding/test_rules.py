@@ -18,10 +18,12 @@ from coolsd.decoding.rules import (
     LanternRule,
     UniformRSDRule,
     g_star,
+    jacobi_class,
     lossless_residual,
     make_rule,
     normalise,
     omega_values,
+    on_jacobi,
     pick,
 )
 from coolsd.theory.oracle import rule_step
@@ -29,7 +31,9 @@ from coolsd.theory.oracle import rule_step
 V, L = 8, 3  # codebook size and draft length of the contract batches
 RULE_VARIANTS = {"cool-sd": [{"residual_kind": "lossless"}, {"floor_at_one": False}],
                   "lantern++": [{"residual_kind": "optimal"}], "lantern": [{"residual_kind": "optimal"}],
-                  "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}]}
+                  "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}],
+                  "cool-sd-jacobi": [{"residual_kind": "lossless"}, {"floor_at_one": True}],
+                  "lantern++-jacobi": [{"residual_kind": "optimal"}]}
 
 
 def line_codebook(v: int) -> torch.Tensor:
@@ -171,7 +175,10 @@ class RuleContract:
 def test_every_registered_rule_has_a_contract():
     import test_schedules  # noqa: F401  (its RuleContract subclasses cover linear-decay and custom)
 
-    covered = {cls.name for cls in RuleContract.__subclasses__()}
+    def contracts(cls):
+        return [c for sub in cls.__subclasses__() for c in (sub, *contracts(sub))]
+
+    covered = {cls.name for cls in contracts(RuleContract) if cls.name}
     assert covered == set(RULES), f"add a RuleContract subclass for {sorted(set(RULES) - covered)}"
 
 
@@ -187,6 +194,59 @@ class TestSJD(RuleContract):
             torch.testing.assert_close(getattr(rule, method)(*batch, L), getattr(eagle, method)(*batch, L),
                                        rtol=0, atol=0)
         assert type(rule).lossless and type(rule).jacobi and not EagleRule.jacobi
+
+
+class JacobiTwinContract(RuleContract):
+    """A chain rule on Jacobi drafts: its test, residual and omega are its chain rule's, number for number (depth =
+    window position, draft_len = W); its own fields configure the drafting (tests/decoding/test_jacobi.py)."""
+
+    chain = ""
+
+    def test_same_maths_as_its_chain_rule(self, build_rule, batch):
+        p, q, x, depth = batch
+        for settings in [{}, *RULE_VARIANTS.get(self.name, [])]:
+            rule = build_rule(self.name, **settings)
+            chain = self._chain_of(rule)
+            assert type(rule).jacobi and not type(chain).jacobi and type(rule).lossless is type(chain).lossless
+            for draft_len in (L, L + 2):
+                assert rule.chain_accept(p, q, x, draft_len) == chain.chain_accept(p, q, x, draft_len)
+                for method in ("accept_prob", "residual"):
+                    assert torch.equal(getattr(rule, method)(p, q, x, depth, draft_len),
+                                       getattr(chain, method)(p, q, x, depth, draft_len))
+                assert torch.equal(rule.omega(depth, draft_len), chain.omega(depth, draft_len))
+            assert on_jacobi(chain, rule.window, rule.reuse, rule.init) == rule
+
+    def _chain_of(self, rule):
+        """The chain rule `chain` with the same settings (the Jacobi fields dropped)."""
+        drafting = {"window", "reuse", "init"}
+        return RULES[self.chain](**{f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)
+                                    if f.name not in drafting})
+
+
+class TestCoolSDJacobi(JacobiTwinContract):
+    name, chain = "cool-sd-jacobi", "cool-sd"
+
+
+class TestLanternPPJacobi(JacobiTwinContract):
+    name, chain = "lantern++-jacobi", "lantern++"
+
+
+def test_every_chain_rule_runs_on_jacobi_drafts():
+    """Any chain rule has a Jacobi twin (`on_jacobi`, made once per class) named "<name>-jacobi" (Eagle-1's: SJD)
+    that make_rule rebuilds from its config; a Jacobi rule has none."""
+    for name, cls in RULES.items():
+        if cls.jacobi:
+            with pytest.raises(ValueError, match="already drafts by Jacobi"):
+                jacobi_class(cls)
+            continue
+        twin = jacobi_class(cls)
+        assert twin is jacobi_class(cls) and twin.jacobi
+        assert twin.name == ("sjd" if name == "eagle-1" else f"{name}-jacobi")
+        rule = twin(window=4, reuse=True)
+        config = rule.config()
+        assert make_rule(config.pop("rule"), **config) == rule
+    with pytest.raises(ValueError, match="unknown rule 'sjd-jacobi'"):
+        make_rule("sjd-jacobi")
 
 
 class TestEagle(RuleContract):

@@ -71,10 +71,9 @@ def test_edges_never_pick_an_id_without_mass():
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("zeros", [0.0, 0.4], ids=["dense", "sparse"])
-def test_real_uniforms_follow_random_rows(probs, gen, zeros):
+def test_real_uniforms_follow_random_rows(probs, gen, zeros, chi_square_of):
     """torch.rand's uniforms through the sampler: chi-square at alpha 1e-3, and total variation below 0.01."""
-    from conftest import chi_square
-
+    chi_square = chi_square_of
     n = 200_000
     for _ in range(3):
         row = probs(6, generator=gen, zeros=zeros)

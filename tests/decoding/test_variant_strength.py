@@ -13,14 +13,23 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
-from coolsd.decoding.rules import CoolSDRule, LanternPPRule, LanternRule, LinearDecayRule, UniformRSDRule
+from coolsd.decoding.rules import (
+    CoolSDJacobiRule,
+    CoolSDRule,
+    LanternPPJacobiRule,
+    LanternPPRule,
+    LanternRule,
+    LinearDecayRule,
+    UniformRSDRule,
+)
 
 TABLE = torch.arange(32).repeat(8, 1)
 # every option of each rule away from its default, so a value read from the wrong field (or from the defaults) shows
 OPTIONS = {"cool-sd": {"delta": 3.0, "nu": 0.2, "mu": -0.5}, "lantern++": {"k": 3, "lam": 7.0},
            "lantern": {"k": 3, "delta": 0.4}, "uniform-rsd": {"delta": 1.5},
            "linear-decay": {"delta": 2.5, "slope": 0.25}, "custom": {"omegas": (4.0, 2.0, 1.0)},
-           "eagle-1": {}, None: {}}
+           "eagle-1": {}, None: {}, "cool-sd-jacobi": {"delta": 3.0, "nu": 0.2, "mu": -0.5, "window": 5},
+           "lantern++-jacobi": {"k": 3, "lam": 7.0, "window": 5, "reuse": True}}
 VALUE = 1.375
 
 
@@ -33,7 +42,7 @@ def test_which_field_each_variant_relaxes():
     assert {key: v.strength for key, v in variants.VARIANTS.items()} == {
         "vanilla": None, "eagle-1": None, "lantern++": "lam", "lantern++-gstar": "lam", "lantern": "delta",
         "uniform-rsd": "delta", "linear-decay": "delta", "cool-sd": "delta", "cool-sd-unclipped": "delta",
-        "custom": None, "sjd": None, "sjd-reuse": None}
+        "custom": None, "sjd": None, "sjd-reuse": None, "cool-sd-jacobi": "delta", "lantern++-jacobi": "lam"}
 
 
 @pytest.mark.parametrize("key, expected", [
@@ -44,6 +53,8 @@ def test_which_field_each_variant_relaxes():
     ("lantern++", LanternPPRule(k=3, lam=VALUE, residual_kind="published")),
     ("lantern++-gstar", LanternPPRule(k=3, lam=VALUE, residual_kind="optimal")),
     ("lantern", LanternRule(k=3, delta=VALUE - 1)),  # LANTERN's absolute budget is at most 1
+    ("cool-sd-jacobi", CoolSDJacobiRule(delta=VALUE, nu=0.2, mu=-0.5, floor_at_one=True, window=5)),
+    ("lantern++-jacobi", LanternPPJacobiRule(k=3, lam=VALUE, residual_kind="published", window=5, reuse=True)),
 ])
 def test_the_value_lands_in_the_strength_field_and_nothing_else_moves(key, expected):
     value = VALUE - 1 if key == "lantern" else VALUE

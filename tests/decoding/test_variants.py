@@ -15,6 +15,7 @@ from coolsd.decoding.rules import (
     LanternPPRule,
     LinearDecayRule,
     UniformRSDRule,
+    on_jacobi,
 )
 
 TABLE = torch.arange(32).repeat(8, 1)  # any (V, >= k + 1) table: the checks only read its width
@@ -82,4 +83,19 @@ def test_variant_of_fills_defaults_and_rejects_unnamed_configs():
 
 def test_racers_are_the_offered_variants_in_order():
     assert variants.RACERS == ["eagle-1", "lantern++", "lantern++-gstar", "uniform-rsd", "linear-decay", "cool-sd",
-                               "cool-sd-unclipped", "custom", "sjd", "sjd-reuse"]
+                               "cool-sd-unclipped", "custom", "sjd", "sjd-reuse", "cool-sd-jacobi", "lantern++-jacobi"]
+    assert variants.NO_DRAFTER == ["sjd", "sjd-reuse", "cool-sd-jacobi", "lantern++-jacobi"]  # the last group
+
+
+def test_relaxed_racers_without_a_drafter():
+    """"COOL-SD, no drafter" is COOL-SD's rule (floored, G*) on Jacobi drafts, its strength delta; LANTERN++'s twin
+    keeps the published residual; both are recognised from their configs, as SJD's racers still are."""
+    cool = variants.build("cool-sd-jacobi", {"delta": 4.0, "window": 6})
+    assert cool == on_jacobi(CoolSDRule(delta=4.0), window=6) and cool.jacobi and not cool.lossless
+    assert variants.at_strength("cool-sd-jacobi", 8.0).delta == 8.0
+    assert variants.variant_of(cool.config()) == "cool-sd-jacobi"
+    lantern = variants.build("lantern++-jacobi", {"k": 5, "lam": 10.0})
+    assert lantern.residual_kind == "published" and variants.variant_of(lantern.config()) == "lantern++-jacobi"
+    assert variants.variant_of({"rule": "sjd", "window": 8, "reuse": True}) == "sjd-reuse"
+    assert all(variants.VARIANTS[k].no_drafter for k in variants.NO_DRAFTER)
+    assert not any(variants.VARIANTS[k].no_drafter for k in ("vanilla", "eagle-1", "cool-sd"))
