@@ -58,6 +58,9 @@ from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
 
 MAX_DRAFT_LEN = 8
+# (choice) the race's default L: the fastest for Eagle-1 and COOL-SD (delta 2 and 8) on the emoji model on the CPU
+# it was measured on (`python -m coolsd.bench.tuning --model emoji --lengths 1-3`, assets/emoji/bench/round_tuning.md)
+RACE_DRAFT_LEN = 1
 # (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
 # precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
 # AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep
@@ -330,7 +333,7 @@ class RaceSettings:
                                           top_k_max(ctx), 1, elem_id="top-k"))
     cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
                                0.1, "cfg")
-    draft_len: int = _number("draft length L", lambda ctx: DecodeConfig().draft_len, 1, MAX_DRAFT_LEN, 1, "draft-len",
+    draft_len: int = _number("draft length L", lambda ctx: RACE_DRAFT_LEN, 1, MAX_DRAFT_LEN, 1, "draft-len",
                              kind="int")
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
                                                                                          DRAFTING.items()),
