@@ -1,4 +1,4 @@
-"""A round under the microscope (issue 17 part 2): every number one round of one decoder computed.
+"""A round under the microscope: every number one round of one decoder computed.
 
 A race records no detail (it stays as light as without this module). `rerun` decodes one racer of a
 recorded race again with the race's own settings and seed and `DecodeConfig(detail=True)`, so each
