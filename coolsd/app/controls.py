@@ -25,7 +25,7 @@ GROUPS = [
     ("LANTERN++", ("lantern_k", "lantern_lambda"), True),
     ("More rules: UniformRSD, linear decay, custom schedule",
      ("uniform_delta", "linear_delta", "linear_slope", "custom_omegas"), False),
-    ("No drafter: SJD, COOL-SD and LANTERN++ on Jacobi drafts (the window W; their rules' own settings above)",
+    ("No drafter: the Jacobi window W",
      ("sjd_window",), False),
 ]
 
@@ -106,9 +106,10 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
     prompts = ctx.model.example_prompts or EXAMPLE_PROMPTS
     pick = (lambda i: names[i % len(names)]) if names else (lambda i: prompts[i % len(prompts)])
     rows = [
-        (f"Paper setting: COOL-SD δ = 1.1, ν = {CoolSDRule.nu:g} (floored at 1)", row(condition=pick(3), delta=1.1)),
+        (f"Paper setting: COOL-SD δ = 1.1, ν = {CoolSDRule.nu:g} (floored at 1), L = 3",
+         row(condition=pick(3), delta=1.1, draft_len=3)),
         ("Aggressive: COOL-SD δ = 4", row(condition=pick(8), seed=1, delta=4.0, overlay=True)),
-        ("Uniform relaxation (ν = 0)", row(condition=pick(5), seed=2, nu=0.0)),
+        ("Uniform relaxation (ν = 0), L = 3", row(condition=pick(5), seed=2, nu=0.0, draft_len=3)),
         ("Sanity: δ = 1, ν = 0 gives Eagle-1's image", row(condition=pick(2), delta=1.0, nu=0.0)),
         ("LANTERN++ k = 5, λ = 20", row(condition=pick(7), lantern_k=min(5, ctx.k_max), lantern_lambda=20.0)),
         ("Static tree (Eagle-1's 25 nodes)", row(condition=pick(0), drafting="eagle-25")),

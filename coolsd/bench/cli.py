@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("sampling (default: the bundle's own)")
     for f in dataclasses.fields(SamplingConfig):
         g.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None)
+    add_run_arguments(ap)
+    return ap
+
+
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The "run and output" options of `build_parser`."""
     g = ap.add_argument_group("run and output")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda:LOCAL_RANK if available)")
     g.add_argument("--threads", type=int, default=1, help="torch threads per process (1: decode single-threaded)")
@@ -119,7 +125,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--report-only", action="store_true",
                    help="decode nothing: remake results.md, claims, figure and README from --out's results.jsonl")
-    return ap
 
 
 def load_bundle(args, device: torch.device):
@@ -218,7 +223,8 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         fig.write_image(out / "pareto.png", scale=1)
     parts = {
         "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
-               + (f"Execution: {config['execution']}" + (f", path {config['path']}" if config.get("path") else "")
+               + (f"Execution: {config['execution']}"
+                  + (f", path {config['execution_path']}" if config.get("execution_path") else "")
                   + "  \n" if config.get("execution") else "")
                + f"Wall time: {config['wall_minutes']:.1f} min",
         "targets": "Targets:\n\n" + (report.targets_markdown(found_targets) or "- not measured"),
@@ -227,7 +233,7 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
         "limit": "Step against the machine's limit, eager and fused paths:\n\n" + limit_table.markdown(config["limit"])
                  if config.get("limit") else "",
         "time": report.time_split_markdown(report.time_split(rows, config.get("limit")),
-                                           (config.get("limit") or {}).get("path", "")),
+                                           (config.get("limit") or {}).get("execution_path", "")),
     }
     (out / "results.md").write_text("\n\n".join(p for p in parts.values() if p) + "\n")
     return parts
@@ -311,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     wall_minutes = (time.perf_counter() - t0) / 60
     if procs.is_main:
         config = {"command": launch_command(argv, procs.world), "machine": machine(device, procs.world),
-                  "model": bundle.name, "execution": bundle.execution, "path": bundle.path,
+                  "model": bundle.name, "execution": bundle.execution, "execution_path": bundle.path,
                   "limit": limit_table.measure(bundle, args.draft_len) if device.type == "cpu" else None,
                   "args": vars(args),
                   "sampling": dataclasses.asdict(sampling),

@@ -203,7 +203,7 @@ def run_sweep(args) -> dict:
     return {"version": SWEEP_VERSION, "command": shlex.join(["python", "-m", "coolsd.bench.delta_sweep", *args.argv]),
             "machine": machine(device, 1), "date": datetime.date.today().isoformat(),
             "wall_minutes": (time.perf_counter() - t0) / 60, "model": bundle.name, "kind": bundle.kind,
-            "execution": bundle.execution, "path": bundle.path, "samples": args.samples, "n_real": stats[2],
+            "execution": bundle.execution, "execution_path": bundle.path, "samples": args.samples, "n_real": stats[2],
             "conditions": [names.label(c) for c in conditions], "seeds": [s for _, s in groups],
             "draft_len": args.draft_len, "nu": args.nu, "sampling": dataclasses.asdict(sampling),
             "fid_bootstrap": args.fid_bootstrap, "band_width": BAND_WIDTH, "rows": rows, "band": band,

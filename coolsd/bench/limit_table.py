@@ -146,7 +146,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     times = {path: {name: round(ms[f"{path}/{name}"], 3) for name in ("step", "verify", "head", "round")}
              | {"ready_s": round(ready[path], 3)} for path in paths}
     return {
-        "model": bundle.name, "execution": bundle.execution, "path": bundle.path, "cpu": cpu_key(),
+        "model": bundle.name, "execution": bundle.execution, "execution_path": bundle.path, "cpu": cpu_key(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "draft_len": draft_len, "context": context,
         "rows": bundle.default_sampling.rows, "turns": repeats, "clock": getattr(clock, "__name__", str(clock)),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),  # noqa: UP017 - Python 3.10

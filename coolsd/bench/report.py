@@ -271,7 +271,7 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
     splits its own step. [] without a limit table or a vanilla row."""
     vanilla = next((r for r in rows if r.get("n_images") and r.get("family") == VANILLA), None)
     ratios = (limit or {}).get("ratios") or {}  # a limit table written before the ratios: none
-    path = limit.get("path") if limit and limit.get("path") in ratios else "eager"
+    path = limit.get("execution_path") if limit and limit.get("execution_path") in ratios else "eager"
     if path not in ratios or vanilla is None or not shown(vanilla.get("seconds")):
         return []
     tool_round = ratios[path]["round_per_step"]

@@ -109,11 +109,11 @@ def test_picking_emoji_races_exactly_what_the_library_decodes_on_it():
     tiny_frame = last_frame(**tiny_values)
     assert tiny_frame.stats["model"] == APP.ctx.model.name and tiny_frame.stats["settings"]["model"] == "tiny"
     m = APP.ctx.model
-    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.engine import run
 
     plan = RaceSettings.check(APP.ctx, tiny_values).plan(APP.ctx)
     ref = run(m.target, m.drafter, plan.rules["cool-sd"], cond=plan.cond, num_tokens=m.num_tokens,
-              sampling=plan.sampling, config=DecodeConfig(draft_len=3), seed=5)
+              sampling=plan.sampling, config=plan.config, seed=5)
     assert torch.equal(final_tokens(tiny_frame)["cool-sd"], ref.tokens)
 
 

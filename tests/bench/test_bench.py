@@ -154,7 +154,7 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
               eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}},
               eagle | {"setting": "cool-sd-jacobi", "family": "cool-sd-jacobi",
                        "rule_config": {"rule": "cool-sd-jacobi"}}]
-    limit = {"draft_len": 2, "path": "fused", "ratios": {"eager": {"round_per_step": 3.0},
+    limit = {"draft_len": 2, "execution_path": "fused", "ratios": {"eager": {"round_per_step": 3.0},
                                                          "fused": {"round_per_step": 1.5}}}
     split = time_split([vanilla, eagle, *others], limit)
     assert [r["setting"] for r in split] == ["vanilla", "eagle-1 L=2"]
@@ -166,7 +166,7 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
     text = time_split_markdown(split, "fused")
     assert "path fused" in text and "| eagle-1 L=2 | 2.00 | 1.50 | 1.33x | 1.80 | 1.20 | 3.00 | 0.70x |" in text
     assert time_split([vanilla, eagle], None) == [] and time_split([eagle], limit) == []
-    assert time_split([vanilla, eagle], {"draft_len": 2, "path": "fused"}) == []  # no ratios recorded
+    assert time_split([vanilla, eagle], {"draft_len": 2, "execution_path": "fused"}) == []  # no ratios recorded
     assert time_split_markdown([], "fused") == ""
 
 
@@ -317,7 +317,8 @@ def test_command_end_to_end(scorer, tmp_path):
     config = json.loads((out / "config.json").read_text())
     limit = config["limit"]  # the limit table, with every run, and the path and precision that ran
     assert set(limit["paths"]) == {"eager", "fused"} and "| fused |" in (out / "results.md").read_text()
-    assert config["path"] == limit["path"] and f"path {config['path']}" in (out / "results.md").read_text()
+    assert config["execution_path"] == limit["execution_path"]
+    assert f"path {config['execution_path']}" in (out / "results.md").read_text()
     assert "Where a round's time goes" in (out / "results.md").read_text()  # the loop's round beside the tool's
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith("after\n") and "\nold\n" not in text

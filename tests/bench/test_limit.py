@@ -35,7 +35,7 @@ def test_measure_reports_both_paths_and_leaves_the_bundle_alone(tiny):
     result = limit_table.measure(tiny, draft_len=2, repeats=1, warmup=0, context=4, buffer_bytes=2**20)
     both = ["eager", FUSED] if rowkernel.available() else ["eager"]
     assert list(result["paths"]) == both and result["rows"] == 2 and result["draft_len"] == 2
-    assert result["path"] == tiny.path and set(result["products_ms"]) == {"target", "drafter"}
+    assert result["execution_path"] == tiny.path and set(result["products_ms"]) == {"target", "drafter"}
     assert all(0 < ms < result["paths"]["eager"]["round"] for ms in result["products_ms"].values())
     for path, times in result["paths"].items():
         assert all(times[k] > 0 for k in ("step", "verify", "head", "round")) and times["ready_s"] >= 0
