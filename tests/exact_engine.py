@@ -13,7 +13,10 @@ drawn, and ignored:
 - `Session.accepted(a, u)` (a chain round's tests, or one tree sibling's): the number of accepted drafts c = 0..n,
   with probability a_1 ... a_c (1 - a_{c+1}), a = the tests the engine computed;
 - `coolsd.decoding.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
-  support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l)).
+  support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l));
+- `coolsd.decoding.noise.race(probs, e)` (same noise): as `Session.draw`, a draw from each row. Valid where each
+  race is an independent draw given earlier positions: vanilla AR and relaxed rules; a lossless rule's coupled
+  test races p and q on the same noise and is checked pathwise instead (tests/decoding/test_same_noise.py).
 
 The sampler itself (`coolsd.decoding.sampling.inverse_cdf`) and the engine with its real draws are tested against
 their distributions in tests/decoding/test_sampler.py (and by the chi-square tests of test_engine.py).
@@ -28,6 +31,7 @@ import math
 
 import torch
 
+import coolsd.decoding.noise
 import coolsd.decoding.tree
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.round import Session
@@ -98,6 +102,10 @@ class _Path:
             ids.append(y)
         return torch.tensor(ids, dtype=torch.long, device=probs.device).reshape(shape)
 
+    def race(self, probs, e):
+        assert e.shape == probs.shape, "one noise vector per row"
+        return self.draw(probs, 0.0)
+
     def accepted(self, a, u):
         n = len(a)
         assert len(u) == n, f"one uniform per test: a {n}, u {len(u)}"
@@ -124,6 +132,7 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
     `monkeypatch` is pytest's fixture (the draws are patched only while this runs).
     """
     v = target.vocab_size
+    assert not (config.noise == "same" and rule is not None and rule.lossless), "a coupled test is not enumerable"
     recording = _RecordingRule(rule) if rule is not None else None
     dist = torch.zeros(v**num_tokens, dtype=torch.float64)
     forwards = 0.0
@@ -136,6 +145,7 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
             mp.setattr(Session, "draw", path.draw)
             mp.setattr(Session, "accepted", path.accepted)
             mp.setattr(coolsd.decoding.tree, "_sample_without_replacement", path.without_replacement)
+            mp.setattr(coolsd.decoding.noise, "race", path.race)
             try:
                 result = run(target, drafter, recording, cond=None, num_tokens=num_tokens,
                              sampling=sampling, config=config, seed=0)

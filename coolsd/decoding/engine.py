@@ -20,6 +20,7 @@ import torch
 from coolsd.decoding.chain import chain_round
 from coolsd.decoding.events import DecodeResult, RoundEvent
 from coolsd.decoding.jacobi import JacobiDrafts
+from coolsd.decoding.noise import check_noise
 from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
@@ -34,17 +35,21 @@ class DecodeConfig:
 
     detail: chain rounds (and round 0) report every number they computed in `RoundEvent.detail` (the
     microscope, `coolsd.compare.microscope`); off by default, so a decode costs what it did without it.
+    noise: "stream" (one seeded stream) or "same" (dice keyed by (seed, position): a lossless racer then draws
+    vanilla AR's tokens exactly; chain and Jacobi drafting only), `coolsd.decoding.noise`.
     """
 
     draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (docs/benchmark.md, coolsd/bench/tuning.py)
     tree: str | None = None
     detail: bool = False
+    noise: str = "stream"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draft_len", check_int("draft_len", self.draft_len, 1))  # (3.0 from a JSON client)
         check_bool("detail", self.detail)
         if self.tree is not None:
             check_choice("tree", self.tree, sorted(TREES), " or None for chain")
+        check_noise(self.noise, self.tree)
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -77,7 +82,8 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, co
     config = config or DecodeConfig()
     num_tokens = check_int("num_tokens", num_tokens, 1)
     drafter = speculative_drafter(drafter, rule)
-    s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond)
+    s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond,
+                config.noise)
     s.detail = config.detail
     yield s.first()
     next_round = round_maker(s, config)

@@ -74,8 +74,8 @@ class JacobiDrafts:
             fill = self.rows[-1]
         return torch.cat([have, fill.expand(n - len(have), -1)])
 
-    def draws(self, t: int, q: Tensor, u: Tensor) -> Tensor:
-        """x (n,) int64 for positions t..t+n-1, a draw from each row of q (n, V) at its uniform u (n, 1); under
+    def draws(self, t: int, q: Tensor, dice) -> Tensor:
+        """x (n,) int64 for positions t..t+n-1, a draw from each row of q (n, V) with the round's dice; under
         `reuse`, a position that holds a previous draft couples the draw with it."""
         rows = q
         j = t - self.base
@@ -83,7 +83,7 @@ class JacobiDrafts:
         if kept:
             coupled = coupled_draw(q[:kept], self.draft_q[j : j + kept], self.drafts[j : j + kept])
             rows = torch.cat([coupled, q[kept:]])
-        return self.s.draw(rows, u)[:, 0]
+        return dice.drafts(rows)
 
     def round(self, index: int) -> RoundEvent:
         """One Jacobi iteration: W drafts (fewer near the image's end), one target forward, the rule's test."""
@@ -91,15 +91,15 @@ class JacobiDrafts:
         clock = s.clock()
         t = len(s.committed)
         n_draft = min(self.rule.window, s.num_tokens - t - 1)
-        u = s.uniforms(2 * n_draft + 1)  # (2W + 1,): the drafts', the tests', the last token's
+        dice = s.noise.round(t, n_draft)  # the round's randomness (`coolsd.decoding.noise`)
         ids, q = s.last_id, None
         # 1. the window: q_j from the last iteration, x_j drawn from it (no model call)
         if n_draft > 0:
             clock.switch("draft")
             q = self.proposals(t, n_draft)
-            ids = torch.cat([s.last_id, self.draws(t, q, u[:n_draft, None])])
+            ids = torch.cat([s.last_id, self.draws(t, q, dice)])
         # 2.-4. one target forward, the rule's test, commit (the chain round's own code)
-        event, p = verify(s, index, clock, ids, q, u[n_draft:].tolist(), self.rule.window, draft_forwards=0)
+        event, p = verify(s, index, clock, ids, q, dice, self.rule.window, draft_forwards=0)
         # the Jacobi update: this forward's rows and drafts are the next iteration's proposals
         self.base, self.rows = t, p  # (n_draft + 1, V): positions t..t+n_draft
         if n_draft > 0:

@@ -3,11 +3,12 @@
 Chain rounds (`coolsd.decoding.chain`) and tree rounds (`coolsd.decoding.tree`) both import this module and neither
 imports the other; `coolsd.decoding.engine.decode` is the one loop that calls them.
 
-Randomness (one sampler for every decoder, vanilla AR included): a round draws the uniforms it needs in one call
-of the seeded generator (`Session.uniforms`), each token is the inverse CDF of its distribution at one of them
-(`Session.draw`), and each acceptance test compares a_i with one (`Session.accepted`). Those two methods, and a
-static tree's draws without replacement, are the only places uniforms become decisions (tests/exact_engine.py
-enumerates them).
+Randomness (one sampler for every decoder, vanilla AR included): a round's dice come from the session's noise
+source (`coolsd.decoding.noise`). On the default stream a round draws the uniforms it needs in one call of the
+seeded generator (`Session.uniforms`), each token is the inverse CDF of its distribution at one of them
+(`Session.draw`), and each acceptance test compares a_i with one (`Session.accepted`). Those two methods, the same
+noise's exponential race (`coolsd.decoding.noise.race`) and a static tree's draws without replacement are the only
+places randomness becomes decisions (tests/exact_engine.py enumerates them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
+from coolsd.decoding.noise import make_noise
 from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.rules import Rule, omega_values, pick
 from coolsd.decoding.sampling import SamplingConfig, inverse_cdf
@@ -86,7 +88,7 @@ class Session:
     """
 
     def __init__(self, target: TokenModel, drafter: Drafter | None, rule: Rule | None, sampling: SamplingConfig,
-                 gen: torch.Generator, num_tokens: int, cond: Any) -> None:
+                 gen: torch.Generator, num_tokens: int, cond: Any, noise: str = "stream") -> None:
         self.target, self.drafter, self.rule, self.sampling, self.gen = target, drafter, rule, sampling, gen
         self.num_tokens, self.cond = num_tokens, cond
         self.device = torch.device(target.device)
@@ -100,6 +102,7 @@ class Session:
         self._omegas: dict[tuple[int, int], list[float]] = {}
         self._plain = sampling == SamplingConfig()  # no guidance, temperature 1, no top-k / top-p
         self.now = clock_source(self.device)  # what each round's Clock reads
+        self.noise = make_noise(noise, self)  # where the rounds' dice come from (`coolsd.decoding.noise`)
 
     def clock(self) -> Clock:
         """A new round's clock, on this decode's clock source."""
@@ -159,12 +162,11 @@ class Session:
     def first(self) -> RoundEvent:
         """Round 0: the target's prefix step commits token 0."""
         clock = self.clock()
-        (u,) = self.uniforms(1).tolist()
         clock.switch("verify")
         step = self.target.start(self.cond, self.sampling.guidance)
         clock.switch("other")
         p = self.first_probs = self.probs(step.logits)[-1:]  # (1, V)
-        y = self.draw(p[0], u)  # (1,)
+        y = self.noise.first(p[0])  # (1,)
         token = int(y)
         self.commit([token], y, None if step.hidden is None else step.hidden[:, -1:])
         if self.drafter is not None:

@@ -81,10 +81,10 @@ def test_keeping_drafts_without_the_coupling_is_biased(monkeypatch):
     """The check has power: keep every earlier draft (tested against q as if drawn from it) and P is lost."""
     target = guided_target(2, 6, seed=1)
 
-    def always_keep(self, t, q, u):
+    def always_keep(self, t, q, dice):
         j = t - self.base
         kept = self.drafts[j : j + len(q)]
-        return torch.cat([kept, self.s.draw(q[len(kept) :], u[len(kept) :])[:, 0]])
+        return torch.cat([kept, dice.drafts(q)[len(kept) :]])
 
     monkeypatch.setattr(jacobi.JacobiDrafts, "draws", always_keep)
     dist, _ = engine_distribution(target, None, SJDRule(window=3), 6, DecodeConfig(), monkeypatch,
