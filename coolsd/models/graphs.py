@@ -1,7 +1,7 @@
 """The three execution paths of the layer stacks, and which one runs.
 
 - "eager": the reference maths in torch, exact shapes, attention over the slots in use; any device.
-- "fused": the CPU path (`coolsd.models.fused`): each call of up to 16 rows in one C call of the row kernel on the
+- "fused": the CPU path (`coolsd.models.fused`): each call of up to 32 rows in one C call of the row kernel on the
   stored weights, fp32 maths; needs AVX2 / FMA and a C compiler (`coolsd.models.rowkernel.available`). Models
   without a fused stack of their own (LlamaGen) run eager.
 - "cuda-graphs": every call padded to a block size of `STATIC_BLOCKS`, attention over the whole cache

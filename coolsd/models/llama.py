@@ -13,7 +13,7 @@ Two ways to run a call (same weights, same cache):
   mask (`forward_static`); padded rows see only slot 0 and no real row sees a padded slot, so they
   change nothing that is kept. Shapes never change, so each (rows, N) is captured once as a CUDA
   graph and replayed (`coolsd.models.graphs`);
-- fused (`fused`, a `coolsd.models.rowkernel.StackKernel`): a call of up to 16 rows in one C call on the stored
+- fused (`fused`, a `coolsd.models.rowkernel.StackKernel`): a call of up to 32 rows in one C call on the stored
   weights, fp32 maths and cache, for a CPU; longer calls run `_layers` on fp32 copies (`coolsd.models.fused`).
 """
 

@@ -44,9 +44,11 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
 LIBS = ("-lm",)  # after the source: expf, sqrtf
 BLOCK = 16  # columns a packed block holds (two AVX2 registers)
 # (choice) calls of MIN_ROWS_*..MAX_ROWS rows run `rows_mm`, the others BLAS: a one-row call on fp32 weights gains
-# nothing over BLAS (the same bytes, a dearer call), on bf16 weights it reads half the bytes; past 16 rows (a long
-# prefix, a large tree) BLAS's blocked product is left to do it (`bench/limit` times both paths)
-MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 16
+# nothing over BLAS (the same bytes, a dearer call), on bf16 weights it reads half the bytes; past 32 rows (a long
+# prefix, a 57-node tree) BLAS's blocked product is left to do it. 32, not 16, by decodes on this EPYC
+# (avx512_bf16): SJD W 8 under guidance (18 rows) ran 0.97 -> 0.41 CPU s / MNIST image, the eagle-25 tree (26)
+# 1.07 -> 0.70 s / emoji image, and the 58-row tree gained nothing from 64.
+MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 32
 SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16"}  # rowkernel.c's function per packed dtype
 BF16_ORDER = torch.tensor([j // 2 + BLOCK // 2 * (j % 2) for j in range(BLOCK)])  # a bf16 block's columns, packed
 
