@@ -217,6 +217,12 @@ def table_markdown(payload: dict) -> str:
         lines.append(f"| {r['decoder']} | {accept} | {number(r['expected_tokens'], '.3f')} | "
                      f"{number(r['measured_tokens_per_round'], '.3f')} | "
                      f"{number(r['predicted_speedup'], '.2f', '×')} | {number(r['measured_speedup'], '.2f', '×')} |")
+    gaps = [(r["decoder"].split(" (")[0], r["measured_over_predicted"]) for r in payload["racers"][:-1]
+            if math.isfinite(r.get("measured_over_predicted", math.nan))]
+    if gaps:
+        lines.append("\nMeasured ÷ predicted: " + "; ".join(f"{name} {number(g, '.2f')}" for name, g in gaps)
+                     + ". The prediction counts model calls only; the rest of each round (sampling, the rule's test, "
+                     "the race's bookkeeping) and the image's first and last rounds take the difference.")
     if payload.get("race_status") != "finished":
         lines.append(f"\nThe race is {payload.get('race_status')}: its numbers cover the part it ran.")
     lines.append(f"\nThe paper's best reported speed-up: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, GPU).")

@@ -111,7 +111,8 @@ def racer_acceptance(racer: Racer, draft_len: int) -> list[float]:
 
 def compare_racers(racers: Sequence[Racer], costs: Costs, draft_len: int, reference: Racer,
                    chain: bool = True, windows: Mapping[str, int] | None = None) -> list[dict]:
-    """Per racer: measured a_i, predicted E and speed-up, measured tokens per round and speed-up (JSON-ready).
+    """Per racer: measured a_i, predicted E and speed-up, measured tokens per round and speed-up, and measured over
+    predicted speed-up (what the work outside model calls leaves of the prediction) (JSON-ready).
 
     reference: vanilla AR of the same race (its predicted speed-up is 1 by definition). Tree
     drafting is not modelled (chain=False: predictions are nan). windows: racer key -> W for the racers that
@@ -133,9 +134,11 @@ def compare_racers(racers: Sequence[Racer], costs: Costs, draft_len: int, refere
 
 def _row(r: Racer, accept: list[float], expected: float, predicted: float, measured_e: float,
          reference: Racer) -> dict:
+    measured = r.speedup(reference)
     return {"key": r.key, "decoder": r.label, "acceptance": accept, "expected_tokens": expected,
             "measured_tokens_per_round": measured_e, "predicted_speedup": predicted,
-            "measured_speedup": r.speedup(reference), "finished": r.finished}
+            "measured_speedup": measured, "measured_over_predicted": measured / predicted if predicted > 0 else math.nan,
+            "finished": r.finished}
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -71,9 +71,10 @@ def test_compare_racers_uses_that_acceptance():
     assert rows["cool-sd"]["predicted_speedup"] == pytest.approx(e / (4 * 0.2 + 2.0), abs=1e-12)  # L c + V(5)
     assert rows["cool-sd"]["measured_tokens_per_round"] == pytest.approx(7 / 3)
     assert rows["cool-sd"]["measured_speedup"] == pytest.approx((8 / 4.0) / (8 / 16.0))
+    assert rows["cool-sd"]["measured_over_predicted"] == pytest.approx(4.0 / (e / (4 * 0.2 + 2.0)))
     assert rows["vanilla"] == {"key": "vanilla", "decoder": "vanilla", "acceptance": [], "expected_tokens": 1.0,
                                "measured_tokens_per_round": 1.0, "predicted_speedup": 1.0, "measured_speedup": 1.0,
-                               "finished": True}
+                               "measured_over_predicted": 1.0, "finished": True}
     tree = {row["key"]: row for row in cost.compare_racers([fast, ref], costs, 4, reference=ref, chain=False)}
     assert tree["cool-sd"]["acceptance"] == pytest.approx(accept, abs=1e-15)  # measured, shown
     assert math.isnan(tree["cool-sd"]["expected_tokens"]) and math.isnan(tree["cool-sd"]["predicted_speedup"])
