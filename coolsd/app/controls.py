@@ -20,7 +20,7 @@ from coolsd.decoding.rules import CoolSDRule
 # the accordions of the settings column: (title, settings in it, open)
 GROUPS = [
     ("Sampling", ("seed", "temperature", "top_k", "cfg_scale"), True),
-    ("Drafting", ("draft_len", "drafting"), True),
+    ("Drafting", ("draft_len", "drafting", "noise"), True),
     ("COOL-SD", ("delta", "nu", "mean_omega", "mu"), True),
     ("LANTERN++", ("lantern_k", "lantern_lambda"), True),
     ("More rules: UniformRSD, linear decay, custom schedule",
@@ -118,6 +118,8 @@ def presets(ctx: Context) -> tuple[list[list], list[str]]:
          row(condition=pick(4), racers=["uniform-rsd", "linear-decay", "cool-sd-unclipped", "cool-sd"])),
         ("LANTERN++: published residual vs G*", row(condition=pick(9), racers=["eagle-1", "lantern++",
                                                                                "lantern++-gstar"])),
+        ("Same noise: Eagle-1 and SJD draw vanilla AR's picture; the overlay marks where COOL-SD left it",
+         row(condition=pick(1), noise="same", overlay=True, racers=["eagle-1", "sjd", "cool-sd"])),
     ]
     return [r for _, r in rows], [label for label, _ in rows]
 

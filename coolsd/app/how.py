@@ -91,6 +91,7 @@ on 20 of 20 models, the unclipped one on 8). So COOL-SD here is floored, and the
 | temperature, top-k, CFG scale | how logits become $p$ and $q$ (same processing for both) |
 | draft length $L$ | drafts per round: more speed if they are accepted, wasted drafter work if not |
 | drafting | a chain of $L$ drafts, or a static tree verified in one forward (Eagle-1's 25 nodes) |
+| noise | one stream, or **same noise**: token $j$'s dice keyed by (seed, $j$): racers differ by rules, not dice |
 | $\delta$ | overall relaxation: larger = longer accepted runs, further from the target's distribution |
 | $\nu$ | annealing: how fast $\omega_i$ falls along the round ($\nu = 0.7$ in the paper) |
 | $\mu$ | shift of the schedule (only when "mean ω = δ" is off) |
@@ -101,7 +102,9 @@ The four decoders take turns: the one that has used the **least compute time** r
 frame compares them at the same compute budget; the speed-up is each decoder's tokens per compute second over
 vanilla AR's in the same race. The overlay colours each token: **green** accepted draft,
 **orange** resampled after a rejection, **blue** bonus / target sample. Relaxed rules trade exactness for
-speed: compare the images and the Theory tab's exact error.
+speed: compare the images and the Theory tab's exact error. Under **same noise** a lossless racer (Eagle-1, SJD)
+commits exactly vanilla AR's tokens, and the overlay marks in **magenta** each token where a racer left vanilla AR's
+picture.
 
 ### Papers
 [COOL-SD (arXiv 2601.09212)](https://arxiv.org/abs/2601.09212) ·

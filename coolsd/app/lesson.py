@@ -61,6 +61,7 @@ def race_clause(stats: dict) -> str | None:
         return None
     chain = settings.get("drafting", "chain") == "chain"
     where = [f"L = {settings['draft_len']}" if chain and "draft_len" in settings else settings.get("drafting")]
+    where += ["same noise"] if settings.get("noise") == "same" else []  # (Eagle-1's test is then the coupled one)
     where += [] if all(d.get("finished") for d in decoders.values()) else ["so far"]
     speed = ""
     if eagle.get("speedup") is not None and relaxed.get("speedup") is not None:
@@ -73,11 +74,13 @@ def race_clause(stats: dict) -> str | None:
 
 
 def matching_rows(runs: list[tuple[dict, list[dict]]], settings: dict) -> list[dict]:
-    """The chain-drafting rows of the benchmark runs whose sampling is the race's and whose draft length is the
-    race's (vanilla AR rows, draft length 0, included); [] for a race that did not draft by chain."""
+    """The chain-drafting rows of the benchmark runs whose sampling and noise are the race's and whose draft length
+    is the race's (vanilla AR rows, draft length 0, included); [] for a race that did not draft by chain. A run or a
+    race that names no noise ran one stream."""
     if settings.get("drafting", "chain") != "chain":
         return []
-    return [r for config, rows in runs if config.get("sampling") == settings.get("sampling") for r in rows
+    return [r for config, rows in runs if config.get("sampling") == settings.get("sampling")
+            and config.get("noise", "stream") == settings.get("noise", "stream") for r in rows
             if r.get("tree") is None and r.get("draft_len") in (0, settings.get("draft_len"))]
 
 

@@ -16,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from coolsd.app.context import APP_MODEL, Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
+from coolsd.app.race_view import same_noise
 from coolsd.app.recordings import Recordings
 from coolsd.app.serving import MICROSCOPE_TTL_S
 from coolsd.compare import microscope as scope
@@ -99,7 +100,7 @@ class MicroscopePanel:
             round_no = check_int("round", round_no, 0, len(events) - 1)
         view = scope.round_view if events[round_no].detail is not None else stored_view
         v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(rule)}
-        header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace)
+        header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
                              "source": "re-run" if same else "trace", **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
@@ -268,6 +269,14 @@ def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTra
             f"{tuple(v['positions'][0])}, {v['n_accepted']} accepted, then token {v['token']} ({v['last']}) drawn "
             f"from {v['drawn_from']}. Residual: {v['residual']}. Drafts drawn from {v.get('q_from', 'q (drafter)')}."
             f"{warn}")
+
+
+def coupled_note(trace: RaceTrace, rule) -> str:
+    """Under same noise, what a lossless rule's test read (`coolsd.decoding.noise`); "" otherwise."""
+    if not same_noise(trace.settings) or rule is None or not rule.lossless:
+        return ""
+    return (" Same noise: this lossless rule's test is coupled: a draft is accepted exactly when it is the target's "
+            "own draw at its position (aᵢ is 1 or 0, uᵢ is not read), and a rejection commits that draw.")
 
 
 def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> MicroscopePanel:

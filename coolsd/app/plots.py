@@ -20,8 +20,12 @@ from coolsd.util.format import number
 DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure (coolsd.decoding.variants)
 # Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
 ACCEPTED, RESAMPLED, BONUS = (k.code for k in TokenOutcome)  # int8 codes in the per-token kinds tensor
-KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255)}
-KIND_NAMES = {ACCEPTED: "accepted draft", RESAMPLED: "resampled (draft rejected)", BONUS: "bonus / target sample"}
+DIFFERS = max(ACCEPTED, RESAMPLED, BONUS) + 1  # the same-noise overlay's code: not vanilla AR's token there
+KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255), DIFFERS: (230, 0, 200)}
+KIND_NAMES = {ACCEPTED: "accepted draft", RESAMPLED: "resampled (draft rejected)", BONUS: "bonus / target sample",
+              DIFFERS: "not vanilla AR's token (same noise: where this racer's rule left vanilla AR's picture; "
+                       "untinted: vanilla AR's token)"}
+NO_REFERENCE = "same noise, but vanilla AR is not in this race: nothing to compare, no tint"
 OVERLAY_ALPHA = 0.5
 PLACEHOLDER_GREYS = (104, 120)  # checkerboard of token cells not generated yet
 
@@ -79,7 +83,7 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
         pixels: (C, h, w) float in [0, 1], the tokenizer's decode of the (filled-in) grid.
         filled: (T,) bool, T = H * W, row-major: which tokens are committed.
         grid: (H, W) token grid.
-        kinds: (T,) int8 outcome codes (`TokenOutcome.code`; 0 = no token yet) for the overlay.
+        kinds: (T,) int8 codes of the overlay (`TokenOutcome.code`, or DIFFERS; 0 = no tint).
         overlay: tint every committed token cell by its outcome.
         min_size: the longer side is upscaled (nearest) to at least this many pixels.
     Returns:
@@ -110,13 +114,17 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
     return small.resize((out_w, out_h), Image.NEAREST)
 
 
-def overlay_legend_html() -> str:
-    """Small HTML legend of the overlay colours."""
+def overlay_legend_html(noise: str = "stream", reference: bool = True) -> str:
+    """Small HTML legend of the overlay colours: the token outcomes (noise "stream"), or under "same" noise the one
+    tint marking where a racer's token is not vanilla AR's (`reference`: vanilla AR raced; else a line saying so)."""
+    codes = (DIFFERS,) if noise == "same" else (ACCEPTED, RESAMPLED, BONUS)
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;margin-right:14px">'
         f'<span style="width:14px;height:14px;background:rgb{KIND_COLOURS[c]};display:inline-block;'
-        f'margin-right:5px;border-radius:3px"></span>{KIND_NAMES[c]}</span>' for c in (ACCEPTED, RESAMPLED, BONUS))
-    return f'<div style="font-size:0.9em">{items}</div>'
+        f'margin-right:5px;border-radius:3px"></span>{KIND_NAMES[c]}</span>' for c in codes)
+    if noise == "same" and not reference:
+        items = NO_REFERENCE
+    return f'<div style="font-size:0.9em">Overlay: {items}</div>'
 
 
 # ---------------------------------------------------------------- numbers

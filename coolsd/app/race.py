@@ -25,18 +25,20 @@ from coolsd.app.after_race import AfterRace
 from coolsd.app.context import Context, gpu, log, unexpected_errors
 from coolsd.app.controls import Controls
 from coolsd.app.lesson import lesson_markdown
-from coolsd.app.plots import overlay_legend_html, stats_markdown
+from coolsd.app.plots import stats_markdown
 from coolsd.app.race_view import (
     RaceFrame,
     RaceOutputs,
     captions,
     images,
     label_of,
+    legend,
     numbers,
     plots,
     recognised,
     release_trace,
     replay_slider,
+    same_noise,
 )
 from coolsd.app.racers import slot_keys
 from coolsd.app.recordings import Recordings
@@ -122,7 +124,8 @@ class RaceStream:
             shown = images(ctx, trace, racers, overlay, snapshot,
                            lambda key: "decode" if key in dirty else "tint" if toggled else "skip")
             dirty.clear()
-            lines = captions(ctx, snapshot, None if first or final else set(snapshot["seen"]) - judged)
+            changed = None if first or final or same_noise(trace.settings) else set(snapshot["seen"]) - judged
+            lines = captions(ctx, snapshot, changed)  # (same noise: every line counts vanilla AR's tokens)
             wall = now - t0
             first_frame_s = wall if first_frame_s is None else first_frame_s
             if final:
@@ -172,7 +175,8 @@ class RaceStream:
         recorded = {"condition": ctx.model.conditions.label(plan.cond) if ctx.model.conditioning == "class"
                     else plan.cond, "seed": settings.seed,
                     "sampling": dataclasses.asdict(plan.sampling), "draft_len": settings.draft_len,
-                    "drafting": settings.drafting, "racers": plan.keys, "resolution": ctx.variant_key,
+                    "drafting": settings.drafting, "noise": settings.noise, "racers": plan.keys,
+                    "resolution": ctx.variant_key,
                     "model": ctx.model_key, "style": settings.style, "execution": ctx.model.execution,
                     "rules": {k: r.config() for k, r in plan.rules.items()}}
         trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
@@ -245,12 +249,13 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, 
 
 
 def layout(ctx: Context, first: RaceFrame | None, steps: int
-           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown]:
-    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line)."""
+           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
+    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line,
+    the overlay's legend)."""
     titles, columns, shown, seen = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
-    gr.HTML(overlay_legend_html(), elem_id="legend")
+    legend_box = gr.HTML(legend(first.stats if first else None), elem_id="legend")  # (follows the race on show)
     lesson = gr.Markdown(lesson_markdown(first.stats if first else None), elem_id="lesson")  # the race on show's
     stats_md = gr.Markdown(first.stats_md if first else stats_markdown([]), elem_id="stats")
     replay = gr.Slider(0, max(steps, 1), value=steps, step=1, label="Replay: race step (after a race or a stop)",
@@ -267,7 +272,7 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, tuple(seen), snapshot,
                           trace)
-    return outputs, titles, columns, phone_generate, lesson
+    return outputs, titles, columns, phone_generate, lesson, legend_box
 
 
 def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab) -> RaceHandle:
@@ -278,12 +283,13 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     if found is not None:
         log.info("race tab opens on the recorded default race (%d steps)", len(found[0]))
     first = found[2] if found else None
-    outputs, titles, columns, phone_generate, lesson = layout(ctx, first, len(found[0]) if found else 0)
+    outputs, titles, columns, phone_generate, lesson, legend_box = layout(ctx, first, len(found[0]) if found else 0)
     take = share.TakeAway(ctx, controls, after, outputs.snapshot, outputs.trace)
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         stats = gr.JSON(first.stats if first else None, elem_id="stats-json", label="stats")
     outputs = dataclasses.replace(outputs, stats=stats)
     stats.change(lesson_markdown, stats, lesson, queue=False, api_visibility="private", show_progress="hidden")
+    stats.change(legend, stats, legend_box, queue=False, api_visibility="private", show_progress="hidden")
     handle = RaceHandle(outputs, stream, after, (), tuple(titles), tuple(columns))
     everything = outputs.components()
     run_event = controls.generate.click(handle.gradio_race(), controls.inputs, everything, api_name="race",

@@ -14,13 +14,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gradio as gr
+import torch
+from torch import Tensor
 
 from coolsd.app.context import Context
 from coolsd.app.judge import caption
-from coolsd.app.plots import acceptance_figure, length_figure, length_histogram, quantise, stats_markdown
-from coolsd.app.racers import RACERS, SLOTS, VANILLA, slot_keys
+from coolsd.app.plots import (
+    DIFFERS,
+    acceptance_figure,
+    length_figure,
+    length_histogram,
+    overlay_legend_html,
+    quantise,
+    stats_markdown,
+)
+from coolsd.app.racers import RACERS, SLOTS, VANILLA, VANILLA_SLOT, slot_keys
 from coolsd.compare.race import Racer
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.jsonsafe import json_safe
 
 SKIP = gr.skip()
@@ -101,27 +112,69 @@ def label_of(key: str | None) -> str:
     return RACERS.get(key) or (VANILLA[1] if key == VANILLA[0] else "")
 
 
+def same_noise(settings: dict) -> bool:
+    """Whether a race ran under same noise (`settings`: its trace's; a trace from before the setting has no
+    "noise" and ran one stream, the default)."""
+    return settings.get("noise", DecodeConfig().noise) == "same"
+
+
+def _vanilla(racers: list[Racer]) -> Racer | None:
+    return next((r for r in racers if r.key == VANILLA[0]), None)
+
+
+def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
+    """racer key -> (T,) int8 overlay codes of its picture: its token outcomes (`Racer.kinds`); under same noise,
+    DIFFERS where its token is not vanilla AR's at a position both committed (`Racer.versus`) and 0 elsewhere
+    (vanilla AR's own picture, and every picture of a race without vanilla AR, untinted)."""
+    if not same_noise(trace.settings):
+        return {r.key: r.kinds for r in racers}
+    reference, out = _vanilla(racers), {}
+    for r in racers:
+        out[r.key] = torch.zeros_like(r.kinds)
+        if reference is not None and r is not reference:
+            out[r.key][r.versus(reference)[0]] = DIFFERS
+    return out
+
+
+def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int]]:
+    """racer key -> (same, compared): of the positions it and vanilla AR have both committed (compared), how many
+    hold vanilla AR's token (`Racer.versus`); for every racer but vanilla AR, under same noise only ({} else, and
+    without vanilla AR)."""
+    reference = _vanilla(racers)
+    if not same_noise(trace.settings) or reference is None:
+        return {}
+    return {r.key: r.versus(reference)[1:] for r in racers if r is not reference}
+
+
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
     """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": the same pixels with the
     overlay changed), else gr.skip(); `snapshot` is updated: {"model": picker key, "variant": the model
-    variant's key, "images": slot -> (pixels uint8, filled, kinds), "seen": slot -> what the model's classifier
-    read in that slot's finished picture (`judge_pictures`)}."""
+    variant's key, "images": slot -> (pixels uint8, filled, overlay codes: `tints`), "seen": slot -> what the model's
+    classifier read in that slot's finished picture (`judge_pictures`), "same": slot -> [same, compared] under
+    same noise (`agreement`)}. Under same noise with the overlay on, a new vanilla AR frame re-tints every picture
+    on show (each is compared with vanilla AR's tokens)."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
     keys = slot_keys([k for k, _ in trace.racers[:-1]])
     hows = [redraw(key) if key is not None else "skip" for key in keys]
+    if same_noise(trace.settings) and overlay and hows[VANILLA_SLOT] == "decode":
+        hows = ["tint" if how == "skip" and key in by_key else how for key, how in zip(keys, hows)]
+    codes, same = tints(trace, racers), agreement(trace, racers)
+    snapshot["same"] = {slot: list(same[key]) for slot, key in enumerate(keys) if key in same}
     decoded = iter(ctx.decode_many([by_key[key].tokens for key, how in zip(keys, hows) if how == "decode"]))
     out, finished = [], {}
     for slot, (key, how) in enumerate(zip(keys, hows)):
         if how == "decode":
             r, pixels = by_key[key], next(decoded)
-            shown[slot] = (quantise(pixels), r.filled.clone(), r.kinds.clone())  # compact: a session keeps it
-            out.append(ctx.render(pixels, r.filled, r.kinds, overlay))
+            shown[slot] = (quantise(pixels), r.filled.clone(), codes[key].clone())  # compact: a session keeps it
+            out.append(ctx.render(pixels, r.filled, codes[key], overlay))
             if r.done >= r.num_tokens and slot not in seen:
                 finished[slot] = r.tokens.clone()
         elif how == "tint" and slot in shown:
+            if key in codes:  # (the racer has not moved since its pixels: only the comparison may have)
+                shown[slot] = (*shown[slot][:2], codes[key].clone())
             out.append(ctx.render(*shown[slot], overlay))
         else:
             out.append(SKIP)
@@ -139,11 +192,31 @@ def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -
 
 
 def captions(ctx: Context, snapshot: dict, slots=None) -> tuple:
-    """The line under each slot's picture (`coolsd.app.judge.caption`; "" where nothing was judged); only the
-    `slots` given (default: all) get a value, the others gr.skip()."""
-    seen = snapshot.get("seen", {})
-    return tuple(caption(ctx.judge, seen.get(slot)) if slots is None or slot in slots else SKIP
-                 for slot in range(SLOTS))
+    """The line under each slot's picture: what the classifier read (`coolsd.app.judge.caption`), and under same
+    noise "same as vanilla AR at k / n tokens" (n: the positions it and vanilla AR have both committed; "so far"
+    until that is every token); "" where there is neither. Only the `slots` given (default: all) get a value, the
+    others gr.skip()."""
+    seen, same = snapshot.get("seen", {}), snapshot.get("same", {})
+    return tuple("\n\n".join(filter(None, (caption(ctx.judge, seen.get(slot)), same_line(ctx, same.get(slot)))))
+                 if slots is None or slot in slots else SKIP for slot in range(SLOTS))
+
+
+def same_line(ctx: Context, counts) -> str:
+    """"same as vanilla AR at k / n tokens" for counts (k, n) (`agreement`; "so far" while n < the model's T);
+    "" for None."""
+    if counts is None:
+        return ""
+    k, n = counts
+    return f"same as vanilla AR at {k} / {n} tokens" + (" so far" if n < ctx.model.num_tokens else "")
+
+
+def legend(stats) -> str:
+    """The overlay legend of the race on show, read from its stats JSON (`numbers`; None before any race: the
+    outcome legend)."""
+    stats = stats if isinstance(stats, dict) else {}
+    settings, decoders = stats.get("settings") or {}, stats.get("decoders") or {}
+    noise = settings.get("noise", DecodeConfig().noise) if isinstance(settings, dict) else DecodeConfig().noise
+    return overlay_legend_html(noise, VANILLA[0] in decoders)
 
 
 def recognised(trace: RaceTrace, snapshot: dict) -> dict:
@@ -166,11 +239,14 @@ def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
 
 def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | None = None, **extra) -> dict:
     """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder numbers, each
-    with "recognised": what the model's classifier read in its finished picture, `seen` by racer key, or None)."""
+    with "recognised": what the model's classifier read in its finished picture, `seen` by racer key, or None;
+    under same noise, each racer but vanilla AR with "same_as_vanilla": {"same": k, "compared": n}, `agreement`)."""
     stats = [r.stats(racers[-1]) for r in racers]
-    seen = seen or {}
+    seen, same = seen or {}, agreement(trace, racers)
+    more = {key: {"same_as_vanilla": {"same": k, "compared": n}} for key, (k, n) in same.items()}
     payload = json_safe({"model": trace.model, "settings": trace.settings, **extra,
-                         "decoders": {r.key: s | {"recognised": seen.get(r.key)} for r, s in zip(racers, stats)}})
+                         "decoders": {r.key: s | {"recognised": seen.get(r.key)} | more.get(r.key, {})
+                                      for r, s in zip(racers, stats)}})
     return {"stats_md": stats_markdown(stats, status), "stats": payload}
 
 

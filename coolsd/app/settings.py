@@ -16,9 +16,9 @@ A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k
 its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
 race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
 
-The arguments `model` (the picker's key), `style` and `sjd_window` (the window W of SJD and of every racer of the
-"no drafter" group) came after the others so older calls keep working: `check` reads the model first and checks
-the rest against that model's Specs.
+The arguments `model` (the picker's key), `style`, `sjd_window` (the window W of SJD and of every racer of the
+"no drafter" group) and `noise` ("stream" | "same", `coolsd.decoding.noise`) came after the others so older
+calls keep working: `check` reads the model first and checks the rest against that model's Specs.
 
 The checks run in the handlers (events are wired with preprocess=False), never in a component's
 preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
@@ -38,6 +38,7 @@ from coolsd.app.context import MAX_SEED, Context, bad, user_errors
 from coolsd.app.trace_files import recorded_seed
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.noise import NOISES
 from coolsd.decoding.rules import (
     CoolSDJacobiRule,
     CoolSDRule,
@@ -70,6 +71,11 @@ MEAN_OMEGA = CoolSDRule.mu is None  # "mean omega = delta" is on by default exac
 DEFAULT_OMEGAS = format_omegas(CustomScheduleRule.omegas)  # the custom racer's list, as text (the rule's default)
 DRAFTING = {"chain": "chain (L drafts per round)", "eagle-25": "static tree (Eagle-1's 25 nodes)"}
 assert set(DRAFTING) - {"chain"} <= set(TREES), "every static tree offered must exist in coolsd.decoding.tree.TREES"
+NOISE = {"stream": "one stream: each racer reads its own dice",
+         "same": "same noise: dice keyed by position (lossless racers draw vanilla AR's picture)"}
+assert tuple(NOISE) == NOISES, "the noise choices are the library's (coolsd.decoding.noise.NOISES)"
+NOISE_INFO = ("Same noise: the dice of token j are keyed by (seed, j), so racers differ by their rules, not their "
+              "dice (not with a static tree). The overlay then marks where each picture left vanilla AR's.")
 EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
                    "a bowl of ramen, studio lighting"]
 
@@ -368,6 +374,9 @@ class RaceSettings:
     sjd_window: int = rule_knob(SJDRule, "window", "SJD window W (drafts per iteration)", "sjd-window",
                                 kind="int", also=(CoolSDJacobiRule, LanternPPJacobiRule))  # (every no-drafter
     # racer's window; appended after the others: older calls keep their meaning)
+    noise: str = setting(lambda ctx: Spec("Noise", "choice", DecodeConfig().noise, choices=tuple(
+        (v, k) for k, v in NOISE.items()), widget="radio", elem_id="noise", name="noise",
+        extra={"info": NOISE_INFO}))  # (appended last: older calls keep their meaning)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -409,7 +418,8 @@ class RaceSettings:
         cond = variant.check_condition(self.condition, self.style)
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
-            config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting)
+            config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting,
+                                  noise=self.noise)
         rules = make_rules(variant, self.racers, self.as_dict())
         return RacePlan(variant, cond, self.racers, sampling, config, rules)
 

@@ -137,8 +137,8 @@ def _row(r: Racer, accept: list[float], expected: float, predicted: float, measu
     measured = r.speedup(reference)
     return {"key": r.key, "decoder": r.label, "acceptance": accept, "expected_tokens": expected,
             "measured_tokens_per_round": measured_e, "predicted_speedup": predicted,
-            "measured_speedup": measured, "measured_over_predicted": measured / predicted if predicted > 0 else math.nan,
-            "finished": r.finished}
+            "measured_speedup": measured, "finished": r.finished,
+            "measured_over_predicted": measured / predicted if predicted > 0 else math.nan}
 
 
 def _mean(values: Sequence[float]) -> float:

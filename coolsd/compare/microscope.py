@@ -36,11 +36,13 @@ def rule_of(trace: RaceTrace, key: str, neighbours) -> Rule | None:
 
 
 def setup_of(trace: RaceTrace) -> tuple[SamplingConfig, DecodeConfig, int]:
-    """(sampling, drafting config with detail on, seed) of a recorded race."""
+    """(sampling, drafting config with detail on, seed) of a recorded race (its noise too: a trace from before
+    same noise has none and ran one stream, the default)."""
     s = trace.settings
     drafting = s.get("drafting", "chain")
     config = DecodeConfig(draft_len=int(s.get("draft_len", DecodeConfig().draft_len)),
-                          tree=None if drafting == "chain" else drafting, detail=True)
+                          tree=None if drafting == "chain" else drafting, detail=True,
+                          noise=s.get("noise", DecodeConfig().noise))
     return SamplingConfig(**s.get("sampling", {})), config, int(s.get("seed", 0))
 
 

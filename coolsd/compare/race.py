@@ -118,6 +118,15 @@ class Racer:
     def tokens_per_second(self) -> float:
         return self.done / self.seconds if self.seconds > 0 else math.nan
 
+    def versus(self, reference: Racer) -> tuple[Tensor, int, int]:
+        """This racer's tokens against `reference`'s (vanilla AR's, under the same noise) at the positions both have
+        committed -> (differs: (T,) bool, where both committed and the ids differ; same: how many of those
+        positions hold the same id; compared: how many positions both committed)."""
+        both = self.filled & reference.filled
+        differs = both & (self.tokens != reference.tokens)
+        compared = int(both.sum())
+        return differs, compared - int(differs.sum()), compared
+
     def speedup(self, reference: Racer) -> float:
         """Throughput over `reference`'s at the compute spent so far (the final speed-up once both finished)."""
         mine, ref = self.tokens_per_second, reference.tokens_per_second

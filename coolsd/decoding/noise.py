@@ -34,7 +34,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from coolsd.decoding.sampling import inverse_cdf
 from coolsd.util.checks import check_choice
 
 NOISES = ("stream", "same")  # DecodeConfig.noise
@@ -45,7 +44,7 @@ def check_noise(noise, tree) -> str:
     check_choice("noise", noise, NOISES)
     if noise == "same" and tree is not None:
         raise ValueError("same noise runs chain and Jacobi drafting; a static tree draws its siblings without "
-                         "replacement from one stream: choose chain drafting (tree None)")
+                         "replacement from one stream: choose chain drafting")
     return noise
 
 
@@ -73,7 +72,7 @@ class StreamNoise:
     def __init__(self, session) -> None:
         self.s = session
 
-    def round(self, t: int, n_draft: int) -> "StreamDice":
+    def round(self, t: int, n_draft: int) -> StreamDice:
         return StreamDice(self.s, self.s.uniforms(2 * n_draft + 1))
 
     def first(self, p: Tensor) -> Tensor:
@@ -132,7 +131,7 @@ class SameNoise:
                 self._cache[j] = torch.from_numpy(position_noise(self.seed, j, v)).to(self.s.device)
         return torch.stack([self._cache[j] for j in positions])
 
-    def round(self, t: int, n_draft: int) -> "SameDice":
+    def round(self, t: int, n_draft: int) -> SameDice:
         return SameDice(self.s, self.at(range(t, t + n_draft + 1)))
 
     def first(self, p: Tensor) -> Tensor:

@@ -183,6 +183,25 @@ def test_the_docs_raw_http_example_gives_the_race_its_argument_count(app):
     assert (kind, message) == ("error", ACCEPTED)  # all checks passed: only the stub stopped it
 
 
+def test_noise_takes_its_two_choices_and_same_noise_refuses_a_static_tree(app, capsys):
+    """`noise` is "stream" or "same": anything else is one line naming both choices; same noise with the static tree
+    is one line too (the race and the share link alike), and on chain drafting it passes every check."""
+    for name in ("race", "share_link"):
+        names = [p["parameter_name"] for p in app[2][name]]
+        for value in ("dice", 3, None, True, "SAME", ""):
+            data = defaults(app, name)
+            data[names.index("noise")] = value
+            assert refused(app, name, data, "noise", capsys).endswith("choose one of stream, same")
+        data = defaults(app, name)
+        data[names.index("noise")], data[names.index("drafting")] = "same", "eagle-25"
+        kind, message = call(app[1], name, data)
+        assert kind == "error" and one_line(message).startswith("same noise runs chain and Jacobi drafting"), message
+        assert "Traceback" not in capsys.readouterr().err
+    data = defaults(app, "race")
+    data[[p["parameter_name"] for p in app[2]["race"]].index("noise")] = "same"
+    assert call(app[1], "race", data) == ("error", ACCEPTED)  # all checks passed: only the stub stopped it
+
+
 # ---------------------------------------------------------------- the model argument: one rule
 @pytest.mark.parametrize("name", MODEL_ENDPOINTS)
 @pytest.mark.parametrize("model", ["", None, " emoji", "EMOJI ", "../assets/emoji", LONG, MARKUP, CONTROL, 3, True])

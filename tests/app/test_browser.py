@@ -224,6 +224,37 @@ def test_share_link_racers_replay_and_downloads(page_url):
     assert not errors, errors[:3]
 
 
+def test_same_noise_control_races_and_the_legend_follows_it(page_url):
+    """The Noise control (Drafting accordion) set to same noise with the overlay on, a race: the line under Eagle-1's
+    picture says all its tokens are vanilla AR's and the legend names the same-noise tint; back to one stream, the
+    legend names the token outcomes again and the line is gone."""
+    from playwright.sync_api import sync_playwright
+
+    n = tiny_demo().ctx.model.num_tokens
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_url)
+            page.locator("#gen-btn").wait_for(timeout=60_000)
+            page.locator("#noise label", has_text="same noise").click()
+            page.locator("#overlay input").check()
+            page.locator("#gen-btn").click()
+            wait_text(page, "#seen-0", f"same as vanilla AR at {n} / {n} tokens", timeout=90_000)
+            wait_text(page, "#legend", "not vanilla AR's token")
+            assert "accepted draft" not in page.locator("#legend").inner_text()
+            page.locator("#noise label", has_text="one stream").click()
+            page.locator("#gen-btn").click()
+            wait_text(page, "#legend", "accepted draft", timeout=90_000)
+            page.wait_for_function("() => !(document.querySelector('#seen-0')?.innerText || '')"
+                                   ".includes('same as vanilla AR')", timeout=90_000)
+        finally:
+            browser.close()
+    assert not errors, errors[:3]
+
+
 def test_llamagen_prompt_ui(tmp_path_factory):
     """The prompt UI on a tiny random LlamaGen with both resolutions: an example prompt, 512 px, one race."""
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")

@@ -176,6 +176,64 @@ def test_every_panel_with_sjd_racers(sjd_raced, key, shipped_app):
     assert all(len(r["acceptance"]) == 4 for r in payload["racers"] if r["key"] in ("sjd", "sjd-reuse"))
 
 
+SAME_RACERS = ["eagle-1", "cool-sd", "sjd"]  # (the panels' order)
+
+
+@pytest.fixture(scope="module")
+def same_raced(shipped_app):
+    """model key -> (a client of its own, the final frame of a same-noise race of Eagle-1, COOL-SD and SJD with the
+    overlay on)."""
+    _, url = shipped_app
+    out = {}
+    for key in SHIPPED:
+        client = Client(url, verbose=False)
+        job = client.submit(model=key, racers=SAME_RACERS, noise="same", overlay=True, api_name="/race")
+        assert list(job), f"the {key} same-noise race streamed nothing"
+        out[key] = (client, dict(zip(API_NAMES, job.outputs()[-1])))
+    return out
+
+
+def trace_tokens(trace: dict) -> dict[str, list[int]]:
+    """racer key -> its committed token ids, rebuilt from a /trace answer's events."""
+    out = {r["key"]: [-1] * trace["num_tokens"] for r in trace["racers"]}
+    for step in trace["steps"]:
+        e = step["event"]
+        out[step["racer"]][e["start"]:e["start"] + len(e["tokens"])] = e["tokens"]
+    return out
+
+
+@pytest.mark.parametrize("key", SHIPPED)
+def test_same_noise_lossless_racers_draw_vanilla_ars_picture(same_raced, key, shipped_app):
+    """Same noise on every shipped model: Eagle-1's and SJD's tokens are vanilla AR's (read from /trace), the line
+    under each picture counts the tokens that are vanilla AR's (T / T for Eagle-1 and SJD), the overlay tints only
+    where a picture left vanilla AR's, the microscope re-runs the race with its noise, a share link carries it."""
+    from PIL import Image
+
+    from coolsd.app.racers import slot_keys
+
+    client, final = same_raced[key]
+    n = shipped_app[0].ctx.for_model(key).model.num_tokens
+    assert final["stats"]["finished"] and final["stats"]["settings"]["noise"] == "same"
+    tokens = trace_tokens(client.predict(api_name="/trace"))
+    assert tokens["eagle-1"] == tokens["vanilla"] == tokens["sjd"] and -1 not in tokens["vanilla"]
+    same = {k: sum(a == b for a, b in zip(tokens[k], tokens["vanilla"])) for k in SAME_RACERS}
+    tinted = client.predict(overlay=True, model=key, api_name="/overlay")
+    plain = client.predict(overlay=False, model=key, api_name="/overlay")
+    for slot, racer in enumerate(slot_keys(SAME_RACERS)):
+        if racer not in SAME_RACERS:
+            continue
+        assert f"same as vanilla AR at {same[racer]} / {n} tokens" in final[f"seen_{slot + 1}"], racer
+        assert final["stats"]["decoders"][racer]["same_as_vanilla"] == {"same": same[racer], "compared": n}
+        with Image.open(tinted[slot]) as a, Image.open(plain[slot]) as b:
+            assert (a.tobytes() == b.tobytes()) == (same[racer] == n), racer  # a tint exactly where it left
+    for decoder in ("eagle-1", "cool-sd"):
+        *_, header, payload = client.predict(key=decoder, round_no=1, model=key, api_name="/microscope")
+        assert payload["matches_race"] and ("coupled" in header) == (decoder == "eagle-1"), header
+    query = client.predict(model=key, racers=SAME_RACERS, noise="same", api_name="/share_link")
+    restored = client.predict(query=query, api_name="/share_restore")
+    assert restored["noise"] == "same" and restored["racers"] == SAME_RACERS and restored["model"] == key
+
+
 def test_cost_whatif_names_its_parameters(clients):
     client = next(iter(clients.values()))
     api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/cost_whatif"]

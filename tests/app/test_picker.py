@@ -250,9 +250,9 @@ def test_an_unknown_model_is_one_clear_line(call):
 
 def test_api_arguments_keep_their_order_with_model_and_style_last():
     """Arguments added later come after the others, so older calls keep working: model and style, then SJD's
-    window."""
+    window, then the noise."""
     names = RaceSettings.names()
-    assert names[-4:] == ["resolution", "model", "style", "sjd_window"]
+    assert names[-5:] == ["resolution", "model", "style", "sjd_window", "noise"]
     assert list(RaceSettings.signature(APP.ctx).parameters)[:-1] == names
     # a call with the app's defaults for another model's arguments: they follow the model
     emoji_keys = [k for k in APP.ctx.catalogue.keys if k != "tiny"]

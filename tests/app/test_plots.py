@@ -12,6 +12,7 @@ from coolsd.app.plots import (
     ACCEPTED,
     BONUS,
     KIND_COLOURS,
+    NO_REFERENCE,
     OVERLAY_ALPHA,
     PLACEHOLDER_GREYS,
     RESAMPLED,
@@ -88,6 +89,12 @@ def test_placeholder_has_the_display_size():
 def test_legend_names_every_outcome():
     text = overlay_legend_html()
     assert "accepted" in text and "resampled" in text and "bonus" in text
+
+
+def test_the_same_noise_legend_names_its_one_tint_or_says_there_is_nothing_to_compare():
+    text = overlay_legend_html("same")
+    assert "not vanilla AR's token" in text and "accepted" not in text and "resampled" not in text
+    assert NO_REFERENCE in overlay_legend_html("same", reference=False)
 
 
 def _stats(label, tokens, forwards, seconds, speedup, finished):

@@ -126,6 +126,22 @@ def test_every_link_the_app_makes_restores(server):
     assert "custom omega list is too long" in refusal(client, "/race", **values(custom_omegas="1, " * 200))
 
 
+def test_same_noise_travels_in_a_link_and_is_refused_with_a_static_tree_exactly_as_the_race(server):
+    """`noise` = "same" restores from the link the app makes; with the static tree the race, the link and its restore
+    refuse it in the same one line, and an unknown noise in a link names both choices."""
+    client = new_client(server)
+    settings = values(noise="same", racers=["eagle-1", "sjd"], overlay=True)
+    query = client.predict(**settings, api_name="/share_link")
+    assert "noise=same" in query and client.predict(query=query, api_name="/share_restore") == settings
+    bad = values(noise="same", drafting="eagle-25")
+    race = refusal(client, "/race", **bad)
+    assert race.startswith("same noise runs chain and Jacobi drafting")
+    assert refusal(client, "/share_link", **bad) == race
+    assert refusal(client, "/share_restore", query="?noise=same&drafting=eagle-25") == "share link: " + race
+    assert refusal(client, "/share_restore", query="?noise=dice") == \
+        "share link: unknown noise 'dice'; choose one of stream, same"
+
+
 # ---------------------------------------------------------------- 5. a nested racer list
 def test_a_nested_racer_list_gets_one_clear_line(server):
     client = new_client(server)

@@ -1,7 +1,8 @@
 """Every figure the page's sentences quote is read from the data beside them, on every shipped model: the Race
 tab's lesson line (the race on show, and its model's benchmark only at the race's own settings), the Cost tab
 (the recorded race on show until the session races), the Quality lab (which decoders were faster, and at which
-settings the benchmark ran) and the Microscope on the recorded race (its own rounds, no warning). The models are
+settings the benchmark ran), the Microscope on the recorded race (its own rounds, no warning) and, in a same-noise
+race, the line under each picture (how many of its tokens are vanilla AR's). The models are
 loaded as `app.py` loads them; names and numbers are read from them and their shipped files, never typed here."""
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def test_the_cost_tab_uses_the_recorded_race_on_show(shown):
         assert got["measured_speedup"] == pytest.approx(expected["measured_speedup"], rel=1e-12)
         row = next(line for line in table.splitlines() if line.startswith(f"| {got['decoder']} |"))
         assert row.endswith(f"| {number(expected['measured_speedup'], '.2f', '×')} |"), row
+    gap = next(line for line in table.splitlines() if line.startswith("Measured ÷ predicted: "))
+    quoted = gap.removeprefix("Measured ÷ predicted: ").split(". The prediction")[0].split("; ")
+    assert [(part.rsplit(" ", 1)[0], float(part.rsplit(" ", 1)[1])) for part in quoted] == [
+        (r["decoder"].split(" (")[0], round(r["measured_speedup"] / r["predicted_speedup"], 2)) for r in want[:-1]], gap
     assert CostPanel(ctx).compare(None, model=ctx.model_key)[2]["race"] is None  # (no recorded race handed in)
 
 
@@ -151,3 +156,30 @@ def test_the_sweep_words_quote_the_sweep_file(shown):
         assert f"From δ = {cut:g} on" in text
     assert tour.sweep_note(ctx).endswith(f"δ = {tour.quality_delta(ctx):g}.")
     assert tour.quality_delta(ctx) == (cut or sweep_view.reach(sweep))
+
+
+def test_under_same_noise_the_line_under_each_picture_counts_the_tokens_that_are_vanilla_ars(shown):
+    """A same-noise race of the model (Eagle-1, COOL-SD, SJD): the "same as vanilla AR at k / T tokens" under each
+    racer's picture, k counted here from the trace's own events; Eagle-1 and SJD read T / T."""
+    from coolsd.app.race import LiveRaces, RaceStream
+    from coolsd.app.racers import slot_keys
+    from coolsd.app.settings import RaceSettings
+
+    ctx, n = shown[0], shown[0].model.num_tokens
+    racers = ["eagle-1", "cool-sd", "sjd"]
+    row = RaceSettings.defaults(ctx).as_dict() | {"noise": "same", "racers": racers}
+    last = list(RaceStream(ctx, LiveRaces()).race(**row))[-1]
+    tokens = {r.key: r.tokens for r in last.trace.replay(len(last.trace))}
+    for slot, key in enumerate(slot_keys(racers)):
+        if key is None:
+            continue
+        said = re.findall(r"same as vanilla AR at (\d+) / (\d+) tokens", last.captions[slot])
+        if key == "vanilla":
+            assert not said
+            continue
+        same = int((tokens[key] == tokens["vanilla"]).sum())
+        assert said == [(str(same), str(n))], (key, last.captions[slot])
+        assert key == "cool-sd" or same == n
+    line = lesson_markdown(last.stats)  # the benchmark ran one stream: not these settings
+    assert f"in the race on show (L = {row['draft_len']}, same noise)" in line and "benchmark" not in line, line
+    assert not matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), last.stats["settings"])
