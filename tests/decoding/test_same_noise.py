@@ -76,10 +76,15 @@ def test_position_noise_is_a_function_of_seed_and_position_alone():
 @pytest.mark.parametrize("name,kwargs", [
     (None, {}),
     ("cool-sd", {"delta": 2.0, "nu": 1.5, "floor_at_one": False}),  # omega 3.27, 0.73: relaxed, then strict
+    ("cool-sd", {"delta": 2.0, "nu": 1.5, "floor_at_one": True}),
     ("uniform-rsd", {"delta": 1.7}),
     ("lantern++", {"k": 1, "lam": 3.0}),
+    ("lantern++", {"k": 1, "lam": 3.0, "residual_kind": "optimal"}),
+    ("lantern", {"k": 1, "delta": 0.3}),
+    ("linear-decay", {"delta": 1.5, "slope": 0.8}),
     ("custom", {"omegas": (0.8, 2.5)}),
-], ids=["vanilla", "cool-sd", "uniform-rsd", "lantern++", "custom"])
+], ids=["vanilla", "cool-sd-unclipped", "cool-sd", "uniform-rsd", "lantern++", "lantern++-g*", "lantern",
+        "linear-decay", "custom"])
 def test_vanilla_and_relaxed_rules_keep_their_exact_distribution(build_rule, monkeypatch, name, kwargs):
     """V = 3, T = 4, L = 2: every race enumerated as a draw from its row, so a race or a residual read from the
     wrong row (p for q, the bonus for the residual, another depth's) changes the distribution."""
