@@ -27,19 +27,18 @@ PAPER = [
 ]
 PAPER_HARDWARE = "GPU (type not stated in the paper)"
 # Our benchmark settings beside the paper's methods: (method, variant key, rule options the row must have).
-SJD_OURS = [("SJD (W = 8, no drafter)", "sjd", {"window": 8}), ("SJD + reuse (W = 8)", "sjd-reuse", {"window": 8})]
+NO_DRAFTER_OURS = [("SJD (W = 8, no drafter)", "sjd", {"window": 8}),
+                   ("COOL-SD δ = 2, no drafter (W = 8)", "cool-sd-jacobi", {"delta": 2.0, "window": 8})]
 OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
         ("LANTERN++ (k = 5, λ = 10)", "lantern++", {"k": 5, "lam": 10.0}),
-        ("COOL-SD δ = 1.1", "cool-sd", {"delta": 1.1}), ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), *SJD_OURS]
+        ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}), *NO_DRAFTER_OURS]
 EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
               ("LANTERN++ (k = 10, λ = 20)", "lantern++", {"k": 10, "lam": 20.0}),
-              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}), *SJD_OURS]
+              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}),
+              *NO_DRAFTER_OURS]
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
 BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
            "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
-# a later run of some settings beside the main benchmark, in its subfolder of that name (its speed-ups against its
-# own vanilla AR run, so every ratio still comes from one run): SJD came after the main benchmarks
-LATER_RUNS = ("sjd",)
 # Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
 # became COOL-SD's default.
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
@@ -152,8 +151,6 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
     except (OSError, ValueError, KeyError):
         lines += _group(f"Ours: not measured (`{folder.name}/` is missing)", quality)
         return "\n".join(lines)
-    later = later_runs(folder)
-    rows += [r for _, more in later for r in more if not find_row([r], "vanilla", {})]  # their vanilla: theirs
     model, machine = config.get("model", "embedded model"), config.get("machine", "not recorded")
     machine = machine.split(";")[0] + (", CPU only" if "+cpu" in machine else "")  # "AMD EPYC, 2 cores, CPU only"
     lines += _group(f"Ours: {model}, {machine}", quality)
@@ -177,10 +174,6 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
               "of the LlamaGen-XL architecture on one H200 with random weights (`tools/gpu_llamagen_bench.py`) gave "
               "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
               "ours until the real weights are fetched."]
-    lines += [f"SJD rows: a later run ({c.get('machine', 'machine not recorded').split(';')[0]}), "
-              f"`{short_command(c.get('command', 'python -m coolsd.bench'))}`, {more[0].get('n_images', '?')} images "
-              f"per setting, its speed-ups against its own vanilla AR run (FID there {_vanilla_fid(more)}: FIDs of "
-              "runs with other images or another N are not comparable)." for c, more in later if more]
     return "\n".join(lines)
 
 
@@ -188,22 +181,6 @@ def read_bench(folder: Path) -> tuple[dict, list[dict]]:
     """A benchmark folder's config.json and results.jsonl rows (OSError / ValueError when missing or broken)."""
     config = json.loads((folder / "config.json").read_text())
     return config, [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
-
-
-def _vanilla_fid(rows: list[dict]) -> str:
-    """The FID of a run's vanilla AR row, formatted ("-" when it has none)."""
-    return number(next((r.get("fid") for r in rows if find_row([r], "vanilla", {})), None))
-
-
-def later_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
-    """The (config, rows) of each later run found beside the main benchmark in `folder` (`LATER_RUNS`)."""
-    found = []
-    for name in LATER_RUNS:
-        try:
-            found.append(read_bench(folder / name))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def short_command(command: str, keep: int = 4) -> str:

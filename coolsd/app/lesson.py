@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coolsd.app.how import later_runs, read_bench
+from coolsd.app.how import read_bench
 from coolsd.util.format import number
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
 
@@ -25,13 +25,11 @@ KNOBS = (("delta", "δ"), ("k", "k"), ("lam", "λ"), ("window", "W"))  # rule se
 
 
 def bench_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
-    """(config, rows) of the benchmark in `folder`, then of each later run beside it (`how.later_runs`: their
-    vanilla AR rows may hold the target's top-1 the main run did not record); [] when it is missing or broken."""
+    """[(config, rows)] of the benchmark in `folder`; [] when it is missing or broken."""
     try:
-        main = read_bench(folder)
+        return [read_bench(folder)]
     except (OSError, ValueError):
         return []
-    return [main, *later_runs(folder)]
 
 
 def relaxed_key(decoders: dict) -> str | None:

@@ -78,15 +78,3 @@ def test_the_line_reads_the_race_and_its_models_benchmark_folder(tmp_path):
     assert "benchmark" not in at_two and "1.88" not in at_two and at_two.endswith("vanilla AR's speed.")
     assert lesson_markdown(None, benches) == lesson_markdown({}, benches) == LEAD + "."
     assert bench_runs(tmp_path / "missing") == []
-
-
-def test_the_top1_may_come_from_a_later_run_at_the_same_sampling(tmp_path):
-    """The main benchmark ran before the top-1 was recorded; a later run in its sjd/ subfolder recorded it: the line
-    quotes that run's vanilla top-1 (same sampling) and still the main run's taus."""
-    config, rows = bench(draft_len=3, top1=None)
-    write(tmp_path, config, rows)
-    write(tmp_path / "sjd", config, [rows[0] | {"top1": 0.95}, rows[1] | {"tau": 9.0, "draft_len": 8}])
-    clause = bench_clause("emoji", bench_runs(tmp_path), race_stats())
-    assert "top-1 probability 0.95" in clause and "Eagle-1's 1.88" in clause, clause
-    write(tmp_path / "sjd", {"sampling": SAMPLING | {"temperature": 0.5}}, [rows[0] | {"top1": 0.95}])
-    assert "top-1" not in bench_clause("emoji", bench_runs(tmp_path), race_stats())
