@@ -144,8 +144,15 @@ def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
     marked = [t for t in fig.data if (t.name or "").startswith("lab: ")]
     assert len(marked) == 6  # Eagle-1, the rule and its twin, on the NLL-vs-speed-up and NLL-vs-tau panels
     assert {t.x[0] for t in marked} == {1.5, 3.0} and {t.y[0] for t in marked} == {0.9}
-    note = lab_ui.bench_note(rows, decoders, summary)
-    assert "cool-sd delta=2" in note and "uniform-rsd delta=2" in note
+    lab_len = lab_ui.DecodeConfig().draft_len
+    configs = [{k: v for k, v in d.rule.config().items() if k != "neighbours"} for d in decoders if d.rule]
+    here = [c for c in configs if any(r.get("rule_config") == c and r.get("draft_len") == lab_len
+                                      and not r.get("tree") for r in rows)]
+    note = lab_ui.bench_note(rows, decoders, summary)  # only the settings the benchmark ran at the lab's L
+    assert len([line for line in note.splitlines() if line.startswith("- ")]) == len(here)
+    at_lab_len = [r | {"draft_len": lab_len} for r in rows if not r.get("tree")]  # the same rows, at the lab's L
+    note = lab_ui.bench_note(at_lab_len, decoders, summary)
+    assert "`eagle-1 L=1`" in note and "`cool-sd delta=2 L=1`" in note and "uniform-rsd" not in note  # (not run)
 
 
 def test_grid_image_layout():
