@@ -36,11 +36,6 @@ def machine() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
-# race settings added after recordings were shipped -> the value every race before them ran with: a recording
-# without the key matches defaults at that value (noise: one stream was the only noise)
-LATER = {"noise": "stream"}
-
-
 def defaults_json(ctx: Context) -> dict:
     """The race settings' defaults and the rules they make, as they read back from JSON (tuples become lists)."""
     defaults = RaceSettings.defaults(ctx)
@@ -78,7 +73,7 @@ def load(ctx: Context, folder: Path | None = None) -> tuple[RaceTrace, dict] | N
         log.warning("shipped trace %s is unreadable (%s); the page opens empty", path, err)
         return None
     recorded = data.get("recorded") or {}
-    if data.get("model") != ctx.model.name or LATER | (recorded.get("defaults") or {}) != defaults_json(ctx):
+    if data.get("model") != ctx.model.name or recorded.get("defaults") != defaults_json(ctx):
         log.warning("shipped trace %s was recorded for other defaults or another model; re-record it with `%s`",
                     path, COMMAND)
         return None
