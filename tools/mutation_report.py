@@ -267,7 +267,7 @@ file for file the same) plus this report's new tests, in a copy of the tree (`gi
 its `.venv` a link to the checkout's), so that no file edited meanwhile in the checkout could enter the run; the
 test selection is `pyproject.toml`'s. `coolsd/decoding/variants.py`, in the selection too, was mid-refactor (issue
 26) and is not in this table: run on its own afterwards (main at 046962e), 82 of 84 killed, the 2 survivors
-equivalent (`variant_of` keeps the config's "rule" entry, which matches no fixed option; docs/testing.md).
+equivalent (`variant_of` keeps the config's "rule" entry, which matches no fixed option).
 Commands, in the copy:
 
 ```bash

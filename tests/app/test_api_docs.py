@@ -21,7 +21,7 @@ from coolsd.app import racers, served_files, serving, sessions, share
 from coolsd.app.context import open_context
 from coolsd.app.demo import model_info, workers_from_env
 from coolsd.app.race_view import API_NAMES
-from coolsd.app.settings import RaceSettings
+from coolsd.app.settings import RaceSettings, specs
 from coolsd.models import registry
 from coolsd.util import checks
 
@@ -114,6 +114,19 @@ def test_race_defaults_match_the_race_settings_of_every_model_here(api):
         for arg, value in rows.items():
             if value is not None:
                 assert same(value, defaults[arg]), (ctx.model_key, arg, value, defaults[arg])
+
+
+def test_race_ranges_written_out_are_the_settings_bounds():
+    """A /race row's "from `a` ... to `b`" is its setting's minimum and maximum (`coolsd.app.settings.specs`)."""
+    table_specs = specs(tiny_demo().ctx)
+    bounds = 0
+    for cell, _, values in table(sections()["/race"], "argument"):
+        m = re.search(r"from `([-\d.]+)`[^`]*? to `([-\d.]+)`", values)
+        if m:
+            spec = table_specs[cell.strip("`")]
+            assert (float(m.group(1)), float(m.group(2))) == (spec.minimum, spec.maximum), cell
+            bounds += 1
+    assert bounds >= 4
 
 
 def test_the_raw_http_example_counts_the_race_arguments(api):
