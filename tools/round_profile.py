@@ -3,7 +3,7 @@
     COOLSD_EXECUTION=fused OMP_NUM_THREADS=1 python tools/round_profile.py [--images 6] [--draft-len 2]
         [--passes 2] [--clock cpu|wall] [--json rows.json] [--stub]
 
-Decodes a few emoji images with vanilla AR, Eagle-1, COOL-SD delta 2, LANTERN++ and SJD W 8 through
+Decodes a few emoji images with vanilla AR, Eagle-1, COOL-SD delta 2, LANTERN++ and SJD W 4 (the race's window) through
 `coolsd.decoding.engine.run` (what the benchmark times), with the engine's functions wrapped by an exclusive-time
 timer: each wrapped call's time, less the wrapped calls inside it, goes to its phase. Phases:
 
@@ -154,7 +154,7 @@ def decoders(bundle, draft_len: int) -> dict:
     return {"vanilla AR": None, f"Eagle-1 L{draft_len}": variants.build("eagle-1"),
             f"COOL-SD d2 L{draft_len}": variants.build("cool-sd", {"delta": 2.0}),
             f"LANTERN++ k10 l20 L{draft_len}": variants.build("lantern++", {"k": 10, "lam": 20}, bundle.neighbours),
-            "SJD W8": variants.build("sjd", {"window": 8})}
+            "SJD W4": variants.build("sjd", {"window": 4})}
 
 
 class StubModel:
