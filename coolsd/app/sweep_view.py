@@ -249,7 +249,7 @@ def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
 def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
     """(label, setting) of the sheet's rows: vanilla AR, Eagle-1, COOL-SD at the swept δ nearest the race's, and
     at the breaking δ (else the largest swept); each once."""
-    rows = [("vanilla AR", "vanilla"), ("Eagle-1", "eagle-1")]
+    rows = [("vanilla AR", reference(sweep, None)["setting"]), ("Eagle-1", reference(sweep, "eagle-1")["setting"])]
     near, top = nearest(sweep, delta), breaking_delta(sweep) or reach(sweep)
     far = next(r for r in swept(sweep) if r["delta"] == top)
     for r, tag in ((near, "nearest the race's"), (far, "breaking" if breaking_delta(sweep) else "largest swept")):
