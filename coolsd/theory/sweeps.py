@@ -32,6 +32,7 @@ from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, Un
 from coolsd.theory import annealing
 from coolsd.theory.oracle import OracleResult, exact, match_tau
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
+from coolsd.util.figures import write_png
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.out.suffix == ".html":
             fig.write_html(args.out, include_plotlyjs="cdn")
         else:
-            fig.write_image(args.out, scale=2)  # needs kaleido >= 1 and a Chrome/Chromium on the machine
-        print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+            skipped = write_png(fig, args.out, scale=2)  # kaleido >= 1 needs a Chrome/Chromium on the machine
+            if skipped:
+                print(skipped)
+        print(f"wrote {'' if args.out.is_file() else 'no '}{args.out} and {args.out.with_suffix('.json')}")
     if args.report:
         report = compare(n_models=args.n_models)
         print(format_report(report))
