@@ -40,10 +40,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 import threading
 import time
-
-import tempfile
 from pathlib import Path
 
 from gradio import processing_utils

@@ -274,7 +274,9 @@ def readme_section(parts: dict[str, str], out: Path, readme: Path, notes: Path |
              "machine other processes stretch wall time but not this single-threaded process's CPU time. "
              "s / img = wall seconds per timed image, CPU s / img the process CPU seconds. "
              "outside fwd = share of wall time spent outside draft and target forwards.",
-             parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)", parts["table"]]
+             parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)",
+             # the table names its file (tests/app/test_docs_figures.py checks every figure against it)
+             f"<!-- figures from: {os.path.relpath(out.resolve(), ROOT)}/results.jsonl -->\n" + parts["table"]]
     if notes is not None and notes.is_file():
         parts.append(notes.read_text().strip())
     return "\n\n".join(parts)

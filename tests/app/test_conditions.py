@@ -11,9 +11,8 @@ import pytest
 import torch
 from new_emoji import CHARS, CLASS_GROUPS, CREDITS, DEFAULT, NAMES, STYLES, save_new_emoji
 
-from coolsd.app import controls
+from coolsd.app import controls, race_view
 from coolsd.app import race as race_ui
-from coolsd.app import race_view
 from coolsd.app.context import Catalogue
 from coolsd.app.demo import header_markdown, model_info
 from coolsd.app.lab import LabPanel
