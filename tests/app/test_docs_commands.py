@@ -129,3 +129,36 @@ def test_a_documented_command_runs_to_its_end_shortened(command, tmp_path):
             assert (out / name).is_file(), name
         # the figure that needs a browser: written, or skipped in one line that says why
         assert (out / "pareto.png").is_file() or "pareto.png skipped:" in done.stderr, said
+
+
+# ---------------------------------------------------------------- the pictures of the page
+def test_every_picture_of_the_page_in_the_docs_is_made_by_one_command():
+    """Each screenshot the README and docs show is one `tools/page_pictures.py` writes, and the docs name it."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from page_pictures import PICTURES
+
+    shown = set()
+    for path in SURFACES:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", path.read_text(encoding="utf-8")):
+            name = (path.parent / target).resolve().relative_to(ROOT).as_posix()
+            if "screenshot" in name:
+                shown.add(name)
+    assert shown and shown <= {f"assets/{p}" for p in PICTURES.values()}, shown
+    assert "tools/page_pictures.py" in (ROOT / "docs" / "app-and-api.md").read_text(encoding="utf-8")
+
+
+def test_page_pictures_writes_a_picture_of_the_current_page(tmp_path):
+    import shutil
+
+    if shutil.which("chromium") is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    done = subprocess.run([sys.executable, "tools/page_pictures.py", "--only", "phone,schedule", "--out",
+                           str(tmp_path)], cwd=ROOT, env=os.environ | OFFLINE, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    for name in ("screenshots/phone.png", "schedule_screenshot.png"):
+        assert (tmp_path / name).stat().st_size > 10_000 and f"wrote {tmp_path / name}" in done.stdout
+    assert not list(tmp_path.rglob(".*partial*"))
+    bad = subprocess.run([sys.executable, "tools/page_pictures.py", "--only", "banner"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--only takes screenshot, phone, lab, schedule" in bad.stderr
