@@ -16,8 +16,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @contextlib.contextmanager
 def demo_page(width: int, height: int):
-    """The demo on COOLSD_MODEL (unset or empty: the app's default model, as `app.py` picks it) with the app's launch settings, and a `width` x `height`
-    page; yields (page, server URL); closes the browser and the server afterwards."""
+    """The demo on COOLSD_MODEL (unset or empty: the app's default model, as `app.py` picks it) with the app's
+    launch settings, and a `width` x `height` page; yields (page, server URL); closes the browser and the server
+    afterwards."""
     from playwright.sync_api import sync_playwright
 
     from coolsd.app.demo import LAUNCH_KWARGS, make_demo
