@@ -122,3 +122,13 @@ def test_the_line_reads_the_shipped_sweep_for_a_race_past_its_break():
     assert f"past where the δ sweep says pictures break (δ ≥ {sweep_view.breaking_delta(sweep):g})" in line
     assert f"against vanilla AR's {round(100 * vanilla)} %" in line or f"{100 * vanilla:.0f} %" in line
     assert "pictures break" not in lesson_markdown(race_stats(), {})
+
+
+def test_the_benchmark_clause_names_its_speed_ups_and_what_they_count():
+    """The page and the docs state the same speed-ups for the same settings: the line quotes the benchmark's beside
+    the race's, and says that the two clocks differ."""
+    config, rows = bench(draft_len=3)
+    rows[1]["speedup"], rows[2]["speedup"] = 0.87, 0.94
+    text = bench_clause("emoji", [(config, rows)], race_stats())
+    assert ("τ 2.22 vs Eagle-1's 1.88, speed-up 0.94× vs 0.87× (whole pictures' CPU time; the race counts each "
+            "racer's rounds' compute time)") in text
