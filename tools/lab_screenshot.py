@@ -1,7 +1,7 @@
 """Screenshots of the Quality lab and the Schedule explorer, for the docs (not a test; `tools/page_pictures.py`
 makes them with every other page picture).
 
-    COOLSD_MODEL=embedded OMP_NUM_THREADS=1 python tools/lab_screenshot.py --relaxation 4
+    COOLSD_MODEL=mnist OMP_NUM_THREADS=1 python tools/lab_screenshot.py --relaxation 4
 
 Starts the app in-process, drives headless Chromium (Debian's, via Playwright), runs the lab to the end,
 and writes assets/lab_screenshot.png and assets/schedule_screenshot.png.
@@ -43,7 +43,7 @@ def crop(path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--relaxation", default="4")
     parser.add_argument("--rule", default="COOL-SD (nu 0.7, mean omega = delta)")
     parser.add_argument("--out", default="assets")

@@ -1,12 +1,12 @@
 """Memory under many visitors: open N sessions on `python app.py` (half of them racing) and record the server's RSS.
 
     nice -n 10 .venv/bin/python tools/memory_run.py --model tiny --sessions 2000 --out runs/memory_tiny.json
-    nice -n 10 .venv/bin/python tools/memory_run.py --model embedded --sessions 400 --capacity 100
+    nice -n 10 .venv/bin/python tools/memory_run.py --model mnist --sessions 400 --capacity 100 --bound-mb 800
 
 Each session is a fresh session hash over raw HTTP on loopback (POST /gradio_api/call/<name>, then its
 event stream): an even session asks /model_info (a visitor who only looks), an odd one runs /race with
 small settings (Eagle-1 and vanilla AR, seed = session number) to the end, so it keeps a trace and the
-images on show. The loop is bounded (N sessions, one at a time); the server runs niced with one thread.
+images on show. The loop is bounded (N sessions, one at a time); the server runs with one torch thread.
 RSS is the server's VmRSS (Linux /proc) every `--every` sessions; `--bound-mb` (stated before the
 run) makes the exit status 1 when any sample is above it. `--profile` serves through tools/memory_profile.py
 (tracemalloc, slower) and adds the growth of live Python allocations between warm-up and the end, by source line.
@@ -22,6 +22,8 @@ import json
 import os
 import platform
 import signal
+import socket
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -29,9 +31,37 @@ import uuid
 from pathlib import Path
 
 import httpx
-from app_latency import free_port, start_server  # the same server start-up as the latency tool
 
 ROOT = Path(__file__).resolve().parents[1]
+OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: str, port: int, timeout_s: float = 300,
+                 script: str = "app.py") -> tuple[subprocess.Popen, float]:
+    """`python <script>` (the app, or tools/memory_profile.py, which runs it) serving `model` on `port`, once its
+    page answers; returns the process and the seconds it took to answer."""
+    env = os.environ | OFFLINE | {"COOLSD_MODEL": model, "GRADIO_SERVER_PORT": str(port)}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{script} exited with {proc.returncode}:\n{proc.stdout.read()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
+                return proc, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        if time.perf_counter() - t0 > timeout_s:
+            proc.kill()
+            raise RuntimeError(f"{script} did not answer within {timeout_s:.0f} s")
+        time.sleep(0.25)
 
 
 def rss_mb(pid: int) -> float:

@@ -2,7 +2,7 @@
 
 Usage (after a `mutmut run`, see docs/testing.md, section "Mutation testing"):
     .venv/bin/python tools/mutation_report.py --run core    # the seven core modules -> tests/MUTANTS.md
-    .venv/bin/python tools/mutation_report.py --run app     # the issue-27 modules   -> tests/MUTANTS_app.md
+    .venv/bin/python tools/mutation_report.py --run app     # microscope, cost, timing, ... -> tests/MUTANTS_app.md
     .venv/bin/python tools/mutation_report.py --run sessions  # sessions, served files -> tests/MUTANTS_sessions.md
 
 Each run (RUNS) names its modules, its report file and a paragraph on how it was made (date, machine,
@@ -57,7 +57,7 @@ PATTERNS: list[tuple[str, ...]] = [
      "E42 which name loads glibc: on the Linux test machine find_library(\"c\") and the fallback \"libc.so.6\" both "
      "find it, and CDLL(None) (the process itself) exports malloc_trim and mallopt from the same libc",
      "coolsd.app.sessions"),
-    # the issue-27 modules (tools/mutation_report.py --run app)
+    # the microscope, cost model, timing, checks and serving modules (tools/mutation_report.py --run app)
     (r"device=None|<device argument removed>",
      "E1 device: the tests time models on the CPU (fakes and the tiny Llama), where device=None (or no device "
      "argument) is the CPU too; forward_times meets an accelerator only in the app's cost tab and "
@@ -181,7 +181,7 @@ PATTERNS: list[tuple[str, ...]] = [
      "E29 a round without drafts: pick(p[:0], x) is an empty float64 row, the same as `empty`"),
 ]
 
-# Reasons read by hand for single mutants (30 Nov 2026; _R9 on: 2 Dec 2026, the issue-27 modules).
+# Reasons read by hand for single mutants (_R9 on: the microscope, cost model, timing, checks and serving modules).
 _R1 = ('E22 `oracle.exact` bookkeeping that only touches empty or zero-mass entries: an extra round-start '
       'slot is never written or read')
 _R2 = ('E22 `oracle.exact` bookkeeping that only touches empty or zero-mass entries: starts[0] is empty (add '
@@ -267,7 +267,7 @@ file for file the same) plus this report's new tests, in a copy of the tree (`gi
 its `.venv` a link to the checkout's), so that no file edited meanwhile in the checkout could enter the run; the
 test selection is `pyproject.toml`'s. `coolsd/decoding/variants.py`, in the selection too, was mid-refactor (issue
 26) and is not in this table: run on its own afterwards (main at 046962e), 82 of 84 killed, the 2 survivors
-equivalent (`variant_of` keeps the config's "rule" entry, which matches no fixed option; docs/testing.md).
+equivalent (`variant_of` keeps the config's "rule" entry, which matches no fixed option).
 Commands, in the copy:
 
 ```bash

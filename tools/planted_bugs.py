@@ -7,9 +7,10 @@ code makes the script say so instead of silently planting nothing). For each, th
 working tree (tracked and untracked, not ignored files) to a temporary folder, plants the bug, runs
 the tests named for it with `pytest -x -q -m "not statistical"`, and reports CAUGHT (pytest failed, or
 could not even import coolsd because of the bug: a bound check that every module-level config goes through)
-or MISSED. Exit status 1 if any bug is missed or cannot be planted. The first five are the planted
-bugs of issue 13; the rest are ours (those of issue 27, from "microscope:" on, each with the test file written
-to catch it). `--dry-run` only checks that every bug's text still occurs once (after a refactor).
+or MISSED. Exit status 1 if any bug is missed or cannot be planted. `--only TEXT` plants the bugs whose
+name contains TEXT (e.g. "sessions:"), `--keep` keeps the scratch copies, and `--dry-run` only checks that
+every bug's text still occurs once (after a refactor). To add a bug: append a Bug to BUGS (name, file, the exact
+text, its replacement, the test files that must catch it).
 """
 
 from __future__ import annotations
@@ -41,16 +42,16 @@ MICROSCOPE = "tests/compare/test_microscope_view.py"
 COST = "tests/compare/test_cost_acceptance.py"
 TIMING = "tests/models/test_timing.py"
 STRENGTH = "tests/decoding/test_variant_strength.py"
-RULE_OPTIONS = "tests/decoding/test_rule_options.py"  # issue 26: a variant's options are its rule's fields
-RULE_SETTINGS = "tests/app/test_rule_settings.py"  # issue 26: the race's flat rule settings -> each rule's options
+RULE_OPTIONS = "tests/decoding/test_rule_options.py"  # a variant's options are its rule's fields
+RULE_SETTINGS = "tests/app/test_rule_settings.py"  # the race's flat rule settings -> each rule's options
 CHECKS = "tests/util/test_checks.py"
 FLOOR = "tests/decoding/test_cool_floor.py"
 APP_GAPS = "tests/app/test_planted_gaps.py"  # session cap at launch, share-link booleans, the picker's first load
 EMOJI_DATA = "tests/train/test_emoji_data.py"  # the emoji data pipeline: class mapping, held-out split
 TRAIN = "tests/train/test_train.py"  # training stages: warm start by name, drafter rows without guidance
 EMOJI_EVAL = "tests/train/test_emoji_eval.py"  # recognisability and the batched VQ decode
-PATCH_VQ = "tests/models/test_patch_vq.py"  # issue 25: the local tokenizer and its k-means codebook
-SESSIONS = "tests/app/test_sessions.py"  # issue 27: what the server keeps per visitor
+PATCH_VQ = "tests/models/test_patch_vq.py"  # the local tokenizer and its k-means codebook
+SESSIONS = "tests/app/test_sessions.py"  # what the server keeps per visitor
 BUGS = [
     Bug("oracle resamples every rejection from token 0's residual", "coolsd/theory/oracle.py",
         "    every = torch.arange(v)\n", "    every = torch.zeros(v, dtype=torch.long)\n",
@@ -61,10 +62,9 @@ BUGS = [
         "np.cov(f, rowvar=False)", "np.cov(f, rowvar=False, bias=True)", ("tests/compare/test_metrics.py",)),
     Bug("classifier accuracy returned as sqrt(accuracy)", "coolsd/compare/metrics.py",
         ".double().mean())", ".double().mean().sqrt())", ("tests/compare/test_metrics.py",)),
-    Bug("chain engine resamples Norm([p - q]_+) instead of G*", "coolsd/decoding/chain.py",
-        "rows = torch.cat([residual, p[n_draft:]])",
-        "rows = torch.cat([__import__('coolsd.decoding.rules').decoding.rules.lossless_residual(p[:n_draft], q), "
-        "p[n_draft:]])",
+    Bug("chain engine resamples Norm([p - q]_+) instead of G*", "coolsd/decoding/noise.py",
+        "else rule.residual(p[n], q[n], x[n], self.s.depths[n], draft_len)",
+        "else __import__('coolsd.decoding.rules').decoding.rules.lossless_residual(p[n], q[n])",
         ("tests/decoding/test_engine.py",)),
     Bug("LANTERN++ aggregates q's neighbour mass instead of p's", "coolsd/decoding/rules.py",
         "        p_tilde, _ = self._aggregate(p, x)\n",
@@ -87,10 +87,10 @@ BUGS = [
         "torch.cat([tree.hidden_of[p[:-2]] for p in feed], dim=1)",
         ("tests/decoding/test_tree.py",)),
     Bug("chain drafts a round's first token from the drafter's second-to-last row", "coolsd/decoding/chain.py",
-        "q_list.append(s.probs(out.logits[:, -1:])[0])", "q_list.append(s.probs(out.logits[:, -2:])[0])",
+        "q_list.append(s.probs(out.logits[:, -1]))", "q_list.append(s.probs(out.logits[:, -2:])[0])",
         ("tests/decoding/test_engine.py",)),
-    Bug("chain engine's bonus token from the last draft's p", "coolsd/decoding/chain.py",
-        "[residual, p[n_draft:]])", "[residual, p[n_draft - 1 : n_draft]])", ("tests/decoding/test_engine.py",)),
+    Bug("chain engine's bonus token from the last draft's p", "coolsd/decoding/noise.py",
+        "row = p[n] if n == len(x) else", "row = p[n - 1] if n == len(x) else", ("tests/decoding/test_engine.py",)),
     Bug("COOL-SD depth counted from 0", "coolsd/decoding/rules.py",
         "torch.exp(-self.nu * depth.to(torch.float64) - self.mu_value(draft_len))",
         "torch.exp(-self.nu * (depth.to(torch.float64) - 1) - self.mu_value(draft_len))", FAST),
@@ -105,8 +105,7 @@ BUGS = [
         ("tests/theory/test_oracle.py",)),
     Bug("Frechet distance without the cross term's factor 2", "coolsd/compare/metrics.py",
         "- 2 * np.sqrt(w).sum())", "- np.sqrt(w).sum())", ("tests/compare/test_metrics.py",)),
-    # issue 27: the code that landed in the round before it (microscope, cost model, timing, variants, checks,
-    # app serving), each with the test file written to catch it
+    # the microscope, cost model, timing, variants, checks and app serving, each with the test file that catches it
     Bug("microscope: the last accepted depth shown as not tested", "coolsd/compare/microscope.py",
         "ACCEPTED if i <= n_accepted else", "ACCEPTED if i < n_accepted else", (MICROSCOPE,)),
     Bug("microscope: grid cells divided by the row count", "coolsd/compare/microscope.py",
@@ -163,7 +162,8 @@ BUGS = [
     Bug("variants: the fixed options no longer win over the given ones", "coolsd/decoding/variants.py",
         "return options | self.fixed", "return self.fixed | options", (RULE_OPTIONS,)),
     Bug("race settings: LANTERN++'s k read from the lambda setting", "coolsd/app/settings.py",
-        'also=(LanternRule,),', 'also=(LanternRule,), read=lambda v: v["lantern_lambda"],', (RULE_SETTINGS,)),
+        'also=(LanternRule, LanternPPJacobiRule),',
+        'also=(LanternRule, LanternPPJacobiRule), read=lambda v: v["lantern_lambda"],', (RULE_SETTINGS,)),
     Bug("race settings: mu read as given while mean omega is on", "coolsd/app/settings.py",
         'read=lambda v: None if v["mean_omega"] else v["mu"])', 'read=lambda v: v["mu"])', (RULE_SETTINGS,)),
     Bug("checks: the minimum itself refused", "coolsd/util/checks.py",
@@ -190,7 +190,7 @@ BUGS = [
         "        w = (self.delta * torch.exp(-self.nu * depth.double() - self.mu_value(draft_len))).unsqueeze(-1)\n",
         (FLOOR,)),
     Bug("chain events report the schedule of the drafts made, not of L", "coolsd/decoding/chain.py",
-        "omega_values(s.rule, n_draft, draft_len)", "omega_values(s.rule, n_draft, n_draft)", (FLOOR,)),
+        "omega = s.omegas(n_draft, draft_len)", "omega = s.omegas(n_draft, n_draft)", (FLOOR,)),
     Bug("schedule family: uniform floored at exactly 1", "coolsd/theory/annealing.py",
         "UniformRSDRule(delta=max(delta, 1.0))", "UniformRSDRule(delta=1.0)", (FLOOR,)),
     Bug("schedule family: the floor ignored for linear and custom", "coolsd/theory/annealing.py",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -147,6 +148,15 @@ class Context:
         return cls(model, key, catalogue, catalogue.workers, device, pixels_hw, display_size(model.grid, pixels_hw),
                    "webp" if model.conditioning == "text" else "png",  # flat small grids: png is exact and small
                    int(model.neighbours.shape[-1]) - 1, lanes, Judge(model))
+
+    @property
+    def race_threads(self) -> int:
+        """Racers one race runs at once: on a CPU one per core this process may use ($COOLSD_RACE_THREADS
+        overrides), each racer still charged its own thread's CPU time (`coolsd.compare.race.Race`); on an
+        accelerator 1 (its kernels queue on one device)."""
+        if self.device.type != "cpu":
+            return 1
+        return max(1, int(os.environ.get("COOLSD_RACE_THREADS") or len(os.sched_getaffinity(0))))
 
     @property
     def model_key(self) -> str:

@@ -26,15 +26,20 @@ PAPER = [
 ]
 PAPER_HARDWARE = "GPU (type not stated in the paper)"
 # Our benchmark settings beside the paper's methods: (method, variant key, rule options the row must have).
-NO_DRAFTER_OURS = [("SJD (W = 8, no drafter)", "sjd", {"window": 8}),
-                   ("COOL-SD δ = 2, no drafter (W = 8)", "cool-sd-jacobi", {"delta": 2.0, "window": 8})]
+def no_drafter_ours(window: int) -> list[tuple[str, str, dict]]:
+    """The no-drafter rows at the Jacobi window `window` the model's benchmark ran."""
+    return [(f"SJD (W = {window}, no drafter)", "sjd", {"window": window}),
+            (f"COOL-SD δ = 2, no drafter (W = {window})", "cool-sd-jacobi", {"delta": 2.0, "window": window})]
+
+
+
 OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
         ("LANTERN++ (k = 5, λ = 10)", "lantern++", {"k": 5, "lam": 10.0}),
-        ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}), *NO_DRAFTER_OURS]
+        ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}), *no_drafter_ours(8)]
 EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
               ("LANTERN++ (k = 10, λ = 20)", "lantern++", {"k": 10, "lam": 20.0}),
               ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}),
-              *NO_DRAFTER_OURS]
+              *no_drafter_ours(4)]
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
 BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
            "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}

@@ -92,7 +92,7 @@ class RaceStream:
                         events = generate(target, drafter, plan.rules.get(key), cond=plan.cond, num_tokens=num_tokens,
                                           sampling=plan.sampling, config=plan.config, seed=seed)
                         racers.append(Racer(key, label, events, num_tokens))
-                    race = Race(racers)
+                    race = Race(racers, workers=ctx.race_threads)
                     yield from self._frames(ctx, race, trace, overlay, session, notice)
             finally:
                 if race is not None:

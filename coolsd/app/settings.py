@@ -59,9 +59,9 @@ from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
 
 MAX_DRAFT_LEN = 8
-# (choice) the race's default L: the fastest for Eagle-1 and COOL-SD (delta 2 and 8) on the emoji model on the CPU
-# it was measured on (`python -m coolsd.bench.tuning --model emoji --lengths 1-3`, assets/emoji/bench/round_tuning.md)
-RACE_DRAFT_LEN = 1
+# (choice) the race's default L: the fastest for Eagle-1 and COOL-SD (delta 2 and 8) on the emoji model
+# (`python -m coolsd.bench.tuning --model emoji --lengths 1-3`, assets/emoji/bench/round_tuning.md)
+RACE_DRAFT_LEN = 2
 # (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
 # precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
 # AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep

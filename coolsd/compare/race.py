@@ -12,6 +12,7 @@ one model's weights need their own KV caches: `fork_models` makes such handles.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import math
@@ -183,53 +184,92 @@ def _free_device_memory() -> None:
 class Race:
     """Steps several racers fairly: each step advances the unfinished racer with the least compute seconds.
 
-    So at every step all racers have spent about the same compute (within one round), and a
-    snapshot shows how far each got with the same budget. Ties go to the earlier racer in the list.
+    So at every step all racers have spent about the same compute (within one round), and a snapshot shows how
+    far each got with the same budget. Ties go to the earlier racer in the list. `workers` > 1 runs that many
+    racers at once, each round on a worker thread (the fused path's C calls release the GIL): the round that frees
+    a worker hands it to the least-compute racer not running. Every racer is still charged only its own compute
+    (a CPU decode's clock is its thread's CPU time, `coolsd.decoding.round.clock_source`), and its tokens do not
+    depend on the schedule (its dice are its own), so a race on two cores ends in the same pictures and numbers
+    as on one, sooner.
     """
 
-    def __init__(self, racers: list[Racer]) -> None:
+    def __init__(self, racers: list[Racer], workers: int = 1) -> None:
         if not racers:
             raise ValueError("a race needs at least one racer")
-        self.racers = racers
+        if workers < 1:
+            raise ValueError(f"a race needs at least one worker, not {workers}")
+        self.racers, self.workers = racers, workers
         self.steps = 0
 
     @property
     def finished(self) -> bool:
         return all(r.finished for r in self.racers)
 
+    def _advance(self, racer: Racer) -> RoundEvent | None:
+        """One round of `racer` (on the calling thread); a device failure ends the race with `DeviceFailure`."""
+        try:
+            if _fault is not None:
+                _fault(racer)
+            return racer.advance()
+        except Exception as err:
+            if not is_device_failure(err):
+                raise
+            self.close()  # every racer's iterator: their caches are released with them
+            _free_device_memory()
+            first_line = (str(err).strip().splitlines() or [""])[0][:160]
+            log.error("race stopped: %s failed on the device: %s: %s", racer.label, type(err).__name__, first_line)
+            raise DeviceFailure(f"the race was stopped: {racer.label} ran out of device memory or hit a device "
+                                f"error ({type(err).__name__}: {first_line}). The server keeps serving; "
+                                "try again, or with fewer decoders.") from err
+
     def step(self) -> tuple[Racer, RoundEvent] | None:
         """Advance the least-compute unfinished racer by one round; None when every racer has finished."""
         while not self.finished:
             racer = min((r for r in self.racers if not r.finished), key=lambda r: r.seconds)
-            try:
-                if _fault is not None:
-                    _fault(racer)
-                event = racer.advance()
-            except Exception as err:
-                if not is_device_failure(err):
-                    raise
-                self.close()  # every racer's iterator: their caches are released with them
-                _free_device_memory()
-                first_line = (str(err).strip().splitlines() or [""])[0][:160]
-                log.error("race stopped: %s failed on the device: %s: %s", racer.label, type(err).__name__, first_line)
-                raise DeviceFailure(f"the race was stopped: {racer.label} ran out of device memory or hit a device "
-                                    f"error ({type(err).__name__}: {first_line}). The server keeps serving; "
-                                    "try again, or with fewer decoders.") from err
+            event = self._advance(racer)
             if event is not None:
                 self.steps += 1
                 return racer, event
         return None
 
     def __iter__(self) -> Iterator[tuple[Racer, RoundEvent]]:
-        while (out := self.step()) is not None:
-            yield out
+        if self.workers == 1:
+            while (out := self.step()) is not None:
+                yield out
+            return
+        yield from self._parallel()
+
+    def _parallel(self) -> Iterator[tuple[Racer, RoundEvent]]:
+        """`workers` racers at a time: (racer, event) in the order their rounds end."""
+        running: dict[concurrent.futures.Future, Racer] = {}
+        with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="racer") as pool:
+            try:
+                while True:
+                    busy = {id(r) for r in running.values()}
+                    idle = sorted((r for r in self.racers if not r.finished and id(r) not in busy),
+                                  key=lambda r: r.seconds)
+                    for racer in idle[: self.workers - len(running)]:
+                        running[pool.submit(self._advance, racer)] = racer
+                    if not running:
+                        return
+                    done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                    order = {id(r): i for i, r in enumerate(self.racers)}
+                    for future in sorted(done, key=lambda f: order[id(running[f])]):
+                        racer = running.pop(future)
+                        event = future.result()
+                        if event is not None:
+                            self.steps += 1
+                            yield racer, event
+            finally:
+                concurrent.futures.wait(running)  # a stopped race: let rounds in flight end before closing
 
     def close(self) -> None:
         """Close every racer's engine iterator (a cancelled race)."""
         for r in self.racers:
             close = getattr(r.events, "close", None)
             if close is not None:
-                close()
+                with contextlib.suppress(ValueError):  # "generator already executing": a round in flight elsewhere
+                    close()
 
 
 # ---------------------------------------------------------------- independent model handles

@@ -456,7 +456,7 @@ class JacobiDrafting(Rule):
 
     jacobi: ClassVar[bool] = True
     window_name: ClassVar[str] = "Jacobi window W"  # how a bad window is named in its error
-    window: int = knob(8, 1, 16, 1)  # W (the SJD paper's window for Lumina-mGPT is larger; small CPU models: 8)
+    window: int = knob(4, 1, 16, 1)  # W: the fastest on the emoji model (assets/emoji/bench/sjd_window.md)
     reuse: bool = False
     init: str = "last"
 

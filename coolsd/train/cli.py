@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     vq.add_argument("--vq-local", type=float, default=0.0,
                     help="weight of the same-patch term (train.vq.same_patch_spread): equal patches, equal codes")
     tg = ap.add_argument_group("target stage (emoji)")
+    tg.add_argument("--layers", type=int, default=None,
+                    help="transformer depth (default coolsd.train.emoji.TARGET_SIZE's); with --init of a shallower "
+                         "target, a multiple of its depth: grown by block expansion (expanded_layers)")
     tg.add_argument("--framed", type=int, default=0,
                     help="draw this many random framings of every picture (emoji_data.Framing) and learn all but the "
                          "last, which is held out (0: the centred pictures as they are)")

@@ -6,7 +6,7 @@ Recipe (one class per emoji, `coolsd.train.emoji_data`; assets/emoji/README.md):
   left-right flips where safe. (`--vq-kind conv`: the earlier diffusers `VQModel`, widths (32, 64), 8-dim
   codes, 1024 codes, unused codes re-seeded every 200 steps during the first 2,000; its codes are not local,
   assets/emoji/README.md);
-- target: `LlamaForCausalLM` d256 x 6 layers (5.6 M), prefix [emoji, style], CFG dropout 0.1 on both
+- target: `LlamaForCausalLM` d256 x 24 layers (20.4 M; grown from 6 by `expanded_layers`), prefix [emoji, style], CFG dropout 0.1 on both
   (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image (no
   mirror copies: each (emoji, style) pair is one picture to learn);
 - classifier: ResNet with C + S outputs (emoji logits, then style logits), on the real images.
@@ -15,6 +15,7 @@ Recipe (one class per emoji, `coolsd.train.emoji_data`; assets/emoji/README.md):
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import torch
@@ -33,7 +34,9 @@ from coolsd.train.vq import encode_tokens, flip_where
 VQ_ARCH = dict(channels=3, widths=(32, 64), latent_channels=8)
 VQ_CODES = 1024
 PATCH_VQ_CODES = 2048  # the local tokenizer (--vq-kind patch, the default): k-means of 2 x 2 RGB patches
-TARGET_SIZE = dict(hidden=256, layers=6, heads=4, intermediate=704)  # the pilot's "5M"
+# the shipped target: 24 layers of width 256, so a step streams its weights (bf16: 39 MB, past a 32 MB L3) and a
+# one-layer head costs a tenth of it (assets/emoji/README.md, "Why this size")
+TARGET_SIZE = dict(hidden=256, layers=24, heads=4, intermediate=704)
 DROP_BOTH, DROP_SINGLE = 0.1, 0.05
 HELD_FRAMED_PICTURES = 128  # framed training: the last framing of every picture is never trained on; 128 are scored
 
@@ -71,16 +74,41 @@ def token_rows(old_config, new_config) -> torch.Tensor:
     return torch.tensor(rows)
 
 
+def expanded_layers(state: dict, old_layers: int, new_layers: int) -> dict:
+    """Block expansion (LLaMA Pro): a state dict of `old_layers` Llama blocks -> one of `new_layers` (a multiple),
+    each old block followed by copies of itself whose output projections (o_proj, down_proj) are zero, so each copy
+    adds nothing to the residual stream and the expanded model computes exactly what the old one did. Training
+    then moves every block (the zeroed projections get gradients at once, the rest through them)."""
+    if new_layers % old_layers:
+        raise ValueError(f"{new_layers} layers is not a multiple of the {old_layers} to expand")
+    ratio, out = new_layers // old_layers, {}
+    for name, value in state.items():
+        m = re.match(r"model\.layers\.(\d+)\.(.+)", name)
+        if m is None:
+            out[name] = value
+            continue
+        old, rest = int(m.group(1)), m.group(2)
+        for copy in range(ratio):
+            zeroed = copy > 0 and rest in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+            out[f"model.layers.{old * ratio + copy}.{rest}"] = torch.zeros_like(value) if zeroed else value.clone()
+    return out
+
+
 def warm_start(model: LlamaForCausalLM, init) -> None:
     """Copy a trained target (save_pretrained folder `init`) into `model`, whose emoji may be a subset of
-    the old one's: every layer as is, the embedding and output rows picked by `token_rows`."""
+    the old one's: the embedding and output rows picked by `token_rows`, every layer as is, or expanded to
+    `model`'s depth by `expanded_layers` when it is a multiple of the old one's."""
     old = LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
     rows = token_rows(old.config, model.config)
     state = old.state_dict()
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
         state[name] = state[name][rows]
+    old_layers, new_layers = old.config.num_hidden_layers, model.config.num_hidden_layers
+    if new_layers != old_layers:
+        state = expanded_layers(state, old_layers, new_layers)
     model.load_state_dict(state, strict=True)
-    print(f"[target] warm start from {init}: {len(rows)} of {old.config.vocab_size} token rows", flush=True)
+    print(f"[target] warm start from {init}: {len(rows)} of {old.config.vocab_size} token rows, "
+          f"{old_layers} -> {new_layers} layers", flush=True)
 
 
 def framed_codes(vq, pictures: torch.Tensor, chunk: int = 4096) -> torch.Tensor:

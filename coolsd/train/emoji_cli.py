@@ -79,7 +79,8 @@ def run_emoji_stage(args, budget: float, kw: dict) -> int:
                                  substitute=args.substitute, soft_sigma2=args.soft_sigma2,
                                  soft_expected=args.soft_expected, channel_sigma2=args.channel_sigma2,
                                  channel_temperature=args.channel_temperature, device=args.device,
-                                 keep_best=args.keep_best, bf16=not args.fp32, **kw)
+                                 keep_best=args.keep_best, bf16=not args.fp32,
+                                 **({"layers": args.layers} if args.layers else {}), **kw)
         return 0
     target = LlamaForCausalLM.from_pretrained(part_path(args, "target"), dtype=torch.float32).eval()
     tokens = emoji_tokens(vq, data, target.config.num_styles)

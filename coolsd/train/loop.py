@@ -106,7 +106,8 @@ def run_budgeted(
     ends with the weights of its best evaluation in this process (state["best"] says which step), not its last
     ones, which a model with `save_pretrained` writes beside the checkpoint as folder NAME_last (the checkpoint
     holds them too, with their optimizer, so a resumed run goes on from them; state["last"] has their metrics).
-    Returns the final state dict {step, elapsed, history, final[, best, last]}.
+    Returns the final state dict {step, elapsed, history, final[, initial, best, last]} (initial: the
+    evaluation before the first step of a fresh run).
     """
     if keep_best is not None and eval_fn is None:
         raise ValueError("keep_best needs an eval_fn to rank the weights by")
@@ -114,6 +115,9 @@ def run_budgeted(
     bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
     last_save = time.perf_counter()
     best = _Best(keep_best)
+    if eval_fn is not None and state["step"] == 0:  # where training starts from (a warm start's own score)
+        state["initial"] = _evaluate(model, eval_fn)
+        tqdm.write(f"[{name}] step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in state["initial"].items()))
     while state["elapsed"] < budget_s:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:

@@ -91,8 +91,10 @@ def test_fresh_racer_reports_nan_not_errors():
     assert r.advance() is None and r.finished
 
 
-def test_race_of_forked_models_equals_separate_runs(tiny):
-    """Interleaving decoders on forked handles gives exactly the tokens of decoding each alone (same seed)."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_race_of_forked_models_equals_separate_runs(tiny, workers):
+    """Interleaving decoders on forked handles, one at a time or two on worker threads, gives exactly the tokens of
+    decoding each alone (same seed)."""
     b = tiny
     sampling, config = SamplingConfig(cfg_scale=2.0), DecodeConfig(draft_len=3)
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
@@ -102,9 +104,10 @@ def test_race_of_forked_models_equals_separate_runs(tiny):
     racers = [Racer(key, key, generate(lanes[key][0], lanes[key][1], rule, cond=4, num_tokens=b.num_tokens,
                                        sampling=sampling,
                                        config=config, seed=11), b.num_tokens) for key, rule in rules.items()]
-    race = Race(racers)
+    race = Race(racers, workers=workers)
     keys = [racer.key for racer, _ in race]
     assert len(set(keys[:8])) > 1  # really interleaved
+    assert race.steps == len(keys) == sum(r.rounds for r in racers)
     for racer, (key, rule) in zip(racers, rules.items()):
         target, drafter = solo[key]
         alone = run(target, drafter, rule, cond=4, num_tokens=b.num_tokens, sampling=sampling, config=config, seed=11)
@@ -135,6 +138,43 @@ def test_fork_shares_weights_and_has_its_own_cache(tiny):
 def test_race_needs_a_racer():
     with pytest.raises(ValueError):
         Race([])
+    with pytest.raises(ValueError, match="worker"):
+        Race([Racer("x", "x", iter(()), 4)], workers=0)
+
+
+def test_parallel_race_runs_each_racer_on_one_thread_at_a_time_and_reports_every_round():
+    """Two workers, three racers: every round is reported once, in each racer's own order, no racer runs two rounds
+    at once, and the compute each is charged is its own rounds' (the schedule changes no number)."""
+    import threading
+
+    inside: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def guarded(key, events):
+        for event in events:
+            with lock:
+                inside[key] = inside.get(key, 0) + 1
+                assert inside[key] == 1, f"{key} ran two rounds at once"
+            yield event
+            with lock:
+                inside[key] -= 1
+
+    racers = [Racer(k, k, guarded(k, _fake(s, n, 8)), 8) for k, s, n in (("a", 1.0, 4), ("b", 0.5, 1), ("c", 0.25, 2))]
+    seen = {r.key: [] for r in racers}
+    for racer, event in Race(racers, workers=2):
+        seen[racer.key].append(event.start)
+    assert seen == {"a": [0, 4], "b": list(range(8)), "c": [0, 2, 4, 6]}
+    assert [r.seconds for r in racers] == [2.0, 4.0, 1.0] and all(r.finished for r in racers)
+
+
+def test_parallel_race_raises_a_racer_error_in_the_caller():
+    def broken():
+        yield _event(0, 0, [0], 0, BONUS, 0.1)
+        raise RuntimeError("a bug in a rule")
+
+    racers = [Racer("ok", "ok", _fake(0.1, 1, 4), 4), Racer("bad", "bad", broken(), 4)]
+    with pytest.raises(RuntimeError, match="a bug in a rule"):
+        list(Race(racers, workers=2))
 
 
 def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():

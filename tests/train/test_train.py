@@ -331,7 +331,7 @@ def test_keep_best_ends_with_the_best_evaluation_and_saves_the_last(tmp_path, mo
 
 def test_the_emoji_target_stage_keeps_its_best_when_asked(tmp_path, monkeypatch):
     """`train_emoji_target(keep_best=True)` asks the loop to keep the lowest held-out NLL (and not otherwise), and
-    runs on a named device ("cpu" here; the CUDA run is tools/device_emoji_train.sh's)."""
+    runs on a named device ("cpu" here; `--device cuda` on a GPU)."""
     from coolsd.train import emoji
 
     asked = []
