@@ -56,9 +56,7 @@ def phone(page, url: str, path: Path) -> str:
         page.locator(f"#img-{slot}").scroll_into_view_if_needed()
         page.wait_for_function(f"() => document.querySelector('#img-{slot} img')?.naturalWidth > 0",
                                timeout=WAIT_MS)
-    page.locator("#plot-acc").scroll_into_view_if_needed()
-    page.wait_for_selector("#plot-acc .main-svg", state="attached", timeout=WAIT_MS)
-    page.wait_for_timeout(800)
+    page.wait_for_timeout(800)  # (the clip ends at the race's table: the plots below it are not in the picture)
     page.evaluate("window.scrollTo(0, 0)")
     bottom = page.locator("#stats table").bounding_box()
     page.screenshot(path=str(path), full_page=True,
