@@ -1,4 +1,5 @@
-"""The README's screenshot of a race (not a test), replayed mid-race.
+"""A screenshot of a race (not a test), replayed mid-race. The README's and the docs' pictures of the page are all
+made by `tools/page_pictures.py`.
 
     OMP_NUM_THREADS=1 COOLSD_MODEL=emoji python tools/app_screenshot.py --page-open --out assets/screenshot.png
     OMP_NUM_THREADS=1 python tools/app_screenshot.py --out assets/screenshot_mnist.png   # MNIST, four racers

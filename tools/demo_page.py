@@ -16,13 +16,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @contextlib.contextmanager
 def demo_page(width: int, height: int):
-    """The demo on COOLSD_MODEL (default mnist) with the app's launch settings, and a `width` x `height`
-    page; yields (page, server URL); closes the browser and the server afterwards."""
+    """The demo on COOLSD_MODEL (unset or empty: the app's default model, as `app.py` picks it) with the app's
+    launch settings, and a `width` x `height` page; yields (page, server URL); closes the browser and the server
+    afterwards."""
     from playwright.sync_api import sync_playwright
 
     from coolsd.app.demo import LAUNCH_KWARGS, make_demo
 
-    demo = make_demo(os.environ.get("COOLSD_MODEL", "mnist")).blocks
+    demo = make_demo(os.environ.get("COOLSD_MODEL") or None).blocks
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **LAUNCH_KWARGS)
     try:
         with sync_playwright() as p:

@@ -1,4 +1,5 @@
-"""Screenshots of the Quality lab and the Schedule explorer on the MNIST model, for docs/app-and-api.md (not a test).
+"""Screenshots of the Quality lab and the Schedule explorer, for the docs (not a test; `tools/page_pictures.py`
+makes them with every other page picture).
 
     COOLSD_MODEL=mnist OMP_NUM_THREADS=1 python tools/lab_screenshot.py --relaxation 4
 
@@ -14,7 +15,8 @@ import time
 from demo_page import demo_page  # tools/
 
 
-def lab(page, args) -> None:
+def lab(page, args, path=None) -> None:
+    """Run the Quality lab to its end and save it (cropped to the tab) to `path` (default OUT/lab_screenshot.png)."""
     page.get_by_role("tab", name="Quality lab").click()
     box = page.locator("#lab-relaxation input[type=number]")
     box.fill(args.relaxation)
@@ -26,8 +28,9 @@ def lab(page, args) -> None:
     page.wait_for_selector("#lab-pareto .main-svg", timeout=60_000)
     print(f"lab finished after {time.perf_counter() - t0:.1f} s in the browser")
     page.wait_for_timeout(500)
-    page.screenshot(path=f"{args.out}/lab_screenshot.png", full_page=True)
-    crop(f"{args.out}/lab_screenshot.png")
+    path = str(path or f"{args.out}/lab_screenshot.png")
+    page.screenshot(path=path, full_page=True)
+    crop(path)
 
 
 def crop(path: str) -> None:

@@ -179,12 +179,16 @@ def curve_figure(payload: dict):
                            text=[f"{p['steps']:.2f}×" for p in curve], marker={"color": variants.COLOURS["eagle-1"]},
                            hovertemplate="%{x} tokens: %{y:.2f} ms (%{text} a step)<extra></extra>"))
     if math.isfinite(payload["draft_cost"]):
-        fig.add_hline(y=payload["draft_cost"] * payload["step_ms"], line={"color": variants.COLOURS["cool-sd"]},
-                      annotation_text=f"drafter step: c = {payload['draft_cost']:.3f}", annotation_position="top left")
+        # the drafter step as a line named in the legend, not a label on the plot (one drew over the first bar)
+        ends = [curve[0]["tokens"] - 0.5, curve[-1]["tokens"] + 0.5] if curve else [0.5, 1.5]
+        fig.add_trace(go.Scatter(x=ends, y=[payload["draft_cost"] * payload["step_ms"]] * 2, mode="lines",
+                                 name=f"drafter step: c = {payload['draft_cost']:.3f}",
+                                 line={"color": variants.COLOURS["cool-sd"]}, hoverinfo="name"))
     rows = "CFG: 2 rows" if payload["rows"] == 2 else f"{payload['rows']} row"
     fig.update_layout(title=f"Measured call times ({payload['execution']}; {rows}; bar label: V(n) in target steps)",
                       xaxis={"title": "tokens per target forward n", "dtick": 1}, yaxis_title="ms per call",
-                      template="plotly_white", height=340, margin={"t": 50})
+                      template="plotly_white", height=360, margin={"t": 50, "b": 100},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0})
     return fig
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import gradio as gr
 
 from coolsd.app.context import Context
 from coolsd.decoding import variants
-from coolsd.util.format import number
+from coolsd.util.format import number, percent
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR, ROOT
 
 # The paper's main table (COOL-SD, arXiv 2601.09212), as reported: (model, method, accept len,
@@ -79,15 +78,7 @@ $$G^*_i = \mathrm{Norm}\big([\,p - \min(q, \omega_i p)\,]_+\big)$$
 "mean ω = δ" sets $\mu = \log \frac{1}{L}\sum_{i=1}^{L} e^{-\nu i}$ so that the unclipped $\omega_i$ average $\delta$.
 $\omega_i = 1$ for all $i$ ($\delta = 1, \nu = 0$) is exactly Eagle-1; $\nu = 0$ is uniform relaxation.
 
-**Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than Eagle-1 (its
-table: LlamaGen-XL 2.73 vs 2.42, Lumina-mGPT 3.11 vs 2.76), which the unclipped schedule cannot
-give: its late $\omega_i$ fall below 1, stricter than Eagle-1 there (embedded model, 100 images, this project's
-benchmark, `assets/bench/results.jsonl`: τ 2.83 unclipped vs 2.87 Eagle-1 vs 3.06 floored). With $G^*$ a depth with
-$\omega_i \le 1$ already has zero step error, so pushing $\omega_i$ below 1 buys no accuracy and only loses drafts:
-on 20 random tabular models (`python -m coolsd.theory --report`; V 4, T 5, L 3, δ 1.1) the floored schedule's mean
-exact TV was 0.1849 against 0.1854 unclipped while its τ was 2.03 against 1.83 (Eagle-1 1.85; at least Eagle-1's τ
-on 20 of 20 models, the unclipped one on 8). So COOL-SD here is floored, and the unclipped schedule races as
-"COOL-SD unclipped".
+{why_floored}
 
 ### What the sliders change
 | slider | effect |
@@ -116,6 +107,46 @@ picture.
 [LANTERN++ (arXiv 2502.06352)](https://arxiv.org/abs/2502.06352) ·
 [EAGLE (arXiv 2401.15077)](https://arxiv.org/abs/2401.15077)
 """
+
+
+FLOOR_FILE = ROOT / "assets" / "floor_vs_eagle.json"  # `python -m coolsd.theory --floor-out` (the exact oracle)
+
+
+def paper_tau(model: str, method: str) -> float:
+    """The paper's accept length of `method` on `model` (PAPER)."""
+    return next(tau for m, name, tau, *_ in PAPER if m == model and name == method)
+
+
+def why_floored(path: Path = FLOOR_FILE) -> str:
+    """The "Why floored at 1" paragraph: the paper's accept lengths from PAPER, the exact comparison of floored and
+    unclipped COOL-SD against Eagle-1 read from `path` (its delta 1.1 row)."""
+    cool, eagle = "COOL-SD δ = 1.1", "Eagle-1"
+    paper = (f"LlamaGen-XL {paper_tau('LlamaGen-XL 775M', cool):.2f} vs {paper_tau('LlamaGen-XL 775M', eagle):.2f}, "
+             f"Lumina-mGPT {paper_tau('Lumina-mGPT 7B', cool):.2f} vs {paper_tau('Lumina-mGPT 7B', eagle):.2f}")
+    head = (r"**Why floored at 1.** The paper reports COOL-SD at $\delta = 1.1$ with a *longer* accepted length than "
+            f"Eagle-1 (its table: {paper}), which the unclipped schedule cannot promise: its late $\\omega_i$ fall "
+            "below 1, stricter than Eagle-1 there. With $G^*$ a depth with $\\omega_i \\le 1$ already has zero step "
+            "error, so pushing $\\omega_i$ below 1 buys no accuracy and only loses drafts")
+    tail = (" The shipped benchmarks run at $L = 1$, where the one $\\omega_1 = \\delta$ is the same floored or not. "
+            "So COOL-SD here is floored, and the unclipped schedule races as \"COOL-SD unclipped\".")
+    try:
+        report = json.loads(path.read_text())
+        setup, d = report["setup"], next(r for r in report["by_delta"] if r["delta"] == 1.1)
+    except (OSError, ValueError, KeyError, StopIteration):
+        return head + " (the exact comparison is not here: `python -m coolsd.theory --floor-out " \
+            f"{path.name}`)." + tail
+    n = d["models"]
+    return (head + f": on {n} random tabular models (`python -m coolsd.theory --floor-out`, `assets/{path.name}`; "
+            f"V {setup['vocab_size']}, T {setup['num_tokens']}, L {setup['draft_len']}, $\\delta$ 1.1) the floored "
+            f"schedule's mean exact TV was {d['mean_floored_tv']:.4f} against {d['mean_unclipped_tv']:.4f} unclipped "
+            f"while its τ was {d['mean_floored_tau']:.2f} against {d['mean_unclipped_tau']:.2f} (Eagle-1 "
+            f"{d['mean_eagle_tau']:.2f}; at least Eagle-1's τ on {d['floored_at_least_eagle']} of {n} models, the "
+            f"unclipped one on {d['unclipped_at_least_eagle']})." + tail)
+
+
+def how_text() -> str:
+    """The tab's text: TEXT with the "Why floored at 1" paragraph read from its file."""
+    return TEXT.replace("{why_floored}", why_floored())
 
 
 def find_row(rows: list[dict], key: str, options: dict) -> dict | None:
@@ -167,9 +198,9 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         if r is None:
             lines.append(f"| {method} | not measured | | | |")
             continue
-        acc = r.get(accuracy, math.nan)
+        acc = r.get(accuracy)
         lines.append(f"| {method} | {number(r.get('tau'))} | {number(r.get('speedup'), '.2f', '×')} | "
-                     f"{number(r.get('fid'))} | {number(acc * 100 if acc is not None else None, '.0f', ' %')} |")
+                     f"{number(r.get('fid'))} | {percent(acc)} |")
     if any("†" in line for line in lines):
         lines += ["", OLDER_NOTE]
     speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")
@@ -199,5 +230,5 @@ def short_command(command: str, keep: int = 4) -> str:
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:
-    gr.Markdown(TEXT, latex_delimiters=LATEX, elem_id="how")
+    gr.Markdown(how_text(), latex_delimiters=LATEX, elem_id="how")
     gr.Markdown(paper_beside_us(ctx.model.kind), elem_id="paper-beside-us")

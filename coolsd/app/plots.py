@@ -200,9 +200,13 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
                              "line": {"color": "#999999", "dash": "dot", "width": 1}}],
                  "annotations": [{"text": "ω = 1 (lossless)", "showarrow": False, "xref": "x domain", "x": 0,
                                   "xanchor": "left", "yref": "y2", "y": 1.0, "yanchor": "bottom"}]}
+    # its legend (up to 4 racers and their omega lines) under the plot: above it, on a phone's width, its rows
+    # grew up into the title
+    below = {"legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top", "font": {"size": 11}},
+             "margin": {"l": 55, "r": 50, "t": 40, "b": 45}}
     return _figure(traces, "Acceptance probability per draft position",
                    _axis("draft position i", range=[0.5, max(draft_len, 1) + 0.5], dtick=1),
-                   _axis("mean tested acceptance prob.", range=[0, 1.05]), **right)
+                   _axis("mean tested acceptance prob.", range=[0, 1.05]), height=400, **below, **right)
 
 
 SMOOTH_ROUNDS = 15  # rounds in the running mean of the accepted-length plot (one round is too noisy to read)

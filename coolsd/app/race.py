@@ -225,6 +225,32 @@ class RaceHandle:
         run.__annotations__ = race.__annotations__
         return run
 
+    def page_race(self):
+        """The Generate buttons' handler: /race's, except that settings refused before the race starts (an unknown
+        emoji name, a bad value) are one toast and the status line, not an error over every output: the pictures,
+        their lines and the plots of the race on show stay readable, and its status line (and any "rockit: showing
+        rocket" in it) goes. The API's /race still raises that error, for its client."""
+        race = self.gradio_race()
+
+        def run(*args, **kwargs):
+            frames = race(*args, **kwargs)
+            try:
+                first = next(frames)
+            except StopIteration:
+                return
+            except gr.Error as err:
+                gr.Warning(err.message)
+                note = stats_markdown([], f"**Not raced:** {err.message.rstrip('.')}. The pictures below are the "
+                                          "last race's.")
+                yield RaceOutputs.values(RaceFrame(stats_md=note))
+                return
+            yield first
+            yield from frames
+
+        run.__signature__, run.__doc__ = race.__signature__, race.__doc__
+        run.__annotations__ = race.__annotations__
+        return run
+
 
 def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
     """The racers' image slots in one row -> (titles, columns, images, the lines under them: what the model's
@@ -292,16 +318,20 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     stats.change(legend, stats, legend_box, queue=False, api_visibility="private", show_progress="hidden")
     handle = RaceHandle(outputs, stream, after, (), tuple(titles), tuple(columns))
     everything = outputs.components()
-    run_event = controls.generate.click(handle.gradio_race(), controls.inputs, everything, api_name="race",
+    api_race = gr.Button(visible=False)  # /race for API clients: refused settings raise there (one line)
+    api_event = api_race.click(handle.gradio_race(), controls.inputs, everything, api_name="race",
+                               preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
+                               show_progress="minimal")
+    run_event = controls.generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
                                         preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
                                         show_progress="minimal")
-    phone_event = phone_generate.click(handle.gradio_race(), controls.inputs, everything, api_visibility="private",
+    phone_event = phone_generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
                                        preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
                                        show_progress="minimal")
     for button in (controls.generate, phone_generate):  # the slots take the racers' names when a race starts
         button.click(after.slot_layout, controls["racers"], [*titles, *columns], queue=False,
                      api_visibility="private", show_progress="hidden")
-    handle = dataclasses.replace(handle, run_events=(run_event, phone_event))
+    handle = dataclasses.replace(handle, run_events=(api_event, run_event, phone_event))
     after.wire(controls, handle.outputs, handle.run_events)
     take.wire()
     return handle

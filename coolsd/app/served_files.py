@@ -20,6 +20,16 @@ can pass `max_files` by what a burst serves in that time. A file served again (s
 afresh. A component's own files (its default value, examples: Gradio's `keep_in_cache`) are never deleted.
 Gradio's `delete_cache` sweep stays, for anything served outside an event and for the time the app is idle.
 
+Gradio writes an image again whenever an event returns equal content (the blank checkerboard of every race, a
+picture of the same race replayed), and it writes in place (`Path.write_bytes`: the file is emptied, then
+filled): a client still downloading the earlier copy then gets fewer bytes than the Content-Length it was sent
+(h11: "Too little data for declared Content-Length", a server traceback; seen with gradio_client, which downloads
+every file, and a fresh cache folder, where a race's files are all new). `cache_writes_in_place` replaces those
+two writers (`gradio.processing_utils.save_pil_to_cache`, `save_bytes_to_cache`; Gradio's own
+`save_file_to_cache` already does the same): a file that exists keeps its bytes (its name is the hash of its
+content) and is only touched, and a new file is written under a temporary name and renamed into place, so no
+served file is ever rewritten or seen half written.
+
 What a deleted file costs a visitor: nothing while the browser holds the image; a page that asks for it again
 (after `max_files` newer files, or `max_age_s`) gets an HTTP 403 from Gradio, as after Gradio's own sweep.
 A replay step, the overlay and the microscope draw new files from the session's trace, so they keep working.
@@ -30,9 +40,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+from gradio import processing_utils
 from gradio.utils import get_upload_folder
 
 SERVED_FILES_MAX = 10_000  # files kept at most ($COOLSD_SERVED_FILES overrides): about 250 races' frames
@@ -137,3 +150,49 @@ class ServedFiles:
             for paths in getattr(blocks, "temp_file_sets", ()):
                 paths.difference_update(gone)
         return gone
+
+
+def write_once(path: Path, data: bytes) -> None:
+    """Put `data` at `path`, a name made of the hash of `data`: kept (touched: Gradio's sweep and `ServedFiles`
+    age files by their times) when it is there, else written under a temporary name and renamed into place."""
+    try:
+        os.utime(path)
+        return
+    except FileNotFoundError:
+        pass
+    fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+
+
+def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
+    """gradio.processing_utils.save_pil_to_cache, writing with `write_once` (same path, same bytes)."""
+    data = processing_utils.encode_pil_to_bytes(img, format)
+    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
+    folder.mkdir(exist_ok=True, parents=True)
+    path = (folder / f"{name}.{format}").resolve()
+    write_once(path, data)
+    return str(path)
+
+
+def _save_bytes_to_cache(data: bytes, file_name: str, cache_dir: str) -> str:
+    """gradio.processing_utils.save_bytes_to_cache, writing with `write_once` (same path, same bytes)."""
+    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
+    folder.mkdir(exist_ok=True, parents=True)
+    if not Path(file_name).suffix:
+        file_name = file_name + processing_utils.detect_audio_format(data)
+    path = folder / Path(file_name).name
+    write_once(path, data)
+    return str(path.resolve())
+
+
+def cache_writes_in_place() -> None:
+    """Make Gradio's image and bytes cache writers never rewrite a file a client may be fetching (the module's
+    doc); idempotent. `ServedBlocks` calls it when the app is built."""
+    processing_utils.save_pil_to_cache = _save_pil_to_cache
+    processing_utils.save_bytes_to_cache = _save_bytes_to_cache

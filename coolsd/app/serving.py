@@ -32,7 +32,7 @@ import re
 import gradio as gr
 
 from coolsd.app.context import bad
-from coolsd.app.served_files import ServedFiles
+from coolsd.app.served_files import ServedFiles, cache_writes_in_place
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
 
@@ -65,6 +65,7 @@ class ServedBlocks(gr.Blocks):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.served_files = ServedFiles()  # (reads $COOLSD_SERVED_FILES: a bad value stops the build, not an event)
+        cache_writes_in_place()  # Gradio's cache writers never rewrite a file a client may be fetching
 
     @property
     def state_holder(self):

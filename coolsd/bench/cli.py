@@ -33,6 +33,7 @@ from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
 from coolsd.models.tiny import tiny_bundle
+from coolsd.util.figures import write_png
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.machine import bf16_units, cpu_name
 from coolsd.util.paths import BENCH_DIR, DOCS, EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER, ROOT
@@ -210,6 +211,12 @@ def read_measurements(out: Path) -> tuple[list[dict], dict]:
     return rows, json.loads((out / "config.json").read_text())
 
 
+def real_noun(model: str) -> str:
+    """What the FID's real images are, by the benchmark's model name ("emoji" -> pictures, MNIST -> digits)."""
+    return "emoji pictures" if "emoji" in model else ("digits" if "embedded" in model or "mnist" in model
+                                                     else "images")
+
+
 def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[str, str]:
     """claims.json, pareto.html/.png and results.md, all from the rows; returns the Markdown parts
     (run, targets, claims, table)."""
@@ -217,10 +224,10 @@ def write_report(out: Path, rows: list[dict], config: dict, png: bool) -> dict[s
     (out / "claims.json").write_text(dumps({"claims": found_claims, "targets": found_targets}) + "\n")
     n = max((r["n_images"] for r in rows), default=0)
     fig = report.figure(rows, f"{config['model']}: quality vs speed ({n} images per setting, "
-                              f"FID against {rows[0]['n_real']} real digits)")
+                              f"FID against {rows[0]['n_real']} real {real_noun(config['model'])})")
     fig.write_html(out / "pareto.html", include_plotlyjs="cdn")
-    if png:
-        fig.write_image(out / "pareto.png", scale=1)
+    if png and (skipped := write_png(fig, out / "pareto.png")):
+        log.warning("%s", skipped)
     parts = {
         "run": f"Command: `{config['command']}`  \nMachine: {config['machine']}  \n"
                + (f"Execution: {config['execution']}"
@@ -267,7 +274,9 @@ def readme_section(parts: dict[str, str], out: Path, readme: Path, notes: Path |
              "machine other processes stretch wall time but not this single-threaded process's CPU time. "
              "s / img = wall seconds per timed image, CPU s / img the process CPU seconds. "
              "outside fwd = share of wall time spent outside draft and target forwards.",
-             parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)", parts["table"]]
+             parts["run"], parts["targets"], parts["claims"], f"![Pareto figure]({rel}/pareto.png)",
+             # the table names its file (tests/app/test_docs_figures.py checks every figure against it)
+             f"<!-- figures from: {os.path.relpath(out.resolve(), ROOT)}/results.jsonl -->\n" + parts["table"]]
     if notes is not None and notes.is_file():
         parts.append(notes.read_text().strip())
     return "\n\n".join(parts)

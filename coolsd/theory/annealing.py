@@ -249,7 +249,24 @@ def floor_vs_eagle(n_models: int = 20, deltas: tuple[float, ...] = (1.1, 2.0), v
         rows.append(row)
     count = {v: sum(r[f"{v}_tau"] >= r["eagle_tau"] - 1e-12 for r in rows) for v in ("floored", "unclipped")}
     return {"setup": setup, "n": len(rows), "floored_at_least_eagle": count["floored"],
-            "unclipped_at_least_eagle": count["unclipped"], "rows": rows}
+            "unclipped_at_least_eagle": count["unclipped"], "by_delta": floor_summary(rows, deltas), "rows": rows}
+
+
+def floor_summary(rows: list[dict], deltas) -> list[dict]:
+    """Per delta of `floor_vs_eagle`'s rows: models, mean tau and exact TV of each schedule (Eagle-1's tau too),
+    how many models reach Eagle-1's tau, and the range of floored minus unclipped TV (what the pages quote)."""
+    out = []
+    for delta in deltas:
+        mine = [r for r in rows if r["delta"] == delta]
+        if not mine:
+            continue
+        mean = {key: sum(r[key] for r in mine) / len(mine) for key in mine[0] if key.endswith(("_tau", "_tv"))}
+        gap = [r["floored_tv"] - r["unclipped_tv"] for r in mine]
+        out.append({"delta": delta, "models": len(mine), **{f"mean_{k}": v for k, v in mean.items()},
+                    **{f"{v}_at_least_eagle": sum(r[f"{v}_tau"] >= r["eagle_tau"] - 1e-12 for r in mine)
+                       for v in ("floored", "unclipped")},
+                    "tv_gap_min": min(gap), "tv_gap_max": max(gap)})
+    return out
 
 
 def format_floor_vs_eagle(report: dict) -> str:
@@ -264,16 +281,11 @@ def format_floor_vs_eagle(report: dict) -> str:
         k = report[f"{v}_at_least_eagle"]
         mean = sum(r[f"{v}_tau"] - r["eagle_tau"] for r in report["rows"]) / max(n, 1)
         lines.append(f"- {v}: tau >= Eagle-1's on {k} / {n}; mean tau - Eagle-1's tau = {mean:+.4f}")
-    for delta in s["deltas"]:
-        rows = [r for r in report["rows"] if r["delta"] == delta]
-        if not rows:
-            continue
-        mean = {key: sum(r[key] for r in rows) / len(rows) for key in rows[0] if key.endswith(("_tau", "_tv"))}
-        reach = {v: sum(r[f"{v}_tau"] >= r["eagle_tau"] - 1e-12 for r in rows) for v in ("floored", "unclipped")}
-        gap = [r["floored_tv"] - r["unclipped_tv"] for r in rows]
-        lines.append(f"- delta={delta:g}: mean tau floored {mean['floored_tau']:.3f}, unclipped "
-                     f"{mean['unclipped_tau']:.3f}, Eagle-1 {mean['eagle_tau']:.3f} (at least Eagle-1's: floored "
-                     f"{reach['floored']} / {len(rows)}, unclipped {reach['unclipped']} / {len(rows)}); mean exact TV "
-                     f"floored {mean['floored_tv']:.4f}, unclipped {mean['unclipped_tv']:.4f} (floored - unclipped "
-                     f"in [{min(gap):+.4f}, {max(gap):+.4f}])")
+    for d in floor_summary(report["rows"], s["deltas"]):
+        lines.append(f"- delta={d['delta']:g}: mean tau floored {d['mean_floored_tau']:.3f}, unclipped "
+                     f"{d['mean_unclipped_tau']:.3f}, Eagle-1 {d['mean_eagle_tau']:.3f} (at least Eagle-1's: floored "
+                     f"{d['floored_at_least_eagle']} / {d['models']}, unclipped {d['unclipped_at_least_eagle']} / "
+                     f"{d['models']}); mean exact TV floored {d['mean_floored_tv']:.4f}, unclipped "
+                     f"{d['mean_unclipped_tv']:.4f} (floored - unclipped in [{d['tv_gap_min']:+.4f}, "
+                     f"{d['tv_gap_max']:+.4f}])")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 Every number here comes from the exact oracle (`coolsd.theory.oracle.exact`): no sampling, no noise.
 
     python -m coolsd.theory --out assets/oracle_tradeoff.png   # figure, plus the points as .json beside it
+    python -m coolsd.theory --floor-out assets/floor_vs_eagle.json   # floored COOL-SD vs Eagle-1 (the How tab's)
     python -m coolsd.theory --report                            # annealed vs uniform, G* vs lossless residual,
                                                                 # floored / unclipped x close / far drafts
 
@@ -32,6 +33,7 @@ from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, Rule, Un
 from coolsd.theory import annealing
 from coolsd.theory.oracle import OracleResult, exact, match_tau
 from coolsd.theory.tabular import TabularDrafter, TabularLM, random_tables
+from coolsd.util.figures import write_png
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="figure (.png, .svg, .pdf or .html); its points go to .json beside it")
     parser.add_argument("--report", action="store_true", help="print annealed-vs-uniform and G*-vs-lossless fractions")
     parser.add_argument("--report-out", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--floor-out", type=Path, help="write floored COOL-SD against Eagle-1 (the report's last "
+                        "lines, `annealing.floor_vs_eagle`, seconds) as JSON here: the How tab and the docs quote it")
     parser.add_argument("--n-models", type=int, default=20, help="random models in the report")
     parser.add_argument("--n-close", type=int, default=10, help="seeds per eps, close drafts (schedule report)")
     parser.add_argument("--n-far", type=int, default=8, help="seeds per eps, far drafts (schedule report)")
     args = parser.parse_args(argv)
-    if args.out is None and not args.report:
-        parser.error("nothing to do: give --out and/or --report")
+    if args.out is None and not args.report and args.floor_out is None:
+        parser.error("nothing to do: give --out, --report and/or --floor-out")
     torch.set_num_threads(1)  # tiny tensors: intra-op threads only add overhead
     if args.out is not None:
         start = time.perf_counter()
@@ -242,8 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.out.suffix == ".html":
             fig.write_html(args.out, include_plotlyjs="cdn")
         else:
-            fig.write_image(args.out, scale=2)  # needs kaleido >= 1 and a Chrome/Chromium on the machine
-        print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+            skipped = write_png(fig, args.out, scale=2)  # kaleido >= 1 needs a Chrome/Chromium on the machine
+            if skipped:
+                print(skipped)
+        print(f"wrote {'' if args.out.is_file() else 'no '}{args.out} and {args.out.with_suffix('.json')}")
+    if args.floor_out is not None:
+        versus_eagle = annealing.floor_vs_eagle(n_models=args.n_models)
+        args.floor_out.write_text(json.dumps(versus_eagle, indent=1) + "\n")
+        print(annealing.format_floor_vs_eagle(versus_eagle))
+        print(f"wrote {args.floor_out}")
     if args.report:
         report = compare(n_models=args.n_models)
         print(format_report(report))

@@ -49,3 +49,17 @@ def pareto_figure(rows: list[dict], title: str):
     fig.update_yaxes(title_text="NLL, nats/token (lower is better)", row=2, col=1)
     fig.update_layout(title=title, template="plotly_white", width=1250, height=950, legend={"font": {"size": 11}})
     return fig
+
+
+def write_png(fig, path, scale: float = 1) -> str | None:
+    """Write a plotly figure as a PNG through kaleido; None when written, else one line saying it was skipped and
+    why (kaleido needs a Chrome or Chromium the README's set-up does not install). Never raises for that: the
+    caller writes everything else."""
+    try:
+        fig.write_image(path, scale=scale)
+    except Exception as err:  # kaleido raises RuntimeError / ChromeNotFoundError / ValueError, by version
+        why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        return (f"{getattr(path, 'name', path)} skipped: {why} (kaleido draws PNGs through Chrome or Chromium: "
+                "`plotly_get_chrome` or `apt-get install chromium` installs one; --no-png skips the figure); "
+                "the .html figure and every other file are written")
+    return None

@@ -30,3 +30,15 @@ def small(value, digits: int = 4) -> str:
 def subscript(n: int) -> str:
     """`n` in subscript digits: 12 -> "₁₂" (a label can write ω₁ where markup cannot)."""
     return "".join(SUBSCRIPT_DIGITS[d] for d in str(n))
+
+
+def percent(value, digits: int = 0, missing: str = MISSING) -> str:
+    """A share in [0, 1] as a percentage with `digits` decimals and " %", rounded half up from the value as written
+    (0.885 -> "89 %", as a reader rounds it; float formatting would give 88 or 89 by the binary value): the one
+    rounding of shares on the page, the model cards and the docs (tests/app/test_docs_figures.py checks it)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if not shown(value):
+        return missing
+    scaled = Decimal(repr(float(value))) * 100
+    return f"{scaled.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)} %"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from new_emoji import CHARS, CLASS_GROUPS, CREDITS, DEFAULT, NAMES, STYLES, save_new_emoji
 
-from coolsd.app import controls
+from coolsd.app import controls, race_view
 from coolsd.app import race as race_ui
 from coolsd.app.context import Catalogue
 from coolsd.app.demo import header_markdown, model_info
@@ -123,6 +123,28 @@ def test_a_typo_races_its_name_and_the_page_and_the_api_say_so(ctx, monkeypatch)
     toasts.clear()
     plain = list(stream.race(**race_values(ctx, condition="ROCKET")))[-1]
     assert toasts == [] and plain.stats["notice"] == "" and "showing" not in plain.stats_md
+
+
+def test_an_unknown_name_on_the_page_is_one_message_and_the_pictures_stay(ctx, monkeypatch):
+    """"zzzz" from the Generate button: one toast, the status line says it and nothing of the last race's status
+    ("rockit: showing rocket") is left; the pictures, their lines and the plots are not touched (no error over
+    every output). The API's /race still raises that message for its client."""
+    toasts, infos = [], []
+    monkeypatch.setattr(gr, "Warning", lambda message, *a, **kw: toasts.append(message))
+    monkeypatch.setattr(gr, "Info", lambda message, *a, **kw: infos.append(message))
+    stream = race_ui.RaceStream(ctx, race_ui.LiveRaces())
+    handle = race_ui.RaceHandle(None, stream, None, (), (), ())
+    page, api = handle.page_race(), handle.gradio_race()
+    assert list(page(**race_values(ctx, condition="rockit")))[-1]  # a race whose status says "rockit: ..."
+    with pytest.raises(gr.Error, match="unknown emoji 'zzzz'") as refused:
+        list(api(**race_values(ctx, condition="zzzz")))
+    (reply,) = list(page(**race_values(ctx, condition="zzzz")))
+    slots = len(race_view.RaceFrame().images)
+    status, others = reply[slots], reply[:slots] + reply[slots + 1:]  # outputs: the images, then stats_md, ...
+    assert toasts == [refused.value.message] and "\n" not in toasts[0]
+    assert status.startswith(f"**Not raced:** {toasts[0].rstrip('.')}.") and "rockit" not in status
+    assert len(others) == len(race_view.RaceOutputs.values(race_view.RaceFrame())) - 1
+    assert all(v == gr.skip() for v in others)  # pictures, their lines, plots, stats and the race state untouched
 
 
 def test_an_integer_condition_is_the_engines_id(bundle):

@@ -64,6 +64,15 @@ def test_compare_without_a_race_shows_the_curve_only():
     assert payload["racers"] == [] and "No race yet" in table and payload["step_ms"] > 0
 
 
+def test_the_drafter_step_is_a_legend_entry_not_a_label_over_the_bars():
+    fig, _, payload = PANEL.compare(None)
+    line = [t for t in fig.data if t.type == "scatter"]
+    assert not fig.layout.annotations and len(line) == 1  # (a label drew over the first bar)
+    assert line[0].name == f"drafter step: c = {payload['draft_cost']:.3f}" and line[0].showlegend is not False
+    assert set(line[0].y) == {payload["draft_cost"] * payload["step_ms"]}
+    assert fig.layout.legend.y < 0  # under the plot: clear of the bars and of the title
+
+
 def test_what_if_is_the_formula():
     accept = [0.9, 0.5, 0.25, 1.0, 1.0, 1.0, 1.0, 1.0]
     text, out = WHAT_IF(3, *accept, 0.1, 1.3, False)

@@ -78,3 +78,57 @@ def test_the_line_reads_the_race_and_its_models_benchmark_folder(tmp_path):
     assert "benchmark" not in at_two and "1.88" not in at_two and at_two.endswith("vanilla AR's speed.")
     assert lesson_markdown(None, benches) == lesson_markdown({}, benches) == LEAD + "."
     assert bench_runs(tmp_path / "missing") == []
+
+
+def sweep_file(breaks=64.0):
+    """A delta sweep as `python -m coolsd.bench.delta_sweep` writes it (the rows and keys the clause reads)."""
+    rows = [{"setting": "vanilla", "rule": None, "delta": None, "recognition": 0.885},
+            {"setting": "eagle-1", "rule": "eagle-1", "delta": None, "recognition": 0.87},
+            *({"setting": f"cool-sd delta={d:g}", "rule": "cool-sd", "delta": d, "recognition": r}
+              for d, r in ((2.0, 0.88), (64.0, 0.70), (1024.0, 0.5625)))]
+    return {"rows": rows, "breaks": {"picture": breaks}, "samples": 64}
+
+
+def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
+    """COOL-SD at delta 1024 (the issue's faceless cat): the line adds the sweep's recognition there against vanilla
+    AR's; below the break, with another relaxed racer or with no break, it adds nothing."""
+    from coolsd.app.lesson import cost_clause
+
+    far = race_stats()
+    far["settings"]["rules"]["cool-sd"] = COOL | {"delta": 1024.0}
+    assert cost_clause(far, sweep_file()) == (
+        "but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 64): there COOL-SD's pictures were "
+        "recognised 56 % of the time against vanilla AR's 89 % (64 samples a point; the Quality lab draws it)")
+    between = race_stats()
+    between["settings"]["rules"]["cool-sd"] = COOL | {"delta": 100.0}
+    assert "(the swept δ nearest, 64) COOL-SD's pictures were recognised 70 %" in cost_clause(between, sweep_file())
+    assert cost_clause(race_stats(), sweep_file()) is None  # delta 2
+    assert cost_clause(far, sweep_file(breaks=None)) is None and cost_clause(far, None) is None
+    assert cost_clause(race_stats(racers=("eagle-1", "lantern++")), sweep_file()) is None
+
+
+def test_the_line_reads_the_shipped_sweep_for_a_race_past_its_break():
+    from coolsd.app import sweep_view
+
+    sweep = sweep_view.load("emoji")
+    if sweep is None or sweep_view.breaking_delta(sweep) is None:
+        import pytest
+
+        pytest.skip("no shipped emoji sweep with a breaking delta")
+    far = race_stats()
+    far["settings"]["rules"]["cool-sd"] = COOL | {"delta": sweep_view.reach(sweep)}
+    line = lesson_markdown(far, {})
+    vanilla = sweep_view.reference(sweep, None)["recognition"]
+    assert f"past where the δ sweep says pictures break (δ ≥ {sweep_view.breaking_delta(sweep):g})" in line
+    assert f"against vanilla AR's {round(100 * vanilla)} %" in line or f"{100 * vanilla:.0f} %" in line
+    assert "pictures break" not in lesson_markdown(race_stats(), {})
+
+
+def test_the_benchmark_clause_names_its_speed_ups_and_what_they_count():
+    """The page and the docs state the same speed-ups for the same settings: the line quotes the benchmark's beside
+    the race's, and says that the two clocks differ."""
+    config, rows = bench(draft_len=3)
+    rows[1]["speedup"], rows[2]["speedup"] = 0.87, 0.94
+    text = bench_clause("emoji", [(config, rows)], race_stats())
+    assert ("τ 2.22 vs Eagle-1's 1.88, speed-up 0.94× vs 0.87× (whole pictures' CPU time; the race counts each "
+            "racer's rounds' compute time)") in text

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 import httpx
+import numpy as np
 import pytest
 from demo_app import served, tiny_demo
 from gradio.state_holder import StateHolder
@@ -240,6 +241,35 @@ def test_a_file_that_cannot_be_deleted_is_logged_and_the_trim_goes_on(tmp_path, 
         assert files.trim(blocks, now=LATER + 20) == [stuck, old]
     assert caplog.messages == [f"served files: could not delete {stuck}: read-only"]
     assert os.path.exists(stuck) and not os.path.exists(old) and files.kept == 0
+
+
+def test_gradios_cache_writers_never_rewrite_a_served_file(tmp_path):
+    """An image or bytes returned again (equal content: the same path) leaves the file a client may be fetching as
+    it is (Gradio's own writers empty it and fill it again: a download then ends short of its Content-Length);
+    a new one appears whole, by a rename, with no temporary file left behind."""
+    from gradio import processing_utils
+
+    from coolsd.app.served_files import cache_writes_in_place
+
+    ServedBlocks()  # the app's Blocks put the writers in place
+    assert processing_utils.save_pil_to_cache.__module__ == "coolsd.app.served_files"
+    cache_writes_in_place()  # (twice is the same)
+    picture = Image.new("RGB", (8, 8), (200, 30, 30))
+    for write in (lambda: processing_utils.save_pil_to_cache(picture, str(tmp_path)),
+                  lambda: processing_utils.save_bytes_to_cache(b"trace bytes", "trace.json", str(tmp_path)),
+                  lambda: processing_utils.save_img_array_to_cache(np.asarray(picture), str(tmp_path))):
+        path = write()
+        first = open(path, "rb").read()
+        assert first and os.path.isfile(path)
+        with open(path, "r+b") as f:  # a marker: was the file written again?
+            f.write(b"X")
+        inode, before = os.stat(path).st_ino, time.time()
+        os.utime(path, (before - 100, before - 100))
+        assert write() == path
+        assert open(path, "rb").read() == b"X" + first[1:] and os.stat(path).st_ino == inode  # not rewritten
+        assert os.stat(path).st_mtime >= before - 1  # touched: the sweeps see it served now
+    leftovers = [p for p in tmp_path.rglob(".*")]
+    assert not leftovers, leftovers
 
 
 def test_the_app_bounds_its_files_as_documented():

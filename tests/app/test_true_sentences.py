@@ -54,7 +54,8 @@ def test_the_lesson_quotes_the_race_on_show_and_the_benchmark_only_at_its_settin
     race = {number(d[k]) for d in decoders.values() for k in ("mean_accepted_length", "speedup")}
     rows = matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), settings)
     same = [r for r in rows if r.get("rule_config") in [None, *settings["rules"].values()]]
-    bench = {number(r["tau"]) for r in same} | {number(r.get("top1")) for r in same}
+    bench = {number(r["tau"]) for r in same} | {number(r.get("top1")) for r in same} | \
+        {number(r.get("speedup")) for r in same}
     assert f"in the race on show (L = {settings['draft_len']})" in line, line
     assert figures(line) and set(figures(line)) <= race | bench, (line, race, bench)
     assert ("benchmark at these settings" in line) == any(r.get("rule_config") for r in same), line

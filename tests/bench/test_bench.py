@@ -384,3 +384,28 @@ def test_token_scores_take_the_nll_untruncated_and_the_ambiguity_under_the_proce
     assert scores["nll"] == pytest.approx(token_nll(bundle.target, base, 1, tokens), rel=1e-9)
     assert scores["top1"] == pytest.approx(ambiguity(token_probs(bundle.target, topk, 1, tokens))["top1"], rel=1e-9)
     assert scores["top1"] > ambiguity(token_probs(bundle.target, base, 1, tokens))["top1"]
+
+
+@pytest.mark.parametrize("bench", ["assets/bench", "assets/emoji/bench"])
+def test_report_without_a_browser_skips_the_png_in_one_line(bench, tmp_path, monkeypatch, caplog):
+    """On a machine set up by the README's command 1 alone kaleido finds no Chrome: the report still writes
+    results.md, claims.json and pareto.html, and says in one line that pareto.png was skipped and why."""
+    import plotly.graph_objects as go
+
+    from coolsd.bench.cli import read_measurements, write_report
+
+    def no_chrome(self, *args, **kwargs):
+        raise RuntimeError("\n\nKaleido requires Google Chrome to be installed.\n\nEither download ...")
+
+    monkeypatch.setattr(go.Figure, "write_image", no_chrome)
+    rows, config = read_measurements(ROOT / bench)
+    with caplog.at_level("WARNING", logger="coolsd.bench"):
+        parts = write_report(tmp_path, rows, config, png=True)
+    for name in ("results.md", "claims.json", "pareto.html"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert not (tmp_path / "pareto.png").exists() and parts["table"] in (tmp_path / "results.md").read_text()
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert lines[0].startswith("pareto.png skipped: Kaleido requires Google Chrome") and "--no-png" in lines[0]
+    real = "emoji pictures" if "emoji" in bench else "digits"  # the figure's title names the model's real images
+    assert f"real {real})" in (tmp_path / "pareto.html").read_text()
