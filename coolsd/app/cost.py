@@ -20,6 +20,7 @@ from coolsd.compare import cost
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import RULES
 from coolsd.models.timing import forward_times
@@ -50,7 +51,7 @@ def cost_specs() -> dict[str, Spec]:
               for i in range(1, MAX_DEPTH + 1)}
     return {"memory_bound": Spec("memory-bound (V = 1: verifying L + 1 tokens costs one step)", "bool", False,
                                  elem_id="cost-memory"),
-            "L": Spec("what-if L", "int", DecodeConfig().draft_len, 1, MAX_DEPTH, 1, elem_id="cost-L"),
+            "L": Spec("what-if L", "int", Chain.draft_len, 1, MAX_DEPTH, 1, elem_id="cost-L"),
             "c": Spec("draft cost c (target steps)", "number", 0.2, 0.0, 2.0, 0.01, elem_id="cost-c"),
             "V": Spec("verify cost V(L + 1) (target steps)", "number", 1.2, 0.5, 5.0, 0.01, elem_id="cost-v"),
             **accept}

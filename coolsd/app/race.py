@@ -46,6 +46,7 @@ from coolsd.app.serving import STATE_TTL_S
 from coolsd.app.settings import RacePlan, RaceSettings, name_notice
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 
 ID, TITLE = "race", "Race"
@@ -168,7 +169,7 @@ class RaceStream:
         if plan.sampling.greedy:
             gr.Warning("temperature 0 is greedy decoding: every rule commits the target's argmax, so the relaxed "
                        "rules can change the speed but not the image.")
-        if plan.config.tree is not None and settings.draft_len != DecodeConfig().draft_len:
+        if plan.config.tree is not None and settings.draft_len != Chain.draft_len:
             gr.Info(f"static tree '{plan.config.tree}': the tree's depth sets the draft length; the L slider is not "
                     "used.")
         ctx = plan.ctx

@@ -37,6 +37,7 @@ from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
 from coolsd.app.trace_files import recorded_seed
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.noise import NOISES
 from coolsd.decoding.rules import (
@@ -418,8 +419,7 @@ class RaceSettings:
         cond = variant.check_condition(self.condition, self.style)
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
-            config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting,
-                                  noise=self.noise)
+            config = DecodeConfig(chain_or_tree(self.draft_len, None if self.drafting == "chain" else self.drafting), noise=self.noise)
         rules = make_rules(variant, self.racers, self.as_dict())
         return RacePlan(variant, cond, self.racers, sampling, config, rules)
 

@@ -27,6 +27,7 @@ from coolsd.bench import limit_table, report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import Setting, sweep
 from coolsd.compare.metrics import load_real_stats
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
-    g.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len,
+    g.add_argument("--draft-len", type=int, default=Chain.draft_len,
                    help="L, drafts per round of chain drafting (default: the engine's, see coolsd/bench/tuning.py)")
     g.add_argument("--lantern-k", type=int_list, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
     g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")

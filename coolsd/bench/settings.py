@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule, LanternPPRule, Rule, make_rule, rule_class
 
@@ -28,7 +29,7 @@ class Setting:
 
     rule: str | None
     options: tuple[tuple[str, object], ...] = ()
-    draft_len: int = DecodeConfig.draft_len
+    draft_len: int = Chain.draft_len
     tree: str | None = None
 
     @property
@@ -68,14 +69,14 @@ class Setting:
             shown.pop("nu")  # the paper's value, left out of labels
         parts = [self._name()] + [f"{k}={_fmt(v)}" for k, v in shown.items()]
         jacobi = rule_class(self.rule).jacobi  # (no drafter: its window W is its draft length, named as window=W)
-        if self.tree is None and self.draft_len != DecodeConfig().draft_len and not jacobi:  # the default L: unnamed
+        if self.tree is None and self.draft_len != Chain.draft_len and not jacobi:  # the default L: unnamed
             parts.append(f"L={self.draft_len}")
         if self.tree:
             parts.append(f"tree {self.tree}")
         return " ".join(parts)
 
     def decode_config(self) -> DecodeConfig:
-        return DecodeConfig(draft_len=self.draft_len, tree=self.tree)
+        return DecodeConfig(chain_or_tree(self.draft_len, self.tree))
 
     def build_rule(self, neighbours) -> Rule | None:
         """The rule object (LANTERN rules get the bundle's neighbour table); None for vanilla."""
@@ -102,7 +103,7 @@ def _setting(rule: str | None, draft_len: int, tree: str | None = None, **option
     return Setting(rule, tuple(sorted(options.items())), draft_len, tree)
 
 
-def parse_spec(text: str, draft_len: int = DecodeConfig.draft_len) -> Setting:
+def parse_spec(text: str, draft_len: int = Chain.draft_len) -> Setting:
     """'rule[:name=value,...][@tree]' -> Setting, e.g. 'cool-sd:delta=2,nu=0.5@eagle-25', 'vanilla'.
 
     Values are read as int, then float, then true/false, else kept as text; 'L=3' sets the draft length.
@@ -150,7 +151,7 @@ def _variant_setting(key: str, draft_len: int, **options) -> Setting:
     return _setting(v.rule, draft_len, **(options | v.fixed))
 
 
-def sweep(draft_len: int = DecodeConfig.draft_len, lantern_k: list[int] = (), lantern_lam: list[float] = (),
+def sweep(draft_len: int = Chain.draft_len, lantern_k: list[int] = (), lantern_lam: list[float] = (),
           lantern_gstar: bool = True,
           uniform_delta: list[float] = (), cool_delta: list[float] = (), cool_nu: float = CoolSDRule.nu,
           cool_unclipped_delta: list[float] = (), extra: list[str] = (), sjd_window: list[int] = (),

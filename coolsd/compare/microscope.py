@@ -15,6 +15,7 @@ a static-tree round has no detail (its view says so).
 from __future__ import annotations
 
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.events import RoundEvent
 from coolsd.decoding.rules import EagleRule, LanternPPRule, Rule, make_rule
@@ -40,9 +41,7 @@ def setup_of(trace: RaceTrace) -> tuple[SamplingConfig, DecodeConfig, int]:
     same noise has none and ran one stream, the default)."""
     s = trace.settings
     drafting = s.get("drafting", "chain")
-    config = DecodeConfig(draft_len=int(s.get("draft_len", DecodeConfig().draft_len)),
-                          tree=None if drafting == "chain" else drafting, detail=True,
-                          noise=s.get("noise", DecodeConfig().noise))
+    config = DecodeConfig(chain_or_tree(int(s.get("draft_len", DecodeConfig().draft_len)), None if drafting == "chain" else drafting), detail=True, noise=s.get("noise", DecodeConfig().noise))
     return SamplingConfig(**s.get("sampling", {})), config, int(s.get("seed", 0))
 
 

@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.conditions import STYLE_SEP
@@ -78,7 +79,7 @@ def labelled_sheet(images: list[list[torch.Tensor]], rows: list[str], cols: list
 def sample_sheet(bundle, out: Path, emoji=SHEET_EMOJI, seed: int = 0, draft_len: int | None = None) -> str:
     """One PNG, samples_decoders.png: a row per emoji of `emoji` (styles in turn), a column per decoder
     of SHEET_DECODERS, every cell the same (emoji, style, seed)."""
-    config = DecodeConfig(draft_len) if draft_len else DecodeConfig()
+    config = DecodeConfig(Chain(draft_len)) if draft_len else DecodeConfig()
     names, styles = list(bundle.base_class_names), list(bundle.style_names)
     conds = [names.index(e) * len(styles) + i % len(styles) for i, e in enumerate(emoji)]
     rules = {}

@@ -14,6 +14,7 @@ import torch
 from demo_app import RaceAPI, api_frame, served, tiny_demo
 from PIL import Image
 
+from coolsd.decoding.drafting import Chain
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
 from coolsd.app.demo import Demo, build_demo
@@ -273,7 +274,7 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     m = APP.ctx.model
     ref = run(m.target, m.drafter, make_rule("eagle-1"), cond=APP.ctx.check_condition(values["condition"]),
               num_tokens=m.num_tokens,
-              sampling=sampling, config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+              sampling=sampling, config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"])
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
@@ -422,7 +423,7 @@ def test_embedded_model_race_views():
         target, drafter = fork_models(b.target, b.drafter)
         racers.append(Racer(key, key, generate(target, drafter, rule, cond=3, num_tokens=b.num_tokens,
                                                sampling=b.default_sampling,
-                                               config=DecodeConfig(draft_len=5), seed=0), b.num_tokens))
+                                               config=DecodeConfig(Chain(5)), seed=0), b.num_tokens))
     for _ in Race(racers):
         pass
     for r in racers:
@@ -480,7 +481,7 @@ def test_racer_choice_races_exactly_the_chosen_rules():
         rule = make_racer_rule(APP.ctx, key, values)
         ref = run(m.target, m.drafter, rule, cond=APP.ctx.check_condition(values["condition"]),
                   num_tokens=m.num_tokens, sampling=sampling,
-                  config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+                  config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"])
         assert torch.equal(final[key].tokens, ref.tokens), key
         assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
     # the G* variant of LANTERN++ runs another residual than the published one

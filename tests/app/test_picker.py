@@ -15,6 +15,7 @@ import pytest
 import torch
 from demo_app import RaceAPI, api_frame, picker_demo
 
+from coolsd.decoding.drafting import Chain
 from coolsd.app import controls, share
 from coolsd.app.demo import model_info
 from coolsd.app.settings import RaceSettings
@@ -67,7 +68,7 @@ def library_tokens(model: str, values: dict) -> dict[str, torch.Tensor]:
         if rule is not None and getattr(rule, "neighbours", None) is not None:
             rule = rule.with_neighbours(fresh.neighbours)
         out[key] = run(fresh.target, fresh.drafter, rule, cond=cond, num_tokens=fresh.num_tokens, sampling=sampling,
-                       config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"]).tokens
+                       config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"]).tokens
     return out
 
 

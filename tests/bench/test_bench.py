@@ -28,6 +28,7 @@ from coolsd.bench.report import (
 )
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------- settings and work items
 def test_sweep_covers_every_family_with_unique_labels():
-    settings = sweep(DecodeConfig().draft_len, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
+    settings = sweep(Chain.draft_len, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
                      ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25"])
     labels = [s.label for s in settings]
     assert labels[:2] == ["vanilla", "eagle-1"]
@@ -46,7 +47,7 @@ def test_sweep_covers_every_family_with_unique_labels():
     assert {s.family for s in settings} >= {"vanilla", "lantern++ k=5", "lantern++ k=5 G*", "cool-sd",
                                             "eagle-1 tree eagle-25"}
     # the engine's default L goes unnamed, any other L is in the label
-    other = DecodeConfig().draft_len + 2
+    other = Chain.draft_len + 2
     assert [s.label for s in sweep(other, cool_delta=[2])] == ["vanilla", f"eagle-1 L={other}",
                                                               f"cool-sd delta=2 L={other}"]
 

@@ -11,6 +11,7 @@ import torch
 
 from coolsd.compare import cost
 from coolsd.compare.race import Race, Racer
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import CoolSDRule, EagleRule, SJDRule
 from coolsd.models.protocol import ModelStep
@@ -70,7 +71,7 @@ def _race(rules: dict, draft_len: int, num_tokens: int = 5):
     racers = []
     for key, rule in rules.items():
         t, d = target.fork(), drafter.fork()
-        events = generate(t, d, rule, cond=None, num_tokens=num_tokens, config=DecodeConfig(draft_len=draft_len),
+        events = generate(t, d, rule, cond=None, num_tokens=num_tokens, config=DecodeConfig(Chain(draft_len)),
                           seed=11)
         racers.append(Racer(key, key, events, num_tokens))
     log = {r.key: [] for r in racers}

@@ -15,6 +15,7 @@ import torch
 
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.events import RoundDetail
 from coolsd.decoding.round import make_event, round_detail
@@ -135,7 +136,7 @@ def test_matches_compares_starts_and_tokens():
 # ---------------------------------------------------------------- what a re-run uses
 def test_setup_of_reads_the_race_settings_and_defaults():
     sampling, config, seed = scope.setup_of(RaceTrace("tiny", {}, [], 4, (2, 2)))
-    assert seed == 0 and config.draft_len == DecodeConfig().draft_len and config.tree is None and config.detail
+    assert seed == 0 and config.draft_len == Chain.draft_len and config.tree is None and config.detail
     assert sampling == SamplingConfig()
     s = {"sampling": {"temperature": 0.5, "top_k": 3}, "draft_len": 2, "drafting": "eagle-25", "seed": 17}
     sampling, config, seed = scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)))

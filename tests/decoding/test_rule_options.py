@@ -19,9 +19,8 @@ from coolsd.decoding.rules import (
     LanternRule,
     LinearDecayRule,
     UniformRSDRule,
-    format_omegas,
-    parse_omegas,
 )
+from coolsd.decoding.omega_text import format_omegas, parse_omegas
 
 TABLE = torch.arange(32).repeat(8, 1)
 
