@@ -27,7 +27,6 @@ from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decode
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import RULES
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
@@ -166,8 +165,8 @@ def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: d
 
 def drafts_by_chain(row: dict) -> bool:
     """Whether a benchmark row is a drafter's chain (not vanilla AR, a static tree or SJD's Jacobi window)."""
-    rule = (row.get("rule_config") or {}).get("rule")
-    return rule in RULES and not RULES[rule].jacobi and not row.get("tree")
+    rule, drafting = variants.racer_configs(row)
+    return bool(rule) and not row.get("tree") and (drafting or {}).get("drafting", Chain.name) == Chain.name
 
 
 def stats_markdown(rows: list[dict], status: str) -> str:

@@ -34,7 +34,6 @@ from coolsd.bench.cli import load_bundle, machine
 from coolsd.bench.runner import WorkItem, run_items
 from coolsd.bench.settings import sweep
 from coolsd.decoding.drafting import Chain
-from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.paths import EMBEDDED_DIR, EMOJI_DIR, ROOT

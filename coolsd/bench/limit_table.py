@@ -26,7 +26,6 @@ from torch import Tensor
 
 from coolsd.compare.race import fork_models
 from coolsd.decoding.drafting import Chain
-from coolsd.decoding.engine import DecodeConfig
 from coolsd.models import rowkernel
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji

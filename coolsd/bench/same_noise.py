@@ -54,18 +54,20 @@ def compare(bundle, conditions: list[int], seeds: list[int], draft_len: int, row
             progress: bool = True) -> dict:
     """The report's numbers (module docstring) over the (condition, seed) pairs."""
     rules = {key: variants.build(key, neighbours=bundle.neighbours) for key in RACERS}
+    draftings = {key: variants.drafting(key, Chain(draft_len)) for key in RACERS}  # (no drafter: Jacobi)
     recorder = DepthOneRows(rules["eagle-1"], row_every)
     stats = {key: {"tau_stream": [], "tau_same": [], "same_as_vanilla": []} for key in rules}
     decode = dict(cond=None, num_tokens=bundle.num_tokens, sampling=bundle.default_sampling)
     for cond, seed in tqdm(list(zip(conditions, seeds)), desc="pairs", disable=not progress):
         decode["cond"] = cond
-        same = DecodeConfig(Chain(draft_len), noise="same")
-        vanilla = run(bundle.target, bundle.drafter, None, config=same, seed=seed, **decode).tokens
+        vanilla = run(bundle.target, bundle.drafter, None, config=DecodeConfig(noise="same"), seed=seed,
+                      **decode).tokens
         for key, rule in rules.items():
             stream_rule = recorder if key == "eagle-1" else rule
-            stream = run(bundle.target, bundle.drafter, stream_rule, config=DecodeConfig(Chain(draft_len)),
+            stream = run(bundle.target, bundle.drafter, stream_rule, config=DecodeConfig(draftings[key]),
                          seed=seed, **decode)
-            coupled = run(bundle.target, bundle.drafter, rule, config=same, seed=seed, **decode)
+            coupled = run(bundle.target, bundle.drafter, rule, config=DecodeConfig(draftings[key], noise="same"),
+                          seed=seed, **decode)
             stats[key]["tau_stream"].append(stream.tau)
             stats[key]["tau_same"].append(coupled.tau)
             stats[key]["same_as_vanilla"].append(float((coupled.tokens == vanilla).double().mean()))

@@ -41,6 +41,7 @@ class Drafting:
     name: ClassVar[str] = ""
     needs_drafter: ClassVar[bool] = True
     same_noise: ClassVar[bool] = True  # False: its draws cannot be keyed by position (`check_noise` refuses)
+    detail: ClassVar[bool] = True  # its rounds report a RoundDetail under `DecodeConfig.detail` (the microscope)
 
     @property
     def draft_len(self) -> int:
@@ -79,6 +80,7 @@ class Tree(Drafting):
 
     name: ClassVar[str] = "tree"
     same_noise: ClassVar[bool] = False
+    detail: ClassVar[bool] = False
     shape: str = "eagle-25"
 
     def __post_init__(self) -> None:

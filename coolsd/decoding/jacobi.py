@@ -36,8 +36,8 @@ from torch import Tensor
 
 from coolsd.decoding.chain import verify
 from coolsd.decoding.events import RoundEvent
-from coolsd.decoding.round import Session
 from coolsd.decoding.maths import normalise, pick
+from coolsd.decoding.round import Session
 
 
 def coupled_draw(q: Tensor, q_prev: Tensor, d: Tensor) -> Tensor:
@@ -64,7 +64,8 @@ class JacobiDrafts:
         self.draft_q = self.rows[:0]
 
     def proposals(self, t: int, n: int) -> Tensor:
-        """q (n, V) of window positions t..t+n-1: the last forward's rows for them, the drafting's `init` after those."""
+        """q (n, V) of window positions t..t+n-1: the last forward's rows for them, the drafting's `init` after
+        those."""
         have = self.rows[t - self.base : t - self.base + n]
         if len(have) == n:
             return have

@@ -1,4 +1,5 @@
-"""One grammar for a custom schedule's omega list as text: `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5")."""
+"""One grammar for a custom schedule's omega list as text: `parse_omegas` / `format_omegas`
+("2 1 0.5" = "2, 1, 0.5")."""
 
 from __future__ import annotations
 

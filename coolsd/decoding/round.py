@@ -8,7 +8,8 @@ source (`coolsd.decoding.noise`). On the default stream a round draws the unifor
 seeded generator (`Session.uniforms`), each token is the inverse CDF of its distribution at one of them
 (`Session.draw`), and each acceptance test compares a_i with one (`Session.accepted`). Those two methods, the same
 noise's exponential race (`coolsd.decoding.noise.race`) and a static tree's draws without replacement
-(`coolsd.decoding.noise.without_replacement`) are the only places randomness becomes decisions (tests/exact_engine.py enumerates them).
+(`coolsd.decoding.noise.without_replacement`) are the only places randomness becomes decisions
+(tests/exact_engine.py enumerates them).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
+from coolsd.decoding.maths import pick
 from coolsd.decoding.noise import make_noise
 from coolsd.decoding.protocol import Drafter, TokenModel
-from coolsd.decoding.maths import pick
 from coolsd.decoding.rules import Rule, omega_values
 from coolsd.decoding.sampling import SamplingConfig, inverse_cdf
 

@@ -1,8 +1,8 @@
 """The named decoder variants: one registry of key, label, colour, (drafting, rule), fixed options and strength field.
 
 A *variant* is a named (drafting, rule) pair: a rule of `coolsd.decoding.rules` run on a drafting of
-`coolsd.decoding.drafting` (the race's own chain or tree, or Jacobi iteration for the "no drafter" group): "cool-sd" is COOL-SD
-floored at 1 (the rule's default), "cool-sd-unclipped" the same schedule without the floor,
+`coolsd.decoding.drafting` (the race's own chain or tree, or Jacobi iteration for the "no drafter" group):
+"cool-sd" is COOL-SD floored at 1 (the rule's default), "cool-sd-unclipped" the same schedule without the floor,
 "lantern++-gstar" LANTERN++ with the G* residual, "vanilla" no rule at all. The "no drafter" group drafts by
 Jacobi iteration (the target drafts for itself, spec section 4b): "sjd" Speculative Jacobi Decoding (Jacobi +
 Eagle-1's test), "sjd-reuse" the same with its redrafts coupled to the previous drafts (Jacobi(reuse=True)),
@@ -174,6 +174,8 @@ def variant_of(config: dict | None, drafting_config: dict | None = None) -> str 
     """
     if config is None:
         return VANILLA
+    if drafting_config is None:
+        config, drafting_config = split_config(config)  # (a config from when Jacobi drafting was in the rule)
     slug = config.get("rule")
     if slug not in rules.RULES:
         return None
@@ -190,6 +192,14 @@ def variant_of(config: dict | None, drafting_config: dict | None = None) -> str 
 
 
 OLD_JACOBI_RULES = {"sjd": "eagle-1", "cool-sd-jacobi": "cool-sd", "lantern++-jacobi": "lantern++"}
+
+
+def racer_configs(row: dict) -> tuple[dict | None, dict | None]:
+    """(rule config, drafting config) of a benchmark row or recorded racer ({"rule_config": ..., "drafting": ...});
+    a row written before the drafting was recorded apart has its rule config split (`split_config`), and its
+    drafting config is then None for a drafter's chain or tree (its "draft_len" and "tree" say which)."""
+    drafting = row.get("drafting")
+    return (row.get("rule_config"), drafting) if isinstance(drafting, dict) else split_config(row.get("rule_config"))
 
 
 def split_config(config: dict | None) -> tuple[dict | None, dict | None]:

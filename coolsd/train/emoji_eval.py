@@ -84,8 +84,7 @@ def sample_sheet(bundle, out: Path, emoji=SHEET_EMOJI, seed: int = 0, draft_len:
     conds = [names.index(e) * len(styles) + i % len(styles) for i, e in enumerate(emoji)]
     rules = {}
     for name, spec in SHEET_DECODERS.items():
-        rule = None if spec is None else make_rule(spec[0], **spec[1])
-        rules[name] = rule.with_neighbours(bundle.neighbours) if spec and spec[0] == "lantern++" else rule
+        rules[name] = None if spec is None else make_rule(spec[0], **spec[1]).with_neighbours(bundle.neighbours)
     images = [[bundle.tokenizer.decode(run(bundle.target, bundle.drafter, rule, cond=cond, num_tokens=bundle.num_tokens,
                                            sampling=bundle.default_sampling, config=config, seed=seed).tokens)
                for rule in rules.values()] for cond in tqdm(conds, desc="sample sheet")]

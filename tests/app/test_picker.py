@@ -15,10 +15,10 @@ import pytest
 import torch
 from demo_app import RaceAPI, api_frame, picker_demo
 
-from coolsd.decoding.drafting import Chain
 from coolsd.app import controls, share
 from coolsd.app.demo import model_info
 from coolsd.app.settings import RaceSettings
+from coolsd.decoding.drafting import Chain
 from coolsd.util.paths import EMOJI_DIR
 
 APP = picker_demo()

@@ -21,7 +21,6 @@ from coolsd.app.recordings import Recordings
 from coolsd.compare import cost
 from coolsd.compare.microscope import recorded
 from coolsd.decoding.drafting import Chain
-from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import RULES
 from coolsd.models import registry
 from coolsd.util.format import number

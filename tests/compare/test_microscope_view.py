@@ -16,7 +16,6 @@ import torch
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.drafting import Chain
-from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.events import RoundDetail
 from coolsd.decoding.round import make_event, round_detail
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, UniformRSDRule

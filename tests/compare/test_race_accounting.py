@@ -13,9 +13,9 @@ import itertools
 import pytest
 import torch
 
-from coolsd.decoding.drafting import chain_or_tree
 from coolsd import CoolSDRule, DecodeConfig, EagleRule, RoundEvent, UniformRSDRule, generate, random_tables
 from coolsd.compare.race import Race, Racer
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.events import TokenOutcome
 
 PHASES = ("draft", "verify", "other")

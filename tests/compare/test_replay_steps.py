@@ -14,10 +14,10 @@ import math
 import pytest
 import torch
 
-from coolsd.decoding.drafting import chain_or_tree
 from coolsd import CoolSDRule, DecodeConfig, EagleRule, LinearDecayRule, generate, random_tables
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.events import TokenOutcome
 
 V, T = 3, 8

@@ -23,8 +23,8 @@ from test_sampling_exact import SAMPLINGS, GuidedTarget, guided_models, processe
 
 from coolsd import DecodeConfig, SamplingConfig, run, sequence_probs
 from coolsd.decoding import jacobi
-from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.drafting import Jacobi, chain_or_tree
+from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule
 from coolsd.theory.jacobi_oracle import exact_jacobi
 from coolsd.theory.tabular import TabularLM, random_tables

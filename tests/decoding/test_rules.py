@@ -10,6 +10,9 @@ import pytest
 import torch
 from exact_engine import engine_distribution
 
+from coolsd.decoding.drafting import DRAFTINGS, Chain, Jacobi, Tree
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.maths import g_star, lossless_residual, normalise, pick
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import (
     RULES,
@@ -21,9 +24,6 @@ from coolsd.decoding.rules import (
     make_rule,
     omega_values,
 )
-from coolsd.decoding.drafting import DRAFTINGS, Chain, Jacobi, Tree
-from coolsd.decoding.engine import DecodeConfig, run
-from coolsd.decoding.maths import g_star, lossless_residual, normalise, pick
 from coolsd.theory.jacobi_oracle import exact_jacobi
 from coolsd.theory.oracle import exact, rule_step
 from coolsd.theory.tabular import random_tables

@@ -14,8 +14,8 @@ import pytest
 import torch
 from test_sampling_exact import SAMPLINGS, T, V, guided_models, processed_tables
 
-from coolsd.decoding.drafting import Chain
 from coolsd import DecodeConfig, run, sequence_probs
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.sampling import inverse_cdf
 from coolsd.theory.oracle import exact
 from coolsd.theory.tabular import TabularDrafter, TabularLM

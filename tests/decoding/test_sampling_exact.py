@@ -22,8 +22,8 @@ import pytest
 import torch
 from exact_engine import engine_distribution
 
-from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd import RULES, DecodeConfig, SamplingConfig, sequence_probs
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.tree import TREES
 from coolsd.models.protocol import ModelStep
 from coolsd.theory.oracle import exact

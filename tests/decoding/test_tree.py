@@ -11,8 +11,8 @@ from exact_engine import checked_models, engine_distribution
 
 from coolsd.decoding.drafting import Tree, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, run
-from coolsd.decoding.rules import CoolSDRule, EagleRule, UniformRSDRule
 from coolsd.decoding.noise import without_replacement
+from coolsd.decoding.rules import CoolSDRule, EagleRule, UniformRSDRule
 from coolsd.decoding.tree import EAGLE_25, TREES, binary_tree, chain_tree, validate
 from coolsd.theory.oracle import exact, sequence_probs
 
@@ -155,7 +155,8 @@ def test_every_node_is_verified_with_its_own_paths_p_and_q(tabular, tree):
     target, drafter = tabular(4, num_tokens, seed=8)
     for seed in range(6):
         spy = _Spy(UniformRSDRule(delta=1.5))
-        result = run(target, drafter, spy, cond=None, num_tokens=num_tokens, config=DecodeConfig(chain_or_tree(tree=tree)), seed=seed)
+        result = run(target, drafter, spy, cond=None, num_tokens=num_tokens,
+                     config=DecodeConfig(chain_or_tree(tree=tree)), seed=seed)
         calls = iter(spy.calls)
         prefix: list[int] = result.events[0].tokens.tolist()
         for e in result.events[1:]:

@@ -112,7 +112,8 @@ def test_rollback_greedy_speculative_equals_vanilla_greedy(llama, tree):
         ids = torch.cat([ids, hf_logits(llama, llama.config.class_token_offset + 4, ids)[-1].argmax()[None]])
     accepted = []
     for rule in [make_rule("cool-sd", delta=1.0, nu=0.0), make_rule("eagle-1")]:
-        res = run(target, drafter, rule, cond=4, num_tokens=16, sampling=greedy, config=DecodeConfig(chain_or_tree(3, tree)), seed=9)
+        res = run(target, drafter, rule, cond=4, num_tokens=16, sampling=greedy,
+            config=DecodeConfig(chain_or_tree(3, tree)), seed=9)
         assert res.tokens.tolist() == ids.tolist()
         accepted.append([e.n_accepted for e in res.events])
     assert accepted[0] == accepted[1]  # omega == 1 is Eagle-1: the same drafts accepted in every round
