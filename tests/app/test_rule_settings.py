@@ -44,6 +44,9 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     assert names.index("delta") == 7 and names[7:13] == RULE_ARGUMENTS[:6]
     assert names[names.index("racers") + 1:names.index("resolution")] == RULE_ARGUMENTS[6:10]
     assert names[-2:] == ["sjd_window", "noise"]  # appended after model and style: older calls keep their meaning
+    assert {name: m["default"] for name, m in rule_fields().items()} == {
+        "delta": 2.0, "nu": 0.7, "mu": 0.0, "mean_omega": True, "lantern_k": 10, "lantern_lambda": 5.0,
+        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5"}
 
 
 def test_the_drafting_arguments_take_the_draftings_defaults_and_ranges():
@@ -58,9 +61,6 @@ def test_the_drafting_arguments_take_the_draftings_defaults_and_ranges():
     assert settings.drafting_of("cool-sd") == Chain(2) and settings.drafting_of("sjd") == Jacobi(5)
     assert settings.drafting_of("sjd-reuse") == Jacobi(5, reuse=True)
     assert settings.replace(drafting="eagle-25").drafting_of("eagle-1").shape == "eagle-25"
-    assert {name: m["default"] for name, m in rule_fields().items()} == {
-        "delta": 2.0, "nu": 0.7, "mu": 0.0, "mean_omega": True, "lantern_k": 10, "lantern_lambda": 5.0,
-        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5", "sjd_window": 8}
 
 
 @pytest.mark.parametrize("name, rule, field", [
