@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from coolsd.compare.race import Race, Racer, fork_models
-from coolsd.decoding.drafting import Chain, chain_or_tree
+from coolsd.decoding.drafting import Chain, Tree, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import make_rule
@@ -126,7 +126,8 @@ def throughput(target, drafter, neighbours, cond, sampling, num_tokens, images, 
     rows = []
     for name, d, rule, config in decoders(drafter, neighbours):
         wall, tokens, n_t, n_d = timed_runs(target, d, rule, cond, sampling, config, num_tokens, images, device)
-        verify = ms["target_step"] if d is None else ms["verify_tree_26" if config.tree else f"verify_{DRAFT_LEN + 1}"]
+        tree = isinstance(config.drafting, Tree)
+        verify = ms["target_step"] if d is None else ms["verify_tree_26" if tree else f"verify_{DRAFT_LEN + 1}"]
         inside = (n_t * verify + n_d * ms["drafter_step"]) / 1000
         rows.append({"decoder": name, "tokens_per_s": tokens / wall, "seconds_per_image": wall / images,
                      "tau": tokens / n_t, "outside_model_share": max(0.0, 1 - inside / wall)})

@@ -169,7 +169,7 @@ class Lab:
 
     def _key(self, decoder: LabDecoder, cond, seed: int, sampling: SamplingConfig, config: DecodeConfig) -> tuple:
         rule = None if decoder.rule is None else tuple(sorted(decoder.rule.config().items()))
-        return (decoder.key, rule, cond, seed, dataclasses.astuple(sampling), config.draft_len, config.tree)
+        return (decoder.key, rule, cond, seed, dataclasses.astuple(sampling), config.drafting)
 
     # -- a grid ------------------------------------------------------------------------------
     def run(self, decoders: list[LabDecoder], conditions: list, seeds: list[int], sampling: SamplingConfig,
