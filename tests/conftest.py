@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from coolsd.decoding.neighbours import neighbour_table  # noqa: E402
-from coolsd.decoding.rules import LanternPPRule, Rule, make_rule  # noqa: E402
+from coolsd.decoding.rules import Rule, make_rule  # noqa: E402
 from coolsd.theory.tabular import random_tables  # noqa: E402
 
 # Tests use tiny tensors on a small shared CPU: intra-op threads only add contention (about 10x slower).
@@ -30,9 +30,6 @@ RULE_KWARGS: dict[str, dict] = {
     "lantern": {"k": 2, "delta": 0.2},
     "linear-decay": {"delta": 1.5, "slope": 0.8},  # omega 2.7, 1.5, 0.3 at L = 3
     "custom": {"omegas": (2.5, 1.0, 0.4)},
-    "sjd": {"window": 3},
-    "cool-sd-jacobi": {"delta": 2.0, "nu": 0.7, "floor_at_one": False, "window": 3},  # as cool-sd's, on a window
-    "lantern++-jacobi": {"k": 2, "lam": 3.0, "window": 3},
 }
 
 
@@ -135,7 +132,7 @@ def build_rule():
         if name not in RULE_KWARGS:
             raise KeyError(f"rule {name!r} is registered but tests/conftest.py: RULE_KWARGS has no entry for it")
         rule = make_rule(name, **(RULE_KWARGS[name] | overrides))
-        if isinstance(rule, LanternPPRule):
+        if rule.reads_neighbours:
             if codebook is None:
                 codebook = torch.randn(8, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
             rule = rule.with_neighbours(neighbour_table(codebook))

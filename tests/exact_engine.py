@@ -12,7 +12,7 @@ drawn, and ignored:
   gets weighted;
 - `Session.accepted(a, u)` (a chain round's tests, or one tree sibling's): the number of accepted drafts c = 0..n,
   with probability a_1 ... a_c (1 - a_{c+1}), a = the tests the engine computed;
-- `coolsd.decoding.tree._sample_without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
+- `coolsd.decoding.noise.without_replacement(q, n)`: every ordered tuple of distinct tokens of q's
   support, with probability prod_j q(x_j) / (1 - sum_{l<j} q(x_l));
 - `coolsd.decoding.noise.race(probs, e)` (same noise): as `Session.draw`, a draw from each row. Valid where each
   race is an independent draw given earlier positions: vanilla AR and relaxed rules; a lossless rule's coupled
@@ -144,7 +144,7 @@ def engine_distribution(target, drafter, rule, num_tokens: int, config: DecodeCo
             path = _Path(prefix)
             mp.setattr(Session, "draw", path.draw)
             mp.setattr(Session, "accepted", path.accepted)
-            mp.setattr(coolsd.decoding.tree, "_sample_without_replacement", path.without_replacement)
+            mp.setattr(coolsd.decoding.noise, "without_replacement", path.without_replacement)
             mp.setattr(coolsd.decoding.noise, "race", path.race)
             try:
                 result = run(target, drafter, recording, cond=None, num_tokens=num_tokens,

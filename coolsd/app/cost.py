@@ -20,8 +20,7 @@ from coolsd.compare import cost
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding import variants
-from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import RULES
+from coolsd.decoding.drafting import Chain, Jacobi
 from coolsd.models.timing import forward_times
 from coolsd.util.checks import plain
 from coolsd.util.format import number, subscript
@@ -50,7 +49,7 @@ def cost_specs() -> dict[str, Spec]:
               for i in range(1, MAX_DEPTH + 1)}
     return {"memory_bound": Spec("memory-bound (V = 1: verifying L + 1 tokens costs one step)", "bool", False,
                                  elem_id="cost-memory"),
-            "L": Spec("what-if L", "int", DecodeConfig().draft_len, 1, MAX_DEPTH, 1, elem_id="cost-L"),
+            "L": Spec("what-if L", "int", Chain.draft_len, 1, MAX_DEPTH, 1, elem_id="cost-L"),
             "c": Spec("draft cost c (target steps)", "number", 0.2, 0.0, 2.0, 0.01, elem_id="cost-c"),
             "V": Spec("verify cost V(L + 1) (target steps)", "number", 1.2, 0.5, 5.0, 0.01, elem_id="cost-v"),
             **accept}
@@ -125,7 +124,7 @@ class CostPanel:
             settings = trace.settings
             draft_len = int(settings.get("draft_len", 1))
             chain = settings.get("drafting", "chain") == "chain"
-            windows = jacobi_windows(settings.get("rules", {}))
+            windows = jacobi_windows(settings.get("draftings") or {})
             payload |= {"draft_len": draft_len, "chain": chain, "race_status": trace.status,
                         "race_cfg_scale": settings.get("sampling", {}).get("cfg_scale"), "sjd_windows": windows,
                         "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain, windows)}
@@ -233,11 +232,10 @@ def table_markdown(payload: dict) -> str:
     return "\n".join(lines[:1]) + "\n\n" + "\n".join(lines[1:])
 
 
-def jacobi_windows(rule_configs: dict) -> dict[str, int]:
-    """racer key -> W of the racers whose rule drafts by Jacobi iteration (the no-drafter group), from a trace's rule
+def jacobi_windows(drafting_configs: dict) -> dict[str, int]:
+    """racer key -> W of the racers that draft by Jacobi iteration (the no-drafter group), from a trace's drafting
     configs."""
-    return {key: int(c["window"]) for key, c in rule_configs.items()
-            if c and c.get("rule") in RULES and RULES[c["rule"]].jacobi and "window" in c}
+    return {key: int(c["window"]) for key, c in drafting_configs.items() if c and c.get("drafting") == Jacobi.name}
 
 
 # ---------------------------------------------------------------- the tab

@@ -150,10 +150,12 @@ def how_text() -> str:
 
 
 def find_row(rows: list[dict], key: str, options: dict) -> dict | None:
-    """The chain-drafting benchmark row of variant `key` whose rule config has `options` (None if none)."""
+    """The benchmark row (no static tree) of variant `key` whose rule or drafting config has `options` (None if
+    none)."""
     for r in rows:
-        config = r.get("rule_config") or {}
-        if (r.get("tree") is None and variants.variant_of(r.get("rule_config")) == key
+        rule, drafting = variants.racer_configs(r)
+        config = (rule or {}) | (drafting or {})
+        if (r.get("tree") is None and variants.variant_of(rule, drafting) == key
                 and all(config.get(name) == value for name, value in options.items())):
             return r
     return None

@@ -25,8 +25,8 @@ from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import DELTA_TOP, Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import RULES
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
@@ -54,7 +54,7 @@ is **green** when the model's small classifier reads the intended class (the dig
 aside), **red** (with what it read) when it does not. The emoji classifier is weak (its held-out accuracy is under
 the table), so compare the decoders with each other, not with 100 %. Raise the relaxation until the red frames and
 the NLL climb: that is where images start to break. The run uses the model's default sampling and the draft length
-L = {DecodeConfig().draft_len}; on a model with a shipped benchmark (MNIST, emoji) it is marked on the benchmark's
+L = {Chain.draft_len}; on a model with a shipped benchmark (MNIST, emoji) it is marked on the benchmark's
 Pareto figure below, and the line under the table says whether the benchmark ran at the same settings.
 """
 
@@ -165,8 +165,8 @@ def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: d
 
 def drafts_by_chain(row: dict) -> bool:
     """Whether a benchmark row is a drafter's chain (not vanilla AR, a static tree or SJD's Jacobi window)."""
-    rule = (row.get("rule_config") or {}).get("rule")
-    return rule in RULES and not RULES[rule].jacobi and not row.get("tree")
+    rule, drafting = variants.racer_configs(row)
+    return bool(rule) and not row.get("tree") and (drafting or {}).get("drafting", Chain.name) == Chain.name
 
 
 def stats_markdown(rows: list[dict], status: str) -> str:
@@ -235,7 +235,7 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
             continue
         config = {k: v for k, v in d.rule.config().items() if k not in ("neighbours",)}
         for r in rows:
-            if r.get("rule_config") == config and r.get("draft_len") == DecodeConfig().draft_len and not r.get("tree"):
+            if r.get("rule_config") == config and r.get("draft_len") == Chain.draft_len and not r.get("tree"):
                 out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
                            f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
                            f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
@@ -328,7 +328,7 @@ class LabPanel:
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
                     "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
                                    for j in range(len(conditions))], "seeds": seeds,
-                    "draft_len": DecodeConfig().draft_len, "sampling": dataclasses.asdict(m.default_sampling),
+                    "draft_len": Chain.draft_len, "sampling": dataclasses.asdict(m.default_sampling),
                     "decoders": [{"key": d.key, "label": d.label,
                                   "rule": None if d.rule is None else d.rule.config()} for d in decoders]}
         done: list[LabSample] = []
@@ -366,7 +366,7 @@ class LabPanel:
             if bench and ctx.model.kind in BENCHES:
                 text += "\n\n" + bench_settings_line(bench, bench_sampling(BENCHES[ctx.model.kind]),
                                                        dataclasses.asdict(ctx.model.default_sampling),
-                                                       DecodeConfig().draft_len)
+                                                       Chain.draft_len)
             figure = pareto_figure(bench, summary) if bench else None
         payload = {"model": ctx.model.name, "settings": settings, "finished": final, "wall_seconds": wall,
                    "first_row_seconds": first_row, "decoders": summary,

@@ -91,17 +91,18 @@ class MicroscopePanel:
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)
-        jacobi = rule is not None and rule.jacobi  # (a no-drafter racer iterates its window whatever the drafting)
-        if trace.settings.get("drafting", "chain") != "chain" and not jacobi:
+        drafting = scope.racer_drafting(trace, key)
+        if not drafting.detail:  # (a static tree's rounds keep no per-depth detail)
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
         view = scope.round_view if events[round_no].detail is not None else stored_view
-        v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(rule)}
+        v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(drafting)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
+                             "drafting": drafting.config(),
                              "source": "re-run" if same else "trace", **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)

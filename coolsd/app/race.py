@@ -46,7 +46,8 @@ from coolsd.app.serving import STATE_TTL_S
 from coolsd.app.settings import RacePlan, RaceSettings, name_notice
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
-from coolsd.decoding.engine import DecodeConfig, generate
+from coolsd.decoding.drafting import Chain
+from coolsd.decoding.engine import generate
 
 ID, TITLE = "race", "Race"
 # Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
@@ -90,7 +91,7 @@ class RaceStream:
                     racers = []
                     for (key, label), (target, drafter) in zip(trace.racers, lane):
                         events = generate(target, drafter, plan.rules.get(key), cond=plan.cond, num_tokens=num_tokens,
-                                          sampling=plan.sampling, config=plan.config, seed=seed)
+                                          sampling=plan.sampling, config=plan.configs.get(key, plan.config), seed=seed)
                         racers.append(Racer(key, label, events, num_tokens))
                     race = Race(racers, workers=ctx.race_threads)
                     yield from self._frames(ctx, race, trace, overlay, session, notice)
@@ -168,8 +169,8 @@ class RaceStream:
         if plan.sampling.greedy:
             gr.Warning("temperature 0 is greedy decoding: every rule commits the target's argmax, so the relaxed "
                        "rules can change the speed but not the image.")
-        if plan.config.tree is not None and settings.draft_len != DecodeConfig().draft_len:
-            gr.Info(f"static tree '{plan.config.tree}': the tree's depth sets the draft length; the L slider is not "
+        if settings.drafting != "chain" and settings.draft_len != Chain.draft_len:
+            gr.Info(f"static tree '{settings.drafting}': the tree's depth sets the draft length; the L slider is not "
                     "used.")
         ctx = plan.ctx
         recorded = {"condition": ctx.model.conditions.label(plan.cond) if ctx.model.conditioning == "class"
@@ -178,7 +179,8 @@ class RaceStream:
                     "drafting": settings.drafting, "noise": settings.noise, "racers": plan.keys,
                     "resolution": ctx.variant_key,
                     "model": ctx.model_key, "style": settings.style, "execution": ctx.model.execution,
-                    "rules": {k: r.config() for k, r in plan.rules.items()}}
+                    "rules": {k: r.config() for k, r in plan.rules.items()},
+                    "draftings": {k: c.drafting.config() for k, c in plan.configs.items()}}
         trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
                           ctx.model.num_tokens, ctx.model.grid)
         session = getattr(request, "session_hash", None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from coolsd.app.context import bad
 from coolsd.decoding import variants
-from coolsd.decoding.rules import parse_omegas as parse_omega_list
+from coolsd.decoding.omega_text import parse_omegas as parse_omega_list
 from coolsd.util.checks import show
 
 MAX_RACERS = 4  # vanilla AR races as well, always

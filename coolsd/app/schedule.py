@@ -15,8 +15,9 @@ import gradio as gr
 
 from coolsd.app.context import Context, bad, unexpected_errors
 from coolsd.app.settings import Spec, check_values, rule_spec
-from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule, format_omegas
-from coolsd.decoding.rules import parse_omegas as parse_omega_list
+from coolsd.decoding.omega_text import format_omegas
+from coolsd.decoding.omega_text import parse_omegas as parse_omega_list
+from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, LinearDecayRule, Rule
 from coolsd.theory import annealing, sweeps
 from coolsd.util.checks import plain, show
 from coolsd.util.format import subscript

@@ -16,9 +16,13 @@ A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k
 its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
 race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
 
-The arguments `model` (the picker's key), `style`, `sjd_window` (the window W of SJD and of every racer of the
-"no drafter" group) and `noise` ("stream" | "same", `coolsd.decoding.noise`) came after the others so older
-calls keep working: `check` reads the model first and checks the rest against that model's Specs.
+A racer is a (drafting, rule) pair (`coolsd.decoding.variants`): the racers with a drafter share the race's
+drafting (`drafting`: chain of `draft_len`, or a static tree), the "no drafter" group drafts by Jacobi iteration
+with window `sjd_window`; the drafting settings' defaults and ranges come from `coolsd.decoding.drafting`.
+
+The arguments `model` (the picker's key), `style`, `sjd_window` and `noise` ("stream" | "same",
+`coolsd.decoding.noise`) came after the others so older calls keep working: `check` reads the model first and
+checks the rest against that model's Specs.
 
 The checks run in the handlers (events are wired with preprocess=False), never in a component's
 preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
@@ -37,31 +41,25 @@ from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
 from coolsd.app.trace_files import recorded_seed
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain, Drafting, Jacobi, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.noise import NOISES
+from coolsd.decoding.omega_text import format_omegas, parse_omegas
 from coolsd.decoding.rules import (
-    CoolSDJacobiRule,
     CoolSDRule,
     CustomScheduleRule,
-    LanternPPJacobiRule,
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
     Rule,
-    SJDRule,
     UniformRSDRule,
-    format_omegas,
-    parse_omegas,
 )
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
 
-MAX_DRAFT_LEN = 8
-# (choice) the race's default L: the fastest for Eagle-1 and COOL-SD (delta 2 and 8) on the emoji model
-# (`python -m coolsd.bench.tuning --model emoji --lengths 1-3`, assets/emoji/bench/round_tuning.md)
-RACE_DRAFT_LEN = 2
+MAX_DRAFT_LEN = {f.name: f for f in fields(Chain)}["draft_len"].metadata["ui"][1]  # the L slider's top (Chain's knob)
 # (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
 # precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
 # AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep
@@ -281,9 +279,9 @@ def rule_default(rule: type[Rule], name: str):
 
 def rule_spec(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
               top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
-    """A control for field `name` of `rule`: its default (unless given), range and step come from the rule
-    dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than the rule's; `reach`: a
-    higher one (the rule's own check still says what is valid)."""
+    """A control for field `name` of `rule` (a rule's or a drafting's dataclass): its default (unless given), range
+    and step come from that dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than
+    the dataclass's; `reach`: a higher one (the dataclass's own check still says what is valid)."""
     low, high, step = {f.name: f for f in fields(rule)}[name].metadata["ui"]
     high = high if top is None else min(high, top)
     high = high if reach is None else max(high, reach)
@@ -315,7 +313,8 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 @dataclass(frozen=True)
 class RacePlan:
     """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
-    sampling, config, rules (key -> rule of every racer but vanilla AR)."""
+    sampling, config (the race's shared drafting and noise: vanilla AR's), rules and configs (key -> the rule and
+    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair)."""
 
     ctx: Context
     cond: object
@@ -323,6 +322,7 @@ class RacePlan:
     sampling: SamplingConfig
     config: DecodeConfig
     rules: dict[str, Rule]
+    configs: dict[str, DecodeConfig]
 
 
 @dataclass(frozen=True)
@@ -339,24 +339,21 @@ class RaceSettings:
                                           top_k_max(ctx), 1, elem_id="top-k"))
     cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
                                0.1, "cfg")
-    draft_len: int = _number("draft length L", lambda ctx: RACE_DRAFT_LEN, 1, MAX_DRAFT_LEN, 1, "draft-len",
-                             kind="int")
+    draft_len: int = setting(lambda ctx: rule_spec(Chain, "draft_len", "draft length L", "draft-len", kind="int"))
     drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
                                                                                          DRAFTING.items()),
                                              widget="radio", elem_id="drafting"))
-    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta", reach=DELTA_TOP,
-                             also=(CoolSDJacobiRule,))  # (COOL-SD with or without a drafter: one setting)
-    nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu", also=(CoolSDJacobiRule,))
-    mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0, also=(CoolSDJacobiRule,),
+    delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta",
+                             reach=DELTA_TOP)  # (COOL-SD with or without a drafter: one rule, one setting)
+    nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
+    mu: float = rule_knob(CoolSDRule, "mu", "mu (schedule shift)", "mu", default=0.0,
                           extra={"interactive": not MEAN_OMEGA},
                           read=lambda v: None if v["mean_omega"] else v["mu"])  # (None: mean-normalised)
     mean_omega: bool = rule_setting(lambda ctx: Spec("mean omega = delta (sets mu)", "bool", MEAN_OMEGA,
                                                      elem_id="mean-omega"), MEAN_OMEGA)  # (read by mu)
-    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int",
-                               also=(LanternRule, LanternPPJacobiRule),
+    lantern_k: int = rule_knob(LanternPPRule, "k", "k (neighbours)", "lantern-k", kind="int", also=(LanternRule,),
                                high=lambda ctx: ctx.k_max)  # (the model's neighbour table bounds k)
-    lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda",
-                                      also=(LanternPPJacobiRule,))
+    lantern_lambda: float = rule_knob(LanternPPRule, "lam", "lambda (budget)", "lantern-lambda")
     overlay: bool = setting(lambda ctx: Spec("overlay: colour tokens by outcome", "bool", False, elem_id="overlay"))
     racers: list[str] = setting(_racers)
     uniform_delta: float = rule_knob(UniformRSDRule, "delta", "UniformRSD delta", "uniform-delta")
@@ -371,9 +368,9 @@ class RaceSettings:
     resolution: str = setting(_resolution)
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
-    sjd_window: int = rule_knob(SJDRule, "window", "SJD window W (drafts per iteration)", "sjd-window",
-                                kind="int", also=(CoolSDJacobiRule, LanternPPJacobiRule))  # (every no-drafter
-    # racer's window; appended after the others: older calls keep their meaning)
+    sjd_window: int = setting(lambda ctx: rule_spec(Jacobi, "window", "SJD window W (drafts per iteration)",
+                                                    "sjd-window", kind="int"))  # (the Jacobi window of every
+    # no-drafter racer; appended after the others: older calls keep their meaning)
     noise: str = setting(lambda ctx: Spec("Noise", "choice", DecodeConfig().noise, choices=tuple(
         (v, k) for k, v in NOISE.items()), widget="radio", elem_id="noise", name="noise",
         extra={"info": NOISE_INFO}))  # (appended last: older calls keep their meaning)
@@ -418,10 +415,18 @@ class RaceSettings:
         cond = variant.check_condition(self.condition, self.style)
         with user_errors():
             sampling = SamplingConfig(cfg_scale=self.cfg_scale, temperature=self.temperature, top_k=self.top_k)
-            config = DecodeConfig(draft_len=self.draft_len, tree=None if self.drafting == "chain" else self.drafting,
-                                  noise=self.noise)
+            config = DecodeConfig(self.shared_drafting(), noise=self.noise)
+            configs = {key: dataclasses.replace(config, drafting=self.drafting_of(key)) for key in self.racers}
         rules = make_rules(variant, self.racers, self.as_dict())
-        return RacePlan(variant, cond, self.racers, sampling, config, rules)
+        return RacePlan(variant, cond, self.racers, sampling, config, rules, configs)
+
+    def shared_drafting(self) -> Drafting:
+        """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""
+        return chain_or_tree(self.draft_len, None if self.drafting == "chain" else self.drafting)
+
+    def drafting_of(self, key: str) -> Drafting:
+        """Racer `key`'s drafting: Jacobi iteration of window `sjd_window` for the no-drafter group, else shared."""
+        return variants.drafting(key, self.shared_drafting(), {"window": self.sjd_window})
 
 
 def rule_options(key: str, values: Mapping) -> dict:

@@ -18,7 +18,8 @@ import gradio as gr
 
 from coolsd.app import sweep_view
 from coolsd.app.context import Context, user_errors
-from coolsd.app.settings import DELTA_TOP, RACE_DRAFT_LEN, RaceSettings
+from coolsd.app.settings import DELTA_TOP, RaceSettings
+from coolsd.decoding.drafting import Chain
 from coolsd.util.checks import check_number
 
 ID = "tour"
@@ -76,7 +77,7 @@ def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dic
 
 STEPS = [
     Step("A round",
-         f"The drafter proposes L tokens (the draft length, {RACE_DRAFT_LEN} by default), the target checks "
+         f"The drafter proposes L tokens (the draft length, {Chain.draft_len} by default), the target checks "
          "all of them in **one** forward; the round keeps the "
          "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
          "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
@@ -121,7 +122,7 @@ STEPS = [
     Step("Longer drafts",
          "Relaxation's lead grows with the draft length. Where Eagle-1's test rejects a look-alike the round ends; "
          "a relaxed test passes it, so the next draft gets tested at all: the gains multiply along the chain. This "
-         f"step races with L = 4 (the default draft length is {RACE_DRAFT_LEN}): compare both τ with the "
+         f"step races with L = 4 (the default draft length is {Chain.draft_len}): compare both τ with the "
          "previous step's. Watch the **speed-up vs AR** column too: each extra draft costs a drafter step, so on a "
          "CPU a longer round is not always a faster one.",
          "COOL-SD's τ at δ = 2 and L = 4 (Eagle-1's is shown beside it)?",

@@ -25,9 +25,9 @@ import torch
 
 from coolsd.bench import limit_table, report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
-from coolsd.bench.settings import Setting, sweep
+from coolsd.bench.settings import NO_DRAFTER, Setting, sweep
 from coolsd.compare.metrics import load_real_stats
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import load_embedded
@@ -44,7 +44,8 @@ BENCH_DOC = DOCS / "benchmark.md"  # where --readme writes the bench section by 
 REAL_STATS_NAME = "real_stats.safetensors"  # inside the classifier folder
 NAN = float("nan")
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
-TREE_SETTINGS = ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25", "cool-sd:delta=2@eagle-25"]
+TREE_SETTINGS = ["eagle-1@tree:shape=eagle-25", "lantern++:k=10,lam=5@tree:shape=eagle-25",
+                 "cool-sd:delta=2@tree:shape=eagle-25"]
 
 
 def _floats(text: str) -> list[float]:
@@ -79,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seeds", type=int, default=1, help="seeds per class: first-seed .. first-seed + seeds - 1")
     g.add_argument("--first-seed", type=int, default=0)
     g = ap.add_argument_group("sweep (comma-separated lists; an empty list skips the family)")
-    g.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len,
-                   help="L, drafts per round of chain drafting (default: the engine's, see coolsd/bench/tuning.py)")
+    g.add_argument("--draft-len", type=int, default=Chain.draft_len,
+                   help="L, drafts per round of the rules' chain drafting (default: Chain's, coolsd/bench/tuning.py)")
     g.add_argument("--lantern-k", type=int_list, default=[5, 10], help="LANTERN++ neighbourhood sizes k")
     g.add_argument("--lantern-lam", type=_floats, default=[2.0, 5.0, 10.0, 20.0], help="LANTERN++ budgets lambda")
     g.add_argument("--lantern-gstar", action=argparse.BooleanOptionalAction, default=True,
@@ -90,18 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cool-nu", type=float, default=CoolSDRule.nu, help="COOL-SD annealing rate nu")
     g.add_argument("--cool-unclipped-delta", type=_floats, default=[2.0],
                    help="COOL-SD deltas also run unclipped (--cool-delta runs COOL-SD floored at 1, the default)")
-    g.add_argument("--sjd-window", type=int_list, default=[8],
-                   help="SJD windows W (Speculative Jacobi Decoding: no drafter, the target drafts W tokens per "
-                        "iteration; each W also runs as 'SJD + reuse' unless --no-sjd-reuse)")
+    g.add_argument("--jacobi-window", type=int_list, default=[8],
+                   help="Jacobi drafting's windows W (no drafter, the target drafts W tokens per iteration): at each "
+                        "W, SJD (Eagle-1's test), 'SJD + reuse' unless --no-sjd-reuse, and every --no-drafter rule")
     g.add_argument("--sjd-reuse", action=argparse.BooleanOptionalAction, default=True,
                    help="also run 'SJD + reuse' (redrafts coupled with the previous drafts, lossless) at each W")
-    g.add_argument("--jacobi-cool-delta", type=_floats, default=[2.0, 4.0, 8.0],
-                   help="'COOL-SD, no drafter' deltas: COOL-SD's test on Jacobi drafts at each SJD window W "
-                        "(omega over the window's depths, floored at 1, G* residual; nu: --cool-nu)")
-    g.add_argument("--jacobi-lantern-lam", type=_floats, default=[5.0],
-                   help="'LANTERN++, no drafter' budgets lambda at each SJD window W (k: the first --lantern-k)")
+    g.add_argument("--no-drafter", nargs="*", default=NO_DRAFTER,
+                   help="rules as 'rule[:name=value,...]' run on Jacobi drafts at each --jacobi-window W (COOL-SD's "
+                        "nu: --cool-nu unless given)")
     g.add_argument("--extra", nargs="*", default=TREE_SETTINGS,
-                   help="more settings as 'rule[:name=value,...][@tree]' (default: the static-tree ones)")
+                   help="more settings as 'rule[:name=value,...][@drafting[:name=value,...]]', a drafting being "
+                        "chain (draft_len), tree (shape) or jacobi (window, reuse, init) (default: the static-tree "
+                        "ones)")
     g.add_argument("--only", default=None, help="keep only settings whose label contains one of these "
                                                 "comma-separated words ('vanilla' is always kept)")
     g = ap.add_argument_group("sampling (default: the bundle's own)")
@@ -302,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = select(sweep(args.draft_len, args.lantern_k, args.lantern_lam, args.lantern_gstar,
                                 args.uniform_delta, args.cool_delta, args.cool_nu, args.cool_unclipped_delta,
-                                args.extra, args.sjd_window, args.sjd_reuse, args.jacobi_cool_delta,
-                                args.jacobi_lantern_lam), args.only)
+                                args.extra, args.jacobi_window, args.sjd_reuse, args.no_drafter), args.only)
         bundle, classifier, stats = load_bundle(args, device)
         if args.classes is None:
             args.classes = list(range(len(bundle.class_names) or 10))

@@ -33,7 +33,7 @@ from coolsd.bench import report
 from coolsd.bench.cli import load_bundle, machine
 from coolsd.bench.runner import WorkItem, run_items
 from coolsd.bench.settings import sweep
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.util.jsonsafe import dumps
 from coolsd.util.paths import EMBEDDED_DIR, EMOJI_DIR, ROOT
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--samples", type=int, default=64, help="samples per setting (one condition and seed each)")
     ap.add_argument("--deltas", type=_floats, default=list(DEFAULT_DELTAS), help="COOL-SD deltas, comma-separated")
     ap.add_argument("--nu", type=float, default=CoolSDRule.nu, help="COOL-SD's annealing rate")
-    ap.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len, help="L, drafts per round")
+    ap.add_argument("--draft-len", type=int, default=Chain.draft_len, help="L, drafts per round")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--keep", type=int, default=8, help="samples kept per setting (the Lab's pictures)")
     ap.add_argument("--fid-bootstrap", type=int, default=20, help="resamples for the FID spread")

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from coolsd.compare.race import Race, Racer, fork_models
+from coolsd.decoding.drafting import Chain, Tree, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import make_rule
@@ -97,7 +98,7 @@ def call_ms(target, drafter, cond, num_tokens: int, repeats: int, device,
 
 
 def decoders(drafter, neighbours):
-    chain, tree = DecodeConfig(draft_len=DRAFT_LEN), DecodeConfig(draft_len=DRAFT_LEN, tree="eagle-25")
+    chain, tree = DecodeConfig(Chain(DRAFT_LEN)), DecodeConfig(chain_or_tree(DRAFT_LEN, "eagle-25"))
     eagle = make_rule("eagle-1")
     return [("vanilla AR", None, None, chain), ("eagle-1", drafter, eagle, chain),
             ("lantern++", drafter, make_rule("lantern++", k=5, lam=3.0, neighbours=neighbours), chain),
@@ -125,7 +126,8 @@ def throughput(target, drafter, neighbours, cond, sampling, num_tokens, images, 
     rows = []
     for name, d, rule, config in decoders(drafter, neighbours):
         wall, tokens, n_t, n_d = timed_runs(target, d, rule, cond, sampling, config, num_tokens, images, device)
-        verify = ms["target_step"] if d is None else ms["verify_tree_26" if config.tree else f"verify_{DRAFT_LEN + 1}"]
+        tree = isinstance(config.drafting, Tree)
+        verify = ms["target_step"] if d is None else ms["verify_tree_26" if tree else f"verify_{DRAFT_LEN + 1}"]
         inside = (n_t * verify + n_d * ms["drafter_step"]) / 1000
         rows.append({"decoder": name, "tokens_per_s": tokens / wall, "seconds_per_image": wall / images,
                      "tau": tokens / n_t, "outside_model_share": max(0.0, 1 - inside / wall)})
@@ -143,7 +145,7 @@ def first_race_s(target, drafter, cond, sampling, num_tokens, device) -> tuple[f
     sync(device)
     fork_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    config = DecodeConfig(draft_len=DRAFT_LEN)
+    config = DecodeConfig(Chain(DRAFT_LEN))
     racers = [Racer(str(i), str(i), generate(t, d, r, cond=cond, num_tokens=num_tokens, sampling=sampling,
                                              config=config, seed=0), num_tokens)
               for i, ((t, d), r) in enumerate(zip(lanes, rules))]

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from coolsd.compare.race import fork_models
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.drafting import Chain
 from coolsd.models import rowkernel
 from coolsd.models.bundle import load_embedded
 from coolsd.models.emoji import load_emoji
@@ -129,7 +129,7 @@ def measure(bundle, draft_len: int | None = None, repeats: int = 30, warmup: int
     `context` is capped at half the image; `buffer_bytes`: the copy that measures the memory's bandwidth; `paths`:
     which of PATHS to time (eager always, the ratios' baseline; fused where the row kernel runs)."""
     paths = tuple(p for p in PATHS if p == "eager" or (p in paths and rowkernel.available()))
-    draft_len = draft_len or DecodeConfig().draft_len
+    draft_len = draft_len or Chain.draft_len
     context = min(context, bundle.num_tokens // 2)
     sizes = step_bytes(bundle.target, bundle.drafter)
     memory, cached = copy_rate(buffer_bytes, clock=clock), copy_rate(sizes["target"], clock=clock)

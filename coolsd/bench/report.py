@@ -20,7 +20,7 @@ import numpy as np
 from coolsd.bench.settings import VANILLA, Setting
 from coolsd.compare.metrics import fid_bootstrap_std, fid_from_features
 from coolsd.decoding import variants
-from coolsd.decoding.rules import rule_class
+from coolsd.decoding.drafting import Jacobi
 from coolsd.util.figures import QUALITY, pareto_figure
 from coolsd.util.format import number, shown
 
@@ -129,7 +129,7 @@ def _rule(r: dict) -> dict:
 
 def _variant(r: dict) -> str | None:
     """The row's decoder variant (`coolsd.decoding.variants`): "cool-sd" is the floored default."""
-    return variants.variant_of(r["rule_config"])
+    return variants.variant_of(*variants.racer_configs(r))
 
 
 
@@ -295,11 +295,8 @@ def time_split(rows: list[dict], limit: dict | None) -> list[dict]:
 def _jacobi(r: dict) -> bool:
     """A setting on Jacobi drafts (SJD, COOL-SD or LANTERN++ without a drafter): no drafter, so the tool's chain
     round is not its round."""
-    rule = (r.get("rule_config") or {}).get("rule")
-    try:
-        return bool(rule) and rule_class(rule).jacobi
-    except ValueError:  # (a rule this version does not know)
-        return False
+    _, drafting = variants.racer_configs(r)
+    return (drafting or {}).get("drafting") == Jacobi.name
 
 
 def time_split_markdown(split: list[dict], path: str) -> str:

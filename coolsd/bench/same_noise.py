@@ -25,6 +25,7 @@ from tqdm import tqdm
 from coolsd.bench.cli import load_bundle, machine
 from coolsd.bench.delta_sweep import spread_conditions
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.theory.coupling import race_agreement, standard_agreement
 from coolsd.util.jsonsafe import dumps
@@ -53,18 +54,20 @@ def compare(bundle, conditions: list[int], seeds: list[int], draft_len: int, row
             progress: bool = True) -> dict:
     """The report's numbers (module docstring) over the (condition, seed) pairs."""
     rules = {key: variants.build(key, neighbours=bundle.neighbours) for key in RACERS}
+    draftings = {key: variants.drafting(key, Chain(draft_len)) for key in RACERS}  # (no drafter: Jacobi)
     recorder = DepthOneRows(rules["eagle-1"], row_every)
     stats = {key: {"tau_stream": [], "tau_same": [], "same_as_vanilla": []} for key in rules}
     decode = dict(cond=None, num_tokens=bundle.num_tokens, sampling=bundle.default_sampling)
     for cond, seed in tqdm(list(zip(conditions, seeds)), desc="pairs", disable=not progress):
         decode["cond"] = cond
-        same = DecodeConfig(draft_len=draft_len, noise="same")
-        vanilla = run(bundle.target, bundle.drafter, None, config=same, seed=seed, **decode).tokens
+        vanilla = run(bundle.target, bundle.drafter, None, config=DecodeConfig(noise="same"), seed=seed,
+                      **decode).tokens
         for key, rule in rules.items():
             stream_rule = recorder if key == "eagle-1" else rule
-            stream = run(bundle.target, bundle.drafter, stream_rule, config=DecodeConfig(draft_len=draft_len),
+            stream = run(bundle.target, bundle.drafter, stream_rule, config=DecodeConfig(draftings[key]),
                          seed=seed, **decode)
-            coupled = run(bundle.target, bundle.drafter, rule, config=same, seed=seed, **decode)
+            coupled = run(bundle.target, bundle.drafter, rule, config=DecodeConfig(draftings[key], noise="same"),
+                          seed=seed, **decode)
             stats[key]["tau_stream"].append(stream.tau)
             stats[key]["tau_same"].append(coupled.tau)
             stats[key]["same_as_vanilla"].append(float((coupled.tokens == vanilla).double().mean()))
@@ -80,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("emoji", "mnist"), default="emoji")
     ap.add_argument("--samples", type=int, default=40, help="(condition, seed) pairs")
-    ap.add_argument("--draft-len", type=int, default=DecodeConfig().draft_len, help="L, drafts per round")
+    ap.add_argument("--draft-len", type=int, default=Chain.draft_len, help="L, drafts per round")
     ap.add_argument("--row-every", type=int, default=8, help="keep Eagle-1's depth-1 rows of every n-th round")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -75,7 +75,7 @@ def tuning_settings(bundle: ModelBundle, rules: list[str], lengths: list[int], t
     for spec in rules:
         for shape in [*lengths, *trees]:
             tree = shape if isinstance(shape, str) else None
-            s = parse_spec(spec + (f"@{tree}" if tree else ""), draft_len=5 if tree else shape)
+            s = parse_spec(spec + (f"@tree:shape={tree}" if tree else ""), draft_len=5 if tree else shape)
             name = f"{spec} {'tree ' + tree if tree else 'L=' + str(shape)}"
             settings.append(Trial(name, s.build_rule(bundle.neighbours), s.decode_config()))
     return settings
@@ -117,7 +117,8 @@ def result_rows(stats: dict[str, dict], settings: list[Trial], images: int) -> l
     rows = []
     for name, _, config in settings:
         st = stats[name]
-        rows.append({"setting": name, "draft_len": config.draft_len, "tree": config.tree,
+        rows.append({"setting": name, "draft_len": config.drafting.draft_len,
+                     "tree": getattr(config.drafting, "shape", None),
                      "tau": st["tokens"] / st["forwards"], "cpu_s_per_image": st["cpu"] / images,
                      "speedup": base / st["cpu"], "round_ms": 1000 * st["cpu"] / st["forwards"],
                      "draft_calls_per_round": st["drafts"] / st["forwards"], "images": images}

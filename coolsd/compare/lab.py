@@ -32,7 +32,7 @@ from coolsd.compare.metrics import classifier_outputs, predicted, token_nll
 from coolsd.compare.race import fork_models
 from coolsd.decoding import variants
 from coolsd.decoding.engine import DecodeConfig, run
-from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
+from coolsd.decoding.rules import RULES, CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, Rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.util.checks import check_int, check_number
 from coolsd.util.paths import EMBEDDED_CLASSIFIER
@@ -67,9 +67,10 @@ class LabDecoder:
 def _column(key: str, relaxation: float, k: int, neighbours: Tensor | None) -> tuple[str, Rule]:
     """(label, rule) of variant `key` relaxed to `relaxation` (its strength knob)."""
     v = variants.get(key)
-    rule = variants.at_strength(key, relaxation, {"k": k} if v.rule == "lantern++" else None, neighbours)
-    if v.rule == "lantern++":
-        return f"LANTERN++{' ' + v.tag if v.tag else ''} k={k} lambda={relaxation:g}", rule
+    table = RULES[v.rule].reads_neighbours  # (the rule reads the model's neighbour table: its k is bounded by it)
+    rule = variants.at_strength(key, relaxation, {"k": k} if table else None, neighbours)
+    if table:
+        return f"{v.name}{' ' + v.tag if v.tag else ''} k={k} lambda={relaxation:g}", rule
     return f"{v.name} delta={relaxation:g}", rule
 
 
@@ -84,9 +85,9 @@ def lab_decoders(rule_key: str, relaxation: float, neighbours: Tensor | None = N
         raise ValueError(f"unknown lab rule {rule_key!r}; choose one of {', '.join(LAB_RULES)}")
     relaxation = check_number("the relaxation", relaxation)
     k = lantern_k
-    if variants.get(key).rule == "lantern++":
+    if RULES[variants.get(key).rule].reads_neighbours:
         if neighbours is None:
-            raise ValueError("LANTERN++ needs the model's neighbour table")
+            raise ValueError(f"{variants.get(key).name} needs the model's neighbour table")
         k = min(lantern_k, int(neighbours.shape[-1]) - 1)
     chosen, twin = _column(key, relaxation, k, neighbours), _column(TWINS[key], relaxation, k, neighbours)
     return [LabDecoder(VANILLA, "Vanilla AR", None), LabDecoder("eagle-1", "Eagle-1", EagleRule()),
@@ -168,7 +169,7 @@ class Lab:
 
     def _key(self, decoder: LabDecoder, cond, seed: int, sampling: SamplingConfig, config: DecodeConfig) -> tuple:
         rule = None if decoder.rule is None else tuple(sorted(decoder.rule.config().items()))
-        return (decoder.key, rule, cond, seed, dataclasses.astuple(sampling), config.draft_len, config.tree)
+        return (decoder.key, rule, cond, seed, dataclasses.astuple(sampling), config.drafting)
 
     # -- a grid ------------------------------------------------------------------------------
     def run(self, decoders: list[LabDecoder], conditions: list, seeds: list[int], sampling: SamplingConfig,

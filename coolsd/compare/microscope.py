@@ -15,6 +15,7 @@ a static-tree round has no detail (its view says so).
 from __future__ import annotations
 
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import Chain, Drafting, chain_or_tree, drafting_of
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.events import RoundEvent
 from coolsd.decoding.rules import EagleRule, LanternPPRule, Rule, make_rule
@@ -31,18 +32,24 @@ def rule_of(trace: RaceTrace, key: str, neighbours) -> Rule | None:
         if key == VANILLA:
             return None
         raise ValueError(f"racer {key!r} is not in this race; it raced {[k for k, _ in trace.racers]}")
-    rule = make_rule(config.pop("rule"), **config)
-    return rule.with_neighbours(neighbours) if isinstance(rule, LanternPPRule) else rule
+    return make_rule(config.pop("rule"), **config).with_neighbours(neighbours)
 
 
-def setup_of(trace: RaceTrace) -> tuple[SamplingConfig, DecodeConfig, int]:
-    """(sampling, drafting config with detail on, seed) of a recorded race (its noise too: a trace from before
-    same noise has none and ran one stream, the default)."""
+def racer_drafting(trace: RaceTrace, key: str | None = None) -> Drafting:
+    """The drafting racer `key` ran (its recorded "draftings" entry), else the race's shared chain or tree."""
     s = trace.settings
-    drafting = s.get("drafting", "chain")
-    config = DecodeConfig(draft_len=int(s.get("draft_len", DecodeConfig().draft_len)),
-                          tree=None if drafting == "chain" else drafting, detail=True,
-                          noise=s.get("noise", DecodeConfig().noise))
+    config = (s.get("draftings") or {}).get(key)
+    if config:
+        return drafting_of(config)
+    tree = s.get("drafting", "chain")
+    return chain_or_tree(int(s.get("draft_len", Chain.draft_len)), None if tree == "chain" else tree)
+
+
+def setup_of(trace: RaceTrace, key: str | None = None) -> tuple[SamplingConfig, DecodeConfig, int]:
+    """(sampling, racer `key`'s drafting config with detail on, seed) of a recorded race (its noise too: a trace
+    from before same noise has none and ran one stream, the default)."""
+    s = trace.settings
+    config = DecodeConfig(racer_drafting(trace, key), detail=True, noise=s.get("noise", DecodeConfig().noise))
     return SamplingConfig(**s.get("sampling", {})), config, int(s.get("seed", 0))
 
 
@@ -53,7 +60,7 @@ def rerun(trace: RaceTrace, key: str, target, drafter, cond, neighbours, until: 
     condition for `trace.settings["condition"]`; neighbours: the model's LANTERN++ table.
     """
     rule = rule_of(trace, key, neighbours)
-    sampling, config, seed = setup_of(trace)
+    sampling, config, seed = setup_of(trace, key)
     events = []
     stream = generate(target, drafter, rule, cond=cond, num_tokens=trace.num_tokens, sampling=sampling,
                       config=config, seed=seed)
@@ -92,10 +99,9 @@ def residual_label(rule: Rule | None) -> str:
     return "G* = Norm([p - q a]+), the optimal residual of this acceptance"
 
 
-def q_label(rule: Rule | None) -> str:
-    """Where a round's q came from, in words: the drafter, or (a rule on Jacobi drafts) the target one iteration
-    late."""
-    if rule is not None and rule.jacobi:
+def q_label(drafting: Drafting | None) -> str:
+    """Where a round's q came from, in words: the drafter, or (Jacobi drafting) the target one iteration late."""
+    if drafting is not None and not drafting.needs_drafter:
         return "q (the target's own row for that position, from the last iteration's forward)"
     return "q (drafter)"
 

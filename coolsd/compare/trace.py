@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from coolsd.compare.race import Racer
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.events import RoundEvent, TokenOutcome
+from coolsd.decoding.variants import split_config
 from coolsd.util.jsonsafe import json_safe
 
 TRACE_VERSION = 1
@@ -169,8 +171,23 @@ class RaceTrace:
             raise ValueError(f"unknown trace version {data.get('version')!r} (this code reads {TRACE_VERSION})")
         racers = [(r["key"], r["label"]) for r in data["racers"]]
         index = {k: i for i, (k, _) in enumerate(racers)}
-        trace = cls(data["model"], data["settings"], racers, int(data["num_tokens"]), tuple(data["grid"]),
-                    status=data["status"])
+        trace = cls(data["model"], racer_pairs(data["settings"]), racers, int(data["num_tokens"]),
+                    tuple(data["grid"]), status=data["status"])
         for s in data["steps"]:
             trace.record(index[s["racer"]], event_from_json(s["event"]))
         return trace
+
+
+def racer_pairs(settings: dict) -> dict:
+    """`settings` with each racer's (rule, drafting) pair as "rules" and "draftings" (key -> config). A trace
+    recorded when Jacobi drafting was folded into the rule ({"rule": "sjd", "window": 8, ...}) has its configs
+    split (`coolsd.decoding.variants.split_config`), and its drafter racers get the race's chain or tree."""
+    if "draftings" in settings or "rules" not in settings:
+        return settings
+    shared = chain_or_tree(settings.get("draft_len", Chain.draft_len),
+                           None if settings.get("drafting", "chain") == "chain" else settings["drafting"])
+    rules, draftings = {}, {}
+    for key, config in settings["rules"].items():
+        rules[key], drafting = split_config(config)
+        draftings[key] = drafting or shared.config()
+    return settings | {"rules": rules, "draftings": draftings}

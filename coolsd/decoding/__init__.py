@@ -1,10 +1,11 @@
 """The decoding layer: one engine, many acceptance rules (speculative decoding of AR image models).
 
 Start reading at `engine.py` (`decode` / `generate` / `run`: the loop over draft rounds), then
-`chain.py` (one chain round: draft L tokens, verify, accept / resample / bonus) and `rules.py` (the
-acceptance rules: Eagle-1, LANTERN++, UniformRSD, COOL-SD, schedules). `tree.py` is the static-tree
-round, `jacobi.py` Jacobi drafting (the target drafts for itself one iteration late, no drafter; under any chain
-rule: SJD is Eagle-1's test on it, `rules.on_jacobi` any other's),
+`drafting.py` (how drafts are made: a drafter's chain or static tree, or Jacobi iteration), `chain.py` (one chain
+round: draft L tokens, verify, accept / resample / bonus) and `rules.py` (the acceptance rules: Eagle-1, LANTERN++,
+UniformRSD, COOL-SD, schedules; any rule runs on any drafting). `tree.py` is the static-tree round, `jacobi.py`
+Jacobi drafting (the target drafts for itself one iteration late, no drafter: SJD is Eagle-1's test on it),
+`maths.py` the accept / reject maths the rules share, `noise.py` where a decode's randomness comes from,
 `round.py` the pieces the rounds share (session, clock, a round's uniforms, draws and tests), `events.py`
 what a round reports (`RoundEvent`, `DecodeResult`, `TokenOutcome`), `sampling.py` the
 temperature / top-k / CFG settings and the one sampler (inverse CDF), `protocol.py` what a model must offer the

@@ -1,55 +1,51 @@
 """The one draft/verify loop (spec sections 2, 4, 5): `decode` yields a RoundEvent per round.
 
-Everything (app, benchmark, tests) drives this loop. A rule is an object (`coolsd.decoding.rules`); the
-drafting shape is data (`DecodeConfig.tree`): chain rounds in `coolsd.decoding.chain`, static trees in
-`coolsd.decoding.tree`, the state they share in `coolsd.decoding.round`. Drafting and acceptance are independent:
-a rule with Jacobi settings (`Rule.jacobi`: SJD, COOL-SD or LANTERN++ without a drafter, any chain rule through
-`coolsd.decoding.rules.on_jacobi`) runs Jacobi iterations (`coolsd.decoding.jacobi`), its test per window position
-the chain rule's, and needs no drafter. A racer is the pair: its drafting is its rule's (the Jacobi settings, or the
-chain / tree of `DecodeConfig` the race shares), so racers of one race can draft differently.
+Everything (app, benchmark, tests) drives this loop. A decode is a (drafting, rule) pair chosen independently: the
+rule is an object (`coolsd.decoding.rules`), the drafting too (`DecodeConfig.drafting`, `coolsd.decoding.drafting`:
+a drafter's chain of L or static tree, or Jacobi iteration by the target itself), and any rule runs on any drafting.
+The drafting makes the rounds (`coolsd.decoding.chain`, `.tree`, `.jacobi`) from the state they share
+(`coolsd.decoding.round`); this loop calls them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from coolsd.decoding.chain import chain_round
+from coolsd.decoding.drafting import Chain, Drafting
 from coolsd.decoding.events import DecodeResult, RoundEvent
-from coolsd.decoding.jacobi import JacobiDrafts
 from coolsd.decoding.noise import check_noise
 from coolsd.decoding.protocol import Drafter, TokenModel
 from coolsd.decoding.round import Session
 from coolsd.decoding.rules import Rule
 from coolsd.decoding.sampling import SamplingConfig
-from coolsd.decoding.tree import TREES, tree_round
-from coolsd.util.checks import check_bool, check_choice, check_int
+from coolsd.util.checks import check_bool, check_int, show
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """draft_len: L, drafts per round (chain) >= 1. tree: a name in `coolsd.decoding.tree.TREES` or None (chain).
+    """drafting: how drafts are made (`coolsd.decoding.drafting`: Chain(draft_len), Tree(shape), Jacobi(window,
+    reuse, init)); vanilla AR (rule None) ignores it.
 
     detail: chain rounds (and round 0) report every number they computed in `RoundEvent.detail` (the
     microscope, `coolsd.compare.microscope`); off by default, so a decode costs what it did without it.
     noise: "stream" (one seeded stream) or "same" (dice keyed by (seed, position): a lossless racer then draws
-    vanilla AR's tokens exactly; chain and Jacobi drafting only), `coolsd.decoding.noise`.
+    vanilla AR's tokens exactly; the draftings that allow it), `coolsd.decoding.noise`.
     """
 
-    draft_len: int = 3  # fastest on the 2-core CPU with the shipped head (docs/benchmark.md, coolsd/bench/tuning.py)
-    tree: str | None = None
+    drafting: Drafting = Chain()
     detail: bool = False
     noise: str = "stream"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "draft_len", check_int("draft_len", self.draft_len, 1))  # (3.0 from a JSON client)
+        if not isinstance(self.drafting, Drafting):
+            raise ValueError(f"drafting must be a Chain, Tree or Jacobi (coolsd.decoding.drafting), got "
+                             f"{show(self.drafting)}")
         check_bool("detail", self.detail)
-        if self.tree is not None:
-            check_choice("tree", self.tree, sorted(TREES), " or None for chain")
-        check_noise(self.noise, self.tree)
+        check_noise(self.noise, self.drafting)
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -58,14 +54,14 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def speculative_drafter(drafter: Drafter | None, rule: Rule | None) -> Drafter | None:
-    """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused) and for a rule
-    that drafts with the target itself (a Jacobi rule), else `drafter`, which a rule cannot do without (ValueError)."""
-    if rule is None or rule.jacobi:
+def speculative_drafter(drafter: Drafter | None, rule: Rule | None, drafting: Drafting) -> Drafter | None:
+    """The drafter a decode uses: none for vanilla AR (rule None; a drafter given is left unused) and for a drafting
+    that needs none (Jacobi), else `drafter`, which such a drafting cannot do without (ValueError)."""
+    if rule is None or not drafting.needs_drafter:
         return None
     if drafter is None:
-        raise ValueError("a rule without a drafter: pass both for speculative decoding, or rule=None "
-                         "for vanilla AR")
+        raise ValueError(f"{drafting.name} drafting without a drafter: pass one, draft by Jacobi iteration "
+                         "(coolsd.decoding.drafting.Jacobi), or rule=None for vanilla AR")
     return drafter
 
 
@@ -75,37 +71,22 @@ def decode(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, co
     """Decode one image of `num_tokens` tokens; yields a RoundEvent as soon as each round ends.
 
     rule=None is vanilla AR (one target forward per token; `drafter` may be given, it is not used), so
-    callers pass their drafter whatever the rule. A rule without a drafter is an error.
+    callers pass their drafter whatever the rule. A drafting that needs a drafter without one is an error.
     cond: the model's condition (class id, caption embedding, ...; None for unconditional models).
     """
     sampling = sampling or SamplingConfig()
     config = config or DecodeConfig()
     num_tokens = check_int("num_tokens", num_tokens, 1)
-    drafter = speculative_drafter(drafter, rule)
+    drafter = speculative_drafter(drafter, rule, config.drafting)
     s = Session(target, drafter, rule, sampling, generator or make_generator(0, target.device), num_tokens, cond,
                 config.noise)
     s.detail = config.detail
     yield s.first()
-    next_round = round_maker(s, config)
+    next_round = config.drafting.rounds(s) if rule is not None else Chain().rounds(s)  # (vanilla: no drafts)
     index = 1
     while len(s.committed) < num_tokens:
         yield next_round(index)
         index += 1
-
-
-def round_maker(s: Session, config: DecodeConfig) -> Callable[[int], RoundEvent]:
-    """index -> the next RoundEvent of this decode: Jacobi iterations for a rule that drafts with the target itself
-    (its window replaces L and the tree), else static-tree rounds when a tree is asked for, else chain rounds."""
-    if s.rule is not None and s.rule.jacobi:
-        return JacobiDrafts(s, s.rule).round
-    shape = TREES[config.tree] if config.tree is not None and s.drafter is not None else None
-
-    def chain_or_tree(index: int) -> RoundEvent:
-        # the last token of an image has nothing left to draft: a plain target step, even for trees
-        last = len(s.committed) == s.num_tokens - 1
-        return tree_round(s, index, shape) if shape and not last else chain_round(s, index, config.draft_len)
-
-    return chain_or_tree
 
 
 def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, cond: Any = None, num_tokens: int,
@@ -117,7 +98,7 @@ def generate(target: TokenModel, drafter: Drafter | None, rule: Rule | None, *, 
     """
     sampling = sampling or SamplingConfig()
     config = config or DecodeConfig()
-    speculative_drafter(drafter, rule)
+    speculative_drafter(drafter, rule, config.drafting)
     gen = make_generator(seed, target.device)
     return decode(target, drafter, rule, cond=cond, num_tokens=num_tokens, sampling=sampling, config=config,
                   generator=gen)

@@ -9,9 +9,9 @@ moves past what was committed and every position gets its new q: the row this fo
 context that may hold rejected drafts), or, for a position no forward has computed, the rule's `init` ("last":
 the last row computed; "uniform").
 
-Drafting and acceptance are independent: the rule is any chain rule with Jacobi settings
-(`coolsd.decoding.rules.JacobiDrafting`, `on_jacobi`): SJD is Eagle-1's test on these drafts, "COOL-SD, no
-drafter" COOL-SD's (omega over the window's depths, G* residual), "LANTERN++, no drafter" LANTERN++'s.
+Drafting and acceptance are independent: the drafting is `coolsd.decoding.drafting.Jacobi` (window, reuse, init)
+and the rule any rule: SJD is Eagle-1's test on these drafts, "COOL-SD, no drafter" COOL-SD's (omega over the
+window's depths, G* residual), "LANTERN++, no drafter" LANTERN++'s.
 
 Why the per-position maths is the chain's: at position j, q_j is fixed (a function of earlier forwards, hence of
 the tokens and drafts at positions before j) before x_j is drawn from it, and the verified prefix is exactly the
@@ -19,7 +19,7 @@ context p_j conditions on. So given everything at earlier positions, x_j ~ q_j a
 the chain rule's step kernel at (p_j, q_j, depth j, W): P exactly for Eagle-1, the relaxed rule's own kernel (and
 its bound) for the others (tests/decoding/test_jacobi.py checks both against `coolsd.theory.jacobi_oracle`).
 
-"+ reuse" (`JacobiDrafting.reuse`, ours, after SJD++'s reuse of drafts): instead of a fresh draw, a position keeps
+"+ reuse" (`Jacobi.reuse`, ours, after SJD++'s reuse of drafts): instead of a fresh draw, a position keeps
 its previous draft d (drawn from q_prev, never tested: it lay beyond the last rejection) with probability
 min(1, q(d) / q_prev(d)), else draws from Norm([q - q_prev]_+): a maximal coupling, so x is still a draw from q
 given everything at earlier positions (d was never tested, and given those, d ~ q_prev), and the test still uses q.
@@ -36,8 +36,8 @@ from torch import Tensor
 
 from coolsd.decoding.chain import verify
 from coolsd.decoding.events import RoundEvent
+from coolsd.decoding.maths import normalise, pick
 from coolsd.decoding.round import Session
-from coolsd.decoding.rules import JacobiDrafting, normalise, pick
 
 
 def coupled_draw(q: Tensor, q_prev: Tensor, d: Tensor) -> Tensor:
@@ -56,19 +56,20 @@ class JacobiDrafts:
     drafts that forward read at positions base..: ids (k,) with the q each was drawn from, (k, V).
     """
 
-    def __init__(self, s: Session, rule: JacobiDrafting) -> None:
-        self.s, self.rule = s, rule
+    def __init__(self, s: Session, drafting) -> None:
+        self.s, self.drafting = s, drafting  # (a `coolsd.decoding.drafting.Jacobi`)
         self.base = 0
         self.rows = s.first_probs  # (1, V) round 0's p of token 0
         self.drafts = torch.zeros(0, dtype=torch.long, device=s.device)
         self.draft_q = self.rows[:0]
 
     def proposals(self, t: int, n: int) -> Tensor:
-        """q (n, V) of window positions t..t+n-1: the last forward's rows for them, the rule's `init` after those."""
+        """q (n, V) of window positions t..t+n-1: the last forward's rows for them, the drafting's `init` after
+        those."""
         have = self.rows[t - self.base : t - self.base + n]
         if len(have) == n:
             return have
-        if self.rule.init == "uniform":
+        if self.drafting.init == "uniform":
             fill = torch.full_like(self.rows[-1], 1.0 / self.rows.shape[-1])
         else:
             fill = self.rows[-1]
@@ -79,7 +80,7 @@ class JacobiDrafts:
         `reuse`, a position that holds a previous draft couples the draw with it."""
         rows = q
         j = t - self.base
-        kept = max(0, min(len(q), len(self.drafts) - j)) if self.rule.reuse else 0  # positions with a draft
+        kept = max(0, min(len(q), len(self.drafts) - j)) if self.drafting.reuse else 0  # positions with a draft
         if kept:
             coupled = coupled_draw(q[:kept], self.draft_q[j : j + kept], self.drafts[j : j + kept])
             rows = torch.cat([coupled, q[kept:]])
@@ -90,7 +91,7 @@ class JacobiDrafts:
         s = self.s
         clock = s.clock()
         t = len(s.committed)
-        n_draft = min(self.rule.window, s.num_tokens - t - 1)
+        n_draft = min(self.drafting.window, s.num_tokens - t - 1)
         dice = s.noise.round(t, n_draft)  # the round's randomness (`coolsd.decoding.noise`)
         ids, q = s.last_id, None
         # 1. the window: q_j from the last iteration, x_j drawn from it (no model call)
@@ -99,7 +100,7 @@ class JacobiDrafts:
             q = self.proposals(t, n_draft)
             ids = torch.cat([s.last_id, self.draws(t, q, dice)])
         # 2.-4. one target forward, the rule's test, commit (the chain round's own code)
-        event, p = verify(s, index, clock, ids, q, dice, self.rule.window, draft_forwards=0)
+        event, p = verify(s, index, clock, ids, q, dice, self.drafting.window, draft_forwards=0)
         # the Jacobi update: this forward's rows and drafts are the next iteration's proposals
         self.base, self.rows = t, p  # (n_draft + 1, V): positions t..t+n_draft
         if n_draft > 0:

@@ -25,10 +25,13 @@ Gumbel-max trick with Gumbel noise -log E, a draw from r for any r (r(y) = 0 is 
 
 A position drafted but never tested (past a rejection) is drafted again from the same E_j in a later round: nothing
 committed depended on the first draw, so the second is still a fresh draw given what was committed. Static trees
-draw their siblings without replacement from one stream and do not run in "same" (`check_noise`).
+draw their siblings without replacement from one stream and do not run in "same": the drafting says so
+(`Drafting.same_noise`) and `check_noise` is the one refusal.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -39,13 +42,24 @@ from coolsd.util.checks import check_choice
 NOISES = ("stream", "same")  # DecodeConfig.noise
 
 
-def check_noise(noise, tree) -> str:
-    """`noise` if it is one of NOISES and runs with `tree` (None = chain); a one-line ValueError otherwise."""
+def check_noise(noise, drafting) -> str:
+    """`noise` if it is one of NOISES and applies to `drafting` (`coolsd.decoding.drafting`); a one-line ValueError
+    otherwise: the one place a (drafting, noise) pair is refused."""
     check_choice("noise", noise, NOISES)
-    if noise == "same" and tree is not None:
-        raise ValueError("same noise runs chain and Jacobi drafting; a static tree draws its siblings without "
-                         "replacement from one stream: choose chain drafting")
+    if noise == "same" and not drafting.same_noise:
+        raise ValueError(f"same noise does not apply to {drafting.name} drafting (its draws cannot be keyed by "
+                         "position; a static tree draws its siblings without replacement from one stream): "
+                         "choose chain or Jacobi drafting")
     return noise
+
+
+def without_replacement(q: Tensor, n: int, gen: torch.Generator) -> list[int]:
+    """Up to n distinct ids in draw order from (V,) probs q (Gumbel top-k; never a q == 0 token)."""
+    u = torch.rand(q.shape, generator=gen, device=q.device, dtype=q.dtype).clamp_min(1e-300)
+    keys = q.log() - (-u.log()).log()
+    keys = keys.masked_fill(q <= 0, -math.inf)
+    order = torch.topk(keys, min(n, int((q > 0).sum())), dim=-1).indices
+    return order.tolist()
 
 
 def position_noise(seed: int, position: int, vocab: int) -> np.ndarray:
@@ -79,6 +93,14 @@ class StreamNoise:
         """Token 0 from p (V,): (1,) int64."""
         (u,) = self.s.uniforms(1).tolist()
         return self.s.draw(p, u)
+
+    def uniform(self) -> float:
+        """One uniform in [0, 1) (a static tree's sibling test, its last token)."""
+        return self.s.uniforms(1).item()
+
+    def children(self, q: Tensor, n: int) -> list[int]:
+        """A static tree node's n children: distinct ids in draw order from q (V,)."""
+        return without_replacement(q, n, self.s.gen)
 
 
 class StreamDice:

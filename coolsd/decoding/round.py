@@ -1,14 +1,15 @@
 """What every round shares (spec sections 2, 4, 5): the image's state, the phase clock, the draws, events.
 
-Chain rounds (`coolsd.decoding.chain`) and tree rounds (`coolsd.decoding.tree`) both import this module and neither
-imports the other; `coolsd.decoding.engine.decode` is the one loop that calls them.
+Chain, tree and Jacobi rounds (`coolsd.decoding.chain`, `.tree`, `.jacobi`) import this module; each drafting of
+`coolsd.decoding.drafting` makes its rounds, and `coolsd.decoding.engine.decode` is the one loop that calls them.
 
 Randomness (one sampler for every decoder, vanilla AR included): a round's dice come from the session's noise
 source (`coolsd.decoding.noise`). On the default stream a round draws the uniforms it needs in one call of the
 seeded generator (`Session.uniforms`), each token is the inverse CDF of its distribution at one of them
 (`Session.draw`), and each acceptance test compares a_i with one (`Session.accepted`). Those two methods, the same
-noise's exponential race (`coolsd.decoding.noise.race`) and a static tree's draws without replacement are the only
-places randomness becomes decisions (tests/exact_engine.py enumerates them).
+noise's exponential race (`coolsd.decoding.noise.race`) and a static tree's draws without replacement
+(`coolsd.decoding.noise.without_replacement`) are the only places randomness becomes decisions
+(tests/exact_engine.py enumerates them).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import torch
 from torch import Tensor
 
 from coolsd.decoding.events import RoundDetail, RoundEvent, TokenOutcome
+from coolsd.decoding.maths import pick
 from coolsd.decoding.noise import make_noise
 from coolsd.decoding.protocol import Drafter, TokenModel
-from coolsd.decoding.rules import Rule, omega_values, pick
+from coolsd.decoding.rules import Rule, omega_values
 from coolsd.decoding.sampling import SamplingConfig, inverse_cdf
 
 
@@ -99,7 +101,6 @@ class Session:
         self.detail = False  # True: every chain round's event carries its RoundDetail (the microscope)
         self.first_probs: Tensor | None = None  # (1, V) p of token 0, once round 0 ran (Jacobi drafting's first rows)
         self.depths = torch.arange(1, num_tokens + 1, device=self.device)  # (T,) int64: depth i is depths[i - 1]
-        self._omegas: dict[tuple[int, int], list[float]] = {}
         self._plain = sampling == SamplingConfig()  # no guidance, temperature 1, no top-k / top-p
         self.now = clock_source(self.device)  # what each round's Clock reads
         self.noise = make_noise(noise, self)  # where the rounds' dice come from (`coolsd.decoding.noise`)
@@ -134,10 +135,7 @@ class Session:
 
     def omegas(self, depths: int, draft_len: int) -> list[float]:
         """The rule's omega_1..omega_depths of a round of `draft_len`, host floats (what an event records)."""
-        key = (depths, draft_len)
-        if key not in self._omegas:
-            self._omegas[key] = omega_values(self.rule, depths, draft_len) if depths else []
-        return self._omegas[key]
+        return omega_values(self.rule, depths, draft_len) if depths else []
 
     def commit(self, ids: list[int], ids_on_device: Tensor, hidden: Tensor | None) -> None:
         """Append ids (host list and the same (n,) int64 on the device); hidden (G, n, D): target

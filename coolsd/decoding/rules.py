@@ -11,68 +11,31 @@ every depth (`chain_accept`: host floats) and for the residual at the one depth 
 reads only the drafts' entries of p and q, the same numbers as `accept_all` at x, bit for bit
 (tests/decoding/test_rules.py).
 
-Greedy decoding (temperature 0, one-hot p and q): every rule commits the target's argmax token;
-Eagle-1, UniformRSD/COOL-SD with omega >= 1 and LANTERN(++) accept a draft iff it equals that
-argmax; COOL-SD at a depth with omega_i < 1 accepts a matching draft with probability omega_i and
-otherwise resamples the same argmax token (G* of a one-hot p is p).
+Greedy decoding (one-hot p and q): every rule commits the target's argmax token (G* of a one-hot p is p).
 
-Drafting and acceptance are independent: any chain rule runs on Jacobi drafts (the target drafting for itself, no
-drafter) as its twin with Jacobi settings (`JacobiDrafting`, `on_jacobi`): SJD is Eagle-1's, "cool-sd-jacobi"
-COOL-SD's, "lantern++-jacobi" LANTERN++'s; depth is then the position in the window and draft_len its size W.
+A rule never knows how its drafts were made (`coolsd.decoding.drafting`: a chain, a static tree, Jacobi iteration):
+depth is the draft's position in its round and draft_len the drafting's L (a Jacobi window's size W). A rule that
+reads the model's latent-neighbour table says so (`reads_neighbours`) and gets it through `with_neighbours`.
 
 A rule's fields are its settings: their defaults, and the range a control offers (`knob`: field metadata
 "ui"), live here, once; front ends read them from the dataclasses. A custom schedule's omega list as
-text has one grammar, `parse_omegas` / `format_omegas` ("2 1 0.5" = "2, 1, 0.5").
+text has one grammar, `coolsd.decoding.omega_text`.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import math
-import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from coolsd.util.checks import check_bool, check_int, check_number, show
+from coolsd.decoding.maths import g_star, lossless_residual, normalise, pick, ratio_accept
+from coolsd.util.checks import check_bool, check_int, check_number
 
 MAX_SCHEDULE_LEN = 64  # a custom schedule longer than any draft length is a typo, not a schedule
-
-# ---------------------------------------------------------------- shared maths
-def pick(v: Tensor, x: Tensor) -> Tensor:
-    """v (..., V), x (...) -> v[..., x] (...)."""
-    return v.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-
-
-def normalise(v: Tensor, fallback: Tensor) -> Tensor:
-    """Norm(v) = v / sum(v) per row; rows whose mass is only rounding noise fall back to `fallback` (p).
-    v, fallback: (..., V); one row (V,) (a chain round's residual) has its total read on the host."""
-    tiny = 16 * torch.finfo(v.dtype).eps
-    if v.dim() == 1:
-        total = float(v.sum())
-        return v / total if total > tiny else fallback
-    total = v.sum(-1, keepdim=True)
-    return torch.where(total > tiny, v / total.clamp_min(tiny), fallback)
-
-
-def ratio_accept(p: Tensor, q: Tensor, omega: Tensor | float) -> Tensor:
-    """min(1, omega * p / q) elementwise, (..., V); 1 where q == 0 (such tokens are never drafted)."""
-    r = omega * p / q.clamp_min(torch.finfo(q.dtype).tiny)
-    return torch.where(q > 0, r.clamp(max=1.0), torch.ones_like(r))
-
-
-def g_star(p: Tensor, q: Tensor, a_all: Tensor) -> Tensor:
-    """Optimal residual G* = Norm([p - q * a]_+) for the acceptance a (..., V) of every token."""
-    return normalise((p - q * a_all).clamp_min(0), p)
-
-
-def lossless_residual(p: Tensor, q: Tensor) -> Tensor:
-    """Norm([p - q]_+): the residual of exact speculative sampling."""
-    return normalise((p - q).clamp_min(0), p)
-
 
 # ---------------------------------------------------------------- the interface
 @dataclass(frozen=True)
@@ -82,7 +45,7 @@ class Rule:
 
     name: ClassVar[str] = ""
     lossless: ClassVar[bool] = False  # True when the rule provably reproduces p exactly
-    jacobi: ClassVar[bool] = False  # True: no draft model, the target drafts for itself (spec 4b, `SJDRule`)
+    reads_neighbours: ClassVar[bool] = False  # True: decoding needs the model's table (`with_neighbours`)
 
     def omega(self, depth: Tensor, draft_len: int) -> Tensor:
         """Relaxation weight omega_i per depth, float (...)."""
@@ -125,6 +88,11 @@ class Rule:
         w = omega_values(self, i, draft_len)[i - 1]
         return normalise((p - (q if w >= 1 else torch.minimum(q, p * w))).clamp_min(0), p)
 
+    def with_neighbours(self, table: Tensor | None) -> Rule:
+        """This rule reading the model's latent-neighbour table `table` (V, >= k + 1): itself unless it
+        `reads_neighbours`, so a caller hands every rule the table without asking which rule it is."""
+        return self
+
     def config(self) -> dict:
         """Name + fields, JSON-ready (what benchmarks record next to their numbers)."""
         return {"rule": self.name} | {k: v for k, v in asdict(self).items() if not isinstance(v, Tensor)}
@@ -161,10 +129,8 @@ class UniformRSDRule(Rule):
         return torch.full_like(depth, self.delta, dtype=torch.float64)
 
 
-@functools.lru_cache(maxsize=1024)
 def log_mean_decay(nu: float, draft_len: int) -> float:
-    """log(mean_i exp(-nu i)) over i = 1..draft_len (at least 1): COOL-SD's mean-normalising mu. Cached: a round
-    asks for it three times (its test, its residual, its event), always for the same few (nu, L)."""
+    """log(mean_i exp(-nu i)) over i = 1..draft_len (at least 1): COOL-SD's mean-normalising mu."""
     i = torch.arange(1, max(draft_len, 1) + 1, dtype=torch.float64)
     return math.log(torch.exp(-nu * i).mean().item())
 
@@ -283,42 +249,6 @@ class CustomScheduleRule(ScheduleRule):
         return torch.tensor(self.omegas, dtype=torch.float64)
 
 
-# ---------------------------------------------------------------- one omega-list grammar (custom schedules as text)
-def parse_omegas(value) -> tuple[float, ...]:
-    """A custom schedule omega_1..omega_L from "2, 1, 0.5", "2 1 0.5", "2; 1; 0.5" or a list of numbers.
-
-    Separators: commas, semicolons and/or white space. Returns floats; a one-line ValueError for
-    anything else (not text or a list, a part that is not a finite number, nothing at all). Whether
-    the values are positive and how many there may be is the rule's check (`CustomScheduleRule`).
-    """
-    if isinstance(value, (list, tuple)):
-        parts = list(value)
-    elif isinstance(value, str):
-        parts = [p for p in re.split(r"[,;\s]+", value.strip()) if p]
-    else:
-        raise ValueError(f"the omega list must be numbers such as '2, 1, 0.5', got {show(value)}")
-    values = []
-    for part in parts:
-        if isinstance(part, bool):
-            raise ValueError(f"the omega list must hold numbers, got {show(part)}")
-        try:
-            number = float(part)
-        except (TypeError, ValueError):
-            raise ValueError(f"the omega list: {show(part)} is not a number; write numbers separated by commas "
-                             "or spaces, e.g. 2, 1, 0.5") from None
-        if not math.isfinite(number):
-            raise ValueError(f"the omega list must be finite numbers, got {show(part)}")
-        values.append(number)
-    if not values:
-        raise ValueError("the omega list is empty: give at least one number (omega_1), e.g. 2, 1, 0.5")
-    return tuple(values)
-
-
-def format_omegas(omegas) -> str:
-    """(2.0, 1.0, 0.5) -> "2, 1, 0.5" (what `parse_omegas` reads back)."""
-    return ", ".join(f"{w:g}" for w in omegas)
-
-
 @dataclass(frozen=True)
 class LanternPPRule(Rule):
     """LANTERN++: accept with min(1, p~(x)/q(x)), p~(x) = p(x) + mass of x's m nearest codes.
@@ -331,6 +261,7 @@ class LanternPPRule(Rule):
     """
 
     name: ClassVar[str] = "lantern++"
+    reads_neighbours: ClassVar[bool] = True
     k: int = knob(10, 1, 64, 1)  # neighbourhood search size (a control's top: the model's neighbour table)
     lam: float = knob(5.0, 1.0, 50.0, 0.5)  # lambda, multiplicative budget (LANTERN++)
     residual_kind: str = "published"
@@ -352,7 +283,9 @@ class LanternPPRule(Rule):
         """Neighbour mass allowed for a draft with target probability px (a tensor, or a host float)."""
         return (self.lam - 1) * px
 
-    def with_neighbours(self, table: Tensor) -> LanternPPRule:
+    def with_neighbours(self, table: Tensor | None) -> LanternPPRule:
+        if table is None:
+            return self
         return type(self)(**{k: v for k, v in self.__dict__.items() if k != "neighbours"}, neighbours=table)
 
     def _table(self, device) -> Tensor:
@@ -432,91 +365,6 @@ class LanternRule(LanternPPRule):
         return torch.full_like(px, self.delta) if isinstance(px, Tensor) else self.delta
 
 
-# ---------------------------------------------------------------- any chain rule on Jacobi drafts (spec section 4b)
-JACOBI_INITS = ("last", "uniform")  # JacobiDrafting.init: the proposal of a window position no forward has seen yet
-
-
-@dataclass(frozen=True)
-class JacobiDrafting(Rule):
-    """Jacobi drafting's settings, mixed into a chain rule (`on_jacobi`): no draft model, the target drafts for itself
-    one iteration late (spec section 4b, `coolsd.decoding.jacobi`). The rule's test and residual are the chain rule's,
-    applied per window position j exactly as a chain round applies them at depth j given q_j: depth = j, draft_len = W.
-
-    window: W, drafts per iteration (one target forward of the last committed token + W drafts);
-    reuse: False = every draft drawn afresh from its q; True (ours, after SJD++): a position keeps its previous draft
-        with probability min(1, q(d) / q_prev(d)) (a maximal coupling of the two proposals), so drafts the target
-        still supports stay and the window can settle like greedy Jacobi decoding. The draft is still a draw from q
-        given every earlier position, which is all the test and residual at j read;
-    init: the proposal of a position no forward has computed yet: "last" (choice) = the last distribution the
-        target computed (the window's last row), "uniform" = 1/V.
-
-    A static tree cannot be drafted this way (one draft per position and iteration): a Jacobi rule ignores
-    `DecodeConfig.tree` and `draft_len` (its window is its draft length).
-    """
-
-    jacobi: ClassVar[bool] = True
-    window_name: ClassVar[str] = "Jacobi window W"  # how a bad window is named in its error
-    window: int = knob(4, 1, 16, 1)  # W: the fastest on the emoji model (assets/emoji/bench/sjd_window.md)
-    reuse: bool = False
-    init: str = "last"
-
-    def __post_init__(self):
-        object.__setattr__(self, "window", check_int(self.window_name, self.window, 1, MAX_SCHEDULE_LEN))
-        check_bool("reuse", self.reuse)
-        if self.init not in JACOBI_INITS:
-            raise ValueError(f"init must be one of {', '.join(JACOBI_INITS)}, got {show(self.init)}")
-        chain_checks = getattr(super(), "__post_init__", None)
-        if chain_checks is not None:
-            chain_checks()
-
-
-@dataclass(frozen=True)
-class SJDRule(JacobiDrafting, EagleRule):
-    """Speculative Jacobi Decoding (SJD, arXiv 2410.01699): Eagle-1's lossless test and residual on Jacobi drafts.
-    reuse=True is "SJD + reuse" (ours, lossless too)."""
-
-    name: ClassVar[str] = "sjd"
-    window_name: ClassVar[str] = "SJD window W"
-
-
-@dataclass(frozen=True)
-class CoolSDJacobiRule(JacobiDrafting, CoolSDRule):
-    """COOL-SD on Jacobi drafts ("COOL-SD, no drafter", ours): omega_i over the window's depths i = 1..W (mean
-    delta over the window, floored at 1 by default), G*_i residual; no trained drafter."""
-
-    name: ClassVar[str] = "cool-sd-jacobi"
-
-
-@dataclass(frozen=True)
-class LanternPPJacobiRule(JacobiDrafting, LanternPPRule):
-    """LANTERN++ on Jacobi drafts ("LANTERN++, no drafter", ours): the latent-neighbour test on self-drafted tokens."""
-
-    name: ClassVar[str] = "lantern++-jacobi"
-
-
-JACOBI_OF: dict[type[Rule], type[JacobiDrafting]] = {EagleRule: SJDRule, CoolSDRule: CoolSDJacobiRule,
-                                                     LanternPPRule: LanternPPJacobiRule}  # the named ones
-
-
-def jacobi_class(chain: type[Rule]) -> type[JacobiDrafting]:
-    """The Jacobi twin of chain rule class `chain`: its fields plus window, reuse and init, its name + "-jacobi"
-    (Eagle-1's is SJD). Made once per class; a rule that already drafts by Jacobi iteration is a ValueError."""
-    if chain.jacobi:
-        raise ValueError(f"{chain.name} already drafts by Jacobi iteration")
-    if chain not in JACOBI_OF:
-        body = {"name": f"{chain.name}-jacobi", "__module__": __name__,
-                "__doc__": f"{chain.__name__} on Jacobi drafts (`JacobiDrafting`)."}
-        JACOBI_OF[chain] = dataclass(frozen=True)(type(f"{chain.__name__}OnJacobi", (JacobiDrafting, chain), body))
-    return JACOBI_OF[chain]
-
-
-def on_jacobi(rule: Rule, window: int = JacobiDrafting.window, reuse: bool = False, init: str = "last") -> Rule:
-    """Chain rule `rule` run on Jacobi drafts (no drafter): the same settings, the same test and residual per
-    position, e.g. on_jacobi(CoolSDRule(delta=2), window=8) == CoolSDJacobiRule(delta=2, window=8)."""
-    chain = {f.name: getattr(rule, f.name) for f in fields(rule) if f.init}
-    return jacobi_class(type(rule))(**chain, window=window, reuse=reuse, init=init)
-
-
 _OMEGA_VALUES: dict[tuple, tuple[float, ...]] = {}  # omega_values' cache: settings -> omegas (no rule kept alive)
 
 
@@ -537,25 +385,14 @@ def omega_values(rule: Rule, depths: int, draft_len: int) -> list[float]:
 
 
 RULES: dict[str, type[Rule]] = {r.name: r for r in (EagleRule, UniformRSDRule, CoolSDRule, LanternPPRule, LanternRule,
-                                                    LinearDecayRule, CustomScheduleRule, SJDRule, CoolSDJacobiRule,
-                                                    LanternPPJacobiRule)}  # the rules offered; any other chain
-# rule runs on Jacobi drafts too, as "<name>-jacobi" (`rule_class`)
-
-
-def rule_class(name: str) -> type[Rule]:
-    """The rule class of slug `name`: one of RULES, or "<chain rule>-jacobi" (its `jacobi_class`); else ValueError."""
-    if name in RULES:
-        return RULES[name]
-    chain = RULES.get(name.removesuffix("-jacobi")) if isinstance(name, str) and name.endswith("-jacobi") else None
-    if chain is None or chain.jacobi:
-        raise ValueError(f"unknown rule {name!r}; choose one of {sorted(RULES)} (or a chain rule's name + '-jacobi')")
-    return jacobi_class(chain)
+                                                    LinearDecayRule, CustomScheduleRule)}  # the acceptance rules
 
 
 def make_rule(name: str, **kwargs) -> Rule:
-    """Build a rule by slug: make_rule("cool-sd", delta=2.0, nu=0.7), make_rule("cool-sd-jacobi", delta=2, window=8).
-    Unknown names/fields raise ValueError."""
-    cls = rule_class(name)
+    """Build a rule by slug: make_rule("cool-sd", delta=2.0, nu=0.7). Unknown names/fields raise ValueError."""
+    cls = RULES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown rule {name!r}; choose one of {sorted(RULES)}")
     try:
         return cls(**kwargs)
     except TypeError as err:

@@ -2,13 +2,13 @@
 
 A tree shape is a list of paths of sibling ranks: (0,) is the first child of the root, (0, 1)
 the second child of that node, and so on. Each expanded node draws its children from q without
-replacement (Gumbel top-k); siblings are verified in rank order against q with the earlier
+replacement (Gumbel top-k), every random number from the session's noise source (one stream: a tree runs only
+there, `coolsd.decoding.drafting.Tree.same_noise`); siblings are verified in rank order against q with the earlier
 siblings removed and renormalised, and every rejection replaces p by the rule's residual.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -68,15 +68,6 @@ def validate(paths: list[tuple[int, ...]]) -> None:
             raise ValueError(f"tree path {path} has no elder sibling")
 
 
-def _sample_without_replacement(q: Tensor, n: int, gen: torch.Generator) -> list[int]:
-    """Up to n distinct ids in draw order from (V,) probs q (Gumbel top-k; never a q == 0 token)."""
-    u = torch.rand(q.shape, generator=gen, device=q.device, dtype=q.dtype).clamp_min(1e-300)
-    keys = q.log() - (-u.log()).log()
-    keys = keys.masked_fill(q <= 0, -math.inf)
-    order = torch.topk(keys, min(n, int((q > 0).sum())), dim=-1).indices
-    return order.tolist()
-
-
 @dataclass
 class DraftTree:
     """One round's tree as drafted. Nodes are paths of sibling ranks (`()` is the root: the last committed
@@ -126,7 +117,7 @@ def _draw_children(s: Session, tree: DraftTree, d: int) -> None:
     """Draw the depth-d nodes: each depth-(d-1) parent's children from its q, without replacement."""
     for parent in [p for p in tree.q_of if len(p) == d - 1]:
         kids = tree.children.get(parent, [])
-        drawn = _sample_without_replacement(tree.q_of[parent], len(kids), s.gen)
+        drawn = s.noise.children(tree.q_of[parent], len(kids))
         for kid, tok in zip(kids, drawn):
             tree.token_of[kid] = tok
 
@@ -202,7 +193,7 @@ def _test_siblings(s: Session, tree: DraftTree, walk: Walk, node: tuple, p: Tens
         walk.tested_a.append(a)
         if len(walk.tested_d) == 1 or walk.tested_d[-2] != d:
             walk.first_a.append(a)
-        if s.accepted([a], s.uniforms(1).tolist()):
+        if s.accepted([a], [s.noise.uniform()]):
             return kid, p
         p = s.rule.residual(p, q_norm, x, depth, tree_depth)
         q[tree.token_of[kid]] = 0.0  # draw without replacement: later siblings never repeat x
@@ -244,7 +235,7 @@ def tree_round(s: Session, index: int, paths: list[tuple[int, ...]]) -> RoundEve
     step, row_of, old = verify_tree(s, tree, t)
     clock.switch("other")
     walk = walk_tree(s, tree, s.probs(step.logits), row_of, tree_depth)
-    y = int(s.draw(walk.p, s.uniforms(1).item()))
+    y = int(s.draw(walk.p, s.noise.uniform()))
     # commit; keep the accepted path in the target cache, drop every drafted slot
     tokens = [tree.token_of[k] for k in walk.accepted] + [y]
     keep = torch.tensor([old + row_of[k] for k in walk.accepted], dtype=torch.long, device=s.device)

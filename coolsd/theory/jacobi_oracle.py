@@ -1,4 +1,4 @@
-"""Exact oracle of Jacobi drafting (spec sections 4b and 6): the output distribution of any rule on Jacobi drafts.
+"""Exact oracle of Jacobi drafting (spec sections 4b and 6): the output distribution of (Jacobi drafting, any rule).
 
 Written from the spec, not from the engine: a decode's state between iterations is (c, ctx, q_prev) with
 c the committed tokens (t = len(c)), ctx the tokens the last target forward read (the committed prefix it started
@@ -27,6 +27,7 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
+from coolsd.decoding.drafting import Jacobi
 from coolsd.decoding.rules import Rule
 from coolsd.theory.oracle import OracleResult, rule_step, sequence_probs
 from coolsd.theory.tabular import TabularLM
@@ -34,11 +35,11 @@ from coolsd.theory.tabular import TabularLM
 State = tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[float, ...], ...]]  # (c, ctx, q_prev rows)
 
 
-def proposal(target: TabularLM, rule: Rule, ctx: tuple[int, ...], position: int) -> Tensor:
+def proposal(target: TabularLM, drafting: Jacobi, ctx: tuple[int, ...], position: int) -> Tensor:
     """q (V,) of a window position after the forward that read `ctx`: its row, else the rule's init."""
     if position <= len(ctx):
         return target.probs(ctx[:position])
-    if rule.init == "uniform":
+    if drafting.init == "uniform":
         return torch.full((target.vocab_size,), 1.0 / target.vocab_size, dtype=torch.float64)
     return target.probs(ctx)
 
@@ -55,10 +56,10 @@ def draft_row(q: Tensor, q_prev: Tensor | None, d: int | None) -> Tensor:
     return row
 
 
-def exact_jacobi(target: TabularLM, rule: Rule, target_probs: Tensor | None = None) -> OracleResult:
+def exact_jacobi(target: TabularLM, rule: Rule, drafting: Jacobi, target_probs: Tensor | None = None) -> OracleResult:
     """Exact (V**T,) output distribution of Jacobi drafting with `rule` (its window W, init and reuse), its expected
     target forwards (tau = T / forwards), TV to P and the bound; depth statistics per window depth 1..W."""
-    v, t_max, w = target.vocab_size, target.num_tokens, rule.window
+    v, t_max, w = target.vocab_size, target.num_tokens, drafting.window
     states: list[dict[State, float]] = [defaultdict(float) for _ in range(t_max + 1)]
     dist = torch.zeros(v**t_max, dtype=torch.float64)
     acc = {"rounds": 1.0, "bound": 0.0, "tests": [0.0] * w, "accepts": [0.0] * w, "bounds": [0.0] * w}
@@ -71,7 +72,7 @@ def exact_jacobi(target: TabularLM, rule: Rule, target_probs: Tensor | None = No
                 dist[_index(state[0], v)] += mass
                 continue
             acc["rounds"] += mass
-            for nxt, m in iteration(target, rule, state, acc, mass).items():
+            for nxt, m in iteration(target, rule, drafting, state, acc, mass).items():
                 states[len(nxt[0])][nxt] += m
     reference = sequence_probs(target) if target_probs is None else target_probs
     tv = 0.5 * float((dist - reference).abs().sum())
@@ -79,26 +80,27 @@ def exact_jacobi(target: TabularLM, rule: Rule, target_probs: Tensor | None = No
                         tuple(acc["accepts"]), tuple(acc["bounds"]))
 
 
-def iteration(target: TabularLM, rule: Rule, state: State, acc: dict, mass: float) -> dict[State, float]:
+def iteration(target: TabularLM, rule: Rule, drafting: Jacobi, state: State, acc: dict,
+              mass: float) -> dict[State, float]:
     """One Jacobi iteration from `state` (reached with probability `mass`): next state -> probability."""
     c, ctx, q_prev = state
-    t, w = len(c), rule.window
+    t, w = len(c), drafting.window
     n = min(w, target.num_tokens - t - 1)
-    q = [proposal(target, rule, ctx, t + i) for i in range(n)]  # (n,) rows (V,)
+    q = [proposal(target, drafting, ctx, t + i) for i in range(n)]  # (n,) rows (V,)
     base = len(ctx) - len(q_prev)  # position of q_prev[0]'s draft
-    rows = [draft_row(q[i], *_previous(ctx, q_prev, base, t + i)) if rule.reuse else q[i] for i in range(n)]
-    kept = tuple(tuple(r.tolist()) for r in q) if rule.reuse else ()
+    rows = [draft_row(q[i], *_previous(ctx, q_prev, base, t + i)) if drafting.reuse else q[i] for i in range(n)]
+    kept = tuple(tuple(r.tolist()) for r in q) if drafting.reuse else ()
     out: dict[State, float] = defaultdict(float)
     for x in itertools.product(*[(row > 0).nonzero().flatten().tolist() for row in rows]):
         m = mass * float(torch.prod(torch.tensor([float(rows[i][x[i]]) for i in range(n)], dtype=torch.float64)))
-        for committed, share in walk(target, rule, c, x, q, acc, m):
+        for committed, share in walk(target, rule, w, c, x, q, acc, m):
             out[(c + committed, c + x, kept)] += share
     return out
 
 
-def walk(target: TabularLM, rule: Rule, c: tuple, x: tuple, q: list[Tensor], acc: dict, mass: float):
-    """The chain rule's walk over drafts x (probability `mass` of drawing them): (committed tokens, probability)."""
-    w = rule.window
+def walk(target: TabularLM, rule: Rule, w: int, c: tuple, x: tuple, q: list[Tensor], acc: dict, mass: float):
+    """The rule's walk over drafts x (probability `mass` of drawing them) in a window of W = `w`: (committed tokens,
+    probability)."""
     for i in range(len(x)):
         p = target.probs(c + x[:i])
         depth = torch.tensor(i + 1)

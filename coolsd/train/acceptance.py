@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import EMBEDDED_DIR, EMBEDDED_SAMPLING, load_embedded
@@ -58,7 +59,7 @@ def engine_acceptance(bundle, images: int, draft_len: int, seed0: int = 1000) ->
     for i in range(images):
         evs = list(generate(bundle.target, bundle.drafter, make_rule("eagle-1"), cond=i % 10,
                             num_tokens=bundle.num_tokens,
-                            sampling=EMBEDDED_SAMPLING, config=DecodeConfig(draft_len=draft_len), seed=seed0 + i))
+                            sampling=EMBEDDED_SAMPLING, config=DecodeConfig(Chain(draft_len)), seed=seed0 + i))
         events += evs[1:]
         tokens += sum(len(e.tokens) for e in evs)
         forwards += sum(e.target_forwards for e in evs)

@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.conditions import STYLE_SEP
@@ -78,13 +79,12 @@ def labelled_sheet(images: list[list[torch.Tensor]], rows: list[str], cols: list
 def sample_sheet(bundle, out: Path, emoji=SHEET_EMOJI, seed: int = 0, draft_len: int | None = None) -> str:
     """One PNG, samples_decoders.png: a row per emoji of `emoji` (styles in turn), a column per decoder
     of SHEET_DECODERS, every cell the same (emoji, style, seed)."""
-    config = DecodeConfig(draft_len) if draft_len else DecodeConfig()
+    config = DecodeConfig(Chain(draft_len)) if draft_len else DecodeConfig()
     names, styles = list(bundle.base_class_names), list(bundle.style_names)
     conds = [names.index(e) * len(styles) + i % len(styles) for i, e in enumerate(emoji)]
     rules = {}
     for name, spec in SHEET_DECODERS.items():
-        rule = None if spec is None else make_rule(spec[0], **spec[1])
-        rules[name] = rule.with_neighbours(bundle.neighbours) if spec and spec[0] == "lantern++" else rule
+        rules[name] = None if spec is None else make_rule(spec[0], **spec[1]).with_neighbours(bundle.neighbours)
     images = [[bundle.tokenizer.decode(run(bundle.target, bundle.drafter, rule, cond=cond, num_tokens=bundle.num_tokens,
                                            sampling=bundle.default_sampling, config=config, seed=seed).tokens)
                for rule in rules.values()] for cond in tqdm(conds, desc="sample sheet")]

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import load_embedded
@@ -52,7 +53,7 @@ def evaluate(assets: Path, out_json: Path, per_class: int = 4, draft_len: int = 
     for c, s in tqdm(jobs, desc="evaluate"):
         for name, (drafter, rule) in decoders.items():  # interleaved: every decoder on the same image
             res = run(bundle.target, drafter, rule, cond=c, num_tokens=bundle.num_tokens, sampling=sampling,
-                      config=DecodeConfig(draft_len), seed=s)
+                      config=DecodeConfig(Chain(draft_len)), seed=s)
             img = bundle.tokenizer.decode(res.tokens)
             with torch.no_grad():
                 pred = bundle.classifier(pixel_values=img[None] * 2 - 1).logits.argmax(-1).item()

@@ -18,6 +18,7 @@ from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
 from coolsd.app.demo import Demo, build_demo
 from coolsd.app.settings import RaceSettings, make_racer_rule
+from coolsd.decoding.drafting import Chain, Jacobi
 
 APP = tiny_demo()
 RACE = RaceAPI(APP)
@@ -273,7 +274,7 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
     m = APP.ctx.model
     ref = run(m.target, m.drafter, make_rule("eagle-1"), cond=APP.ctx.check_condition(values["condition"]),
               num_tokens=m.num_tokens,
-              sampling=sampling, config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+              sampling=sampling, config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"])
     eagle = stats["decoders"]["eagle-1"]
     assert (eagle["target_forwards"], eagle["mean_accepted_length"]) == (ref.target_forwards, pytest.approx(ref.tau))
     assert ref.tau > 1  # the tiny drafter helps, so the comparison is not 1 == 1
@@ -287,8 +288,8 @@ def test_api_race_streams_several_updates_and_consistent_final_stats(client):
 def test_api_race_with_sjd_racers_is_the_librarys_sjd(client):
     """Issue 36: SJD and SJD + reuse race like any racer (no drafter: no draft forwards); their window W is the
     sjd_window argument; the numbers are the library's SJD decoded directly."""
-    from coolsd.decoding.engine import run
-    from coolsd.decoding.rules import SJDRule
+    from coolsd.decoding.engine import DecodeConfig, run
+    from coolsd.decoding.rules import EagleRule
     from coolsd.decoding.sampling import SamplingConfig
 
     values = kwargs(seed=2, racers=["eagle-1", "sjd", "sjd-reuse"], sjd_window=6)
@@ -296,12 +297,15 @@ def test_api_race_with_sjd_racers_is_the_librarys_sjd(client):
     job.result(timeout=DEADLINE_S)
     stats = api_frame(job.outputs()[-1]).stats
     assert stats["finished"] and set(stats["decoders"]) == {"eagle-1", "sjd", "sjd-reuse", "vanilla"}
-    assert stats["settings"]["rules"]["sjd-reuse"] == {"rule": "sjd", "window": 6, "reuse": True, "init": "last"}
+    assert stats["settings"]["rules"]["sjd-reuse"] == {"rule": "eagle-1"}
+    assert stats["settings"]["draftings"]["sjd-reuse"] == {"drafting": "jacobi", "window": 6, "reuse": True,
+                                                           "init": "last"}
     m = APP.ctx.model
     sampling = SamplingConfig(cfg_scale=values["cfg_scale"], temperature=values["temperature"], top_k=values["top_k"])
     for key, reuse in (("sjd", False), ("sjd-reuse", True)):
-        ref = run(m.target, None, SJDRule(window=6, reuse=reuse), cond=APP.ctx.check_condition(values["condition"]),
-                  num_tokens=m.num_tokens, sampling=sampling, seed=values["seed"])
+        ref = run(m.target, None, EagleRule(), cond=APP.ctx.check_condition(values["condition"]),
+                  num_tokens=m.num_tokens, sampling=sampling, seed=values["seed"],
+                  config=DecodeConfig(Jacobi(window=6, reuse=reuse)))
         got = stats["decoders"][key]
         assert (got["target_forwards"], got["draft_forwards"], got["tokens"]) == (ref.target_forwards, 0,
                                                                                   m.num_tokens)
@@ -422,7 +426,7 @@ def test_embedded_model_race_views():
         target, drafter = fork_models(b.target, b.drafter)
         racers.append(Racer(key, key, generate(target, drafter, rule, cond=3, num_tokens=b.num_tokens,
                                                sampling=b.default_sampling,
-                                               config=DecodeConfig(draft_len=5), seed=0), b.num_tokens))
+                                               config=DecodeConfig(Chain(5)), seed=0), b.num_tokens))
     for _ in Race(racers):
         pass
     for r in racers:
@@ -480,7 +484,7 @@ def test_racer_choice_races_exactly_the_chosen_rules():
         rule = make_racer_rule(APP.ctx, key, values)
         ref = run(m.target, m.drafter, rule, cond=APP.ctx.check_condition(values["condition"]),
                   num_tokens=m.num_tokens, sampling=sampling,
-                  config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"])
+                  config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"])
         assert torch.equal(final[key].tokens, ref.tokens), key
         assert stats["decoders"][key]["target_forwards"] == ref.target_forwards, key
     # the G* variant of LANTERN++ runs another residual than the published one
@@ -561,16 +565,17 @@ def test_share_link_carries_the_no_drafter_racers():
     """The no-drafter group (SJD and the relaxed rules on Jacobi drafts) travels in a link; COOL-SD without a drafter
     races at COOL-SD's delta and nu and the no-drafter window."""
     from coolsd.app import share
-    from coolsd.decoding.rules import CoolSDJacobiRule
+    from coolsd.decoding.rules import CoolSDRule
 
     values = kwargs(racers=["cool-sd", "sjd", "cool-sd-jacobi", "lantern++-jacobi"], delta=4.0, nu=0.5, sjd_window=6)
     params = dict(__import__("urllib.parse").parse.parse_qsl(share.share_query(APP.ctx, values)[1:],
                                                              keep_blank_values=True))
     restored, errors = share.parse_query(APP.ctx, params, ["race", "theory"])
     assert not errors and restored == values
-    rules = RaceSettings.check(APP.ctx, restored).plan(APP.ctx).rules
-    assert rules["cool-sd-jacobi"] == CoolSDJacobiRule(delta=4.0, nu=0.5, window=6)
-    assert rules["lantern++-jacobi"].window == 6 and rules["lantern++-jacobi"].neighbours is not None
+    plan = RaceSettings.check(APP.ctx, restored).plan(APP.ctx)
+    assert plan.rules["cool-sd-jacobi"] == CoolSDRule(delta=4.0, nu=0.5)
+    assert plan.configs["cool-sd-jacobi"].drafting == plan.configs["lantern++-jacobi"].drafting == Jacobi(window=6)
+    assert plan.rules["lantern++-jacobi"].neighbours is not None
 
 
 def test_api_replay_trace_strip_and_share_link(client):

@@ -158,7 +158,8 @@ def test_every_panel_with_sjd_racers(sjd_raced, key, shipped_app):
     assert stats["finished"] and set(stats["decoders"]) == {*SJD_RACERS, "vanilla"}
     assert all(d["tokens"] == n for d in stats["decoders"].values())
     assert stats["decoders"]["sjd"]["draft_forwards"] == 0 == stats["decoders"]["sjd-reuse"]["draft_forwards"]
-    assert stats["settings"]["rules"]["sjd"] == {"rule": "sjd", "window": 4, "reuse": False, "init": "last"}
+    assert stats["settings"]["rules"]["sjd"] == {"rule": "eagle-1"}
+    assert stats["settings"]["draftings"]["sjd"] == {"drafting": "jacobi", "window": 4, "reuse": False, "init": "last"}
     steps = stats["steps"]
     frame = dict(zip(API_NAMES, client.predict(step=steps // 2, overlay=True, model=key, api_name="/replay")))
     assert frame["stats"]["replay_step"] == steps // 2 and set(frame["stats"]["decoders"]) == set(stats["decoders"])

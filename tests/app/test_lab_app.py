@@ -144,7 +144,7 @@ def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
     marked = [t for t in fig.data if (t.name or "").startswith("lab: ")]
     assert len(marked) == 6  # Eagle-1, the rule and its twin, on the NLL-vs-speed-up and NLL-vs-tau panels
     assert {t.x[0] for t in marked} == {1.5, 3.0} and {t.y[0] for t in marked} == {0.9}
-    lab_len = lab_ui.DecodeConfig().draft_len
+    lab_len = lab_ui.Chain.draft_len
     configs = [{k: v for k, v in d.rule.config().items() if k != "neighbours"} for d in decoders if d.rule]
     here = [c for c in configs if any(r.get("rule_config") == c and r.get("draft_len") == lab_len
                                       and not r.get("tree") for r in rows)]

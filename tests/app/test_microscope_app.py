@@ -15,7 +15,7 @@ from coolsd.app.settings import RaceSettings
 from coolsd.compare.microscope import recorded, rerun, residual_label, round_view, rule_of
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
-from coolsd.decoding.rules import CoolSDJacobiRule
+from coolsd.decoding.rules import CoolSDRule
 from coolsd.util.jsonsafe import json_safe
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -85,13 +85,15 @@ def test_an_sjd_round_is_one_jacobi_iteration(drafting):
     settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["eagle-1", "sjd", "sjd-reuse"], "seed": 2,
                                                           "sjd_window": 5, "drafting": drafting}
     trace = list(RaceAPI(APP).race(**settings))[-1].trace
-    assert trace.settings["rules"]["sjd"] == {"rule": "sjd", "window": 5, "reuse": False, "init": "last"}
+    assert trace.settings["rules"]["sjd"] == {"rule": "eagle-1"}  # (Jacobi drafting + Eagle-1's test)
+    assert trace.settings["draftings"]["sjd"] == {"drafting": "jacobi", "window": 5, "reuse": False, "init": "last"}
     for key in ("sjd", "sjd-reuse"):
         events = rerun(trace, key, *fork_models(m.target, m.drafter),
                        APP.ctx.check_condition(trace.settings["condition"]), m.neighbours)
         assert all(e.draft_forwards == 0 and e.n_drafted <= 5 for e in events)
         image, strip, bars, table, header, payload, _ = PANEL.view(key, 1, trace, {})
-        assert payload["rule"]["rule"] == "sjd" and payload["matches_race"] is True
+        assert payload["rule"]["rule"] == "eagle-1" and payload["drafting"]["drafting"] == "jacobi"
+        assert payload["matches_race"] is True
         assert payload["n_drafted"] == 5 and "last iteration" in payload["q_from"] and "last iteration" in header
         assert {k: payload[k] for k in ("depths", "n_accepted", "token")} == json_safe(
             {k: v for k, v in round_view(events[1], trace.grid, "").items() if k in ("depths", "n_accepted", "token")})
@@ -104,13 +106,13 @@ def test_a_relaxed_round_without_a_drafter_is_one_jacobi_iteration():
     settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["cool-sd-jacobi", "lantern++-jacobi"],
                                                           "seed": 2, "sjd_window": 5, "delta": 4.0}
     trace = list(RaceAPI(APP).race(**settings))[-1].trace
-    rule = trace.settings["rules"]["cool-sd-jacobi"]
-    assert (rule["rule"], rule["window"], rule["delta"]) == ("cool-sd-jacobi", 5, 4.0)
+    rule, drafting = trace.settings["rules"]["cool-sd-jacobi"], trace.settings["draftings"]["cool-sd-jacobi"]
+    assert (rule["rule"], drafting["window"], rule["delta"]) == ("cool-sd", 5, 4.0)
     for key in ("cool-sd-jacobi", "lantern++-jacobi"):
         *_, header, payload, _ = PANEL.view(key, 1, trace, {})
         assert payload["matches_race"] is True and "last iteration" in payload["q_from"] and "last iteration" in header
     payload = PANEL.view("cool-sd-jacobi", 1, trace, {})[5]
-    omega = CoolSDJacobiRule(delta=4.0, window=5).omega(torch.arange(1, 6), 5).tolist()
+    omega = CoolSDRule(delta=4.0).omega(torch.arange(1, 6), 5).tolist()  # (over the window's depths, W = 5)
     assert [d["omega"] for d in payload["depths"]] == pytest.approx(omega[: payload["n_drafted"]])
     assert "G*" in payload["residual"]
 

@@ -18,6 +18,7 @@ from demo_app import RaceAPI, api_frame, picker_demo
 from coolsd.app import controls, share
 from coolsd.app.demo import model_info
 from coolsd.app.settings import RaceSettings
+from coolsd.decoding.drafting import Chain
 from coolsd.util.paths import EMOJI_DIR
 
 APP = picker_demo()
@@ -67,7 +68,7 @@ def library_tokens(model: str, values: dict) -> dict[str, torch.Tensor]:
         if rule is not None and getattr(rule, "neighbours", None) is not None:
             rule = rule.with_neighbours(fresh.neighbours)
         out[key] = run(fresh.target, fresh.drafter, rule, cond=cond, num_tokens=fresh.num_tokens, sampling=sampling,
-                       config=DecodeConfig(draft_len=values["draft_len"]), seed=values["seed"]).tokens
+                       config=DecodeConfig(Chain(values["draft_len"])), seed=values["seed"]).tokens
     return out
 
 

@@ -14,23 +14,21 @@ import torch
 from coolsd.app import racers
 from coolsd.app.settings import RaceSettings, make_racer_rule, make_rules, rule_options, rule_spec
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain, Jacobi
+from coolsd.decoding.omega_text import format_omegas
 from coolsd.decoding.rules import (
-    CoolSDJacobiRule,
     CoolSDRule,
     CustomScheduleRule,
-    LanternPPJacobiRule,
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
-    SJDRule,
     UniformRSDRule,
-    format_omegas,
 )
 
 TABLE = torch.arange(32).repeat(8, 1)
 CTX = SimpleNamespace(model=SimpleNamespace(neighbours=TABLE))  # what make_racer_rule reads of a context
 RULE_ARGUMENTS = ["delta", "nu", "mu", "mean_omega", "lantern_k", "lantern_lambda", "uniform_delta", "linear_delta",
-                  "linear_slope", "custom_omegas", "sjd_window"]
+                  "linear_slope", "custom_omegas"]
 # every rule setting away from its default, so a value read from the wrong setting (or a default) shows
 SETTINGS = {"delta": 3.0, "nu": 0.2, "mu": -0.5, "mean_omega": False, "lantern_k": 3, "lantern_lambda": 7.0,
             "uniform_delta": 1.5, "linear_delta": 2.5, "linear_slope": 0.25, "custom_omegas": "4 2 1", "sjd_window": 5}
@@ -48,7 +46,21 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     assert names[-2:] == ["sjd_window", "noise"]  # appended after model and style: older calls keep their meaning
     assert {name: m["default"] for name, m in rule_fields().items()} == {
         "delta": 2.0, "nu": 0.7, "mu": 0.0, "mean_omega": True, "lantern_k": 10, "lantern_lambda": 5.0,
-        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5", "sjd_window": 8}
+        "uniform_delta": 2.0, "linear_delta": 2.0, "linear_slope": 0.5, "custom_omegas": "2, 1, 0.5"}
+
+
+def test_the_drafting_arguments_take_the_draftings_defaults_and_ranges():
+    """draft_len is Chain's L and sjd_window Jacobi's W (their defaults and control ranges: `knob`); the racers
+    with a drafter share the race's drafting, the no-drafter group drafts by Jacobi iteration at sjd_window."""
+    for name, cls, field in (("draft_len", Chain, "draft_len"), ("sjd_window", Jacobi, "window")):
+        spec = {f.name: f for f in dataclasses.fields(RaceSettings)}[name].metadata["spec"](CTX)
+        ui = {f.name: f for f in dataclasses.fields(cls)}[field].metadata["ui"]
+        assert (spec.default, spec.minimum, spec.maximum, spec.step) == (getattr(cls, field), *ui)
+    settings = RaceSettings(**{f.name: None for f in dataclasses.fields(RaceSettings)}).replace(
+        draft_len=2, drafting="chain", sjd_window=5)
+    assert settings.drafting_of("cool-sd") == Chain(2) and settings.drafting_of("sjd") == Jacobi(5)
+    assert settings.drafting_of("sjd-reuse") == Jacobi(5, reuse=True)
+    assert settings.replace(drafting="eagle-25").drafting_of("eagle-1").shape == "eagle-25"
 
 
 @pytest.mark.parametrize("name, rule, field", [
@@ -56,9 +68,6 @@ def test_the_rule_arguments_keep_their_names_order_and_defaults():
     ("lantern_k", LanternPPRule, "k"), ("lantern_k", LanternRule, "k"), ("lantern_lambda", LanternPPRule, "lam"),
     ("uniform_delta", UniformRSDRule, "delta"), ("linear_delta", LinearDecayRule, "delta"),
     ("linear_slope", LinearDecayRule, "slope"), ("custom_omegas", CustomScheduleRule, "omegas"),
-    ("sjd_window", SJDRule, "window"), ("delta", CoolSDJacobiRule, "delta"), ("lantern_k", LanternPPJacobiRule, "k"),
-    ("lantern_lambda", LanternPPJacobiRule, "lam"), ("sjd_window", CoolSDJacobiRule, "window"),
-    ("sjd_window", LanternPPJacobiRule, "window"),
 ])
 def test_each_argument_sets_its_rule_field_with_the_rules_default(name, rule, field):
     meta = rule_fields()[name]
@@ -99,9 +108,9 @@ def test_no_settings_build_the_default_rules():
     ("lantern++-gstar", LanternPPRule(k=3, lam=7.0, residual_kind="optimal")),
     ("uniform-rsd", UniformRSDRule(delta=1.5)), ("linear-decay", LinearDecayRule(delta=2.5, slope=0.25)),
     ("custom", CustomScheduleRule((4.0, 2.0, 1.0))), ("eagle-1", variants.rules.EagleRule()),
-    ("sjd", SJDRule(window=5)), ("sjd-reuse", SJDRule(window=5, reuse=True)),
-    ("cool-sd-jacobi", CoolSDJacobiRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=True, window=5)),
-    ("lantern++-jacobi", LanternPPJacobiRule(k=3, lam=7.0, residual_kind="published", window=5)),
+    ("sjd", variants.rules.EagleRule()), ("sjd-reuse", variants.rules.EagleRule()),  # (on Jacobi drafts)
+    ("cool-sd-jacobi", CoolSDRule(delta=3.0, nu=0.2, mu=-0.5, floor_at_one=True)),
+    ("lantern++-jacobi", LanternPPRule(k=3, lam=7.0, residual_kind="published")),
 ])
 def test_each_racer_at_non_default_settings_is_the_rule_built_by_hand(key, expected):
     rule = make_racer_rule(CTX, key, {**SETTINGS, "racers": [key], "seed": 3})  # (other settings: not read)

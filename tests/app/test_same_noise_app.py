@@ -131,7 +131,7 @@ def test_the_setting_travels_in_a_share_link_and_a_preset():
     ({"noise": 3}, "unknown noise 3; choose one of stream, same"),
     ({"noise": None}, "unknown noise None; choose one of stream, same"),
     ({"noise": True}, "unknown noise True; choose one of stream, same"),
-    ({"noise": "same", "drafting": "eagle-25"}, "same noise runs chain and Jacobi drafting"),
+    ({"noise": "same", "drafting": "eagle-25"}, "same noise does not apply to tree drafting"),
 ])
 def test_a_bad_noise_is_one_line_in_the_race_and_the_share_link(changes, message):
     import gradio as gr

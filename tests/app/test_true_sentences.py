@@ -20,8 +20,7 @@ from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.recordings import Recordings
 from coolsd.compare import cost
 from coolsd.compare.microscope import recorded
-from coolsd.decoding.engine import DecodeConfig
-from coolsd.decoding.rules import RULES
+from coolsd.decoding.drafting import Chain
 from coolsd.models import registry
 from coolsd.util.format import number
 
@@ -94,9 +93,8 @@ def test_the_lab_says_which_decoders_were_faster_and_at_which_settings_the_bench
         word = "faster than" if shown_speed > 1 else "slower than" if shown_speed < 1 else "as fast as"
         assert f"{d['label']} was {word} vanilla AR ({shown_speed:.2f}×)" in line, (line, d)
     rows = lab_ui.bench_rows(lab_ui.BENCHES[ctx.model.kind])
-    lengths = {r["draft_len"] for r in rows if r.get("rule_config") and not r.get("tree")
-               and not RULES[r["rule_config"]["rule"]].jacobi}  # (SJD's window is no draft length)
-    same = lengths == {DecodeConfig().draft_len} and \
+    lengths = {r["draft_len"] for r in rows if lab_ui.drafts_by_chain(r)}  # (a Jacobi window is no draft length)
+    same = lengths == {Chain.draft_len} and \
         lab_ui.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
     said = next(line for line in text.splitlines() if line.startswith("The benchmark's points were measured at"))
     assert ("this run's draft length" in said) == same, said

@@ -28,15 +28,15 @@ from coolsd.bench.report import (
 )
 from coolsd.bench.runner import rank_slice, work_items
 from coolsd.bench.settings import parse_spec, sweep
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.drafting import Chain
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- settings and work items
 def test_sweep_covers_every_family_with_unique_labels():
-    settings = sweep(DecodeConfig().draft_len, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
-                     ["eagle-1@eagle-25", "lantern++:k=10,lam=5@eagle-25"])
+    settings = sweep(Chain.draft_len, [5, 10], [2, 5, 10, 20], True, [1.1, 2], [1.1, 2, 8], 0.7, [2],
+                     ["eagle-1@tree:shape=eagle-25", "lantern++:k=10,lam=5@tree:shape=eagle-25"])
     labels = [s.label for s in settings]
     assert labels[:2] == ["vanilla", "eagle-1"]
     assert "lantern++ k=5 lam=2" in labels and "lantern++ k=10 G* lam=20" in labels
@@ -46,16 +46,17 @@ def test_sweep_covers_every_family_with_unique_labels():
     assert {s.family for s in settings} >= {"vanilla", "lantern++ k=5", "lantern++ k=5 G*", "cool-sd",
                                             "eagle-1 tree eagle-25"}
     # the engine's default L goes unnamed, any other L is in the label
-    other = DecodeConfig().draft_len + 2
+    other = Chain.draft_len + 2
     assert [s.label for s in sweep(other, cool_delta=[2])] == ["vanilla", f"eagle-1 L={other}",
                                                               f"cool-sd delta=2 L={other}"]
 
 
 def test_sweep_puts_the_relaxed_no_drafter_rows_beside_sjd():
-    """At each SJD window W: SJD, SJD + reuse, COOL-SD on Jacobi drafts at each delta, LANTERN++ on Jacobi drafts at
-    each lambda (k: the first swept k); W is their draft length, named once as window=W; `--only jacobi` keeps
-    them (and vanilla)."""
-    settings = sweep(3, [5], [], False, [], [], 0.7, [], [], [4, 8], True, [2.0, 8.0], [5.0])
+    """At each Jacobi window W: SJD, SJD + reuse, then each --no-drafter rule on Jacobi drafts (a (Jacobi, rule)
+    pair, no class per pair); W is their draft length, named once as window=W; `--only jacobi` keeps them (and
+    vanilla)."""
+    settings = sweep(3, [5], [], False, [], [], 0.7, [], [], [4, 8], True,
+                     ["cool-sd:delta=2", "cool-sd:delta=8", "lantern++:k=5,lam=5"])
     labels = [s.label for s in settings]
     assert labels[2:] == ["sjd window=4", "sjd window=8", "sjd reuse window=4", "sjd reuse window=8",
                           "cool-sd-jacobi delta=2 window=4", "cool-sd-jacobi delta=8 window=4",
@@ -63,16 +64,23 @@ def test_sweep_puts_the_relaxed_no_drafter_rows_beside_sjd():
                           "cool-sd-jacobi delta=8 window=8", "lantern++-jacobi k=5 lam=5 window=8"]
     cool = next(s for s in settings if s.label == "cool-sd-jacobi delta=2 window=8")
     assert cool.draft_len == 8 and cool.variant == "cool-sd-jacobi" and cool.family == "cool-sd-jacobi"
-    assert cool.build_rule(None).config() == {"rule": "cool-sd-jacobi", "delta": 2.0, "nu": 0.7, "mu": None,
-                                              "floor_at_one": True, "residual_kind": "optimal", "window": 8,
-                                              "reuse": False, "init": "last"}
+    assert cool.build_rule(None).config() == {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None,
+                                              "floor_at_one": True, "residual_kind": "optimal"}
+    assert cool.describe(None)["drafting"] == {"drafting": "jacobi", "window": 8, "reuse": False, "init": "last"}
     assert [s.label for s in select(settings, "jacobi")] == ["vanilla", *[x for x in labels if "jacobi" in x]]
-    assert parse_spec("cool-sd-jacobi:delta=4,window=6", 6).label == "cool-sd-jacobi delta=4 window=6"
+    assert parse_spec("cool-sd:delta=4@jacobi:window=6").label == "cool-sd-jacobi delta=4 window=6"
+    assert parse_spec("eagle-1@jacobi:window=6,reuse=true").label == "sjd reuse window=6"
+    assert parse_spec("eagle-1@jacobi:init=uniform").label == "sjd window=8 init=uniform"
+    with pytest.raises(ValueError, match="takes rules only"):
+        sweep(3, jacobi_window=[4], no_drafter=["cool-sd@jacobi"])
 
 
 def test_parse_spec():
-    s = parse_spec("cool-sd:delta=2,nu=0.5,L=3@chain-5")
-    assert (s.rule, s.kwargs, s.draft_len, s.tree) == ("cool-sd", {"delta": 2, "nu": 0.5}, 3, "chain-5")
+    s = parse_spec("cool-sd:delta=2,nu=0.5@tree:shape=chain-5")
+    assert (s.rule, s.kwargs, s.draft_len, s.tree) == ("cool-sd", {"delta": 2, "nu": 0.5}, 5, "chain-5")
+    s = parse_spec("cool-sd:delta=2@chain:draft_len=3")
+    assert (s.draft_len, s.tree, s.label) == (3, None, "cool-sd delta=2 L=3")
+    assert parse_spec("eagle-1", 4).draft_len == 4
     assert parse_spec("vanilla").rule is None
     assert parse_spec("cool-sd:floor_at_one=true").kwargs == {"floor_at_one": True}
     with pytest.raises(ValueError, match="unknown rule"):
@@ -80,6 +88,8 @@ def test_parse_spec():
     with pytest.raises(ValueError, match="delta must be"):
         parse_spec("cool-sd:delta=-1")
     with pytest.raises(ValueError, match="unknown tree"):
+        parse_spec("eagle-1@tree:shape=oak")
+    with pytest.raises(ValueError, match="unknown drafting 'oak'; choose one of chain, tree, jacobi"):
         parse_spec("eagle-1@oak")
     with pytest.raises(ValueError, match="expected name=value"):
         parse_spec("cool-sd:delta")
@@ -151,9 +161,10 @@ def test_time_split_puts_a_round_in_vanilla_steps_beside_the_tools_ceiling():
     eagle = _row("eagle-1 L=2", "eagle-1", 1.0, 0.7, tau=2.0) | {"seconds": 0.6, "target_forwards": 64.0,
                                                                   "outside_share": 0.4, "draft_len": 2}
     others = [eagle | {"setting": "eagle-1 L=3", "draft_len": 3}, eagle | {"setting": "tree", "tree": "binary-2"},
-              eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "sjd"}},
+              eagle | {"setting": "sjd", "family": "sjd", "rule_config": {"rule": "eagle-1"},
+                       "drafting": {"drafting": "jacobi", "window": 8}},
               eagle | {"setting": "cool-sd-jacobi", "family": "cool-sd-jacobi",
-                       "rule_config": {"rule": "cool-sd-jacobi"}}]
+                       "rule_config": {"rule": "cool-sd-jacobi"}}]  # (a row written before drafting was apart)
     limit = {"draft_len": 2, "execution_path": "fused", "ratios": {"eager": {"round_per_step": 3.0},
                                                          "fused": {"round_per_step": 1.5}}}
     split = time_split([vanilla, eagle, *others], limit)
@@ -342,8 +353,8 @@ def test_missing_stats_fail_clearly(scorer, tmp_path):
 
 
 SPLIT_ARGS = ["--classes", "0,1,2", "--seeds", "2", "--lantern-k", "5", "--lantern-lam", "5", "--uniform-delta", "2",
-              "--cool-delta", "1.1,4", "--cool-unclipped-delta", "", "--extra", "eagle-1@binary-2", "--no-png",
-              "--quiet", "--fid-bootstrap", "5"]
+              "--cool-delta", "1.1,4", "--cool-unclipped-delta", "", "--extra", "eagle-1@tree:shape=binary-2",
+              "--no-png", "--quiet", "--fid-bootstrap", "5"]
 EXACT = ("n_images", "tau", "target_forwards", "draft_forwards", "fid", "fid_std", "accuracy", "nll", "tokens_sha")
 
 

@@ -6,6 +6,7 @@ import torch
 
 from coolsd.bench.same_noise import DepthOneRows, compare
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.models.tiny import tiny_bundle
 
@@ -15,7 +16,7 @@ def test_the_report_reads_the_engines_decodes():
     report = compare(bundle, [0, 5], [0, 1], draft_len=2, row_every=1, progress=False)
     for key in ("eagle-1", "sjd"):  # lossless: vanilla AR's tokens under same noise, every position
         assert report["racers"][key]["same_as_vanilla"] == 1.0
-    same = DecodeConfig(draft_len=2, noise="same")
+    same = DecodeConfig(Chain(2), noise="same")
     taus = [run(bundle.target, bundle.drafter, variants.build("cool-sd"), cond=c, num_tokens=bundle.num_tokens,
                 sampling=bundle.default_sampling, config=same, seed=s).tau for c, s in ((0, 0), (5, 1))]
     assert report["racers"]["cool-sd"]["tau_same"] == sum(taus) / 2

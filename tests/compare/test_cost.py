@@ -11,8 +11,9 @@ import torch
 
 from coolsd.compare import cost
 from coolsd.compare.race import Race, Racer
+from coolsd.decoding.drafting import Chain, Jacobi
 from coolsd.decoding.engine import DecodeConfig, generate
-from coolsd.decoding.rules import CoolSDRule, EagleRule, SJDRule
+from coolsd.decoding.rules import CoolSDRule, EagleRule
 from coolsd.models.protocol import ModelStep
 from coolsd.models.timing import ForwardTimes, forward_times, interleaved_medians, median_seconds
 from coolsd.theory.tabular import random_tables
@@ -65,13 +66,14 @@ def test_bad_inputs_name_the_input(args, message):
 
 
 # ---------------------------------------------------------------- E from a race, recomputed from its events
-def _race(rules: dict, draft_len: int, num_tokens: int = 5):
+def _race(rules: dict, draft_len: int, num_tokens: int = 5, draftings: dict | None = None):
+    """Race `rules` (key -> rule) on a chain of `draft_len`, or on `draftings[key]` where given."""
     target, drafter = random_tables(4, num_tokens, seed=3)
     racers = []
     for key, rule in rules.items():
         t, d = target.fork(), drafter.fork()
-        events = generate(t, d, rule, cond=None, num_tokens=num_tokens, config=DecodeConfig(draft_len=draft_len),
-                          seed=11)
+        config = DecodeConfig((draftings or {}).get(key, Chain(draft_len)))
+        events = generate(t, d, rule, cond=None, num_tokens=num_tokens, config=config, seed=11)
         racers.append(Racer(key, key, events, num_tokens))
     log = {r.key: [] for r in racers}
     for racer, event in Race(racers):
@@ -105,7 +107,7 @@ def test_prediction_uses_the_race_acceptance_recomputed_from_events():
 def test_sjd_is_predicted_with_its_window_and_no_drafter():
     """SJD (issue 36): an iteration is one target forward of W + 1 tokens: L = W, c = 0, whatever the race's L."""
     L, W = 2, 3
-    racers, log = _race({"eagle-1": EagleRule(), "sjd": SJDRule(window=W), "vanilla": None}, L)
+    racers, log = _race({"eagle-1": EagleRule(), "sjd": EagleRule(), "vanilla": None}, L, draftings={"sjd": Jacobi(W)})
     times = ForwardTimes(target_s=(0.01, 0.011, 0.012, 0.013), drafter_s=0.002, rows=1, context=2, repeats=1)
     costs = cost.Costs(times)
     rows = {row["key"]: row for row in cost.compare_racers(racers, costs, L, racers[-1], chain=False,

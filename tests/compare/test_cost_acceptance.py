@@ -16,6 +16,7 @@ import torch
 
 from coolsd.compare import cost
 from coolsd.compare.race import Racer
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.round import make_event
 from coolsd.decoding.rules import CoolSDRule, EagleRule
@@ -127,7 +128,7 @@ def test_a_chain_round_reports_the_depths_it_tested_and_their_a(rule):
     kinds = set()
     for seed in range(24):  # COOL-SD delta 2 rejects in few rounds here (seed 17)
         for e in generate(target.fork(), drafter.fork(), rule, cond=None, num_tokens=T,
-                          config=DecodeConfig(draft_len=L, detail=True), seed=seed):
+                          config=DecodeConfig(Chain(L), detail=True), seed=seed):
             d, n = e.detail, e.n_accepted
             reached = min(n + 1, e.n_drafted)  # the first rejection is tested; beyond it nothing
             assert e.tested_depths.tolist() == list(range(1, reached + 1))

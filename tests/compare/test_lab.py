@@ -12,6 +12,7 @@ import torch
 from coolsd.compare.lab import CACHED, Lab, LabDecoder, LabSample, lab_decoders, load_classifier, summarise
 from coolsd.compare.metrics import classifier_outputs, token_nll
 from coolsd.compare.race import fork_models
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, LinearDecayRule, UniformRSDRule
 
@@ -63,7 +64,7 @@ def test_grid_equals_independent_decodes_and_numbers(tiny):
     lab = Lab(tiny.target, tiny.drafter, tiny.tokenizer, tiny.num_tokens, workers=2)
     decoders = lab_decoders("cool-sd", 3.0, tiny.neighbours)
     conds, seeds = [0, 1, 2], [5, 5, 5]
-    config = DecodeConfig(draft_len=3)
+    config = DecodeConfig(Chain(3))
     samples = list(lab.run(decoders, conds, seeds, tiny.default_sampling, config))
     assert len(samples) == 12 and {(s.row, s.column) for s in samples} == {(r, c) for r in range(3) for c in range(4)}
     for s in samples:

@@ -20,6 +20,7 @@ import torch
 from coolsd.compare.microscope import REJECTED, recorded, rerun, residual_label, round_at, round_view
 from coolsd.compare.race import Race, Racer, fork_models
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule
 from coolsd.decoding.sampling import SamplingConfig
@@ -50,7 +51,7 @@ def trace(bundle):
         target, drafter = fork_models(bundle.target, bundle.drafter)
         rule = rule_of(t, key, bundle.neighbours)
         events = generate(target, drafter, rule, cond=COND, num_tokens=bundle.num_tokens,
-                          sampling=SamplingConfig(**SAMPLING), config=DecodeConfig(draft_len=DRAFT_LEN), seed=SEED)
+                          sampling=SamplingConfig(**SAMPLING), config=DecodeConfig(Chain(DRAFT_LEN)), seed=SEED)
         racers.append(Racer(key, key, events, bundle.num_tokens))
     for racer, event in Race(racers):
         t.record([k for k, _ in t.racers].index(racer.key), event)

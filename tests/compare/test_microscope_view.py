@@ -15,7 +15,7 @@ import torch
 
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.drafting import Chain, Jacobi, Tree
 from coolsd.decoding.events import RoundDetail
 from coolsd.decoding.round import make_event, round_detail
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule, UniformRSDRule
@@ -135,14 +135,18 @@ def test_matches_compares_starts_and_tokens():
 # ---------------------------------------------------------------- what a re-run uses
 def test_setup_of_reads_the_race_settings_and_defaults():
     sampling, config, seed = scope.setup_of(RaceTrace("tiny", {}, [], 4, (2, 2)))
-    assert seed == 0 and config.draft_len == DecodeConfig().draft_len and config.tree is None and config.detail
+    assert seed == 0 and config.drafting == Chain() and config.detail
     assert sampling == SamplingConfig()
     s = {"sampling": {"temperature": 0.5, "top_k": 3}, "draft_len": 2, "drafting": "eagle-25", "seed": 17}
     sampling, config, seed = scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)))
-    assert (seed, config.draft_len, config.tree, config.detail) == (17, 2, "eagle-25", True)
+    assert (seed, config.drafting, config.detail) == (17, Tree("eagle-25"), True)
     assert sampling == SamplingConfig(temperature=0.5, top_k=3)
-    _, config, _ = scope.setup_of(RaceTrace("tiny", {"drafting": "chain"}, [], 4, (2, 2)))
-    assert config.tree is None
+    _, config, _ = scope.setup_of(RaceTrace("tiny", {"drafting": "chain", "draft_len": 2}, [], 4, (2, 2)))
+    assert config.drafting == Chain(2)
+    # a racer's own drafting where the trace records it (the no-drafter group: Jacobi, whatever the race's)
+    s |= {"draftings": {"sjd": {"drafting": "jacobi", "window": 5, "reuse": True, "init": "last"}}}
+    assert scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)), "sjd")[1].drafting == Jacobi(5, reuse=True)
+    assert scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)), "eagle-1")[1].drafting == Tree("eagle-25")
 
 
 def test_rule_of_rebuilds_each_racer():

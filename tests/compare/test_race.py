@@ -9,6 +9,7 @@ import torch
 from llamagen_weights import random_models  # tests/ helper
 
 from coolsd.compare.race import Race, Racer, fork_models
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.events import RoundEvent, TokenOutcome
 from coolsd.decoding.rules import make_rule
@@ -96,7 +97,7 @@ def test_race_of_forked_models_equals_separate_runs(tiny, workers):
     """Interleaving decoders on forked handles, one at a time or two on worker threads, gives exactly the tokens of
     decoding each alone (same seed)."""
     b = tiny
-    sampling, config = SamplingConfig(cfg_scale=2.0), DecodeConfig(draft_len=3)
+    sampling, config = SamplingConfig(cfg_scale=2.0), DecodeConfig(Chain(3))
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
              "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
     lanes = {key: fork_models(b.target, b.drafter) for key in rules}
@@ -121,7 +122,7 @@ def test_fork_shares_weights_and_has_its_own_cache(tiny):
     assert target is not b.target and target.stack is not b.target.stack
     assert target.stack.blocks[0][0] is b.target.stack.blocks[0][0]  # same fused tensor, not a copy
     assert drafter.lm_head is b.drafter.lm_head
-    config = DecodeConfig(draft_len=2)
+    config = DecodeConfig(Chain(2))
     first = run(target, drafter, make_rule("eagle-1"), cond=1, num_tokens=b.num_tokens, config=config, seed=0)
     again_t, again_d = fork_models(target, drafter)  # forking a used handle gives a fresh cache
     assert again_t.stack.k is None and target.stack.k is not None
@@ -180,7 +181,7 @@ def test_parallel_race_raises_a_racer_error_in_the_caller():
 def test_fork_llamagen_target_and_drafter_race_equals_separate_runs():
     """LlamaGen's drafter reads its target: forked together, each copy reads its own copy (tiny random weights)."""
     target, drafter, caption = random_models(norm_one=True)
-    sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(draft_len=3)
+    sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(Chain(3))
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0), "vanilla": None}
     lanes = {key: fork_models(target, drafter) for key in rules}
     solo = {key: fork_models(target, drafter) for key in rules}

@@ -15,6 +15,7 @@ import torch
 
 from coolsd import CoolSDRule, DecodeConfig, EagleRule, RoundEvent, UniformRSDRule, generate, random_tables
 from coolsd.compare.race import Race, Racer
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.events import TokenOutcome
 
 PHASES = ("draft", "verify", "other")
@@ -98,7 +99,7 @@ def real_race(tables, seed: int = 5) -> Race:
     racers = []
     for key, rule, tree in LANES:
         events = generate(target.fork(), drafter.fork(), rule, cond=None, num_tokens=T,
-                          config=DecodeConfig(draft_len=3, tree=tree), seed=seed)
+                          config=DecodeConfig(chain_or_tree(3, tree)), seed=seed)
         racers.append(Racer(key, key, events, T))
     return Race(racers)
 

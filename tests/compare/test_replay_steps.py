@@ -17,6 +17,7 @@ import torch
 from coolsd import CoolSDRule, DecodeConfig, EagleRule, LinearDecayRule, generate, random_tables
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.events import TokenOutcome
 
 V, T = 3, 8
@@ -33,7 +34,7 @@ def tables():
 def new_race(tables, seed: int = 4) -> Race:
     target, drafter = tables
     return Race([Racer(key, key, generate(target.fork(), drafter.fork(), rule, cond=None,
-                                          num_tokens=T, config=DecodeConfig(draft_len=3, tree=tree), seed=seed), T)
+                                          num_tokens=T, config=DecodeConfig(chain_or_tree(3, tree)), seed=seed), T)
                  for key, rule, tree in LANES])
 
 

@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import CoolSDRule, CustomScheduleRule, EagleRule, LinearDecayRule, UniformRSDRule
 from coolsd.theory import annealing
@@ -75,7 +76,7 @@ def test_a_chain_decode_reports_the_floored_schedule_of_the_configured_L():
     seen = set()
     for seed in range(6):
         for e in generate(target.fork(), drafter.fork(), CoolSDRule(delta=1.1), cond=None, num_tokens=T,
-                          config=DecodeConfig(draft_len=L), seed=seed):
+                          config=DecodeConfig(Chain(L)), seed=seed):
             n = e.n_drafted  # the last rounds draft fewer: the first n values of L's schedule
             assert e.omega.tolist() == pytest.approx(expected[:n], rel=1e-14, abs=0)
             seen.add(n)

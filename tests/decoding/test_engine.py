@@ -9,6 +9,7 @@ import pytest
 import torch
 from exact_engine import engine_distribution
 
+from coolsd.decoding.drafting import Chain, Jacobi, Tree, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, decode, generate, make_generator, run
 from coolsd.decoding.events import DecodeResult, TokenOutcome
 from coolsd.decoding.rules import RULES, CoolSDRule, EagleRule, UniformRSDRule
@@ -48,7 +49,7 @@ def test_empirical_distribution_matches_oracle(models, build_rule, distribution_
     else:
         rule = build_rule(name, codebook=target.codebook, **({"k": 1} if name == "lantern++" else {}))
         probs = exact(target, drafter, rule, L).dist
-    config = DecodeConfig(draft_len=L)
+    config = DecodeConfig(Chain(L))
     results = [run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=s) for s in range(N_SAMPLES)]
     samples = [r.tokens for r in results]
     # the mean number of rounds (target forwards) against the oracle's expectation, within 4 standard errors
@@ -92,8 +93,8 @@ def small_models():
 
 
 def test_exact_rules_cover_the_registry():
-    """Every chain rule (a Jacobi rule drafts with the target itself: tests/decoding/test_jacobi.py)."""
-    assert {name for name, _ in EXACT_RULES.values()} == {n for n, r in RULES.items() if not r.jacobi}
+    """Every rule (each also on every drafting: RuleContract, tests/decoding/test_rules.py)."""
+    assert {name for name, _ in EXACT_RULES.values()} == set(RULES)
 
 
 @pytest.mark.parametrize("case", list(EXACT_RULES))
@@ -102,7 +103,7 @@ def test_engine_distribution_equals_the_oracle_exactly(small_models, build_rule,
     target, drafter = small_models
     name, kwargs = EXACT_RULES[case]
     rule = build_rule(name, codebook=target.codebook, **kwargs)
-    dist, forwards = engine_distribution(target, drafter, rule, ET, DecodeConfig(draft_len=EL), monkeypatch)
+    dist, forwards = engine_distribution(target, drafter, rule, ET, DecodeConfig(Chain(EL)), monkeypatch)
     oracle = exact(target, drafter, rule, EL)
     assert math.isclose(float(dist.sum()), 1.0, abs_tol=1e-12)
     assert float((dist - oracle.dist).abs().max()) <= 1e-12, case
@@ -120,7 +121,7 @@ def test_engine_with_omega_at_most_one_and_g_star_outputs_p_exactly(small_models
     (not only the rule) must use G* there: with Norm([p - q]_+) the output moves away from P."""
     target, drafter = small_models
     assert (rule.omega(torch.arange(1, EL + 1), EL) <= 1).all()
-    config = DecodeConfig(draft_len=EL)
+    config = DecodeConfig(Chain(EL))
     dist, forwards = engine_distribution(target, drafter, rule, ET, config, monkeypatch)
     assert float((dist - sequence_probs(target)).abs().max()) <= 1e-12
     assert math.isclose(forwards, exact(target, drafter, rule, EL).expected_rounds, rel_tol=1e-12)
@@ -141,7 +142,7 @@ def test_vanilla_distribution_is_p_exactly(small_models, monkeypatch):
 RULE_NAMES = sorted(RULES)
 
 
-@pytest.mark.parametrize("tree", [None, "binary-2"])
+@pytest.mark.parametrize("tree", [None, "binary-2", "jacobi"])
 @pytest.mark.parametrize("name", RULE_NAMES + ["vanilla"])
 def test_event_invariants(models, build_rule, name, tree):
     target, drafter = models
@@ -151,7 +152,9 @@ def test_event_invariants(models, build_rule, name, tree):
         rule = build_rule(name, codebook=target.codebook, k=1)  # V = 3: two other codes
     else:
         rule = build_rule(name)
-    config = DecodeConfig(draft_len=L, tree=tree)
+    jacobi = tree == "jacobi" and rule is not None  # (vanilla AR ignores the drafting)
+    config = DecodeConfig(Jacobi(3) if tree == "jacobi" else chain_or_tree(L, tree))
+    tree = None if tree == "jacobi" else tree
     taus = []
     for seed in range(5):
         events = list(generate(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=seed))
@@ -167,16 +170,15 @@ def test_event_invariants(models, build_rule, name, tree):
             assert ((e.accept_probs[:reached] >= 0) & (e.accept_probs[:reached] <= 1)).all()
             assert len(e.tested_depths) == len(e.tested_probs) >= reached
             assert e.last in (RESAMPLED, BONUS)
-            jacobi = rule is not None and rule.jacobi  # (SJD: its window W, chain or tree asked for)
             if tree is None or jacobi:
-                assert e.n_drafted <= (rule.window if jacobi else L)
+                assert e.n_drafted <= (config.drafting.draft_len if jacobi else L)
             # binary-2: every node above the deepest level has children, so a round ends on a bonus token
             # exactly when it accepted a draft at every depth it drafted
             assert (e.last == BONUS) == (e.n_accepted == e.n_drafted)
             if e.n_drafted and rule is not None:
                 # the schedule's L: the configured draft length, or the tree's full depth (also where fewer
                 # levels were left to draft at the image's end)
-                schedule_len = max(map(len, TREES[tree])) if tree and not jacobi else L
+                schedule_len = max(map(len, TREES[tree])) if tree else config.drafting.draft_len
                 torch.testing.assert_close(e.omega, rule.omega(torch.arange(1, e.n_drafted + 1), schedule_len))
             # every round has a timed target forward; draft time only where a drafter ran (SJD: drew its window)
             assert set(e.seconds) == {"draft", "verify", "other"} and e.seconds["verify"] > 0
@@ -207,7 +209,7 @@ def test_vanilla_when_drafter_or_rule_missing(models):
 def test_same_seed_same_tokens(models, build_rule, tree):
     target, drafter = models
     rule = build_rule("cool-sd")
-    config = DecodeConfig(draft_len=L, tree=tree)
+    config = DecodeConfig(chain_or_tree(L, tree))
     first = run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=7)
     again = run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=7)
     assert torch.equal(first.tokens, again.tokens) and first.kinds == again.kinds
@@ -221,10 +223,10 @@ def test_same_seed_same_tokens(models, build_rule, tree):
 def test_explicit_generator_equals_seed(models):
     target, drafter = models
     rule = CoolSDRule()
-    events = decode(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(draft_len=L),
+    events = decode(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(Chain(L)),
                     generator=make_generator(3))
     assert torch.equal(DecodeResult.from_events(events).tokens,
-                       run(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(draft_len=L),
+                       run(target, drafter, rule, cond=None, num_tokens=T, config=DecodeConfig(Chain(L)),
                            seed=3).tokens)
 
 
@@ -236,13 +238,13 @@ def test_greedy_is_the_targets_greedy_sequence(tabular, build_rule, name, tree):
         target, drafter = tabular(4, 5, seed=seed)
         rule = None if name == "vanilla" else build_rule(name, codebook=target.codebook)
         result = run(target, drafter, rule, cond=None, num_tokens=5, sampling=SamplingConfig(temperature=0.0),
-                     config=DecodeConfig(draft_len=3, tree=tree), seed=seed)
+                     config=DecodeConfig(chain_or_tree(3, tree)), seed=seed)
         assert result.tokens.tolist() == greedy_sequence(target)
 
 
 def test_draft_len_longer_than_the_image(models):
     target, drafter = models
-    result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=T, config=DecodeConfig(draft_len=50), seed=0)
+    result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=T, config=DecodeConfig(Chain(50)), seed=0)
     assert len(result.tokens) == T and all(e.n_drafted <= T - 2 for e in result.events)
 
 
@@ -253,14 +255,15 @@ def test_num_tokens_one(models):
 
 
 # ---------------------------------------------------------------- bad parameters fail early
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"draft_len": 0}, "draft_len"), ({"draft_len": -2}, "draft_len"), ({"draft_len": 1.5}, "draft_len"),
-    ({"draft_len": math.nan}, "draft_len"), ({"draft_len": math.inf}, "draft_len"), ({"draft_len": True}, "draft_len"),
-    ({"tree": "nope"}, "tree"), ({"detail": "yes"}, "detail"), ({"detail": 1}, "detail"),
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda: Chain(0), "draft_len"), (lambda: Chain(-2), "draft_len"), (lambda: Chain(1.5), "draft_len"),
+    (lambda: Chain(math.nan), "draft_len"), (lambda: Chain(math.inf), "draft_len"), (lambda: Chain(True), "draft_len"),
+    (lambda: Tree("nope"), "tree"), (lambda: Jacobi(0), "window"), (lambda: DecodeConfig(detail="yes"), "detail"),
+    (lambda: DecodeConfig(detail=1), "detail"), (lambda: DecodeConfig("chain"), "drafting"),
 ])
-def test_bad_decode_config(kwargs, field):
+def test_bad_decode_config(make, field):
     with pytest.raises(ValueError, match=field):
-        DecodeConfig(**kwargs)
+        make()
 
 
 @pytest.mark.parametrize(("num_tokens", "seed", "match"), [
@@ -279,9 +282,9 @@ def test_whole_floats_are_integers(models):
     target, drafter = models
     as_ints = run(target, drafter, CoolSDRule(), cond=None, num_tokens=2, seed=1)
     as_floats = run(target, drafter, CoolSDRule(), cond=None, num_tokens=2.0, seed=1.0,
-                    config=DecodeConfig(draft_len=3.0))
-    assert as_floats.tokens.tolist() == as_ints.tokens.tolist() and DecodeConfig(draft_len=3.0).draft_len == 3
-    assert type(DecodeConfig(draft_len=3.0).draft_len) is int
+                    config=DecodeConfig(Chain(3.0)))
+    assert as_floats.tokens.tolist() == as_ints.tokens.tolist() and Chain(3.0).draft_len == 3
+    assert type(Chain(3.0).draft_len) is int
 
 
 def test_chain_feeds_features_and_positions_like_eagle(tabular):
@@ -294,7 +297,7 @@ def test_chain_feeds_features_and_positions_like_eagle(tabular):
         for seed in range(4):
             calls = drafter.calls
             result = run(target, drafter, CoolSDRule(), cond=None, num_tokens=7,
-                         config=DecodeConfig(draft_len=draft_len), seed=seed)
+                         config=DecodeConfig(Chain(draft_len)), seed=seed)
             assert len(result.tokens) == 7
             assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # no wasted drafter call
 
@@ -305,14 +308,16 @@ def test_error_messages_in_full(models):
 
     target, drafter = models
     cases = [
-        (lambda: DecodeConfig(draft_len=0), "draft_len must be >= 1, got 0"),
-        (lambda: DecodeConfig(tree="oak"),
-         f"unknown tree 'oak'; choose one of {', '.join(sorted(TREES))} or None for chain"),
+        (lambda: DecodeConfig(Chain(0)), "draft_len must be >= 1, got 0"),
+        (lambda: DecodeConfig(Tree("oak")),
+         f"unknown tree 'oak'; choose one of {', '.join(sorted(TREES))}"),
         (lambda: make_generator(2**63), "seed must be in [0, 2**63), got 9223372036854775808"),
         (lambda: run(target, None, CoolSDRule(), cond=None, num_tokens=T),
-         "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
+         "chain drafting without a drafter: pass one, draft by Jacobi iteration (coolsd.decoding.drafting.Jacobi), "
+         "or rule=None for vanilla AR"),
         (lambda: generate(target, None, CoolSDRule(), cond=None, num_tokens=T),  # at the call, not on first next()
-         "a rule without a drafter: pass both for speculative decoding, or rule=None for vanilla AR"),
+         "chain drafting without a drafter: pass one, draft by Jacobi iteration (coolsd.decoding.drafting.Jacobi), "
+         "or rule=None for vanilla AR"),
         (lambda: run(target, None, None, cond=None, num_tokens=0), "num_tokens must be >= 1, got 0"),
     ]
     for call, message in cases:
@@ -345,7 +350,7 @@ def test_chain_draws_only_from_the_seeded_generator(models, build_rule):
         for global_seed in (1, 2):
             torch.manual_seed(global_seed)
             result = run(target, drafter, build_rule("cool-sd"), cond=None, num_tokens=T,
-                         config=DecodeConfig(draft_len=L), seed=seed)
+                         config=DecodeConfig(Chain(L)), seed=seed)
             outcomes.append([(e.tokens.tolist(), e.tested_probs.tolist()) for e in result.events])
         assert outcomes[0] == outcomes[1]
 
@@ -374,7 +379,7 @@ def test_every_chain_depth_is_verified_with_its_own_paths_p_and_q(tabular):
     rejections = 0
     for seed in range(6):
         spy = Spy(CoolSDRule())
-        result = run(target, drafter, spy, cond=None, num_tokens=7, config=DecodeConfig(draft_len=3), seed=seed)
+        result = run(target, drafter, spy, cond=None, num_tokens=7, config=DecodeConfig(Chain(3)), seed=seed)
         tests, residuals = iter(spy.tests), iter(spy.residuals)
         prefix = result.events[0].tokens.tolist()
         for e in result.events[1:]:
@@ -403,7 +408,7 @@ def test_condition_and_default_seed_reach_the_models(tabular):
     from exact_engine import checked_models
 
     target, drafter = checked_models(*tabular(3, 5, seed=11))
-    rule, config = CoolSDRule(), DecodeConfig(draft_len=2)
+    rule, config = CoolSDRule(), DecodeConfig(Chain(2))
     reference = run(target, drafter, rule, cond=7, num_tokens=5, config=config, seed=0)
     assert target.cond == drafter.cond == 7
     by_decode = DecodeResult.from_events(decode(target, drafter, rule, cond=8, num_tokens=5, config=config))

@@ -23,15 +23,17 @@ from test_sampling_exact import SAMPLINGS, GuidedTarget, guided_models, processe
 
 from coolsd import DecodeConfig, SamplingConfig, run, sequence_probs
 from coolsd.decoding import jacobi
+from coolsd.decoding.drafting import Jacobi, chain_or_tree
 from coolsd.decoding.neighbours import neighbour_table
-from coolsd.decoding.rules import CoolSDJacobiRule, CoolSDRule, EagleRule, LanternPPJacobiRule, SJDRule, on_jacobi
+from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule
 from coolsd.theory.jacobi_oracle import exact_jacobi
 from coolsd.theory.tabular import TabularLM, random_tables
 
-SJD_CASES = {
-    "sjd": SJDRule(window=2),
-    "sjd-reuse": SJDRule(window=2, reuse=True),
-    "sjd-uniform-init": SJDRule(window=2, init="uniform"),
+SJD = EagleRule()  # SJD: Eagle-1's test on Jacobi drafts
+SJD_CASES = {  # (rule, drafting) pairs
+    "sjd": (SJD, Jacobi(window=2)),
+    "sjd-reuse": (SJD, Jacobi(window=2, reuse=True)),
+    "sjd-uniform-init": (SJD, Jacobi(window=2, init="uniform")),
 }
 ALL_SAMPLINGS = {"default": SamplingConfig(), **SAMPLINGS}
 
@@ -59,8 +61,8 @@ def test_sjd_output_is_the_target_distribution(monkeypatch, case, sampling_name)
     """V = 3, T = 4, W = 2: round 1 drafts two positions from round 0's p (init), round 2 one from round 1's rows."""
     target, _ = guided_models(seed=3)
     sampling = ALL_SAMPLINGS[sampling_name]
-    dist, forwards = engine_distribution(target, None, SJD_CASES[case], 4, DecodeConfig(), monkeypatch,
-                                         sampling=sampling)
+    rule, drafting = SJD_CASES[case]
+    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(drafting), monkeypatch, sampling=sampling)
     assert math.isclose(float(dist.sum()), 1.0, abs_tol=1e-12)
     assert float((dist - p_of(target, sampling)).abs().max()) <= 1e-12, (case, sampling_name)
     assert forwards < 4 or sampling_name == "greedy"  # fewer target forwards than vanilla AR (4)
@@ -72,7 +74,7 @@ def test_sjd_with_drafts_carried_over_is_exact(monkeypatch, reuse, sampling_name
     """V = 2, T = 6, W = 3: windows that keep drafts of an earlier iteration (where reuse couples them)."""
     target = guided_target(2, 6, seed=1)
     sampling = ALL_SAMPLINGS[sampling_name]
-    dist, _ = engine_distribution(target, None, SJDRule(window=3, reuse=reuse), 6, DecodeConfig(), monkeypatch,
+    dist, _ = engine_distribution(target, None, SJD, 6, DecodeConfig(Jacobi(window=3, reuse=reuse)), monkeypatch,
                                   sampling=sampling, max_paths=100_000)
     assert float((dist - p_of(target, sampling)).abs().max()) <= 1e-12
 
@@ -87,26 +89,26 @@ def test_keeping_drafts_without_the_coupling_is_biased(monkeypatch):
         return torch.cat([kept, dice.drafts(q)[len(kept) :]])
 
     monkeypatch.setattr(jacobi.JacobiDrafts, "draws", always_keep)
-    dist, _ = engine_distribution(target, None, SJDRule(window=3), 6, DecodeConfig(), monkeypatch,
+    dist, _ = engine_distribution(target, None, SJD, 6, DecodeConfig(Jacobi(window=3)), monkeypatch,
                                   max_paths=100_000)
     assert 0.5 * float((dist - p_of(target, SamplingConfig())).abs().sum()) > 1e-2
 
 
 # ---------------------------------------------------------------- relaxed rules on Jacobi drafts: the Jacobi oracle
-def relaxed_rule(case: str, codebook: torch.Tensor, window: int):
+def relaxed_rule(case: str, codebook: torch.Tensor, window: int) -> tuple:
     """A relaxed rule offered on Jacobi drafts, at settings where it relaxes at every window depth; LANTERN++
     pools over the neighbours of `codebook` (V, C)."""
     if case == "lantern++-jacobi":
-        return LanternPPJacobiRule(k=1, lam=3.0, window=window).with_neighbours(neighbour_table(codebook))
-    return {"cool-sd-jacobi": CoolSDJacobiRule(delta=2.0, window=window),
-            "cool-sd-jacobi-unclipped": CoolSDJacobiRule(delta=1.5, nu=1.0, floor_at_one=False, window=window),
-            "cool-sd-jacobi-uniform-init": CoolSDJacobiRule(delta=2.0, window=window, init="uniform")}[case]
+        return LanternPPRule(k=1, lam=3.0).with_neighbours(neighbour_table(codebook)), Jacobi(window)
+    return {"cool-sd-jacobi": (CoolSDRule(delta=2.0), Jacobi(window)),
+            "cool-sd-jacobi-unclipped": (CoolSDRule(delta=1.5, nu=1.0, floor_at_one=False), Jacobi(window)),
+            "cool-sd-jacobi-uniform-init": (CoolSDRule(delta=2.0), Jacobi(window, init="uniform"))}[case]
 
 
-def oracle_of(target: GuidedTarget, sampling: SamplingConfig, rule):
+def oracle_of(target: GuidedTarget, sampling: SamplingConfig, rule, drafting: Jacobi):
     """`exact_jacobi` on the processed target (numpy tables of spec section 1)."""
     tables = TabularLM(processed_tables(target, sampling), target.vocab_size, target.num_tokens)
-    return exact_jacobi(tables, rule, p_of(target, sampling))
+    return exact_jacobi(tables, rule, drafting, p_of(target, sampling))
 
 
 @pytest.mark.parametrize("sampling_name", ["default", "all"])
@@ -116,9 +118,9 @@ def test_relaxed_jacobi_is_the_oracle(monkeypatch, case, sampling_name):
     """V = 3, T = 4, W = 2: the engine's exact output is the oracle's, which is not P (the rule relaxes)."""
     target, _ = guided_models(seed=3)
     sampling = ALL_SAMPLINGS[sampling_name]
-    rule = relaxed_rule(case, target.codebook, 2)
-    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(), monkeypatch, sampling=sampling)
-    oracle = oracle_of(target, sampling, rule)
+    rule, drafting = relaxed_rule(case, target.codebook, 2)
+    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(drafting), monkeypatch, sampling=sampling)
+    oracle = oracle_of(target, sampling, rule, drafting)
     assert float((dist - oracle.dist).abs().max()) <= 1e-12, (case, sampling_name)
     assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
     assert oracle.tv > 1e-3 and oracle.tv <= oracle.bound + 1e-12
@@ -131,9 +133,10 @@ def test_relaxed_jacobi_with_drafts_carried_over_is_the_oracle(monkeypatch, case
     V = 3, T = 5, W = 2 (LANTERN++: a neighbour to pool needs V >= 3)."""
     v, t, w = (2, 6, 3) if case == "cool-sd-jacobi" else (3, 5, 2)
     target = guided_target(v, t, seed=1)
-    rule = dataclasses.replace(relaxed_rule(case, torch.tensor([[0.0], [1.0], [2.5]])[:v], w), reuse=reuse)
-    dist, _ = engine_distribution(target, None, rule, t, DecodeConfig(), monkeypatch, max_paths=100_000)
-    oracle = oracle_of(target, SamplingConfig(), rule)
+    rule, drafting = relaxed_rule(case, torch.tensor([[0.0], [1.0], [2.5]])[:v], w)
+    drafting = dataclasses.replace(drafting, reuse=reuse)
+    dist, _ = engine_distribution(target, None, rule, t, DecodeConfig(drafting), monkeypatch, max_paths=100_000)
+    oracle = oracle_of(target, SamplingConfig(), rule, drafting)
     assert float((dist - oracle.dist).abs().max()) <= 1e-12
     assert oracle.tv > 1e-3 and oracle.tv <= oracle.bound + 1e-12
 
@@ -156,13 +159,12 @@ def test_q_from_the_wrong_iteration_fails_the_relaxed_check(monkeypatch, reuse):
     """The check has power: with q from the iteration before the last the relaxed output leaves the oracle, while
     SJD's stays P (Eagle-1 is exact for any q fixed before the draw, so only a relaxed rule can see this)."""
     target = guided_target(2, 6, seed=1)
-    cool = CoolSDJacobiRule(delta=2.0, window=3, reuse=reuse)
-    sjd = SJDRule(window=3, reuse=reuse)
+    cool, config = CoolSDRule(delta=2.0), DecodeConfig(Jacobi(window=3, reuse=reuse))
     with monkeypatch.context() as wrong:
         stale_rows(wrong)
-        dist, _ = engine_distribution(target, None, cool, 6, DecodeConfig(), monkeypatch, max_paths=100_000)
-        lossless, _ = engine_distribution(target, None, sjd, 6, DecodeConfig(), monkeypatch, max_paths=100_000)
-    assert 0.5 * float((dist - oracle_of(target, SamplingConfig(), cool).dist).abs().sum()) > 1e-2
+        dist, _ = engine_distribution(target, None, cool, 6, config, monkeypatch, max_paths=100_000)
+        lossless, _ = engine_distribution(target, None, SJD, 6, config, monkeypatch, max_paths=100_000)
+    assert 0.5 * float((dist - oracle_of(target, SamplingConfig(), cool, config.drafting).dist).abs().sum()) > 1e-2
     assert float((lossless - p_of(target, SamplingConfig())).abs().max()) <= 1e-12
 
 
@@ -172,15 +174,14 @@ def test_the_oracle_keeps_p_for_sjd():
     so the accepted drafts add up to T - E[forwards]."""
     target = TabularLM(random_tables(3, 5, seed=7)[0].table, 3, 5)
     p = sequence_probs(target)
-    for rule in (SJDRule(window=2), SJDRule(window=3, reuse=True), SJDRule(window=3, init="uniform")):
-        result = exact_jacobi(target, rule, p)
+    for drafting in (Jacobi(window=2), Jacobi(window=3, reuse=True), Jacobi(window=3, init="uniform")):
+        result = exact_jacobi(target, SJD, drafting, p)
         assert float((result.dist - p).abs().max()) <= 1e-12 and result.bound <= 1e-12
-    sjd, cool = exact_jacobi(target, SJDRule(window=3), p), exact_jacobi(target, CoolSDJacobiRule(window=3), p)
+    sjd, cool = exact_jacobi(target, SJD, Jacobi(3), p), exact_jacobi(target, CoolSDRule(), Jacobi(3), p)
     assert cool.tau > sjd.tau > 1 and 0 < cool.tv <= cool.bound
     for result in (sjd, cool):
         assert math.isclose(sum(result.depth_accepts), 5 - result.expected_rounds, abs_tol=1e-12)
         assert list(result.depth_tests) == sorted(result.depth_tests, reverse=True)  # deeper: reached less often
-    assert on_jacobi(CoolSDRule(), window=3) == CoolSDJacobiRule(window=3)
 
 
 def test_coupled_draw_is_q_on_average_and_keeps_what_q_allows():
@@ -264,9 +265,9 @@ def test_two_iterations_worked_by_hand(monkeypatch, init):
     gives p_3 = p(.|0, 0, 0) = (0.8, 0.2): a = min(1, 0.2 / 0.7) = 2/7, u = 0.5: rejected; the residual
     Norm([(0.8, 0.2) - (0.3, 0.7)]_+) = (1, 0) gives 0.
     Iteration 3 (t = 4): the last token, a plain target step on [0] at position 3: p(.|0, 0, 0, 0) = (0.8, 0.2)."""
-    target, rule = Markov(), Recording(SJDRule(window=2, init=init))
+    target, rule = Markov(), Recording(SJD)
     drawn_from = scripted(monkeypatch, [0, 0, 1, 0, 1, 0, 1], [[0.1, 0.9], [0.5]])
-    events = list(jacobi_decode(target, rule))
+    events = list(jacobi_decode(target, rule, Jacobi(window=2, init=init)))
     start = (0.6, 0.4) if init == "last" else (0.5, 0.5)
     expect_rows = [(0.6, 0.4), start, start, (1.0, 0.0), (0.3, 0.7), (1.0, 0.0), (0.8, 0.2)]
     assert [tuple(round(float(v), 12) for v in r) for r in drawn_from] == expect_rows
@@ -284,20 +285,23 @@ def test_two_iterations_worked_by_hand(monkeypatch, init):
     assert [(e.target_forwards, e.draft_forwards) for e in events] == [(1, 0)] * 4
 
 
-def jacobi_decode(target, rule, **kw):
+def jacobi_decode(target, rule, drafting: Jacobi, **kw):
     from coolsd.decoding.engine import decode
 
-    return decode(target, None, rule, num_tokens=target.num_tokens, **kw)
+    return decode(target, None, rule, num_tokens=target.num_tokens, config=DecodeConfig(drafting), **kw)
 
 
 # ---------------------------------------------------------------- events and the engine's contract
-@pytest.mark.parametrize("rule", [SJDRule(window=3), CoolSDJacobiRule(delta=4.0, window=3)], ids=["sjd", "cool"])
+@pytest.mark.parametrize("rule", [SJD, CoolSDRule(delta=4.0)], ids=["sjd", "cool"])
 def test_jacobi_needs_no_drafter_and_ignores_one_given(rule):
     target, drafter = random_tables(4, 6, seed=2)
-    alone = run(target, None, rule, num_tokens=6, seed=5)
-    given = run(target, drafter, rule, num_tokens=6, seed=5, config=DecodeConfig(draft_len=1, tree="binary-2"))
+    config = DecodeConfig(Jacobi(window=3))
+    alone = run(target, None, rule, num_tokens=6, seed=5, config=config)
+    given = run(target, drafter, rule, num_tokens=6, seed=5, config=config)
     assert alone.tokens.tolist() == given.tokens.tolist() and drafter.length == 0  # (its window, not L or a tree)
-    events = list(jacobi_decode(target, rule))
+    with pytest.raises(ValueError, match="tree drafting without a drafter"):
+        run(target, None, rule, num_tokens=6, seed=5, config=DecodeConfig(chain_or_tree(1, "binary-2")))
+    events = list(jacobi_decode(target, rule, Jacobi(window=3)))
     assert all(e.draft_forwards == 0 and e.target_forwards == 1 and e.n_drafted <= 3 for e in events)
     assert sum(len(e.tokens) for e in events) == 6
     full = [e.omega.tolist() for e in events if e.n_drafted == 3]  # omega over the window's depths, L = W
@@ -306,7 +310,7 @@ def test_jacobi_needs_no_drafter_and_ignores_one_given(rule):
 
 def test_a_window_longer_than_the_image_drafts_what_is_left():
     target, _ = random_tables(3, 4, seed=0)
-    events = list(jacobi_decode(target, SJDRule(window=16)))
+    events = list(jacobi_decode(target, SJD, Jacobi(window=16)))
     assert events[1].n_drafted == 2 and events[1].omega.tolist() == [1.0, 1.0]
 
 
@@ -316,16 +320,18 @@ def test_greedy_jacobi_is_vanilla_greedy():
     target, _ = random_tables(3, 7, seed=4)
     greedy = SamplingConfig(temperature=0.0)
     vanilla = run(target, None, None, num_tokens=7, sampling=greedy).tokens.tolist()
-    lantern = LanternPPJacobiRule(k=1, lam=5.0, window=3).with_neighbours(neighbour_table(target.codebook))
-    for rule in (SJDRule(window=3), SJDRule(window=4, reuse=True), CoolSDJacobiRule(delta=8.0, window=3), lantern):
-        assert run(target, None, rule, num_tokens=7, sampling=greedy, seed=3).tokens.tolist() == vanilla
+    lantern = LanternPPRule(k=1, lam=5.0).with_neighbours(neighbour_table(target.codebook))
+    for rule, drafting in ((SJD, Jacobi(3)), (SJD, Jacobi(4, reuse=True)), (CoolSDRule(delta=8.0), Jacobi(3)),
+                           (lantern, Jacobi(3))):
+        config = DecodeConfig(drafting)
+        assert run(target, None, rule, num_tokens=7, sampling=greedy, seed=3, config=config).tokens.tolist() == vanilla
 
 
 def test_bad_windows_get_one_clear_line():
     for bad in (0, -1, 2.5, "8", None, True, 65):
         with pytest.raises(ValueError) as err:
-            SJDRule(window=bad)
-        assert str(err.value).startswith("SJD window W must be") and "\n" not in str(err.value)
+            Jacobi(window=bad)
+        assert str(err.value).startswith("Jacobi window W must be") and "\n" not in str(err.value)
     with pytest.raises(ValueError, match="init must be one of last, uniform"):
-        SJDRule(init="random")
-    assert SJDRule(window=8.0).window == 8 and not EagleRule.jacobi
+        Jacobi(init="random")
+    assert Jacobi(window=8.0).window == 8 and Jacobi().draft_len == 8 and not Jacobi.needs_drafter

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.omega_text import format_omegas, parse_omegas
 from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
@@ -19,8 +20,6 @@ from coolsd.decoding.rules import (
     LanternRule,
     LinearDecayRule,
     UniformRSDRule,
-    format_omegas,
-    parse_omegas,
 )
 
 TABLE = torch.arange(32).repeat(8, 1)

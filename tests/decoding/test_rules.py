@@ -8,7 +8,11 @@ import math
 
 import pytest
 import torch
+from exact_engine import engine_distribution
 
+from coolsd.decoding.drafting import DRAFTINGS, Chain, Jacobi, Tree
+from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.maths import g_star, lossless_residual, normalise, pick
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.decoding.rules import (
     RULES,
@@ -17,23 +21,20 @@ from coolsd.decoding.rules import (
     LanternPPRule,
     LanternRule,
     UniformRSDRule,
-    g_star,
-    jacobi_class,
-    lossless_residual,
     make_rule,
-    normalise,
     omega_values,
-    on_jacobi,
-    pick,
 )
-from coolsd.theory.oracle import rule_step
+from coolsd.theory.jacobi_oracle import exact_jacobi
+from coolsd.theory.oracle import exact, rule_step
+from coolsd.theory.tabular import random_tables
 
 V, L = 8, 3  # codebook size and draft length of the contract batches
 RULE_VARIANTS = {"cool-sd": [{"residual_kind": "lossless"}, {"floor_at_one": False}],
                   "lantern++": [{"residual_kind": "optimal"}], "lantern": [{"residual_kind": "optimal"}],
-                  "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}],
-                  "cool-sd-jacobi": [{"residual_kind": "lossless"}, {"floor_at_one": True}],
-                  "lantern++-jacobi": [{"residual_kind": "optimal"}]}
+                  "linear-decay": [{"floor_at_one": True}], "custom": [{"floor_at_one": True}]}
+# one of each drafting (`coolsd.decoding.drafting`), small enough to enumerate every draw: a chain of 2, the static
+# chain-as-a-tree (its oracle is the chain's of its depth, 5) and a Jacobi window of 2
+DRAFTING_CASES = {"chain": Chain(2), "tree": Tree("chain-5"), "jacobi": Jacobi(2)}
 
 
 def line_codebook(v: int) -> torch.Tensor:
@@ -163,6 +164,34 @@ class RuleContract:
             if type(rule).lossless:
                 torch.testing.assert_close(step.kernel, p, rtol=0, atol=1e-12)
 
+    @pytest.mark.parametrize("drafting", list(DRAFTING_CASES))
+    def test_every_drafting_gives_its_oracle_exactly(self, build_rule, monkeypatch, drafting):
+        """Any rule runs on any drafting (no class per pair): the engine's exact output distribution (every draw
+        enumerated, `tests/exact_engine.py`) and expected target forwards are the oracle's for the pair (chain and
+        tree: `exact` at the drafting's L; Jacobi: `exact_jacobi`), V = 3, T = 3."""
+        target, drafter = random_tables(3, 3, seed=5)
+        small = {"k": 1} if RULES[self.name].reads_neighbours else {}  # (V = 3: one neighbour per code)
+        rule, shape = build_rule(self.name, codebook=target.codebook, **small), DRAFTING_CASES[drafting]
+        dist, forwards = engine_distribution(target, drafter, rule, 3, DecodeConfig(shape), monkeypatch)
+        oracle = exact_jacobi(target, rule, shape) if isinstance(shape, Jacobi) else \
+            exact(target, drafter, rule, shape.draft_len)
+        assert float((dist - oracle.dist).abs().max()) <= 1e-12, (self.name, drafting)
+        assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
+
+    @pytest.mark.parametrize("drafting", list(DRAFTING_CASES))
+    def test_same_noise_on_every_drafting_that_allows_it(self, build_rule, drafting):
+        """Same noise runs on each drafting that declares it (`Drafting.same_noise`), and is refused in one line
+        by the one that does not (a static tree), before any decoding."""
+        target, drafter = random_tables(3, 4, seed=2)
+        small = {"k": 1} if RULES[self.name].reads_neighbours else {}  # (V = 3: one neighbour per code)
+        rule, shape = build_rule(self.name, codebook=target.codebook, **small), DRAFTING_CASES[drafting]
+        if not shape.same_noise:
+            with pytest.raises(ValueError, match="same noise does not apply to tree drafting"):
+                DecodeConfig(shape, noise="same")
+            return
+        result = run(target, drafter, rule, num_tokens=4, config=DecodeConfig(shape, noise="same"), seed=3)
+        assert len(result.tokens) == 4
+
     def test_greedy_commits_argmax(self, rule):
         """One-hot p and q (temperature 0): the step outputs the target's argmax, drafted right or wrong."""
         eye = torch.eye(V, dtype=torch.float64)
@@ -180,75 +209,10 @@ def test_every_registered_rule_has_a_contract():
 
     covered = {cls.name for cls in contracts(RuleContract) if cls.name}
     assert covered == set(RULES), f"add a RuleContract subclass for {sorted(set(RULES) - covered)}"
+    assert set(DRAFTING_CASES) == set(DRAFTINGS), "RuleContract runs every rule on every drafting"
 
 
 # ---------------------------------------------------------------- per rule
-class TestSJD(RuleContract):
-    """SJD's test and residual are Eagle-1's (its fields configure Jacobi drafting: tests/decoding/test_jacobi.py)."""
-
-    name = "sjd"
-
-    def test_same_maths_as_eagle(self, rule, batch):
-        eagle = EagleRule()
-        for method in ("accept_prob", "residual"):
-            torch.testing.assert_close(getattr(rule, method)(*batch, L), getattr(eagle, method)(*batch, L),
-                                       rtol=0, atol=0)
-        assert type(rule).lossless and type(rule).jacobi and not EagleRule.jacobi
-
-
-class JacobiTwinContract(RuleContract):
-    """A chain rule on Jacobi drafts: its test, residual and omega are its chain rule's, number for number (depth =
-    window position, draft_len = W); its own fields configure the drafting (tests/decoding/test_jacobi.py)."""
-
-    chain = ""
-
-    def test_same_maths_as_its_chain_rule(self, build_rule, batch):
-        p, q, x, depth = batch
-        for settings in [{}, *RULE_VARIANTS.get(self.name, [])]:
-            rule = build_rule(self.name, **settings)
-            chain = self._chain_of(rule)
-            assert type(rule).jacobi and not type(chain).jacobi and type(rule).lossless is type(chain).lossless
-            for draft_len in (L, L + 2):
-                assert rule.chain_accept(p, q, x, draft_len) == chain.chain_accept(p, q, x, draft_len)
-                for method in ("accept_prob", "residual"):
-                    assert torch.equal(getattr(rule, method)(p, q, x, depth, draft_len),
-                                       getattr(chain, method)(p, q, x, depth, draft_len))
-                assert torch.equal(rule.omega(depth, draft_len), chain.omega(depth, draft_len))
-            assert on_jacobi(chain, rule.window, rule.reuse, rule.init) == rule
-
-    def _chain_of(self, rule):
-        """The chain rule `chain` with the same settings (the Jacobi fields dropped)."""
-        drafting = {"window", "reuse", "init"}
-        return RULES[self.chain](**{f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)
-                                    if f.name not in drafting})
-
-
-class TestCoolSDJacobi(JacobiTwinContract):
-    name, chain = "cool-sd-jacobi", "cool-sd"
-
-
-class TestLanternPPJacobi(JacobiTwinContract):
-    name, chain = "lantern++-jacobi", "lantern++"
-
-
-def test_every_chain_rule_runs_on_jacobi_drafts():
-    """Any chain rule has a Jacobi twin (`on_jacobi`, made once per class) named "<name>-jacobi" (Eagle-1's: SJD)
-    that make_rule rebuilds from its config; a Jacobi rule has none."""
-    for name, cls in RULES.items():
-        if cls.jacobi:
-            with pytest.raises(ValueError, match="already drafts by Jacobi"):
-                jacobi_class(cls)
-            continue
-        twin = jacobi_class(cls)
-        assert twin is jacobi_class(cls) and twin.jacobi
-        assert twin.name == ("sjd" if name == "eagle-1" else f"{name}-jacobi")
-        rule = twin(window=4, reuse=True)
-        config = rule.config()
-        assert make_rule(config.pop("rule"), **config) == rule
-    with pytest.raises(ValueError, match="unknown rule 'sjd-jacobi'"):
-        make_rule("sjd-jacobi")
-
-
 class TestEagle(RuleContract):
     name = "eagle-1"
 

@@ -17,15 +17,16 @@ from exact_engine import engine_distribution
 from test_jacobi import oracle_of, relaxed_rule
 from test_sampling_exact import SAMPLINGS, guided_models
 
+from coolsd.decoding.drafting import Chain, Jacobi, Tree
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.noise import SameDice, position_noise, race
-from coolsd.decoding.rules import EagleRule, SJDRule, make_rule
+from coolsd.decoding.rules import EagleRule, make_rule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.theory.coupling import race_agreement, standard_agreement
 from coolsd.theory.oracle import exact, sequence_probs
 from coolsd.theory.tabular import random_tables
 
-SAME = DecodeConfig(draft_len=2, noise="same")
+SAME = DecodeConfig(Chain(2), noise="same")
 
 
 def chi_square_ok(counts: np.ndarray, probs: np.ndarray) -> bool:
@@ -103,10 +104,10 @@ def test_relaxed_jacobi_rules_keep_their_exact_distribution(monkeypatch, case, s
     """Relaxed rules on Jacobi drafts under same noise, with guidance and truncation: the Jacobi oracle's law."""
     target, _ = guided_models(seed=3)
     sampling = SAMPLINGS[sampling_name]
-    rule = relaxed_rule(case, target.codebook, 2)
-    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(noise="same"), monkeypatch,
+    rule, drafting = relaxed_rule(case, target.codebook, 2)
+    dist, forwards = engine_distribution(target, None, rule, 4, DecodeConfig(drafting, noise="same"), monkeypatch,
                                          sampling=sampling)
-    oracle = oracle_of(target, sampling, rule)
+    oracle = oracle_of(target, sampling, rule, drafting)
     assert float((dist - oracle.dist).abs().max()) <= 1e-12
     assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
     assert oracle.tv > 1e-3  # relaxed: not P itself
@@ -120,7 +121,7 @@ def test_sampled_sequences_follow_the_law_over_seeds(build_rule, distribution_te
     target, drafter = random_tables(3, 5, seed=4)
     rule = None if name == "vanilla" else build_rule(name, codebook=target.codebook)
     probs = sequence_probs(target) if rule is None else exact(target, drafter, rule, 3).dist
-    config = DecodeConfig(draft_len=3, noise="same")
+    config = DecodeConfig(Chain(3), noise="same")
     samples = [run(target, drafter, rule, num_tokens=5, config=config, seed=s).tokens for s in range(3000)]
     stat, critical, df = distribution_test(samples, probs, 3)
     assert stat < critical, f"{name}: chi2 {stat:.1f} > {critical:.1f} (df {df})"
@@ -137,7 +138,7 @@ def test_the_sampled_check_has_power_against_a_residual_on_the_tests_uniform(bui
         return row, (race(row, self.e[n]) if n == len(x) else self.s.draw(row, self.host[n][0]))
 
     monkeypatch.setattr(SameDice, "last", correlated)
-    config = DecodeConfig(draft_len=3, noise="same")
+    config = DecodeConfig(Chain(3), noise="same")
     samples = [run(target, drafter, rule, num_tokens=5, config=config, seed=s).tokens for s in range(3000)]
     stat, critical, _ = distribution_test(samples, exact(target, drafter, rule, 3).dist, 3)
     assert stat > critical
@@ -154,15 +155,15 @@ def test_a_lossless_racer_commits_vanilla_ars_tokens_on_100_seeds(setting):
     seed by seed; on the stream they do not (the test's power)."""
     target, drafter = random_tables(4, 7, seed=2)
     sampling = SETTINGS[setting]
-    chain = DecodeConfig(draft_len=3, noise="same")
-    lossless = [EagleRule(), SJDRule(window=4), SJDRule(window=4, reuse=True)]
+    chain = DecodeConfig(Chain(3), noise="same")
+    lossless = [chain, DecodeConfig(Jacobi(4), noise="same"), DecodeConfig(Jacobi(4, reuse=True), noise="same")]
     differs = 0
     for seed in range(100):
         vanilla = run(target, drafter, None, num_tokens=7, sampling=sampling, config=chain, seed=seed).tokens
-        for rule in lossless:
-            got = run(target, drafter, rule, num_tokens=7, sampling=sampling, config=chain, seed=seed).tokens
-            assert got.tolist() == vanilla.tolist(), (setting, seed, rule.name)
-        stream = run(target, drafter, EagleRule(), num_tokens=7, sampling=sampling, config=DecodeConfig(draft_len=3),
+        for config in lossless:  # Eagle-1's test on a drafter's chain and on Jacobi drafts (SJD, + reuse)
+            got = run(target, drafter, EagleRule(), num_tokens=7, sampling=sampling, config=config, seed=seed).tokens
+            assert got.tolist() == vanilla.tolist(), (setting, seed, config.drafting)
+        stream = run(target, drafter, EagleRule(), num_tokens=7, sampling=sampling, config=DecodeConfig(Chain(3)),
                      seed=seed).tokens
         differs += stream.tolist() != vanilla.tolist()
     assert differs > 0 or setting == "greedy"
@@ -175,7 +176,7 @@ def test_the_coupled_test_accepts_the_race_agreement_less_than_the_standard_test
     p0 = target.probs(())
     agree = sum(float(p0[x]) * float(race_agreement(target.probs((x,)), drafter.probs((x,)))) for x in range(4))
     standard = sum(float(p0[x]) * float(standard_agreement(target.probs((x,)), drafter.probs((x,)))) for x in range(4))
-    config = DecodeConfig(draft_len=1, noise="same")
+    config = DecodeConfig(Chain(1), noise="same")
     n = 4000
     accepted = [run(target, drafter, EagleRule(), num_tokens=3, config=config, seed=s).events[1].n_accepted
                 for s in range(n)]
@@ -201,8 +202,8 @@ def test_race_agreement_is_exact_and_at_most_the_standard_rate():
 
 # ---------------------------------------------------------------- settings
 def test_same_noise_refuses_a_tree_and_names_its_choices():
-    with pytest.raises(ValueError, match="chain and Jacobi drafting"):
-        DecodeConfig(tree="eagle-25", noise="same")
+    with pytest.raises(ValueError, match="same noise does not apply to tree drafting.*choose chain or Jacobi"):
+        DecodeConfig(Tree("eagle-25"), noise="same")
     with pytest.raises(ValueError, match="unknown noise 'dice'; choose one of stream, same"):
         DecodeConfig(noise="dice")
 

@@ -15,6 +15,7 @@ import torch
 from test_sampling_exact import SAMPLINGS, T, V, guided_models, processed_tables
 
 from coolsd import DecodeConfig, run, sequence_probs
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.sampling import inverse_cdf
 from coolsd.theory.oracle import exact
 from coolsd.theory.tabular import TabularDrafter, TabularLM
@@ -94,7 +95,7 @@ def guided():
 
 
 def sequences(target, drafter, rule, sampling) -> list[torch.Tensor]:
-    config = DecodeConfig(draft_len=2)
+    config = DecodeConfig(Chain(2))
     return [run(target, drafter, rule, num_tokens=T, sampling=sampling, config=config, seed=s).tokens
             for s in range(N_SEQUENCES)]
 

@@ -23,6 +23,7 @@ import torch
 from exact_engine import engine_distribution
 
 from coolsd import RULES, DecodeConfig, SamplingConfig, sequence_probs
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.tree import TREES
 from coolsd.models.protocol import ModelStep
 from coolsd.theory.oracle import exact
@@ -230,8 +231,8 @@ def _setup(guided, build_rule, case, sampling_name):
 
 
 def test_rule_cases_cover_the_registry():
-    """Every chain rule (a Jacobi rule drafts with the target itself: tests/decoding/test_jacobi.py, same samplings)."""
-    assert {name for name, _ in RULE_CASES.values()} == {n for n, r in RULES.items() if not r.jacobi}
+    """Every rule (on Jacobi drafts at the same samplings: tests/decoding/test_jacobi.py)."""
+    assert {name for name, _ in RULE_CASES.values()} == set(RULES)
 
 
 def test_the_processing_changes_p_and_q(guided):
@@ -266,7 +267,7 @@ def test_chain_engine_equals_the_oracle_on_processed_tables(guided, build_rule, 
     `coolsd.theory.oracle.exact` on the processed tables, to rounding."""
     target, drafter, sampling, p_tab, q_tab, rule = _setup(guided, build_rule, case, sampling_name)
     p, q = TabularLM(p_tab, V, T, target.codebook), TabularDrafter(q_tab, V, T, target.codebook)
-    dist, forwards = engine_distribution(target, drafter, rule, T, DecodeConfig(draft_len=L), monkeypatch,
+    dist, forwards = engine_distribution(target, drafter, rule, T, DecodeConfig(Chain(L)), monkeypatch,
                                          sampling=sampling)
     oracle = exact(p, q, rule, L)
     assert math.isclose(float(dist.sum()), 1.0, abs_tol=1e-12)
@@ -295,7 +296,7 @@ def test_tree_engine_equals_the_tree_oracle_on_processed_tables(guided, build_ru
     target, drafter, sampling, p_tab, q_tab, rule = _setup(guided, build_rule, case, sampling_name)
     monkeypatch.setitem(TREES, "fork-3", FORK_3)
     tree = TREE_OF[sampling_name]
-    dist, forwards = engine_distribution(target, drafter, rule, T, DecodeConfig(tree=tree), monkeypatch,
+    dist, forwards = engine_distribution(target, drafter, rule, T, DecodeConfig(chain_or_tree(tree=tree)), monkeypatch,
                                          sampling=sampling)
     expected, expected_forwards = tree_oracle(p_tab, q_tab, rule, TREES[tree], T)
     assert math.isclose(float(expected.sum()), 1.0, abs_tol=1e-12)

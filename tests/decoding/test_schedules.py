@@ -8,6 +8,7 @@ import pytest
 import torch
 from test_rules import RuleContract
 
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import (
     CoolSDRule,
@@ -172,7 +173,7 @@ def test_engine_samples_follow_the_oracle(toy, distribution_test, rule):
     """The sampling engine's whole sequences match the oracle's exact distribution (chi-square, alpha 1e-3)."""
     target, drafter = toy
     probs = exact(target, drafter, rule, ORACLE[2]).dist
-    samples = [run(target, drafter, rule, cond=None, num_tokens=ORACLE[1], config=DecodeConfig(draft_len=ORACLE[2]),
+    samples = [run(target, drafter, rule, cond=None, num_tokens=ORACLE[1], config=DecodeConfig(Chain(ORACLE[2])),
                    seed=s).tokens
                for s in range(3000)]
     stat, critical, df = distribution_test(samples, probs, ORACLE[0])

@@ -9,9 +9,11 @@ import pytest
 import torch
 from exact_engine import checked_models, engine_distribution
 
+from coolsd.decoding.drafting import Tree, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, run
+from coolsd.decoding.noise import without_replacement
 from coolsd.decoding.rules import CoolSDRule, EagleRule, UniformRSDRule
-from coolsd.decoding.tree import EAGLE_25, TREES, _sample_without_replacement, binary_tree, chain_tree, validate
+from coolsd.decoding.tree import EAGLE_25, TREES, binary_tree, chain_tree, validate
 from coolsd.theory.oracle import exact, sequence_probs
 
 V, T = 3, 4  # 81 sequences; the first speculative round verifies both depths of binary-2
@@ -34,11 +36,11 @@ def test_validate_rejects_broken_trees(paths, match):
         validate(paths)
 
 
-def test_sample_without_replacement(probs, gen, distribution_test):
+def testwithout_replacement(probs, gen, distribution_test):
     """Distinct ids, never a q == 0 token, and ordered pairs drawn with P(x1, x2) = q(x1) q(x2) / (1 - q(x1))."""
     q = torch.tensor([0.4, 0.3, 0.0, 0.2, 0.1], dtype=torch.float64)
-    assert sorted(_sample_without_replacement(q, 10, gen)) == [0, 1, 3, 4]
-    pairs = [_sample_without_replacement(q, 2, gen) for _ in range(4000)]
+    assert sorted(without_replacement(q, 10, gen)) == [0, 1, 3, 4]
+    pairs = [without_replacement(q, 2, gen) for _ in range(4000)]
     assert all(len(set(p)) == 2 and 2 not in p for p in pairs)
     exact = torch.zeros(5, 5, dtype=torch.float64)
     for x1, x2 in itertools.permutations(range(5), 2):
@@ -55,7 +57,7 @@ def test_tree_verification_is_lossless(tabular, distribution_test, rule):
     omega <= 1 at every depth, because its residual is G* (each sibling test is then exact)."""
     target, drafter = tabular(V, T, seed=5)
     assert (rule.omega(torch.arange(1, 3), 2) <= 1).all()
-    config = DecodeConfig(tree="binary-2")
+    config = DecodeConfig(Tree("binary-2"))
     results = [run(target, drafter, rule, cond=None, num_tokens=T, config=config, seed=s) for s in range(N_SAMPLES)]
     stat, critical, df = distribution_test([r.tokens for r in results], sequence_probs(target), V)
     print(f"{rule.name} tree: chi2 {stat:.1f} critical {critical:.1f} df {df}")
@@ -73,7 +75,7 @@ def test_tree_verification_is_exactly_lossless(tabular, monkeypatch, rule):
     """binary-2 on V = 2, T = 4 (both depths verified in round 1): Eagle-1 and any rule with omega <= 1 and G*
     output P exactly, siblings tried without replacement (tests/exact_engine.py enumerates every draw)."""
     target, drafter = tabular(2, 4, seed=5)
-    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(tree="binary-2"), monkeypatch)
+    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(Tree("binary-2")), monkeypatch)
     assert float((dist - sequence_probs(target)).abs().max()) <= 1e-12
     if isinstance(rule, EagleRule):  # V = 2: the two siblings cover q's support, and after the first is rejected
         # the residual is all on the second, which is then accepted: round 1 always commits the whole tree + 1
@@ -99,7 +101,7 @@ def test_rules_on_the_chain_tree_match_the_chain_oracle(tabular, build_rule, mon
     the image's last rounds, where fewer than 5 tokens are left to draft)."""
     target, drafter = tabular(3, 4, seed=7)
     rule = build_rule(name, codebook=target.codebook, **kwargs)
-    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(tree="chain-5"), monkeypatch)
+    dist, forwards = engine_distribution(target, drafter, rule, 4, DecodeConfig(Tree("chain-5")), monkeypatch)
     oracle = exact(target, drafter, rule, 5)
     assert float((dist - oracle.dist).abs().max()) <= 1e-12
     assert math.isclose(forwards, oracle.expected_rounds, rel_tol=1e-12)
@@ -109,7 +111,7 @@ def test_tree_round_events(tabular):
     target, drafter = tabular(4, 5, seed=0)
     for seed in range(10):
         result = run(target, drafter, UniformRSDRule(delta=2.0), cond=None, num_tokens=5,
-                     config=DecodeConfig(tree="binary-2"), seed=seed)
+                     config=DecodeConfig(Tree("binary-2")), seed=seed)
         for e in result.events[1:]:
             depths = e.tested_depths.tolist()
             assert depths == sorted(depths) and all(depths.count(d) <= 2 for d in set(depths))
@@ -121,7 +123,7 @@ def test_eagle_25_runs(tabular):
     """The published 25-node tree on a model deep enough for it (depth 5 needs T >= 7)."""
     target, drafter = tabular(4, 7, seed=0)
     for seed in range(3):
-        result = run(target, drafter, EagleRule(), cond=None, num_tokens=7, config=DecodeConfig(tree="eagle-25"),
+        result = run(target, drafter, EagleRule(), cond=None, num_tokens=7, config=DecodeConfig(Tree("eagle-25")),
                      seed=seed)
         assert len(result.tokens) == 7 and result.rounds < 7  # the tree saved target forwards
         first = result.events[1]  # t = 1 leaves 5 tokens to draft: the whole tree is drafted
@@ -153,7 +155,8 @@ def test_every_node_is_verified_with_its_own_paths_p_and_q(tabular, tree):
     target, drafter = tabular(4, num_tokens, seed=8)
     for seed in range(6):
         spy = _Spy(UniformRSDRule(delta=1.5))
-        result = run(target, drafter, spy, cond=None, num_tokens=num_tokens, config=DecodeConfig(tree=tree), seed=seed)
+        result = run(target, drafter, spy, cond=None, num_tokens=num_tokens,
+                     config=DecodeConfig(chain_or_tree(tree=tree)), seed=seed)
         calls = iter(spy.calls)
         prefix: list[int] = result.events[0].tokens.tolist()
         for e in result.events[1:]:
@@ -207,7 +210,7 @@ def test_tree_feeds_features_and_positions_like_eagle(tabular, tree):
     for seed in range(4):
         calls = drafter.calls
         result = run(target, drafter, UniformRSDRule(delta=1.5), cond=None, num_tokens=7,
-                     config=DecodeConfig(tree=tree), seed=seed)
+                     config=DecodeConfig(chain_or_tree(tree=tree)), seed=seed)
         assert len(result.tokens) == 7
         assert sum(e.draft_forwards for e in result.events) == drafter.calls - calls  # counted, not assumed
 
@@ -221,7 +224,7 @@ def test_tree_draws_only_from_the_seeded_generator(tabular, tree):
         for global_seed in (1, 2):
             torch.manual_seed(global_seed)
             result = run(target, drafter, UniformRSDRule(delta=1.5), cond=None, num_tokens=7,
-                         config=DecodeConfig(tree=tree), seed=seed)
+                         config=DecodeConfig(chain_or_tree(tree=tree)), seed=seed)
             outcomes.append([(e.tokens.tolist(), e.tested_depths.tolist(), e.tested_probs.tolist())
                              for e in result.events])
         assert outcomes[0] == outcomes[1]

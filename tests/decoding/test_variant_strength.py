@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.rules import (
-    CoolSDJacobiRule,
     CoolSDRule,
-    LanternPPJacobiRule,
     LanternPPRule,
     LanternRule,
     LinearDecayRule,
@@ -28,8 +27,7 @@ TABLE = torch.arange(32).repeat(8, 1)
 OPTIONS = {"cool-sd": {"delta": 3.0, "nu": 0.2, "mu": -0.5}, "lantern++": {"k": 3, "lam": 7.0},
            "lantern": {"k": 3, "delta": 0.4}, "uniform-rsd": {"delta": 1.5},
            "linear-decay": {"delta": 2.5, "slope": 0.25}, "custom": {"omegas": (4.0, 2.0, 1.0)},
-           "eagle-1": {}, None: {}, "cool-sd-jacobi": {"delta": 3.0, "nu": 0.2, "mu": -0.5, "window": 5},
-           "lantern++-jacobi": {"k": 3, "lam": 7.0, "window": 5, "reuse": True}}
+           "eagle-1": {}, None: {}}
 VALUE = 1.375
 
 
@@ -53,8 +51,8 @@ def test_which_field_each_variant_relaxes():
     ("lantern++", LanternPPRule(k=3, lam=VALUE, residual_kind="published")),
     ("lantern++-gstar", LanternPPRule(k=3, lam=VALUE, residual_kind="optimal")),
     ("lantern", LanternRule(k=3, delta=VALUE - 1)),  # LANTERN's absolute budget is at most 1
-    ("cool-sd-jacobi", CoolSDJacobiRule(delta=VALUE, nu=0.2, mu=-0.5, floor_at_one=True, window=5)),
-    ("lantern++-jacobi", LanternPPJacobiRule(k=3, lam=VALUE, residual_kind="published", window=5, reuse=True)),
+    ("cool-sd-jacobi", CoolSDRule(delta=VALUE, nu=0.2, mu=-0.5, floor_at_one=True)),  # (on Jacobi drafting)
+    ("lantern++-jacobi", LanternPPRule(k=3, lam=VALUE, residual_kind="published")),
 ])
 def test_the_value_lands_in_the_strength_field_and_nothing_else_moves(key, expected):
     value = VALUE - 1 if key == "lantern" else VALUE
@@ -64,7 +62,8 @@ def test_the_value_lands_in_the_strength_field_and_nothing_else_moves(key, expec
         assert rule.neighbours is TABLE
         expected = expected.with_neighbours(TABLE)
     assert type(rule) is type(expected) and rule.config() == expected.config()
-    assert variants.variant_of(rule.config()) == key  # still the same variant
+    drafting = variants.drafting(key, Chain()).config()  # (the no-drafter group: Jacobi)
+    assert variants.variant_of(rule.config(), drafting) == key  # still the same variant
     assert given == options(key)  # the caller's options are not changed
     # at the variant's defaults: the same, with every other field at its default
     default = variants.at_strength(key, value)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from coolsd.decoding import variants
+from coolsd.decoding.drafting import Chain, Jacobi
 from coolsd.decoding.rules import (
     RULES,
     CoolSDRule,
@@ -15,7 +16,6 @@ from coolsd.decoding.rules import (
     LanternPPRule,
     LinearDecayRule,
     UniformRSDRule,
-    on_jacobi,
 )
 
 TABLE = torch.arange(32).repeat(8, 1)  # any (V, >= k + 1) table: the checks only read its width
@@ -27,7 +27,8 @@ def test_every_variant_builds_and_is_recognised_from_its_config():
         if v.rule is None:
             assert rule is None and variants.variant_of(None) == key
             continue
-        assert rule.name == v.rule and variants.variant_of(rule.config()) == key
+        drafting = variants.drafting(key, Chain())  # (Jacobi for the no-drafter group, else the race's chain)
+        assert rule.name == v.rule and variants.variant_of(rule.config(), drafting.config()) == key
         assert v.colour.startswith("#") and len(v.colour) == 7
     assert len({v.colour for v in variants.VARIANTS.values()}) == len(variants.VARIANTS)
 
@@ -88,14 +89,26 @@ def test_racers_are_the_offered_variants_in_order():
 
 
 def test_relaxed_racers_without_a_drafter():
-    """"COOL-SD, no drafter" is COOL-SD's rule (floored, G*) on Jacobi drafts, its strength delta; LANTERN++'s twin
-    keeps the published residual; both are recognised from their configs, as SJD's racers still are."""
-    cool = variants.build("cool-sd-jacobi", {"delta": 4.0, "window": 6})
-    assert cool == on_jacobi(CoolSDRule(delta=4.0), window=6) and cool.jacobi and not cool.lossless
+    """The no-drafter racers are (Jacobi drafting, rule) pairs: "COOL-SD, no drafter" is COOL-SD's rule (floored,
+    G*) on Jacobi drafts, its strength delta; LANTERN++'s keeps the published residual; SJD is Eagle-1's test.
+    Each is recognised from its (rule config, drafting config) pair; a config recorded when Jacobi drafting was
+    folded into the rule splits into the pair (`split_config`)."""
+    cool = variants.build("cool-sd-jacobi", {"delta": 4.0})
+    drafting = variants.drafting("cool-sd-jacobi", Chain(3), {"window": 6})
+    assert cool == CoolSDRule(delta=4.0) and drafting == Jacobi(window=6)
     assert variants.at_strength("cool-sd-jacobi", 8.0).delta == 8.0
-    assert variants.variant_of(cool.config()) == "cool-sd-jacobi"
+    assert variants.variant_of(cool.config(), drafting.config()) == "cool-sd-jacobi"
+    assert variants.variant_of(cool.config()) == "cool-sd" and variants.variant_of(cool.config(), Chain().config())
     lantern = variants.build("lantern++-jacobi", {"k": 5, "lam": 10.0})
-    assert lantern.residual_kind == "published" and variants.variant_of(lantern.config()) == "lantern++-jacobi"
-    assert variants.variant_of({"rule": "sjd", "window": 8, "reuse": True}) == "sjd-reuse"
+    assert lantern.residual_kind == "published"
+    assert variants.variant_of(lantern.config(), Jacobi().config()) == "lantern++-jacobi"
+    assert variants.drafting("sjd-reuse", Chain(), {"window": 8}) == Jacobi(8, reuse=True)
+    assert variants.drafting("eagle-1", Chain(3), {"window": 8}) == Chain(3)  # (a drafter's: the race's own)
+    assert variants.variant_of(EagleRule().config(), Jacobi(8, reuse=True).config()) == "sjd-reuse"
+    assert variants.split_config({"rule": "sjd", "window": 8, "reuse": True, "init": "last"}) == (
+        {"rule": "eagle-1"}, {"drafting": "jacobi", "window": 8, "reuse": True, "init": "last"})
+    assert variants.split_config({"rule": "cool-sd-jacobi", "delta": 2.0, "window": 8}) == (
+        {"rule": "cool-sd", "delta": 2.0}, {"drafting": "jacobi", "window": 8})
+    assert variants.split_config({"rule": "cool-sd", "delta": 2.0}) == ({"rule": "cool-sd", "delta": 2.0}, None)
     assert all(variants.VARIANTS[k].no_drafter for k in variants.NO_DRAFTER)
     assert not any(variants.VARIANTS[k].no_drafter for k in ("vanilla", "eagle-1", "cool-sd"))

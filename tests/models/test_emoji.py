@@ -13,6 +13,7 @@ from diffusers import VQModel
 from transformers import LlamaForCausalLM, ResNetForImageClassification
 
 from coolsd.compare.race import Race, Racer, fork_models
+from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import BundleError
@@ -139,7 +140,7 @@ def test_the_precision_follows_the_path_and_nothing_is_timed(emoji_dir, monkeypa
 
 def test_race_on_the_emoji_model_equals_separate_runs(emoji_dir, fp32_env):
     b = load_emoji(emoji_dir, device="cpu")
-    config = DecodeConfig(draft_len=3)
+    config = DecodeConfig(Chain(3))
     rules = {"eagle-1": make_rule("eagle-1"), "cool-sd": make_rule("cool-sd", delta=2.0),
              "lantern++": make_rule("lantern++", k=3, lam=5.0).with_neighbours(b.neighbours), "vanilla": None}
     lanes = {key: fork_models(b.target, b.drafter) for key in rules}
@@ -265,7 +266,7 @@ def test_a_folder_with_a_channel_loads_a_hesitating_target_that_races_exactly(em
     assert torch.allclose(b.logits.exp(), torch.softmax(a.logits.float(), -1) @ kernel, atol=1e-6)
     for rule in (None, make_rule("eagle-1"), make_rule("cool-sd", delta=2.0)):
         out = [run(wrapped.target.fork(), wrapped.drafter.fork(wrapped.target) if rule else None, rule, cond=3,
-                   num_tokens=wrapped.num_tokens, sampling=wrapped.default_sampling, config=DecodeConfig(draft_len=2),
+                   num_tokens=wrapped.num_tokens, sampling=wrapped.default_sampling, config=DecodeConfig(Chain(2)),
                    seed=s) for s in (1, 1, 2)]
         assert out[0].tokens.tolist() == out[1].tokens.tolist()  # a seed fixes the tokens
 

@@ -20,6 +20,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from coolsd.compare.race import fork_models
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import RULES
 from coolsd.models import rowkernel
@@ -102,7 +103,7 @@ def test_fused_equals_eager_in_fp32_for_step_verify_tree_crop_and_long_calls(tin
 @pytest.mark.parametrize("tree", [None, "binary-2", "eagle-25"])
 def test_same_tokens_on_fused_and_eager_for_every_rule(tiny, tree, build_rule):
     """Vanilla AR (rule None) included: it runs on the same path as the speculative decoders."""
-    config = DecodeConfig(draft_len=3, tree=tree)
+    config = DecodeConfig(chain_or_tree(3, tree))
     lanes = {path: _pair(tiny, path) for path in ("eager", FUSED)}
     for name in [*RULES, None]:
         rule = build_rule(name, codebook=tiny.tokenizer.codebook) if name else None

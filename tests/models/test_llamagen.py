@@ -24,6 +24,7 @@ from llamagen_weights import (  # tests/ helper
 )
 from safetensors.torch import save_file
 
+from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.neighbours import neighbour_table
 from coolsd.models.llamagen import (
     CaptionEmbedding,
@@ -444,7 +445,7 @@ def test_engine_generation_each_rule(target, drafter, caption, tree):
         make_rule("uniform-rsd", delta=2.0),
         make_rule("cool-sd", delta=2.0),
     ]
-    sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(draft_len=3, tree=tree)
+    sampling, config = SamplingConfig(cfg_scale=3.0, top_k=20), DecodeConfig(chain_or_tree(3, tree))
     for rule in rules:
         result = run(target, drafter, rule, cond=caption, num_tokens=16, sampling=sampling, config=config, seed=0)
         assert result.tokens.shape == (16,) and 0 <= int(result.tokens.min()) and int(result.tokens.max()) < V

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.decoding.sampling import SamplingConfig
@@ -111,8 +112,8 @@ def test_rollback_greedy_speculative_equals_vanilla_greedy(llama, tree):
         ids = torch.cat([ids, hf_logits(llama, llama.config.class_token_offset + 4, ids)[-1].argmax()[None]])
     accepted = []
     for rule in [make_rule("cool-sd", delta=1.0, nu=0.0), make_rule("eagle-1")]:
-        res = run(target, drafter, rule, cond=4, num_tokens=16, sampling=greedy, config=DecodeConfig(draft_len=3,
-                                                                                                     tree=tree), seed=9)
+        res = run(target, drafter, rule, cond=4, num_tokens=16, sampling=greedy,
+            config=DecodeConfig(chain_or_tree(3, tree)), seed=9)
         assert res.tokens.tolist() == ids.tolist()
         accepted.append([e.n_accepted for e in res.events])
     assert accepted[0] == accepted[1]  # omega == 1 is Eagle-1: the same drafts accepted in every round
@@ -126,7 +127,7 @@ def test_tiny_bundle_generates_with_every_rule():
              make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours)]
     for rule in rules:
         res = run(b.target, b.drafter, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling,
-                  config=DecodeConfig(draft_len=4), seed=0)
+                  config=DecodeConfig(Chain(4)), seed=0)
         assert len(res.tokens) == b.num_tokens
         assert res.target_forwards < b.num_tokens  # the tiny drafter helps (tau 3.2 to 4 at seed 0)
     assert b.tokenizer.decode(res.tokens).shape == (1, 8, 8)
@@ -171,7 +172,7 @@ def test_shipped_bundle_generates_one_image_per_decoder(embedded):
                 (b.drafter, make_rule("lantern++", k=5, lam=10, neighbours=b.neighbours))]
     for drafter, rule in decoders:
         res = run(b.target, drafter, rule, cond=3, num_tokens=b.num_tokens, sampling=b.default_sampling,
-                  config=DecodeConfig(draft_len=5), seed=0)
+                  config=DecodeConfig(Chain(5)), seed=0)
         assert len(res.tokens) == 256 and res.tokens.max() < 256
         assert res.tau == 1 if rule is None else res.tau > 1.5  # the shipped drafter: tau about 2.8 to 3.5
         image = b.tokenizer.decode(res.tokens)

@@ -11,6 +11,7 @@ import torch
 from llamagen_weights import random_models  # tests/ helper
 
 from coolsd.compare.race import fork_models
+from coolsd.decoding.drafting import Chain, chain_or_tree
 from coolsd.decoding.engine import DecodeConfig, generate, run
 from coolsd.decoding.rules import RULES
 from coolsd.models import rowkernel
@@ -92,7 +93,7 @@ def test_padded_slots_never_change_kept_tokens_or_cache(tiny):
 
 @pytest.mark.parametrize("tree", [None, "binary-2", "eagle-25"])
 def test_same_tokens_on_both_paths_for_every_rule(tiny, tree, build_rule):
-    config = DecodeConfig(draft_len=3, tree=tree)
+    config = DecodeConfig(chain_or_tree(3, tree))
     lanes = {path: _pair(tiny, path) for path in ("eager", "static")}
     for name in [*RULES, None]:
         rule = _rule(build_rule, name, tiny) if name else None
@@ -109,7 +110,7 @@ def test_same_tokens_on_both_paths_for_every_rule(tiny, tree, build_rule):
 def test_shipped_model_same_tokens_on_both_paths(embedded_bundle, build_rule):
     b = embedded_bundle
     lanes = {path: _pair(b, path) for path in ("eager", "static")}
-    settings = [("cool-sd", DecodeConfig(draft_len=5)), ("eagle-1", DecodeConfig(draft_len=4, tree="eagle-25"))]
+    settings = [("cool-sd", DecodeConfig(Chain(5))), ("eagle-1", DecodeConfig(chain_or_tree(4, "eagle-25")))]
     for name, config in settings:
         rule = _rule(build_rule, name, b)
         tokens = {path: run(t, d, rule, cond=7, num_tokens=b.num_tokens, sampling=b.default_sampling, config=config,
@@ -188,7 +189,7 @@ def test_llamagen_same_tokens_on_both_paths_for_every_rule(tiny_llamagen, tree, 
     for name in [*RULES, None]:
         rule = build_rule(name, codebook=codebook) if name else None
         tokens = {path: run(t, d, rule, cond=caption, num_tokens=16, sampling=SamplingConfig(cfg_scale=2.0),
-                            config=DecodeConfig(draft_len=3, tree=tree), seed=4).tokens.tolist()
+                            config=DecodeConfig(chain_or_tree(3, tree)), seed=4).tokens.tolist()
                   for path, (t, d) in lanes.items()}
         assert tokens["static"] == tokens["eager"], (name, tree)
     assert lanes["static"][0]._blocks and lanes["static"][1]._blocks and not lanes["eager"][0]._blocks
