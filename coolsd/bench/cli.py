@@ -27,7 +27,7 @@ from coolsd.bench import limit_table, report
 from coolsd.bench.runner import close_processes, gather, init_processes, rank_slice, run_items, work_items
 from coolsd.bench.settings import NO_DRAFTER, Setting, sweep
 from coolsd.compare.metrics import load_real_stats
-from coolsd.decoding.drafting import Chain
+from coolsd.decoding.drafting import Chain, Jacobi
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.models.bundle import load_embedded
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cool-nu", type=float, default=CoolSDRule.nu, help="COOL-SD annealing rate nu")
     g.add_argument("--cool-unclipped-delta", type=_floats, default=[2.0],
                    help="COOL-SD deltas also run unclipped (--cool-delta runs COOL-SD floored at 1, the default)")
-    g.add_argument("--jacobi-window", type=int_list, default=[8],
+    g.add_argument("--jacobi-window", type=int_list, default=[Jacobi.window],
                    help="Jacobi drafting's windows W (no drafter, the target drafts W tokens per iteration): at each "
                         "W, SJD (Eagle-1's test), 'SJD + reuse' unless --no-sjd-reuse, and every --no-drafter rule")
     g.add_argument("--sjd-reuse", action=argparse.BooleanOptionalAction, default=True,
