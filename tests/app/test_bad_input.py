@@ -195,7 +195,7 @@ def test_noise_takes_its_two_choices_and_same_noise_refuses_a_static_tree(app, c
         data = defaults(app, name)
         data[names.index("noise")], data[names.index("drafting")] = "same", "eagle-25"
         kind, message = call(app[1], name, data)
-        assert kind == "error" and one_line(message).startswith("same noise runs chain and Jacobi drafting"), message
+        assert kind == "error" and one_line(message).startswith("same noise does not apply to tree drafting"), message
         assert "Traceback" not in capsys.readouterr().err
     data = defaults(app, "race")
     data[[p["parameter_name"] for p in app[2]["race"]].index("noise")] = "same"
