@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from coolsd.bench.gpu import call_ms, llamagen_models, timed_runs  # the package's own timing (bench.gpu)
+from coolsd.decoding.drafting import Chain, Tree
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.decoding.sampling import SamplingConfig
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = call_ms(target, drafter, caption, T, args.repeats, device, draft_len=args.draft_len)
     sampling = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=min(2000, config.vocab_size))
-    chain, tree = DecodeConfig(draft_len=args.draft_len), DecodeConfig(draft_len=args.draft_len, tree="eagle-25")
+    chain, tree = DecodeConfig(Chain(args.draft_len)), DecodeConfig(Tree("eagle-25"))
     eagle, lantern = make_rule("eagle-1"), make_rule("lantern++", k=10, lam=5.0, neighbours=neighbours)
     decoders = [
         ("vanilla AR", None, None, chain),
@@ -76,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, draft_model, rule, decode_config in decoders:
         stats = generation(target, draft_model, rule, caption, sampling, decode_config, args.images, device)
-        rows.append({"decoder": name, "rule": None if rule is None else rule.config(), "tree": decode_config.tree}
-                    | stats)  # fmt: skip
+        drafting = decode_config.drafting
+        rows.append({"decoder": name, "rule": None if rule is None else rule.config(), "drafting": drafting.config(),
+                     "tree": drafting.shape if isinstance(drafting, Tree) else None} | stats)  # fmt: skip
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["speedup_vs_ar"] = row["tokens_per_s"] / base

@@ -150,11 +150,16 @@ def uninstall(undo: list) -> None:
 
 
 def decoders(bundle, draft_len: int) -> dict:
+    """name -> (rule, DecodeConfig): the drafter's chain of `draft_len`, SJD on Jacobi drafts of window 4."""
     from coolsd.decoding import variants
-    return {"vanilla AR": None, f"Eagle-1 L{draft_len}": variants.build("eagle-1"),
-            f"COOL-SD d2 L{draft_len}": variants.build("cool-sd", {"delta": 2.0}),
-            f"LANTERN++ k10 l20 L{draft_len}": variants.build("lantern++", {"k": 10, "lam": 20}, bundle.neighbours),
-            "SJD W4": variants.build("sjd", {"window": 4})}
+    from coolsd.decoding.drafting import Chain
+    from coolsd.decoding.engine import DecodeConfig
+    chain = DecodeConfig(Chain(draft_len))
+    return {"vanilla AR": (None, chain), f"Eagle-1 L{draft_len}": (variants.build("eagle-1"), chain),
+            f"COOL-SD d2 L{draft_len}": (variants.build("cool-sd", {"delta": 2.0}), chain),
+            f"LANTERN++ k10 l20 L{draft_len}": (variants.build("lantern++", {"k": 10, "lam": 20}, bundle.neighbours),
+                                               chain),
+            "SJD W4": (variants.build("sjd"), DecodeConfig(variants.drafting("sjd", chain.drafting, {"window": 4})))}
 
 
 class StubModel:
@@ -195,40 +200,41 @@ def stub_bundle(vocab: int = 2048, tokens: int = 256) -> SimpleNamespace:
                            neighbours=neighbour_table(torch.randn(vocab, 4, generator=gen)))
 
 
-def decode_all(bundle, rule, draft_len: int, images: list[tuple[int, int]], clock) -> tuple[float, int]:
-    """(seconds on `clock`, rounds) over `images` ((class, seed) pairs), gc off as the benchmark runs."""
-    from coolsd.decoding.engine import DecodeConfig, run
+def decode_all(bundle, rule, config, images: list[tuple[int, int]], clock) -> tuple[float, int]:
+    """(seconds on `clock`, rounds) over `images` ((class, seed) pairs) with `rule` on `config` (a DecodeConfig),
+    gc off as the benchmark runs."""
+    from coolsd.decoding.engine import run
     seconds, rounds = 0.0, 0
     for cls, seed in images:
         gc.collect()
         gc.disable()
         t0 = clock()
         result = run(bundle.target, bundle.drafter, rule, cond=cls, num_tokens=bundle.num_tokens,
-                     sampling=bundle.default_sampling, config=DecodeConfig(draft_len=draft_len), seed=seed)
+                     sampling=bundle.default_sampling, config=config, seed=seed)
         seconds += clock() - t0
         gc.enable()
         rounds += result.rounds
     return seconds, rounds
 
 
-def timed_pass(bundle, rule, draft_len: int, images: list[tuple[int, int]], clock) -> tuple[dict, float, int]:
+def timed_pass(bundle, rule, config, images: list[tuple[int, int]], clock) -> tuple[dict, float, int]:
     """One pass over `images` with the timer installed: (seconds by phase, seconds in all, rounds)."""
     timer = PhaseTimer(clock)
     undo = install(timer, {"target": bundle.target, "drafter": bundle.drafter})
     try:
-        total, rounds = decode_all(bundle, rule, draft_len, images, clock)
+        total, rounds = decode_all(bundle, rule, config, images, clock)
     finally:
         uninstall(undo)
     timer.seconds["loop"] += total - sum(timer.seconds.values())  # unwrapped time: the engine loop outside rounds
     return timer.seconds, total, rounds
 
 
-def profile(bundle, name: str, rule, draft_len: int, images: list[tuple[int, int]], clock, passes: int) -> dict:
+def profile(bundle, name: str, rule, config, images: list[tuple[int, int]], clock, passes: int) -> dict:
     """One decoder's row from the fastest of `passes` timed passes: ms per round by phase, rounds per image, ms per
     image with the timer and without it (the fastest untimed pass)."""
-    decode_all(bundle, rule, draft_len, images[:1], clock)  # warm-up
-    plain = min(decode_all(bundle, rule, draft_len, images, clock)[0] for _ in range(passes))
-    seconds, total, rounds = min((timed_pass(bundle, rule, draft_len, images, clock) for _ in range(passes)),
+    decode_all(bundle, rule, config, images[:1], clock)  # warm-up
+    plain = min(decode_all(bundle, rule, config, images, clock)[0] for _ in range(passes))
+    seconds, total, rounds = min((timed_pass(bundle, rule, config, images, clock) for _ in range(passes)),
                                  key=lambda r: r[1])
     return {"name": name, "rounds": rounds / len(images), "img_ms": 1e3 * total / len(images),
             "plain_ms": 1e3 * plain / len(images), "ms": {k: 1e3 * v / rounds for k, v in seconds.items()},
@@ -272,8 +278,8 @@ def main() -> None:
         from coolsd.models.emoji import load_emoji
         bundle = load_emoji(device="cpu")
     images = [(30 + 7 * (i // 2), i % 2) for i in range(args.images)]
-    rows = [profile(bundle, name, rule, args.draft_len, images, CLOCKS[args.clock], args.passes)
-            for name, rule in decoders(bundle, args.draft_len).items()]
+    rows = [profile(bundle, name, rule, config, images, CLOCKS[args.clock], args.passes)
+            for name, (rule, config) in decoders(bundle, args.draft_len).items()]
     print(f"CPU: {cpu_name()}, torch threads 1, path {getattr(bundle, 'path', '?')}, {args.images} images each, "
           f"{args.clock} clock, ms per round (share of the round)\n")
     print(table(rows))

@@ -3,9 +3,9 @@
     python tools/sjd_tau.py --model mnist --images 6 --window 8      # about 25 s of CPU for three decoders
 
 Decodes images 0..N-1 (condition i mod 10, seed 100 + i, the model's own sampling, one torch thread) with SJD,
-SJD + reuse (`coolsd.decoding.rules.SJDRule`) and Eagle-1 at the engine's default L, and prints per decoder tau
-(tokens per target forward), the share of iterations that commit a single token and CPU seconds per image. The
-benchmark (`python -m coolsd.bench --sjd-window 8`) is where speed and quality are measured.
+SJD + reuse (Eagle-1's test on `coolsd.decoding.drafting.Jacobi` drafts) and Eagle-1 on Chain's default L, and
+prints per decoder tau (tokens per target forward), the share of iterations that commit a single token and CPU
+seconds per image. The benchmark (`python -m coolsd.bench --jacobi-window 8`) is where speed and quality are measured.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import time
 
 import torch
 
-from coolsd.decoding.engine import generate
-from coolsd.decoding.rules import EagleRule, SJDRule
+from coolsd.decoding.drafting import Chain, Jacobi
+from coolsd.decoding.engine import DecodeConfig, generate
+from coolsd.decoding.rules import EagleRule
 from coolsd.models import registry
 
 
@@ -24,19 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mnist", help="a key of coolsd.models.registry.MODELS")
     ap.add_argument("--images", type=int, default=6)
-    ap.add_argument("--window", type=int, default=SJDRule.window, help="SJD window W")
+    ap.add_argument("--window", type=int, default=Jacobi.window, help="SJD window W")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     bundle = registry.load(args.model)
     bundle = bundle[0] if isinstance(bundle, (list, tuple)) else bundle
-    decoders = {"sjd": SJDRule(window=args.window), "sjd-reuse": SJDRule(window=args.window, reuse=True),
-                "eagle-1": EagleRule()}
-    for name, rule in decoders.items():
+    decoders = {"sjd": Jacobi(window=args.window), "sjd-reuse": Jacobi(window=args.window, reuse=True),
+                "eagle-1": Chain()}  # (drafting; the rule is Eagle-1's for all three)
+    rule = EagleRule()
+    for name, drafting in decoders.items():
         forwards = single = iterations = 0
         start = time.process_time()
         for i in range(args.images):
             events = list(generate(bundle.target, bundle.drafter, rule, cond=i % 10, num_tokens=bundle.num_tokens,
-                                   sampling=bundle.default_sampling, seed=100 + i))
+                                   sampling=bundle.default_sampling, config=DecodeConfig(drafting), seed=100 + i))
             forwards += len(events)
             single += sum(len(e.tokens) == 1 for e in events[1:])
             iterations += len(events) - 1

@@ -55,13 +55,13 @@ def delta_sweep(model: str):
 
 
 def emoji_benchmark(tmp):
-    """The model card's torchrun command, one process, two pairs, the chain rows only."""
+    """The model card's torchrun command, one process, two pairs: vanilla, the chain rows and one no-drafter row."""
     return {}, ["torchrun" if not (Path(sys.executable).parent / "torchrun").exists()
                 else str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "1",
-                "-m", "coolsd.bench", "--model", "emoji", "--classes", "0,5", "--seeds", "1", "--draft-len", "1",
+                "-m", "coolsd.bench", "--model", "emoji", "--classes", "0,5", "--seeds", "1", "--draft-len", "2",
                 "--lantern-k", "10", "--lantern-lam", "20", "--no-lantern-gstar", "--uniform-delta", "",
-                "--cool-delta", "2", "--cool-unclipped-delta", "", "--sjd-window", "8", "--no-sjd-reuse",
-                "--jacobi-cool-delta", "2", "--jacobi-lantern-lam", "5", "--only", "vanilla,eagle,cool-sd",
+                "--cool-delta", "2", "--cool-unclipped-delta", "", "--jacobi-window", "4", "--no-sjd-reuse",
+                "--no-drafter", "cool-sd:delta=2", "--extra", "--only", "vanilla,eagle,cool-sd",
                 "--fid-bootstrap", "2", "--out", str(tmp / "bench"), "--quiet"]
 
 
