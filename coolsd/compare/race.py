@@ -12,10 +12,11 @@ one model's weights need their own KV caches: `fork_models` makes such handles.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import math
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -193,6 +194,8 @@ class Race:
     as on one, sooner.
     """
 
+    AHEAD = 64  # rounds the workers may finish before the caller has read them (then they wait)
+
     def __init__(self, racers: list[Racer], workers: int = 1) -> None:
         if not racers:
             raise ValueError("a race needs at least one racer")
@@ -240,28 +243,70 @@ class Race:
         yield from self._parallel()
 
     def _parallel(self) -> Iterator[tuple[Racer, RoundEvent]]:
-        """`workers` racers at a time: (racer, event) in the order their rounds end."""
-        running: dict[concurrent.futures.Future, Racer] = {}
-        with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="racer") as pool:
+        """`workers` threads run rounds without waiting for the caller: each takes the least-compute racer no other
+        is running, and hands (racer, event) to a queue this generator yields from, in the order rounds end (a caller
+        drawing a frame leaves no core idle, up to `AHEAD` rounds). Closing the generator stops the workers after the
+        rounds in flight; a worker's error is raised here."""
+        out: queue.Queue = queue.Queue(maxsize=self.AHEAD)
+        turn = threading.Condition()
+        busy: set[int] = set()
+        stop = threading.Event()
+
+        def take() -> Racer | None:
+            with turn:
+                while not stop.is_set():
+                    idle = [r for r in self.racers if not r.finished and id(r) not in busy]
+                    if idle:
+                        racer = min(idle, key=lambda r: r.seconds)
+                        busy.add(id(racer))
+                        return racer
+                    if not busy:
+                        return None
+                    turn.wait()
+                return None
+
+        def work() -> None:
             try:
-                while True:
-                    busy = {id(r) for r in running.values()}
-                    idle = sorted((r for r in self.racers if not r.finished and id(r) not in busy),
-                                  key=lambda r: r.seconds)
-                    for racer in idle[: self.workers - len(running)]:
-                        running[pool.submit(self._advance, racer)] = racer
-                    if not running:
-                        return
-                    done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
-                    order = {id(r): i for i, r in enumerate(self.racers)}
-                    for future in sorted(done, key=lambda f: order[id(running[f])]):
-                        racer = running.pop(future)
-                        event = future.result()
-                        if event is not None:
-                            self.steps += 1
-                            yield racer, event
+                while (racer := take()) is not None:
+                    try:
+                        event = self._advance(racer)
+                    finally:
+                        with turn:
+                            busy.discard(id(racer))
+                            turn.notify_all()
+                    if event is not None:
+                        out.put((racer, event))
+            except BaseException as err:  # noqa: B036 (handed to the caller, who raises it)
+                stop.set()
+                out.put(err)
             finally:
-                concurrent.futures.wait(running)  # a stopped race: let rounds in flight end before closing
+                with turn:
+                    turn.notify_all()
+                out.put(None)
+
+        threads = [threading.Thread(target=work, name=f"racer-{i}", daemon=True) for i in range(self.workers)]
+        for t in threads:
+            t.start()
+        try:
+            ended = 0
+            while ended < len(threads):
+                item = out.get()
+                if item is None:
+                    ended += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    self.steps += 1
+                    yield item
+        finally:
+            stop.set()
+            with turn:
+                turn.notify_all()
+            while any(t.is_alive() for t in threads):  # a stopped race: the rounds in flight end, their events go
+                with contextlib.suppress(queue.Empty):
+                    out.get(timeout=0.01)
+            for t in threads:
+                t.join()
 
     def close(self) -> None:
         """Close every racer's engine iterator (a cancelled race)."""

@@ -231,3 +231,19 @@ def test_device_failure_ends_the_race_with_one_message_and_the_next_race_runs(ti
     # the same handles serve the next race, to the end
     done = list(Race(racers()))
     assert sum(len(e.tokens) for r, e in done if r.key == "vanilla") == b.num_tokens
+
+
+def test_a_parallel_race_closed_midway_stops_its_workers_after_their_rounds():
+    """A caller that stops reading (a visitor's Stop) ends the workers: the generator's close waits for the rounds in
+    flight, no worker thread is left, and no racer ran past what it reported plus one round each."""
+    import threading
+
+    racers = [Racer(k, k, _fake(0.1, 1, 64), 64) for k in ("a", "b", "c")]
+    race = Race(racers, workers=2)
+    stream = iter(race)
+    seen = [next(stream) for _ in range(5)]
+    stream.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("racer-")]
+    assert race.steps == 5 and len(seen) == 5
+    assert sum(r.rounds for r in racers) <= 5 + Race.AHEAD + 2 * 2  # reported, queued, in flight or waiting to queue
+    race.close()
