@@ -248,43 +248,9 @@ class Race:
         drawing a frame leaves no core idle, up to `AHEAD` rounds). Closing the generator stops the workers after the
         rounds in flight; a worker's error is raised here."""
         out: queue.Queue = queue.Queue(maxsize=self.AHEAD)
-        turn = threading.Condition()
-        busy: set[int] = set()
         stop = threading.Event()
-
-        def take() -> Racer | None:
-            with turn:
-                while not stop.is_set():
-                    idle = [r for r in self.racers if not r.finished and id(r) not in busy]
-                    if idle:
-                        racer = min(idle, key=lambda r: r.seconds)
-                        busy.add(id(racer))
-                        return racer
-                    if not busy:
-                        return None
-                    turn.wait()
-                return None
-
-        def work() -> None:
-            try:
-                while (racer := take()) is not None:
-                    try:
-                        event = self._advance(racer)
-                    finally:
-                        with turn:
-                            busy.discard(id(racer))
-                            turn.notify_all()
-                    if event is not None:
-                        out.put((racer, event))
-            except BaseException as err:  # noqa: B036 (handed to the caller, who raises it)
-                stop.set()
-                out.put(err)
-            finally:
-                with turn:
-                    turn.notify_all()
-                out.put(None)
-
-        threads = [threading.Thread(target=work, name=f"racer-{i}", daemon=True) for i in range(self.workers)]
+        workers = _Workers(self, out, stop)
+        threads = [threading.Thread(target=workers.work, name=f"racer-{i}", daemon=True) for i in range(self.workers)]
         for t in threads:
             t.start()
         try:
@@ -300,8 +266,7 @@ class Race:
                     yield item
         finally:
             stop.set()
-            with turn:
-                turn.notify_all()
+            workers.wake()
             while any(t.is_alive() for t in threads):  # a stopped race: the rounds in flight end, their events go
                 with contextlib.suppress(queue.Empty):
                     out.get(timeout=0.01)
@@ -315,6 +280,52 @@ class Race:
             if close is not None:
                 with contextlib.suppress(ValueError):  # "generator already executing": a round in flight elsewhere
                     close()
+
+
+class _Workers:
+    """What a parallel race's worker threads share: which racers are running, and the turn they wait on."""
+
+    def __init__(self, race: Race, out: queue.Queue, stop: threading.Event) -> None:
+        self.race, self.out, self.stop = race, out, stop
+        self.turn = threading.Condition()
+        self.busy: set[int] = set()
+
+    def take(self) -> Racer | None:
+        """The least-compute racer no worker runs (marked running); None once all finished or the race stopped."""
+        with self.turn:
+            while not self.stop.is_set():
+                idle = [r for r in self.race.racers if not r.finished and id(r) not in self.busy]
+                if idle:
+                    racer = min(idle, key=lambda r: r.seconds)
+                    self.busy.add(id(racer))
+                    return racer
+                if not self.busy:
+                    return None
+                self.turn.wait()
+            return None
+
+    def work(self) -> None:
+        """A worker thread: rounds of `take`n racers into the queue; an error, then None, when it ends."""
+        try:
+            while (racer := self.take()) is not None:
+                try:
+                    event = self.race._advance(racer)
+                finally:
+                    with self.turn:
+                        self.busy.discard(id(racer))
+                        self.turn.notify_all()
+                if event is not None:
+                    self.out.put((racer, event))
+        except BaseException as err:  # noqa: B036 (handed to the caller, who raises it)
+            self.stop.set()
+            self.out.put(err)
+        finally:
+            self.wake()
+            self.out.put(None)
+
+    def wake(self) -> None:
+        with self.turn:
+            self.turn.notify_all()
 
 
 # ---------------------------------------------------------------- independent model handles

@@ -20,11 +20,14 @@ def cosine_lr(base_lr: float, progress: float, warmup: float = 0.03, floor: floa
     return base_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def resume(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> dict:
+def resume(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path,
+           eval_fn: Callable[[], dict[str, float]] | None = None) -> dict:
     """Load model, optimizer and torch RNG from `ckpt` when it exists; the loop state {step, elapsed,
-    history} (a fresh one otherwise)."""
+    history} (a fresh one otherwise, with the evaluation of the weights it starts from as "initial")."""
     if not ckpt.exists():
-        return {"step": 0, "elapsed": 0.0, "history": []}
+        state = {"step": 0, "elapsed": 0.0, "history": []}
+        _initial_evaluation(name, model, eval_fn, state)
+        return state
     saved = torch.load(ckpt, weights_only=False)
     model.load_state_dict(saved["model"])
     optimizer.load_state_dict(saved["optimizer"])
@@ -86,6 +89,13 @@ class _Best:
             tqdm.write(f"[best] step {self.step}: {self.key}={self.value:.4f} (weights kept)")
 
 
+def _initial_evaluation(name: str, model: torch.nn.Module, eval_fn, state: dict) -> None:
+    """A fresh run's evaluation before its first step (a warm start's own score) into state["initial"]."""
+    if eval_fn is not None and state["step"] == 0:
+        state["initial"] = _evaluate(model, eval_fn)
+        tqdm.write(f"[{name}] step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in state["initial"].items()))
+
+
 def run_budgeted(
     name: str,
     model: torch.nn.Module,
@@ -101,23 +111,19 @@ def run_budgeted(
 ) -> dict:
     """Call `step_fn(step)` until `budget_s` seconds of training (summed over resumes) are spent.
 
-    The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run
-    continues the same schedule. `keep_best`: an eval metric to minimise (e.g. "val_nll"); the model
-    ends with the weights of its best evaluation in this process (state["best"] says which step), not its last
-    ones, which a model with `save_pretrained` writes beside the checkpoint as folder NAME_last (the checkpoint
-    holds them too, with their optimizer, so a resumed run goes on from them; state["last"] has their metrics).
-    Returns the final state dict {step, elapsed, history, final[, initial, best, last]} (initial: the
-    evaluation before the first step of a fresh run).
+    The learning rate follows `cosine_lr` over the fraction of the budget used, so a resumed run continues the same
+    schedule. `keep_best`: an eval metric to minimise (e.g. "val_nll"); the model ends with the weights of its best
+    evaluation in this process (state["best"] says which step), not its last ones, which a model with
+    `save_pretrained` writes beside the checkpoint as folder NAME_last (the checkpoint holds them too, with their
+    optimizer, so a resumed run goes on from them; state["last"] has their metrics).
+    Returns the final state {step, elapsed, history, final[, initial (before a fresh run's first step), best, last]}.
     """
     if keep_best is not None and eval_fn is None:
         raise ValueError("keep_best needs an eval_fn to rank the weights by")
-    state = resume(name, model, optimizer, ckpt)
+    state = resume(name, model, optimizer, ckpt, eval_fn)
     bar = tqdm(total=int(budget_s), initial=int(state["elapsed"]), desc=name, unit="s")
     last_save = time.perf_counter()
     best = _Best(keep_best)
-    if eval_fn is not None and state["step"] == 0:  # where training starts from (a warm start's own score)
-        state["initial"] = _evaluate(model, eval_fn)
-        tqdm.write(f"[{name}] step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in state["initial"].items()))
     while state["elapsed"] < budget_s:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:

@@ -70,7 +70,7 @@ def test_sweep_puts_the_relaxed_no_drafter_rows_beside_sjd():
     assert [s.label for s in select(settings, "jacobi")] == ["vanilla", *[x for x in labels if "jacobi" in x]]
     assert parse_spec("cool-sd:delta=4@jacobi:window=6").label == "cool-sd-jacobi delta=4 window=6"
     assert parse_spec("eagle-1@jacobi:window=6,reuse=true").label == "sjd reuse window=6"
-    assert parse_spec("eagle-1@jacobi:init=uniform").label == "sjd window=8 init=uniform"
+    assert parse_spec("eagle-1@jacobi:init=uniform").label == "sjd window=4 init=uniform"
     with pytest.raises(ValueError, match="takes rules only"):
         sweep(3, jacobi_window=[4], no_drafter=["cool-sd@jacobi"])
 

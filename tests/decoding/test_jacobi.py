@@ -334,4 +334,4 @@ def test_bad_windows_get_one_clear_line():
         assert str(err.value).startswith("Jacobi window W must be") and "\n" not in str(err.value)
     with pytest.raises(ValueError, match="init must be one of last, uniform"):
         Jacobi(init="random")
-    assert Jacobi(window=8.0).window == 8 and Jacobi().draft_len == 8 and not Jacobi.needs_drafter
+    assert Jacobi(window=8.0).window == 8 and Jacobi().draft_len == Jacobi.window == 4 and not Jacobi.needs_drafter

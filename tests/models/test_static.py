@@ -128,7 +128,7 @@ def embedded_bundle():
 
 def test_rule_and_drafter_come_together(tiny, build_rule):
     target, drafter = fork_models(tiny.target, tiny.drafter)
-    with pytest.raises(ValueError, match="a rule without a drafter"):
+    with pytest.raises(ValueError, match="chain drafting without a drafter"):
         run(target, None, _rule(build_rule, "eagle-1", tiny), cond=0, num_tokens=tiny.num_tokens)
     vanilla = list(generate(target, drafter, None, cond=0, num_tokens=tiny.num_tokens))  # rule None: drafter unused
     assert all(e.draft_forwards == 0 and e.target_forwards == 1 for e in vanilla)
