@@ -208,12 +208,13 @@ class Race:
     def finished(self) -> bool:
         return all(r.finished for r in self.racers)
 
-    def _advance(self, racer: Racer) -> RoundEvent | None:
-        """One round of `racer` (on the calling thread); a device failure ends the race with `DeviceFailure`."""
+    def _guarded(self, racer: Racer, round_of: Callable[[], RoundEvent | None]) -> RoundEvent | None:
+        """`round_of()`: one round of `racer` (on the calling thread); a device failure ends the race with
+        `DeviceFailure`."""
         try:
             if _fault is not None:
                 _fault(racer)
-            return racer.advance()
+            return round_of()
         except Exception as err:
             if not is_device_failure(err):
                 raise
@@ -229,7 +230,7 @@ class Race:
         """Advance the least-compute unfinished racer by one round; None when every racer has finished."""
         while not self.finished:
             racer = min((r for r in self.racers if not r.finished), key=lambda r: r.seconds)
-            event = self._advance(racer)
+            event = self._guarded(racer, racer.advance)
             if event is not None:
                 self.steps += 1
                 return racer, event
@@ -261,9 +262,14 @@ class Race:
                     ended += 1
                 elif isinstance(item, BaseException):
                     raise item
+                elif (event := item[1]) is None:
+                    item[0].finished = True
                 else:
+                    racer = item[0]
+                    racer.record(event)  # here, not on the worker: what a caller shows is what it has read
+                    racer.finished = racer.done >= racer.num_tokens
                     self.steps += 1
-                    yield item
+                    yield racer, event
         finally:
             stop.set()
             workers.wake()
@@ -289,14 +295,16 @@ class _Workers:
         self.race, self.out, self.stop = race, out, stop
         self.turn = threading.Condition()
         self.busy: set[int] = set()
+        self.spent = {id(r): r.seconds for r in race.racers}  # compute per racer, as its rounds end
+        self.done = {id(r) for r in race.racers if r.finished}
 
     def take(self) -> Racer | None:
         """The least-compute racer no worker runs (marked running); None once all finished or the race stopped."""
         with self.turn:
             while not self.stop.is_set():
-                idle = [r for r in self.race.racers if not r.finished and id(r) not in self.busy]
+                idle = [r for r in self.race.racers if id(r) not in self.done and id(r) not in self.busy]
                 if idle:
-                    racer = min(idle, key=lambda r: r.seconds)
+                    racer = min(idle, key=lambda r: self.spent[id(r)])
                     self.busy.add(id(racer))
                     return racer
                 if not self.busy:
@@ -309,19 +317,28 @@ class _Workers:
         try:
             while (racer := self.take()) is not None:
                 try:
-                    event = self.race._advance(racer)
+                    event = self.race._guarded(racer, lambda r=racer: next(r.events, None))
+                    self.count(racer, event)
+                    self.out.put((racer, event))  # (None: its iterator ended) queued before another takes it
                 finally:
                     with self.turn:
                         self.busy.discard(id(racer))
                         self.turn.notify_all()
-                if event is not None:
-                    self.out.put((racer, event))
         except BaseException as err:  # noqa: B036 (handed to the caller, who raises it)
             self.stop.set()
             self.out.put(err)
         finally:
             self.wake()
             self.out.put(None)
+
+    def count(self, racer: Racer, event: RoundEvent | None) -> None:
+        """A round's compute towards the racer's turn; the racer is done once its iterator ends or its grid is full."""
+        with self.turn:
+            if event is None or event.start + len(event.tokens) >= racer.num_tokens:
+                self.done.add(id(racer))
+            else:
+                self.spent[id(racer)] += sum(event.seconds.values())
+            self.turn.notify_all()
 
     def wake(self) -> None:
         with self.turn:

@@ -135,7 +135,7 @@ def test_same_noise_travels_in_a_link_and_is_refused_with_a_static_tree_exactly_
     assert "noise=same" in query and client.predict(query=query, api_name="/share_restore") == settings
     bad = values(noise="same", drafting="eagle-25")
     race = refusal(client, "/race", **bad)
-    assert race.startswith("same noise runs chain and Jacobi drafting")
+    assert race.startswith("same noise does not apply to tree drafting")
     assert refusal(client, "/share_link", **bad) == race
     assert refusal(client, "/share_restore", query="?noise=same&drafting=eagle-25") == "share link: " + race
     assert refusal(client, "/share_restore", query="?noise=dice") == \

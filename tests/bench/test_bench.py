@@ -297,10 +297,10 @@ def test_command_end_to_end(scorer, tmp_path):
         assert (out / name).stat().st_size > 0, name
     rows = _read_jsonl(out / "results.jsonl")
     by = {r["setting"]: r for r in rows}
-    assert len(rows) == 38 and all(r["n_images"] == 4 for r in rows)  # (with the 6 no-drafter rows at W = 8)
-    no_drafter = {"sjd window=8", "sjd reuse window=8", "cool-sd-jacobi delta=2 window=8",
-                  "cool-sd-jacobi delta=4 window=8", "cool-sd-jacobi delta=8 window=8",
-                  "lantern++-jacobi k=5 lam=5 window=8"}
+    assert len(rows) == 38 and all(r["n_images"] == 4 for r in rows)  # (with the 6 no-drafter rows at W = 4)
+    no_drafter = {"sjd window=4", "sjd reuse window=4", "cool-sd-jacobi delta=2 window=4",
+                  "cool-sd-jacobi delta=4 window=4", "cool-sd-jacobi delta=8 window=4",
+                  "lantern++-jacobi k=5 lam=5 window=4"}
     assert no_drafter <= set(by) and all(by[name]["draft_forwards"] == 0 for name in no_drafter)
     assert by["vanilla"]["tau"] == 1.0 and by["vanilla"]["speedup"] == 1.0 and by["vanilla"]["draft_forwards"] == 0
     # the per-setting numbers recomputed from the per-image records (items.jsonl, rounded to 6 digits)
