@@ -171,7 +171,8 @@ def test_every_panel_with_sjd_racers(sjd_raced, key, shipped_app):
     assert restored["racers"] == SJD_RACERS and restored["sjd_window"] == 4 and restored["model"] == key
     for decoder in ("sjd", "sjd-reuse"):
         *_, header, payload = client.predict(key=decoder, round_no=1, model=key, api_name="/microscope")
-        assert payload["rule"]["rule"] == "sjd" and payload["n_drafted"] == 4 and "last iteration" in header
+        assert payload["rule"]["rule"] == "eagle-1" and "jacobi" in str(payload["drafting"])
+        assert payload["n_drafted"] == 4 and "last iteration" in header
     _, table, payload = client.predict(memory_bound=False, model=key, api_name="/cost")
     assert payload["sjd_windows"] == {"sjd": 4, "sjd-reuse": 4} and "SJD has no drafter" in table
     assert all(len(r["acceptance"]) == 4 for r in payload["racers"] if r["key"] in ("sjd", "sjd-reuse"))
