@@ -117,7 +117,8 @@ class Jacobi(Drafting):
 
     name: ClassVar[str] = "jacobi"
     needs_drafter: ClassVar[bool] = False
-    window: int = knob(4, 1, 16, 1)  # (choice) W: the fastest on the shipped emoji model (assets/emoji/bench/sjd_window.md)
+    # (choice) W = 4: the fastest on the shipped emoji model (assets/emoji/bench/sjd_window.md)
+    window: int = knob(4, 1, 16, 1)
     reuse: bool = False
     init: str = "last"
 

@@ -6,7 +6,8 @@ Recipe (one class per emoji, `coolsd.train.emoji_data`; assets/emoji/README.md):
   left-right flips where safe. (`--vq-kind conv`: the earlier diffusers `VQModel`, widths (32, 64), 8-dim
   codes, 1024 codes, unused codes re-seeded every 200 steps during the first 2,000; its codes are not local,
   assets/emoji/README.md);
-- target: `LlamaForCausalLM` d256 x 24 layers (20.4 M; grown from 6 by `expanded_layers`), prefix [emoji, style], CFG dropout 0.1 on both
+- target: `LlamaForCausalLM` d256 x 24 layers (20.4 M; grown from 6 by `expanded_layers`), prefix [emoji, style],
+  CFG dropout 0.1 on both
   (+ 0.05 on each alone), trained under bf16 autocast on the VQ codes of every training image (no
   mirror copies: each (emoji, style) pair is one picture to learn);
 - classifier: ResNet with C + S outputs (emoji logits, then style logits), on the real images.

@@ -75,7 +75,7 @@ RECIPES = [
      ("covered", "tests/app/test_downloading_client.py launches app.py as installed and races it")),
     (r"^tools/test\.sh( |$)", ("skip", "the test suite itself")),
     (r"tools/memory_run\.py ", ("skip", "2,000 sessions against a server: minutes of both cores")),
-    (r"tools/planted_bugs\.py", ("skip", "runs the suite against each planted bug (the --dry-run is not run here yet)")),
+    (r"tools/planted_bugs\.py", ("skip", "runs the suite against each planted bug (its --dry-run is not run here)")),
     (r"^\.venv/bin/python app\.py$", ("run", app_build(None), 0)),
     (r"^COOLSD_MODEL=mnist \.venv/bin/python app\.py$", ("run", app_build("mnist"), 0)),
     (r"^COOLSD_MODEL=tiny \.venv/bin/python app\.py$", ("run", app_build("tiny"), 0)),
