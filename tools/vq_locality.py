@@ -1,6 +1,6 @@
 """How local are a VQ's codes? Encode real images and count the codes that plain white patches get.
 
-    .venv/bin/python tools/vq_locality.py assets/emoji/vq /work/data/emoji/emoji_names187_32.pt
+    .venv/bin/python tools/vq_locality.py assets/emoji/vq ~/.cache/coolsd/data/emoji/emoji_names187_32.pt
 
 A code stands for one patch of the image (2 x 2 pixels for the emoji VQ). If the encoder were local, a
 patch of pure white would get one code (or a few look-alikes), and a code would often equal its left

@@ -11,7 +11,7 @@ is "cuda-graphs" on CUDA and "static" (the same padded shapes, uncaptured) elsew
     python -m coolsd.bench.gpu --models embedded   # the shipped model; on CPU: eager vs static
 
 Needs torch, transformers, diffusers (and their own dependencies). On a machine without network,
-run `/work/shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
+run the workspace's `shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
       && PYTHONPATH=/tmp/site python3 -m coolsd.bench.gpu
 (about 6 minutes at most: give it a timeout of 420 s). Writes

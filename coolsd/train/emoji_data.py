@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ import torch
 
 IMAGE_SIZE = 32
 EMOJI_TEST = Path("/usr/share/unicode/emoji/emoji-test.txt")
-NPM_DIR = Path("/work/data/emoji/npm")
+# where the training data is fetched and cached: $COOLSD_DATA_DIR, else ~/.cache/coolsd/data (never in the repo)
+DATA_DIR = Path(os.environ.get("COOLSD_DATA_DIR") or Path.home() / ".cache" / "coolsd" / "data") / "emoji"
+NPM_DIR = DATA_DIR / "npm"
 SKIN_TONES = frozenset({"1F3FB", "1F3FC", "1F3FD", "1F3FE", "1F3FF"})
 # style name -> (npm package, version); `npm pack <package>@<version>` into NPM_DIR, then `tar xzf`
 STYLE_SETS: dict[str, tuple[str, str]] = {
@@ -402,7 +405,7 @@ def build_dataset(out: Path | None, seed: int = 0, sets: dict[str, IconSet] | No
     return dataset
 
 
-DATA_FILE = Path(f"/work/data/emoji/emoji_names{len(SHIPPED_EMOJI)}_32.pt")
+DATA_FILE = DATA_DIR / f"emoji_names{len(SHIPPED_EMOJI)}_32.pt"
 
 
 def load_dataset(path: Path = DATA_FILE, seed: int = 0) -> dict:
