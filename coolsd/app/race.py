@@ -43,11 +43,12 @@ from coolsd.app.race_view import (
 from coolsd.app.racers import slot_keys
 from coolsd.app.recordings import Recordings
 from coolsd.app.serving import STATE_TTL_S
-from coolsd.app.settings import RacePlan, RaceSettings, name_notice
+from coolsd.app.settings import RacePlan, RaceSettings
 from coolsd.compare.race import Race, Racer
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import generate
+from coolsd.models.conditions import name_notice
 
 ID, TITLE = "race", "Race"
 # Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
@@ -195,7 +196,9 @@ class RaceStream:
             values = signature.bind(*args, **kwargs).arguments
             request = values.pop("request", None)
             settings = RaceSettings.check(ctx, values)
-            yield from self.run_settings(settings, request, name_notice(ctx, values.get("condition"), settings))
+            names = ctx.for_model(settings.model).model.conditions
+            notice = name_notice(names, values.get("condition"), settings.condition)
+            yield from self.run_settings(settings, request, notice)
 
         race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
         race.__doc__ = self.run_settings.__doc__

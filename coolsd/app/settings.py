@@ -56,8 +56,8 @@ from coolsd.decoding.rules import (
 )
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
-from coolsd.models.conditions import STYLE_SEP
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
+from coolsd.models.conditions import STYLE_SEP, default_condition, name_choices
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
 
 MAX_DRAFT_LEN = {f.name: f for f in fields(Chain)}["draft_len"].metadata["ui"][1]  # the L slider's top (Chain's knob)
 # (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
@@ -166,53 +166,17 @@ def _condition(ctx: Context) -> Spec:
         return value if names.is_id(value) or names.label(cond) == value else names.split(cond)[0]
 
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
-    return Spec(label, "custom", default_condition(ctx)[0], choices=tuple(name_choices(m)),
-                widget="dropdown", elem_id="condition", check_fn=check_name, name=names.noun,
+    return Spec(label, "custom", default_condition(names, m.default_class)[0],
+                choices=tuple(name_choices(names, m.class_chars)), widget="dropdown", elem_id="condition",
+                check_fn=check_name, name=names.noun,
                 extra={"allow_custom_value": True, "filterable": True})
-
-
-def name_choices(model) -> list[tuple[str, str]]:
-    """(label, name) of every class of a class model: an emoji model shows each name after its character."""
-    names = model.conditions.classes
-    chars = model.class_chars if len(model.class_chars) == len(names) else [""] * len(names)
-    return [(f"{c} {n}".strip(), n) for n, c in zip(names, chars)]
-
-
-def name_notice(ctx: Context, typed, settings: RaceSettings) -> str:
-    """"rockit: showing rocket" when the class name a visitor typed (`typed`, as sent) was read as another class
-    (a typo forgiven, or a word held by one name alone: "apple: showing red apple"); "" when it names its class
-    (up to case, spaces, hyphens and underscores), is an engine id, a prompt, or not text. `settings`: the
-    checked race settings made from it (their `condition` is the class raced)."""
-    names = ctx.for_model(settings.model).model.conditions
-    if names.kind != "class" or not isinstance(typed, str) or names.is_id(typed):
-        return ""
-    name = (typed.rsplit(STYLE_SEP.strip(), 1)[0] if names.styles else typed).strip()  # "<class> · <style>"
-    if names.match(name) != settings.condition or _loose(name) == _loose(settings.condition):
-        return ""  # (another model's default class replaced by this one's is no reading of the text)
-    return one_line(f"{name}: showing {settings.condition}")  # (plain text: no markup of the visitor's)
-
-
-def _loose(text: str) -> str:
-    """A name as the condition resolver compares it: lower case, hyphens, underscores and spaces made one space."""
-    return " ".join(text.replace("-", " ").replace("_", " ").lower().split())
-
-
-def default_condition(ctx: Context) -> tuple[str, str]:
-    """(class, style) the race starts from (style "" without styles; a text model: (its first prompt, ""))."""
-    m = ctx.model
-    if m.conditioning == "text":
-        return (m.example_prompts or EXAMPLE_PROMPTS)[0], ""
-    names = m.conditions
-    if m.default_class in names.classes:  # the model names its own (a new emoji model: "cat face")
-        return m.default_class, (names.styles or ("",))[0]
-    return names.split(3 % names.count)
 
 
 def _style(ctx: Context) -> Spec:
     """The emoji style ("" = the default style); models without styles take any text and ignore it."""
     names = ctx.model.conditions if ctx.model.conditioning == "class" else None
     styles = list(names.styles) if names else []
-    default = default_condition(ctx)[1]
+    default = default_condition(ctx.model.conditions, ctx.model.default_class)[1]
 
     def check_style(value):
         if not isinstance(value, str):

@@ -328,10 +328,12 @@ def test_an_older_combined_label_still_names_class_and_style():
 @needs_emoji
 def test_the_shipped_emoji_says_a_typo_it_reads_and_lists_the_nearest_names():
     """"rockit" races rocket and says so; markup sent as a name gets the names most like it, one line."""
-    from coolsd.app.settings import name_notice
+    from coolsd.models.conditions import name_notice
 
     settings = RaceSettings.check(APP.ctx, defaults("emoji", condition="rockit"))
-    assert settings.condition == "rocket" and name_notice(APP.ctx, "rockit", settings) == "rockit: showing rocket"
+    conditions = APP.ctx.for_model(settings.model).model.conditions
+    assert settings.condition == "rocket"
+    assert name_notice(conditions, "rockit", settings.condition) == "rockit: showing rocket"
     names, _ = emoji_names()
     with pytest.raises(gr.Error) as err:
         RaceSettings.check(APP.ctx, defaults("emoji", condition="<script>alert(1)</script>"))
