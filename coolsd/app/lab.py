@@ -8,6 +8,7 @@ figure (`assets/bench/results.jsonl`, drawn by `coolsd.util.figures.pareto_figur
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 import time
@@ -15,13 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
-import torch
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
-from coolsd.app.plots import to_rgb_array
 from coolsd.app.settings import DELTA_TOP, Spec, check_values
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
@@ -33,6 +31,7 @@ from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
+from coolsd.util.sheet import Sheet, fit, font
 
 ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
@@ -75,64 +74,35 @@ def lab_specs() -> dict[str, Spec]:
 
 
 # ---------------------------------------------------------------- drawing (no maths)
-def _font(size: int):
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1 has one bitmap size
-        return ImageFont.load_default()
-
-
-def _cell(pixels: torch.Tensor) -> Image.Image:
-    img = Image.fromarray(to_rgb_array(pixels))
-    return img.resize((CELL, CELL), Image.NEAREST if img.width <= CELL else Image.LANCZOS)
-
-
-def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: float) -> str:
-    """`text`, cut to at most `width` pixels in `font` (ending in "…" when cut)."""
-    if draw.textlength(text, font=font) <= width:
-        return text
-    while len(text) > 1 and draw.textlength(text + "…", font=font) > width:
-        text = text[:-1]
-    return text.rstrip() + "…"
+def lab_sheet(decoders: int, samples: int) -> Sheet:
+    """The grid's layout: one row per decoder, one column per sample."""
+    return Sheet.grid(decoders, samples, CELL, label_w=LABEL_W, head_h=HEAD_H, gap=GAP, margin=GAP, head_size=13,
+                      label_size=11)
 
 
 def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
                class_names: list[str]) -> Image.Image:
-    """RGB grid: one row per decoder, one column per sample (header = its condition); empty cells grey."""
-    n = len(headers)
-    width = LABEL_W + n * (CELL + GAP) + GAP
-    height = HEAD_H + len(decoders) * (CELL + GAP) + GAP
-    canvas = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(canvas)
-    font, small = _font(13), _font(11)
-    for j, text in enumerate(headers):  # "<class> · <style>" on two lines, each cut to the column
-        lines = "\n".join(_fit(draw, part, font, CELL + GAP - 2) for part in text.split(STYLE_SEP)[:2])
-        draw.multiline_text((LABEL_W + GAP + j * (CELL + GAP) + CELL // 2, HEAD_H // 2), lines, fill="black",
-                            font=font, anchor="mm", align="center", spacing=1)
-    for i, d in enumerate(decoders):
-        y = HEAD_H + GAP + i * (CELL + GAP)
-        lines: list[str] = []
-        for w in d.label.split(" "):  # wrap the label into the label column
-            if lines and draw.textlength(lines[-1] + " " + w, font=small) < LABEL_W - 10:
-                lines[-1] += " " + w
-            else:
-                lines.append(w)
-        draw.multiline_text((6, y + CELL // 2), "\n".join(lines), fill="black", font=small, anchor="lm")
-        for j in range(n):
-            x = LABEL_W + GAP + j * (CELL + GAP)
-            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=COLOURS["pending"], width=1)
+    """RGB grid: one row per decoder, one column per sample (header = its condition, "<class>" over "<style>"), a
+    grey frame round each cell, green or red once the classifier has read the sample (red: with what it read)."""
+    sheet = lab_sheet(len(decoders), len(headers))
+    cells = [[None] * len(headers) for _ in decoders]
     for s in samples:
-        x, y = LABEL_W + GAP + s.row * (CELL + GAP), HEAD_H + GAP + s.column * (CELL + GAP)
-        canvas.paste(_cell(s.image), (x, y))
-        if s.correct is not None:
-            colour = COLOURS["right" if s.correct else "wrong"]
-            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=colour, width=3)
-            if not s.correct:
-                read = class_names[s.predicted] if s.predicted < len(class_names) else str(s.predicted)
-                read = _fit(draw, read.rsplit(STYLE_SEP, 1)[0], small, CELL - 4)  # an emoji is judged on its class
-                w = max(16, int(draw.textlength(read, font=small)) + 4)
-                draw.rectangle((x + CELL - w, y, x + CELL, y + 16), fill=colour)
-                draw.text((x + CELL - w / 2, y + 8), read, fill="white", font=small, anchor="mm")
+        cells[s.column][s.row] = s.image
+    canvas = sheet.draw(cells, [d.label for d in decoders], [h.replace(STYLE_SEP, "\n") for h in headers])
+    draw, small = ImageDraw.Draw(canvas), font(11)
+    for i, j in itertools.product(range(len(decoders)), range(len(headers))):
+        x, y = sheet.at(i, j)
+        draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=COLOURS["pending"], width=1)
+    for s in (s for s in samples if s.correct is not None):
+        x, y = sheet.at(s.column, s.row)
+        colour = COLOURS["right" if s.correct else "wrong"]
+        draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=colour, width=3)
+        if not s.correct:
+            read = class_names[s.predicted] if s.predicted < len(class_names) else str(s.predicted)
+            read = fit(draw, read.rsplit(STYLE_SEP, 1)[0], small, CELL - 4)  # an emoji is judged on its class
+            w = max(16, int(draw.textlength(read, font=small)) + 4)
+            draw.rectangle((x + CELL - w, y, x + CELL, y + 16), fill=colour)
+            draw.text((x + CELL - w / 2, y + 8), read, fill="white", font=small, anchor="mm")
     return canvas
 
 
@@ -404,10 +374,8 @@ def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, 
     with gr.Row():
         run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
         stop_btn = gr.Button("Stop", variant="stop", elem_id="lab-stop")
-    blank = Image.fromarray(np.full((HEAD_H + 4 * (CELL + GAP) + GAP, LABEL_W + MAX_SAMPLES * (CELL + GAP) + GAP, 3),
-                                    255, dtype=np.uint8))
-    grid = gr.Image(value=blank, type="pil", format="png", show_label=False, interactive=False,
-                    buttons=["download"], elem_id="lab-grid", label="samples")
+    grid = gr.Image(value=lab_sheet(4, MAX_SAMPLES).blank(), type="pil", format="png", show_label=False,
+                    interactive=False, buttons=["download"], elem_id="lab-grid", label="samples")
     stats = gr.Markdown(stats_markdown([], "Press **Run the lab**."), elem_id="lab-stats")
     plot = gr.Plot(label="benchmark Pareto figure, this run marked", show_label=False, elem_id="lab-pareto")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):

@@ -25,7 +25,6 @@ from coolsd.app.plots import (
     length_figure,
     length_histogram,
     overlay_legend_html,
-    quantise,
     stats_markdown,
 )
 from coolsd.app.racers import RACERS, SLOTS, VANILLA, VANILLA_SLOT, slot_keys
@@ -33,6 +32,7 @@ from coolsd.compare.race import Racer
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.jsonsafe import json_safe
+from coolsd.util.sheet import quantise
 
 SKIP = gr.skip()
 

@@ -18,17 +18,17 @@ import threading
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from coolsd.app.context import APP_MODEL, Context, user_errors
-from coolsd.app.plots import LIGHT_LAYOUT, to_rgb_array
+from coolsd.app.plots import LIGHT_LAYOUT
 from coolsd.app.settings import specs
 from coolsd.bench.delta_sweep import SWEEP_VERSION, SWEEPS, read_tokens
 from coolsd.util.checks import plain
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import ROOT
+from coolsd.util.sheet import Sheet
 
 log = logging.getLogger("coolsd.app")
 COOL = "#d62728"  # COOL-SD's line
@@ -273,29 +273,14 @@ def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
     if any(len(t) != ctx.model.num_tokens or (vocab and int(t.max()) >= vocab) or int(t.min()) < 0
            for g in grids for t in g):
         return None
-    return _draw_sheet([label for label, _ in rows], [ctx.decode_many(g) for g in grids])
+    pictures = [ctx.decode_many(g) for g in grids]
+    labels = [label.replace(" (", "\n(") for label, _ in rows]
+    return layout(len(rows), max(len(p) for p in pictures)).draw(pictures, labels)
 
 
-def _draw_sheet(labels: list[str], pictures: list[list]) -> Image.Image:
-    """Labels on the left, one row of pictures ((C, h, w) in [0, 1]) per label, CELL pixels each."""
-    cols = max(len(p) for p in pictures)
-    canvas = Image.new("RGB", (LABEL_W + cols * (CELL + 4) + 4, len(labels) * (CELL + 4) + 4), "white")
-    draw = ImageDraw.Draw(canvas)
-    try:
-        font = ImageFont.load_default(size=12)
-    except TypeError:  # Pillow < 10.1 has one bitmap size
-        font = ImageFont.load_default()
-    for i, (label, row) in enumerate(zip(labels, pictures)):
-        y = 4 + i * (CELL + 4)
-        draw.multiline_text((4, y + CELL // 2), label.replace(" (", "\n("), fill="black", anchor="lm", font=font)
-        for j, pixels in enumerate(row):
-            im = Image.fromarray(to_rgb_array(pixels)).resize((CELL, CELL), Image.NEAREST)
-            canvas.paste(im, (LABEL_W + j * (CELL + 4), y))
-    return canvas
-
-
-def blank_sheet() -> Image.Image:
-    return Image.fromarray(np.full((CELL + 8, LABEL_W + CELL, 3), 255, dtype=np.uint8))
+def layout(rows: int, cols: int) -> Sheet:
+    """The picture sheet's layout: labels on the left, one row of CELL-pixel pictures per setting."""
+    return Sheet.grid(rows, cols, CELL, label_w=LABEL_W, gap=4, margin=4)
 
 
 # ---------------------------------------------------------------- the handler and the layout
@@ -362,8 +347,9 @@ def build(ctx: Context, model: gr.Dropdown, delta: gr.Slider) -> SweepPanel:
                 "value is marked here, and the pictures below show the samples at the nearest swept δ.")
     plot = gr.Plot(figure0, label="COOL-SD's δ swept", show_label=False, elem_id="sweep-plot")
     text = gr.Markdown(text0, elem_id="sweep-text")
-    pictures = gr.Image(sheet0 if sheet0 is not None else blank_sheet(), type="pil", format="png", show_label=False,
-                        interactive=False, elem_id="sweep-sheet", label="sweep samples", visible=sheet0 is not None)
+    pictures = gr.Image(sheet0 if sheet0 is not None else layout(1, 1).blank(), type="pil", format="png",
+                        show_label=False, interactive=False, elem_id="sweep-sheet", label="sweep samples",
+                        visible=sheet0 is not None)
 
     def show(model_key, value):
         fig, words, picture = panel.view(model_key, value)
