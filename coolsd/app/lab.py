@@ -20,11 +20,12 @@ from PIL import Image, ImageDraw
 
 from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
-from coolsd.app.settings import DELTA_TOP, Spec, check_values
+from coolsd.app.settings import DELTA_TOP, Spec, check_values, rule_spec
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import CoolSDRule
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
@@ -67,8 +68,9 @@ def lab_specs() -> dict[str, Spec]:
     """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
-            "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, DELTA_TOP, 0.05,
-                               elem_id="lab-relaxation"),  # (as far as the race's delta: where pictures break)
+            # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
+            "relaxation": rule_spec(CoolSDRule, "delta", "relaxation: delta (lambda for LANTERN++)", "lab-relaxation",
+                                    reach=DELTA_TOP),
             "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
             "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
