@@ -220,8 +220,8 @@ class Context:
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
 
     def decode_many(self, grids: list[torch.Tensor]) -> list[torch.Tensor]:
-        """`decode_pixels` of several (T,) grids, in one tokenizer call where it takes a batch (`batched`: a race
-        frame's images, 4 emoji grids in 27 ms against 39 one by one on the AVX2 EPYC); a list of (C, h, w)."""
+        """`decode_pixels` of several (T,) grids (a race frame's images), in one tokenizer call where it takes a
+        batch (`batched`); a list of (C, h, w)."""
         if len(grids) < 2 or not getattr(self.model.tokenizer, "batched", False):
             return [self.decode_pixels(t) for t in grids]
         return list(self.model.tokenizer.decode(torch.stack([fill_ids(t) for t in grids]).to(self.device)))
