@@ -51,7 +51,7 @@ from coolsd.decoding.engine import generate
 from coolsd.models.conditions import name_notice
 
 ID, TITLE = "race", "Race"
-# Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
+# Streaming throttle: the browser, not the server, is the bottleneck (drawing a frame is its dearest work).
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
 FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
