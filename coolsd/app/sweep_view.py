@@ -3,7 +3,8 @@ current delta marked.
 
 The sweep is a file per shipped model, written by `python -m coolsd.bench.delta_sweep` (`SWEEPS`: tau, speed-up,
 FID with its spread, recognition with its interval and NLL with its standard error per delta, vanilla AR's band,
-where each measure leaves it, and a few samples' tokens). This module reads it (`load`), draws it (`figure`,
+where each measure leaves it, and a few samples' tokens), read back there too (`load`, `nearest`, ...). This
+module draws it (`figure`,
 plotly, as `coolsd.app.plots` does), says what it shows in words whose every number is read from the file
 (`summary_markdown`, `range_sentence`) and lays the samples out as a picture sheet (`sheet`). Nothing is measured
 or computed here. API: delta_sweep.
@@ -11,11 +12,8 @@ or computed here. API: delta_sweep.
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import threading
-from pathlib import Path
 
 import gradio as gr
 from PIL import Image
@@ -23,86 +21,21 @@ from PIL import Image
 from coolsd.app.context import APP_MODEL, Context, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT
 from coolsd.app.settings import specs
-from coolsd.bench.delta_sweep import SWEEP_VERSION, SWEEPS, read_tokens
+from coolsd.bench.delta_sweep import SWEEPS, breaking_delta, load, nearest, reach, read_tokens, reference, swept
 from coolsd.util.checks import plain
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import ROOT
 from coolsd.util.sheet import Sheet
 
-log = logging.getLogger("coolsd.app")
 COOL = "#d62728"  # COOL-SD's line
 RACE = "#1f77b4"  # the race's delta
 BAND = "rgba(120, 120, 120, 0.18)"  # vanilla AR's band
 PANELS = (("tau", "τ (tokens per target forward)"), ("speedup", "speed-up vs vanilla AR (×)"),
           ("fid", "FID (lower is better)"), ("recognition", "recognised (the class asked for)"),
           ("nll", "target NLL, nats/token"))
-NEEDED = ("rows", "band", "breaks", "samples", "machine", "date", "draft_len", "nu", "band_width", "command")
 CELL = 56  # pixels per picture in the sheet
 LABEL_W = 150
-
-
-# ---------------------------------------------------------------- the file
-_cache: dict[Path, tuple[float, dict | None]] = {}
-_lock = threading.Lock()
-
-
-def sweep_path(kind: str) -> Path | None:
-    """The sweep file of a model of `ModelBundle.kind` `kind` (None: the model has no place for one)."""
-    return SWEEPS.get(kind)
-
-
-def load(kind: str) -> dict | None:
-    """The sweep of a model of kind `kind`, read once per file version (its mtime); None when there is none or it
-    cannot be read (logged: a sweep file of another version, a broken JSON)."""
-    path = sweep_path(kind)
-    if path is None or not path.is_file():
-        return None
-    mtime = path.stat().st_mtime
-    with _lock:
-        if path not in _cache or _cache[path][0] != mtime:
-            _cache[path] = (mtime, _read(path))
-        return _cache[path][1]
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        log.warning("delta sweep %s unreadable: %s", path, err)
-        return None
-    missing = [k for k in NEEDED if k not in data] if isinstance(data, dict) else list(NEEDED)
-    if missing or data.get("version") != SWEEP_VERSION or not data["rows"]:
-        log.warning("delta sweep %s: version %r or keys missing %s (this code reads version %d)", path,
-                    data.get("version") if isinstance(data, dict) else None, missing, SWEEP_VERSION)
-        return None
-    return data
-
-
-def swept(sweep: dict) -> list[dict]:
-    """The COOL-SD rows, by delta ascending."""
-    return sorted((r for r in sweep["rows"] if r.get("delta") is not None), key=lambda r: r["delta"])
-
-
-def reference(sweep: dict, rule: str | None) -> dict | None:
-    """The row of vanilla AR (rule None) or of Eagle-1 ("eagle-1")."""
-    return next((r for r in sweep["rows"] if r.get("delta") is None and r.get("rule") == rule), None)
-
-
-def nearest(sweep: dict, delta: float) -> dict:
-    """The swept row whose delta is nearest `delta` on a log scale (the sweep doubles delta)."""
-    return min(swept(sweep), key=lambda r: abs(math.log(r["delta"]) - math.log(delta)))
-
-
-def reach(sweep: dict | None) -> float | None:
-    """The largest delta the sweep ran (None without one)."""
-    return swept(sweep)[-1]["delta"] if sweep and swept(sweep) else None
-
-
-def breaking_delta(sweep: dict | None) -> float | None:
-    """The smallest delta from which FID or recognition stays beyond vanilla's band (the sweep's
-    breaks["picture"]); None without a sweep or where no swept delta leaves it."""
-    return (sweep or {}).get("breaks", {}).get("picture")
 
 
 # ---------------------------------------------------------------- words (every number read from the file)
@@ -119,11 +52,11 @@ def range_sentence(sweep: dict | None) -> str:
     top, n = reach(sweep), sweep["samples"]
     b = sweep["breaks"]
     what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"))
-            if b.get(key) is not None and b[key] == b.get("picture")]
-    if b.get("picture") is not None:
+            if b[key] is not None and b[key] == b["picture"]]
+    if b["picture"] is not None:
         return (f"From δ = {_d(b['picture'])} on, every swept δ (up to {_d(top)}) has {' and '.join(what)} vanilla "
                 f"AR's band ({n} samples a point).")
-    nll = f" The target's NLL of the pictures rises beyond it from δ = {_d(b['nll'])}." if b.get("nll") else ""
+    nll = f" The target's NLL of the pictures rises beyond it from δ = {_d(b['nll'])}." if b["nll"] else ""
     return (f"No swept δ up to {_d(top)} moved FID or recognition beyond vanilla AR's band ({n} samples a "
             f"point): the pictures stay recognisable.{nll}")
 
@@ -133,7 +66,7 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
     `delta` (its numbers as the file holds them). kind / key: the model's `ModelBundle.kind` and picker key (named
     in the command that makes a missing sweep)."""
     if not sweep:
-        path = sweep_path(kind)
+        path = SWEEPS.get(kind)
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
         return ("No precomputed δ sweep for this model. Make one with "
                 f"`python -m coolsd.bench.delta_sweep --model {plain(key) or 'MODEL'}{where}`.")
@@ -177,7 +110,7 @@ def figure(sweep: dict, delta: float | None):
     _legend(fig, sweep, delta)
     fig.update_layout(**LIGHT_LAYOUT, height=780, margin={"l": 55, "r": 20, "t": 110, "b": 45},
                       title={"text": f"COOL-SD's δ swept: {sweep['samples']} samples a point, "
-                                     f"{plain(sweep.get('model', ''))}", "font": {"size": 14}, "y": 0.985,
+                                     f"{plain(sweep['model'])}", "font": {"size": 14}, "y": 0.985,
                              "yanchor": "top"},
                       legend={"orientation": "h", "x": 0, "y": 1.05, "yanchor": "bottom", "font": {"size": 11}})
     return fig
@@ -192,7 +125,7 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
         fig.add_hrect(y0=sweep["band"][key][0], y1=sweep["band"][key][1], fillcolor=BAND, line_width=0, **at)
     for ref, dash, name in ((reference(sweep, None), "dash", "vanilla AR"),
                             (reference(sweep, "eagle-1"), "dot", "Eagle-1 (lossless)")):
-        if ref is not None and _finite(ref.get(key)):
+        if ref is not None and _finite(ref[key]):
             fig.add_hline(y=ref[key], line={"color": "#555555", "dash": dash, "width": 1}, **at)
             fig.add_trace(_marker(name, dash, legend), **at)
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[_d(x) for x in xs], tickfont={"size": 10}, **at)
@@ -261,8 +194,7 @@ def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
 def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
     """The kept samples of `sheet_rows`, one row per setting, decoded by the model's tokenizer; None when the file
     keeps none or its tokens do not fit this model (another grid or codebook)."""
-    kept = sweep.get("kept") or {}
-    rows = [(label, kept.get(setting)) for label, setting in sheet_rows(sweep, delta)]
+    rows = [(label, sweep["kept"].get(setting)) for label, setting in sheet_rows(sweep, delta)]
     if any(not lines for _, lines in rows):
         return None
     try:
