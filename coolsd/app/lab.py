@@ -21,6 +21,15 @@ from PIL import Image, ImageDraw
 from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.settings import DELTA_TOP, Spec, check_values, rule_spec
+from coolsd.bench.delta_sweep import spread_conditions
+from coolsd.bench.shipped import (
+    FOLDERS,
+    RESULTS,
+    bench_rows,
+    bench_sampling,
+    chain_lengths,
+    same_setting,
+)
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain
@@ -31,14 +40,13 @@ from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
-from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
+from coolsd.util.paths import EMOJI_DIR
 from coolsd.util.sheet import Sheet, fit, font
 
 ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
 LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
-BENCH = BENCH_DIR / "results.jsonl"
-BENCHES = {"embedded": BENCH, "emoji": EMOJI_DIR / "bench" / "results.jsonl"}  # ModelBundle.kind -> its benchmark
+BENCHES = {kind: folder / RESULTS for kind, folder in FOLDERS.items()}  # ModelBundle.kind -> its benchmark
 HELD_OUT = {"emoji": EMOJI_DIR / "metrics.json"}  # the training run's held-out accuracy of a weak classifier
 CELL = 64  # pixels per sample in the grid image
 LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample header row, gap between cells
@@ -124,7 +132,7 @@ def speed_line(rows: list[dict]) -> str:
 def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: dict, draft_len: int) -> str:
     """Whether the benchmark's points (`rows`, its `sampling`) were measured at this run's draft length and
     sampling (the chain-drafting rows; SJD's window is no draft length); "" without a benchmark."""
-    lengths = sorted({r.get("draft_len") for r in rows if drafts_by_chain(r)} - {None})
+    lengths = chain_lengths(rows)
     if not lengths:
         return ""
     shown = " / ".join(str(n) for n in lengths)
@@ -133,12 +141,6 @@ def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: d
     other = [f"L = {shown}" if lengths != [draft_len] else "", "other sampling" if sampling != lab_sampling else ""]
     return (f"The benchmark's points were measured at {' and '.join(w for w in other if w)} (this run: "
             f"L = {draft_len}): compare positions with care.")
-
-
-def drafts_by_chain(row: dict) -> bool:
-    """Whether a benchmark row is a drafter's chain (not vanilla AR, a static tree or SJD's Jacobi window)."""
-    rule, drafting = variants.racer_configs(row)
-    return bool(rule) and not row.get("tree") and (drafting or {}).get("drafting", Chain.name) == Chain.name
 
 
 def stats_markdown(rows: list[dict], status: str) -> str:
@@ -157,13 +159,6 @@ def stats_markdown(rows: list[dict], status: str) -> str:
                  "decoder's, summed over the samples both have finished, on this server as loaded now "
                  "(reused samples keep their first time); tau = tokens per target forward, load-free.")
     return "\n".join(lines)
-
-
-def bench_rows(path: Path = BENCH) -> list[dict]:
-    """The shipped benchmark's rows (one per setting), or [] when the file is absent."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def pareto_figure(rows: list[dict], summary: list[dict]):
@@ -190,15 +185,6 @@ def pareto_figure(rows: list[dict], summary: list[dict]):
     return fig
 
 
-def bench_sampling(path: Path) -> dict | None:
-    """The sampling (SamplingConfig as a dict) the benchmark whose results are `path` ran with, read from the
-    config.json beside it; None when it is missing or does not say."""
-    try:
-        return json.loads((path.parent / "config.json").read_text()).get("sampling")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]) -> str:
     """One line per relaxed decoder whose exact setting the benchmark ran: its numbers there and here."""
     out = []
@@ -206,11 +192,10 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
         if d.rule is None or s["nll"] is None:
             continue
         config = {k: v for k, v in d.rule.config().items() if k not in ("neighbours",)}
-        for r in rows:
-            if r.get("rule_config") == config and r.get("draft_len") == Chain.draft_len and not r.get("tree"):
-                out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
-                           f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
-                           f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
+        for r in same_setting(rows, config, Chain.draft_len):
+            out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
+                       f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
+                       f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
     return "\n".join(out)
 
 
@@ -276,10 +261,8 @@ class LabPanel:
             if condition is not None:  # (unused here, yet checked: a class of this model; None = not given)
                 ctx.check_condition(condition)
             names = m.conditions  # classes spread evenly over the model's; a styled model: the styles in turn
-            n = min(samples, len(names.classes))
-            styles = max(len(names.styles), 1)
-            conditions = [(j * len(names.classes) // n) * styles + j % styles for j in range(n)]
-            seeds = [seed] * n
+            conditions = spread_conditions(len(names.classes), len(names.styles), min(samples, len(names.classes)))
+            seeds = [seed] * len(conditions)
             headers = [names.label(c) for c in conditions]
         else:
             cond = ctx.check_condition(condition)

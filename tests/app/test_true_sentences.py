@@ -18,6 +18,7 @@ from coolsd.app.cost import CostPanel
 from coolsd.app.lesson import SHIPPED_BENCHES, bench_runs, lesson_markdown, matching_rows
 from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.recordings import Recordings
+from coolsd.bench import shipped
 from coolsd.compare import cost
 from coolsd.compare.microscope import recorded
 from coolsd.decoding.drafting import Chain
@@ -92,10 +93,10 @@ def test_the_lab_says_which_decoders_were_faster_and_at_which_settings_the_bench
         shown_speed = round(d["speedup"], 2)
         word = "faster than" if shown_speed > 1 else "slower than" if shown_speed < 1 else "as fast as"
         assert f"{d['label']} was {word} vanilla AR ({shown_speed:.2f}×)" in line, (line, d)
-    rows = lab_ui.bench_rows(lab_ui.BENCHES[ctx.model.kind])
-    lengths = {r["draft_len"] for r in rows if lab_ui.drafts_by_chain(r)}  # (a Jacobi window is no draft length)
+    rows = shipped.bench_rows(lab_ui.BENCHES[ctx.model.kind])
+    lengths = {r["draft_len"] for r in rows if shipped.drafts_by_chain(r)}  # (a Jacobi window is no draft length)
     same = lengths == {Chain.draft_len} and \
-        lab_ui.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
+        shipped.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
     said = next(line for line in text.splitlines() if line.startswith("The benchmark's points were measured at"))
     assert ("this run's draft length" in said) == same, said
     assert all(f"L = {n}" in said for n in lengths), said
