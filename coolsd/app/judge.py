@@ -15,7 +15,8 @@ from collections import OrderedDict
 
 import torch
 
-from coolsd.compare.recognise import recognise, shipped_classifier
+from coolsd.compare.likeness import BROKEN_BELOW, broken, likeness
+from coolsd.compare.recognise import recognise, shipped_classifier, shipped_real_pictures
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 
@@ -27,13 +28,15 @@ class Judge:
     """One model's classifier (or None: the model ships none) and its readings of decoded pictures.
 
     model: the ModelBundle (its kind names the shipped classifier; its `classifier`, when loaded with one, is used
-    as it is); load: kind -> classifier or None (default `shipped_classifier`)."""
+    as it is); load: kind -> classifier or None (default `shipped_classifier`); real: kind -> the classes' real
+    pictures or None (default `shipped_real_pictures`: a reading then carries its likeness)."""
 
-    def __init__(self, model, load=shipped_classifier) -> None:
+    def __init__(self, model, load=shipped_classifier, real=shipped_real_pictures) -> None:
         self.names = model.conditions if model.conditioning == "class" else None
         self.chars = list(model.class_chars)
-        self.kind, self._load = model.kind, load
+        self.kind, self._load, self._load_real = model.kind, load, real
         self._classifier = model.classifier if model.classifier is not None else UNLOADED
+        self._real = UNLOADED
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple, dict | None] = OrderedDict()  # (classifier, tokens, asked) -> reading
 
@@ -45,6 +48,14 @@ class Judge:
                 self._classifier = self._load(self.kind) if self.names is not None else None
             return self._classifier
 
+    def real(self, asked) -> torch.Tensor | None:
+        """The real picture (C, H, W) in [0, 1] of engine condition `asked` (None: the model ships none, or
+        nothing was asked)."""
+        with self._lock:
+            if self._real is UNLOADED:
+                self._real = self._load_real(self.kind) if self.names is not None else None
+        return None if self._real is None or asked is None else self._real.of(asked)
+
     def use(self, classifier) -> None:
         """Judge with `classifier` from now on (tests, tools: e.g. a digit classifier for the tiny model)."""
         with self._lock:
@@ -53,13 +64,20 @@ class Judge:
 
     def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
         """The classifier's reading of each picture, (C, H, W) float in [0, 1], as JSON-ready dicts
-        (`Reading.describe` against engine condition `asked`; None: not judged) or Nones without a classifier."""
+        (`Reading.describe` against engine condition `asked`; None: not judged) or Nones without a classifier.
+        Where the class asked for has a real picture, each reading also holds "likeness" (`likeness`, to that
+        picture) and "broken" (whether that likeness calls it broken)."""
         classifier = self.classifier
         if classifier is None or not images:
             return [None] * len(images)
         with self._lock:  # (one forward at a time: the lab's threads and the races share the model)
-            readings = recognise(classifier, torch.stack([im.float().cpu() for im in images]))
-        return [r.describe(self.names, asked) for r in readings]
+            pictures = torch.stack([im.float().cpu() for im in images])
+            readings = [r.describe(self.names, asked) for r in recognise(classifier, pictures)]
+        real = self.real(asked)
+        if real is None:
+            return readings
+        values = likeness(pictures, real.expand_as(pictures)).tolist()
+        return [r | {"likeness": v, "broken": broken(v)} for r, v in zip(readings, values)]
 
     def judge(self, grids: list[torch.Tensor], asked, decode) -> list[dict | None]:
         """The reading (`read`) of each finished picture, given by its (T,) token ids and decoded by `decode`
@@ -100,10 +118,22 @@ class Judge:
 
 
 def caption(judge: Judge, reading: dict | None) -> str:
-    """The line under a finished picture: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 %", or "✗ ..., not
-    <asked>" when the class read is not the one asked for; "" when nothing was judged."""
+    """The line under a finished picture: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 % · likeness 0.91", or
+    "✗ ..., not <asked>" when the class read is not the one asked for; a picture the likeness calls broken starts
+    "✗ **broken**: likeness 0.41 to the real picture (below 0.65)"; "" when nothing was judged."""
     if not reading:
         return ""
+    seen = classifier_line(judge, reading)
+    if reading.get("likeness") is None:
+        return seen
+    if reading["broken"]:
+        return (f"✗ **broken**: likeness {reading['likeness']:.2f} to the real picture (below {BROKEN_BELOW}) · "
+                f"{seen.lstrip('✓✗ ')}")
+    return f"{seen} · likeness {reading['likeness']:.2f}"
+
+
+def classifier_line(judge: Judge, reading: dict) -> str:
+    """What the classifier read: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 %" ("✗ ..., not <asked>")."""
     mark = {True: "✓ ", False: "✗ "}.get(reading.get("class_ok"), "")
     what = f"{judge.char(reading['class'])} **{plain(reading['class'])}** {reading['class_p']:.0%}".strip()
     if reading.get("style") is not None:

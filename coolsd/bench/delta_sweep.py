@@ -6,10 +6,12 @@ library's defaults), through the benchmark's own runner (`coolsd.bench.runner.ru
 sample decoded one after the other, timed, then scored) and summary (`coolsd.bench.report.summarise`). It writes
 one JSON (`SWEEP_VERSION`) with, per setting: tau, speed-up over vanilla AR (CPU time), FID in the classifier's
 feature space with its bootstrap spread, recognition (the classifier's accuracy on the class asked for; emoji:
-the emoji, its style aside) with its 95 % Wilson interval, and the target's NLL with its standard error; vanilla
-AR's band (FID +- 2 spreads, recognition's interval, NLL +- 2 standard errors); and, per measure, the smallest
-delta from which every larger swept delta is beyond that band on the worse side (`breaks`: FID above,
-recognition below, NLL above; null when the largest is not). The first `--keep` samples' tokens of every setting
+the emoji, its style aside) with its 95 % Wilson interval, where real pictures ship (emoji) the mean likeness
+and the share of pictures it calls broken with its Wilson interval (`coolsd.compare.likeness`; NaN elsewhere),
+and the target's NLL with its standard error; vanilla AR's band (FID +- 2 spreads, the intervals of
+recognition and of the broken share, NLL +- 2 standard errors); and, per measure, the smallest delta from which
+every larger swept delta is beyond that band on the worse side (`breaks`: FID above, recognition below, broken
+share above, NLL above; null when the largest is not). The first `--keep` samples' tokens of every setting
 are kept, so the Lab can show the pictures.
 
     python -m coolsd.bench.delta_sweep --model emoji --samples 64 --out assets/emoji/delta_sweep.json
@@ -47,8 +49,8 @@ SWEEPS = {"emoji": EMOJI_DIR / SWEEP_NAME, "embedded": EMBEDDED_DIR / SWEEP_NAME
 DEFAULT_DELTAS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 WILSON_Z = 1.959964  # the normal quantile of a two-sided 95 % interval
 BAND_WIDTH = 2.0  # vanilla's band: its value +- this many spreads (FID, NLL)
-MEASURES = ("fid", "recognition", "nll")
-WORSE = {"fid": 1, "recognition": -1, "nll": 1}  # the side of vanilla's band a worse value lies on
+MEASURES = ("fid", "recognition", "broken", "nll")
+WORSE = {"fid": 1, "recognition": -1, "broken": 1, "nll": 1}  # the side of vanilla's band a worse value lies on
 
 
 # ---------------------------------------------------------------- the samples
@@ -93,44 +95,53 @@ def sweep_row(row: dict) -> dict:
     speed and quality with their spreads."""
     config = row.get("rule_config") or {}
     n = row["n_images"]
-    rec = recognition(row)
+    rec, broke = recognition(row), row.get("broken", math.nan)
     low, high = wilson(round(rec * n), n) if math.isfinite(rec) else (math.nan, math.nan)
+    broken_low, broken_high = wilson(round(broke * n), n) if math.isfinite(broke) else (math.nan, math.nan)
     return {"setting": row["setting"], "rule": config.get("rule"), "delta": config.get("delta"),
             "n_images": n, "tau": row["tau"], "speedup": row["speedup"], "seconds": row["cpu_seconds"],
             "fid": row["fid"], "fid_std": row["fid_std"], "recognition": rec, "recognition_low": low,
-            "recognition_high": high, "style_recognition": row.get("style_accuracy"), "nll": row["nll"],
+            "recognition_high": high, "style_recognition": row.get("style_accuracy"),
+            "likeness": row.get("likeness", math.nan), "broken": broke, "broken_low": broken_low,
+            "broken_high": broken_high, "nll": row["nll"],
             "nll_se": row["nll_se"]}
 
 
 def vanilla_band(vanilla: dict) -> dict[str, list[float]]:
     """measure -> [low, high] of vanilla AR's band: FID and NLL +- BAND_WIDTH spreads (neither below 0, where
-    neither can be), recognition's interval."""
+    neither can be), recognition's and the broken share's intervals."""
     def around(value: float, spread: float) -> list[float]:
         return [max(0.0, value - BAND_WIDTH * spread), value + BAND_WIDTH * spread]
 
     return {"fid": around(vanilla["fid"], vanilla["fid_std"]),
             "recognition": [vanilla["recognition_low"], vanilla["recognition_high"]],
+            "broken": [vanilla.get("broken_low", math.nan), vanilla.get("broken_high", math.nan)],
             "nll": around(vanilla["nll"], vanilla["nll_se"])}
 
 
-def beyond(value: float, band: list[float], worse: int) -> bool:
-    """Whether `value` lies outside `band` on the worse side (worse = +1: above it; -1: below it)."""
-    return math.isfinite(value) and (value > band[1] if worse > 0 else value < band[0])
+def beyond(value: float | None, band: list[float | None], worse: int) -> bool:
+    """Whether `value` lies outside `band` on the worse side (worse = +1: above it; -1: below it); never where the
+    value or that edge is missing (None or NaN: a measure the model has none of)."""
+    edge = band[1] if worse > 0 else band[0]
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in (value, edge)):
+        return False
+    return value > edge if worse > 0 else value < edge
 
 
 def breaks(rows: list[dict], band: dict[str, list[float]]) -> dict[str, float | None]:
     """measure -> the smallest swept delta from which every larger swept delta is beyond vanilla's band on the
-    worse side (None when the largest is not); "picture": the smaller of FID's and recognition's."""
+    worse side (None when the largest is not); "picture": the smallest of FID's, recognition's and the broken
+    share's."""
     swept = sorted((r for r in rows if r["delta"] is not None), key=lambda r: r["delta"])
     out: dict[str, float | None] = {}
     for m in MEASURES:
         found = None
         for r in reversed(swept):
-            if not beyond(r[m], band[m], WORSE[m]):
+            if not beyond(r.get(m, math.nan), band[m], WORSE[m]):
                 break
             found = r["delta"]
         out[m] = found
-    picture = [d for d in (out["fid"], out["recognition"]) if d is not None]
+    picture = [d for d in (out["fid"], out["recognition"], out["broken"]) if d is not None]
     return out | {"picture": min(picture) if picture else None}
 
 

@@ -72,6 +72,8 @@ def summarise(records: list[dict], settings: list[Setting], neighbours, real_sta
             "accuracy": sum(r["pred"] == r["cls"] for r in recs) / n,
             **({"class_accuracy": sum(r["class_ok"] for r in recs) / n,
                 "style_accuracy": sum(r["style_ok"] for r in recs) / n} if "class_ok" in recs[0] else {}),
+            **({"likeness": sum(r["likeness"] for r in recs) / n,
+                "broken": sum(r["broken"] for r in recs) / n} if "likeness" in recs[0] else {}),
             "nll": sum(r["nll"] for r in recs) / n,
             "nll_se": float(np.std([r["nll"] for r in recs], ddof=1) / math.sqrt(n)) if n >= 2 else NAN,
             **_mean_scores(recs),

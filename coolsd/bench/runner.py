@@ -10,6 +10,7 @@ contiguous, deterministic slice of that list; `gather` merges the records on eve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import hashlib
 import os
@@ -20,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from coolsd.bench.settings import Setting
+from coolsd.compare.likeness import RealPictures, broken, likeness
 from coolsd.compare.metrics import ambiguity, classifier_outputs, nll_of, plain_background, predicted, token_logits
 from coolsd.decoding.engine import run
 from coolsd.decoding.sampling import SamplingConfig
@@ -64,7 +66,8 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
     process's CPU time over the same span, which time stolen by other processes on a shared
     machine does not inflate; draft / verify = inside model forwards; other = the engine's own
     bookkeeping of rules and sampling),
-    the tokens and their digest, NLL under the target, the classifier's prediction and its 128-d features.
+    the tokens and their digest, NLL under the target, the classifier's prediction and its 128-d features, and
+    where real pictures ship beside the classifier its likeness to the real picture (`scores_against_real`).
     """
     cuda = getattr(bundle.target, "device", torch.device("cpu")).type == "cuda"
     gc.collect()
@@ -89,7 +92,25 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
         "draft_forwards": result.draft_forwards, "wall_s": wall, "cpu_s": cpu,
         "draft_s": result.seconds["draft"], "verify_s": result.seconds["verify"], "other_s": result.seconds["other"],
         **token_scores(bundle, sampling, cls, result.tokens, image), "features": features[0].tolist(),
+        **scores_against_real(classifier, cls, image),
     }
+
+
+def scores_against_real(classifier, cls: int, image01) -> dict:
+    """{"likeness", "broken"} of a decoded image (C, H, W) in [0, 1] against the real picture of its class
+    (`coolsd.compare.likeness`), read beside the classifier (its `name_or_path`); {} where there is none."""
+    real = real_pictures(str(getattr(classifier, "name_or_path", "") or ""))
+    picture = real.of(cls) if real is not None else None
+    if picture is None:
+        return {}
+    value = float(likeness(image01[None], picture[None]))
+    return {"likeness": value, "broken": broken(value)}
+
+
+@functools.lru_cache(maxsize=4)
+def real_pictures(folder: str) -> RealPictures | None:
+    """The real pictures beside a classifier folder (read once per folder), or None."""
+    return RealPictures.beside(folder) if folder else None
 
 
 def token_scores(bundle: ModelBundle, sampling: SamplingConfig, cls, tokens, image01) -> dict:

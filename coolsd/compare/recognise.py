@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from coolsd.compare.lab import load_classifier
+from coolsd.compare.likeness import RealPictures
 from coolsd.compare.metrics import classifier_outputs
 from coolsd.models.conditions import Conditions
 from coolsd.util.paths import EMBEDDED_CLASSIFIER, EMOJI_CLASSIFIER
@@ -96,3 +97,9 @@ def shipped_classifier(kind: str):
     """The classifier shipped with a model of `ModelBundle.kind` `kind` (fp32, eval mode), or None when that
     model ships none (tiny, LlamaGen) or its folder is missing."""
     return load_classifier(SHIPPED[kind]) if kind in SHIPPED else None
+
+
+def shipped_real_pictures(kind: str) -> RealPictures | None:
+    """The real picture of each class shipped beside a model's classifier (`coolsd.compare.likeness`: the emoji
+    model's), or None when that model ships none."""
+    return RealPictures.beside(SHIPPED[kind]) if kind in SHIPPED else None

@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from coolsd.compare.likeness import REAL_PICTURES_NAME, RealPictures
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.train.emoji_data import CREDITS, load_dataset, splits
 from coolsd.train.emoji_eval import evaluate_emoji
@@ -31,8 +32,8 @@ NAMED_SAMPLING = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=0, top_p=1
 
 
 def export(args) -> None:
-    """fp16 folders into args.assets + FID statistics of every real image (training and held out); the
-    target's config gains the artwork credits and the default emoji."""
+    """fp16 folders into args.assets + FID statistics and the real picture of every (emoji, style) (training and
+    held out); the target's config gains the artwork credits and the default emoji."""
     import json
 
     export_bundle(args.out, args.assets)
@@ -40,8 +41,17 @@ def export(args) -> None:
     config = json.loads(config_path.read_text())
     config.update(credits=CREDITS, default_class=DEFAULT_EMOJI, default_sampling=dataclasses.asdict(NAMED_SAMPLING))
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    images = load_dataset(seed=args.seed)["images"].float() / 255
-    export_real_stats(args.assets, images01=images, what="real emoji (all styles)")
+    data = load_dataset(seed=args.seed)
+    export_real_stats(args.assets, images01=data["images"].float() / 255, what="real emoji (all styles)")
+    export_real_pictures(args.assets, data)
+
+
+def export_real_pictures(assets, data: dict) -> None:
+    """Each (emoji, style)'s real picture -> classifier/real_pictures.safetensors (the likeness readout's
+    reference, `coolsd.compare.likeness`; the artwork's licences allow it, with the credits the card carries)."""
+    conditions = data["labels"] * len(data["style_names"]) + data["styles"]
+    RealPictures(conditions, data["images"]).save(assets / "classifier" / REAL_PICTURES_NAME)
+    print(f"[export] real pictures: {len(conditions)} (emoji, style) pairs")
 
 
 def run_emoji_stage(args, budget: float, kw: dict) -> int:

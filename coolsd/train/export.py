@@ -38,7 +38,7 @@ def export_real_stats(assets: Path, seed: int = 0, images01=None, what: str = "h
     """Classifier-feature mean/covariance of real images -> classifier/real_stats.safetensors.
 
     `images01`: (N, C, 32, 32) in [0, 1]; default the held-out real digits. The benchmark's offline
-    FID compares generated images against these statistics, so the data itself never ships.
+    FID compares generated images against these statistics.
     """
     from transformers import ResNetForImageClassification
 

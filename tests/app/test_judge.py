@@ -16,6 +16,7 @@ from coolsd.app.judge import Judge, caption
 from coolsd.app.racers import SLOTS, slot_keys
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.lab import load_classifier
+from coolsd.compare.likeness import BROKEN_BELOW
 from coolsd.compare.recognise import Reading, read_logits, recognise
 from coolsd.models import registry
 from coolsd.models.conditions import Conditions
@@ -143,6 +144,7 @@ def test_the_emoji_classifier_reads_class_and_style():
 
     tokens = run(m.target, None, None, cond=cond, num_tokens=m.num_tokens, sampling=m.default_sampling, seed=0).tokens
     (seen,) = ctx.judge.read([m.tokenizer.decode(tokens)], cond)
-    assert set(seen) == {"class", "class_p", "style", "style_p", "asked", "class_ok", "style_ok"}
+    assert set(seen) == {"class", "class_p", "style", "style_p", "asked", "class_ok", "style_ok", "likeness", "broken"}
+    assert -1 <= seen["likeness"] <= 1 and seen["broken"] == (seen["likeness"] < BROKEN_BELOW)
     assert seen["class"] in m.conditions.classes and seen["style"] in m.style_names
     assert 0 < seen["class_p"] <= 1 and 0 < seen["style_p"] <= 1 and seen["asked"] == m.conditions.label(cond)

@@ -57,7 +57,7 @@ def with_sweep(tmp_path, monkeypatch):
 
 
 def test_the_small_sweep_breaks_where_it_was_made_to():
-    assert small_sweep()["breaks"] == {"fid": 16.0, "recognition": None, "nll": 64.0, "picture": 16.0}
+    assert small_sweep()["breaks"] == {"fid": 16.0, "recognition": None, "broken": None, "nll": 64.0, "picture": 16.0}
 
 
 def test_without_a_sweep_the_lab_says_how_to_make_one():

@@ -53,15 +53,30 @@ def _row(delta, fid, rec, nll, rule="cool-sd"):
 def test_band_and_breaks_read_the_worse_side_from_the_last_unbroken_delta():
     vanilla = _row(None, 50.0, 0.9, 1.0, rule=None)
     band = ds.vanilla_band(vanilla)
-    assert band == {"fid": [46.0, 54.0], "recognition": [0.8, 1.0], "nll": [0.98, 1.02]}
+    assert band == {"fid": [46.0, 54.0], "recognition": [0.8, 1.0], "broken": [math.nan, math.nan],
+                    "nll": [0.98, 1.02]}  # (no likeness: a model without real pictures)
     assert ds.vanilla_band(vanilla | {"fid_std": 40.0})["fid"] == [0.0, 130.0]  # (no FID below 0)
     rows = [vanilla, _row(1, 55.0, 0.9, 0.9), _row(2, 50.0, 0.7, 0.95), _row(4, 55.0, 0.85, 1.05),
             _row(8, 56.0, 0.6, 1.10)]
     # FID: above from delta 4 on (delta 1 is above too, but 2 is not); recognition: below only at 8 (2 is a blip);
     # NLL: below the band is not worse (deltas 1, 2), above from 4 on
-    assert ds.breaks(rows, band) == {"fid": 4, "recognition": 8, "nll": 4, "picture": 4}
-    assert ds.breaks(rows[:3], band) == {"fid": None, "recognition": 2, "nll": None, "picture": 2}
+    assert ds.breaks(rows, band) == {"fid": 4, "recognition": 8, "broken": None, "nll": 4, "picture": 4}
+    assert ds.breaks(rows[:3], band) == {"fid": None, "recognition": 2, "broken": None, "nll": None, "picture": 2}
     assert ds.breaks([vanilla], band)["picture"] is None
+
+
+def test_the_broken_share_has_its_wilson_band_and_can_set_where_pictures_break():
+    def with_broken(row, share):
+        low, high = ds.wilson(round(share * 64), 64)
+        return row | {"n_images": 64, "broken": share, "broken_low": low, "broken_high": high}
+
+    vanilla = with_broken(_row(None, 50.0, 0.9, 1.0, rule=None), 0.125)
+    band = ds.vanilla_band(vanilla)
+    assert band["broken"] == list(ds.wilson(8, 64)) and band["broken"][0] < 0.125 < band["broken"][1]
+    rows = [vanilla, with_broken(_row(1, 50.0, 0.9, 1.0), 0.14), with_broken(_row(2, 50.0, 0.9, 1.0), 0.40),
+            with_broken(_row(4, 50.0, 0.9, 1.0), 0.45)]  # FID, recognition and NLL stay in the band
+    assert ds.breaks(rows, band) == {"fid": None, "recognition": None, "broken": 2, "nll": None, "picture": 2}
+    assert not ds.beyond(None, band["broken"], 1) and not ds.beyond(0.9, [None, None], 1)  # (a JSON's NaN)
 
 
 def test_bad_arguments_are_one_line():
