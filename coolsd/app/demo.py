@@ -15,7 +15,7 @@ from starlette.middleware import Middleware
 from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
 from coolsd.app.context import Context, open_context, serving_threads
 from coolsd.app.race_view import API_NAMES
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.served_files import DELETE_CACHE
 from coolsd.app.serving import ServedBlocks, UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings

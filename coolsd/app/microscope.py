@@ -16,8 +16,7 @@ from PIL import Image, ImageDraw
 
 from coolsd.app.context import APP_MODEL, Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
-from coolsd.app.race_view import same_noise
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.serving import MICROSCOPE_TTL_S
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
@@ -72,7 +71,7 @@ class MicroscopePanel:
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
         ctx = self.ctx.for_trace(trace.settings)
-        cond = ctx.check_condition(trace.settings["condition"], trace.settings.get("style"))
+        cond = ctx.check_condition(trace.settings.condition, trace.settings.style)
         with ctx.lane() as lane:
             target, drafter = lane[0]
             events = scope.rerun(trace, key, target, drafter, cond, ctx.model.neighbours)
@@ -91,7 +90,7 @@ class MicroscopePanel:
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)
-        drafting = scope.racer_drafting(trace, key)
+        drafting = trace.settings.drafting_of(key)
         if not drafting.detail:  # (a static tree's rounds keep no per-depth detail)
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
@@ -274,7 +273,7 @@ def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTra
 
 def coupled_note(trace: RaceTrace, rule) -> str:
     """Under same noise, what a lossless rule's test read (`coolsd.decoding.noise`); "" otherwise."""
-    if not same_noise(trace.settings) or rule is None or not rule.lossless:
+    if not trace.settings.same_noise or rule is None or not rule.lossless:
         return ""
     return (" Same noise: this lossless rule's test is coupled: a draft is accepted exactly when it is the target's "
             "own draw at its position (aᵢ is 1 or 0, uᵢ is not read), and a rejection commits that draw.")

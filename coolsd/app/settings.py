@@ -39,10 +39,11 @@ import gradio as gr
 
 from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
-from coolsd.app.trace_files import recorded_seed
+from coolsd.compare.race import Race, Racer
+from coolsd.compare.trace import RaceTrace, TraceSettings, recorded_seed
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain, Drafting, Jacobi, chain_or_tree
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.noise import NOISES
 from coolsd.decoding.omega_text import format_omegas, parse_omegas
 from coolsd.decoding.rules import (
@@ -314,7 +315,8 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 class RacePlan:
     """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
     sampling, config (the race's shared drafting and noise: vanilla AR's), rules and configs (key -> the rule and
-    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair)."""
+    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair), recorded (what its trace
+    keeps of it, seed included)."""
 
     ctx: Context
     cond: object
@@ -323,6 +325,24 @@ class RacePlan:
     config: DecodeConfig
     rules: dict[str, Rule]
     configs: dict[str, DecodeConfig]
+    recorded: TraceSettings
+
+    def trace(self) -> RaceTrace:
+        """An empty trace of this race: its racers (vanilla AR last) and settings."""
+        m = self.ctx.model
+        racers = [(k, choice.RACERS[k]) for k in self.keys] + [choice.VANILLA]
+        return RaceTrace(m.name, self.recorded, racers, m.num_tokens, m.grid)
+
+    def race(self, trace: RaceTrace, lane: list) -> Race:
+        """The race of `trace`'s racers on a lane of model handles (`Context.lane`), each seeded with the race's
+        seed; close it when done."""
+        racers = []
+        for (key, label), (target, drafter) in zip(trace.racers, lane):
+            events = generate(target, drafter, self.rules.get(key), cond=self.cond, num_tokens=trace.num_tokens,
+                              sampling=self.sampling, config=self.configs.get(key, self.config),
+                              seed=self.recorded.seed)
+            racers.append(Racer(key, label, events, trace.num_tokens))
+        return Race(racers, workers=self.ctx.race_threads)
 
 
 @dataclass(frozen=True)
@@ -418,7 +438,13 @@ class RaceSettings:
             config = DecodeConfig(self.shared_drafting(), noise=self.noise)
             configs = {key: dataclasses.replace(config, drafting=self.drafting_of(key)) for key in self.racers}
         rules = make_rules(variant, self.racers, self.as_dict())
-        return RacePlan(variant, cond, self.racers, sampling, config, rules, configs)
+        m = variant.model
+        recorded = TraceSettings(
+            m.conditions.label(cond) if m.conditioning == "class" else cond, self.seed, sampling, self.draft_len,
+            self.drafting, self.noise, tuple(self.racers), variant.variant_key, variant.model_key, self.style,
+            m.execution, {k: r.config() for k, r in rules.items()},
+            {k: c.drafting.config() for k, c in configs.items()})
+        return RacePlan(variant, cond, self.racers, sampling, config, rules, configs, recorded)
 
     def shared_drafting(self) -> Drafting:
         """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""

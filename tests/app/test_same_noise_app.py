@@ -14,7 +14,7 @@ from coolsd.app import controls, race_view, share
 from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.plots import DIFFERS, KIND_NAMES, NO_REFERENCE
 from coolsd.app.racers import slot_keys
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.settings import RaceSettings
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace

@@ -14,7 +14,7 @@ from coolsd.app.after_race import AfterRace
 from coolsd.app.context import open_context
 from coolsd.app.race import LiveRaces
 from coolsd.app.record_default import record
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.settings import RaceSettings
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.variants import VANILLA

@@ -17,7 +17,7 @@ from coolsd.app.context import open_context
 from coolsd.app.cost import CostPanel
 from coolsd.app.lesson import SHIPPED_BENCHES, bench_runs, lesson_markdown, matching_rows
 from coolsd.app.microscope import MicroscopePanel
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.compare import cost
 from coolsd.compare.microscope import recorded
 from coolsd.decoding.drafting import Chain
