@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -47,6 +46,8 @@ from pathlib import Path
 
 from gradio import processing_utils
 from gradio.utils import get_upload_folder
+
+from coolsd.util.env import env_int
 
 SERVED_FILES_MAX = 10_000  # files kept at most ($COOLSD_SERVED_FILES overrides): about 250 races' frames
 SERVED_FILES_MAX_AGE_S = 7200  # a file last served this long ago goes (Gradio's delete_cache age, below)
@@ -60,10 +61,7 @@ log = logging.getLogger("coolsd.app")
 
 def max_files_from_env() -> int:
     """$COOLSD_SERVED_FILES (files the app keeps served at most; default SERVED_FILES_MAX)."""
-    text = os.environ.get("COOLSD_SERVED_FILES", "") or str(SERVED_FILES_MAX)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-        raise SystemExit(f"COOLSD_SERVED_FILES must be an integer >= 1, got {text!r}")
-    return int(text)
+    return env_int("COOLSD_SERVED_FILES", SERVED_FILES_MAX)
 
 
 def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import re
 
 import gradio as gr
@@ -35,6 +34,7 @@ from coolsd.app.context import bad
 from coolsd.app.served_files import ServedFiles, cache_writes_in_place
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
+from coolsd.util.env import env_int
 
 SESSION_CAPACITY = 1000
 STATE_TTL_S = 3600
@@ -44,10 +44,7 @@ _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 
 def session_capacity_from_env() -> int:
     """$COOLSD_SESSION_CAPACITY (sessions whose state the server keeps; default SESSION_CAPACITY)."""
-    text = os.environ.get("COOLSD_SESSION_CAPACITY", "") or str(SESSION_CAPACITY)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:  # (str.isdigit also takes "²", which int() refuses)
-        raise SystemExit(f"COOLSD_SESSION_CAPACITY must be an integer >= 1, got {text!r}")
-    return int(text)
+    return env_int("COOLSD_SESSION_CAPACITY", SESSION_CAPACITY)
 
 
 log = logging.getLogger("coolsd.app")

@@ -33,7 +33,6 @@ import ctypes
 import ctypes.util
 import datetime
 import os
-import re
 import sys
 import threading
 import time
@@ -46,6 +45,8 @@ from gradio.components import State
 from gradio.state_holder import SessionState, StateHolder
 from PIL import Image
 
+from coolsd.util.env import env_int
+
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
 SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
@@ -55,10 +56,7 @@ TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 def budget_from_env() -> int:
     """$COOLSD_STATE_BUDGET_MB (default STATE_BUDGET_MB) in bytes."""
-    text = os.environ.get("COOLSD_STATE_BUDGET_MB", "") or str(STATE_BUDGET_MB)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-        raise SystemExit(f"COOLSD_STATE_BUDGET_MB must be an integer >= 1, got {text!r}")
-    return int(text) * 2**20
+    return env_int("COOLSD_STATE_BUDGET_MB", STATE_BUDGET_MB) * 2**20
 
 
 def state_bytes(value, limit: int = 200_000) -> int:
