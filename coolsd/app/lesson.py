@@ -1,14 +1,11 @@
 """The Race tab's one line on when relaxation pays, with the numbers of the race on show.
 
-Relaxation raises the accepted length only where the target hesitates between look-alike codes; a target sure of
-one code at every position leaves nothing to relax. The line quotes the race on show (its stats JSON: the table
-beside it): Eagle-1's and a relaxed racer's tau and speed-up, at the race's draft length. Where the race ran at the
-settings of its model's shipped benchmark (`python -m coolsd.bench`: the same draft length, sampling and rule
-settings), it adds the benchmark's taus and the target's mean top-1 probability on its own vanilla samples, naming
-those settings; otherwise it quotes no benchmark, so every number it names is one measured at the race's settings.
-When the relaxed racer is COOL-SD at a δ at or past where its model's δ sweep says pictures break
-(`coolsd.app.sweep_view.breaking_delta`), it ends with that cost: the sweep's recognition at the nearest swept δ
-against vanilla AR's (the Quality lab draws the sweep).
+Relaxation raises the accepted length only where the target hesitates between look-alike codes. The line quotes
+the race on show (its stats JSON, read back as `RaceNumbers`): Eagle-1's and a relaxed racer's tau and speed-up.
+Where the race ran at its model's shipped benchmark's settings (draft length, sampling, noise and rule settings) it
+adds the benchmark's taus and the target's mean top-1 probability on its own samples; otherwise it quotes no
+benchmark. When the relaxed racer is COOL-SD at a δ at or past where its model's δ sweep says pictures break
+(`coolsd.app.sweep_view.breaking_delta`), it ends with that cost (the sweep's recognition against vanilla AR's).
 """
 
 from __future__ import annotations

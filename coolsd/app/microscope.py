@@ -97,7 +97,7 @@ class MicroscopePanel:
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
-        view = scope.round_view if events[round_no].detail is not None else stored_view
+        view = scope.round_view if events[round_no].detail is not None else scope.stored_view
         v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(drafting)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
@@ -135,27 +135,6 @@ class MicroscopePanel:
         rows, cols = trace.grid
         cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
         return scope.round_at(events, cell)  # a position in `events`, as the slider and `view` count rounds
-
-
-def stored_view(event, grid: tuple[int, int], residual: str) -> dict:
-    """`coolsd.compare.microscope.round_view`'s dict for a round as a trace stores it (no detail): positions,
-    verdicts, each depth's a_i and omega_i, the accepted drafts' tokens (the first n committed), the last token and
-    how it came; q, p, u, a rejected or untested draft's token and the top tokens are None / empty (not stored)."""
-    n, length = event.n_accepted, event.n_drafted
-    tokens = event.tokens.tolist()
-    depths = [{"depth": i + 1, "position": scope.grid_cell(event.start + i, grid),
-               "token": tokens[i] if i < n else None, "q": None, "p": None, "omega": float(event.omega[i]),
-               "accept": float(event.accept_probs[i]), "u": None, "verdict": v}
-              for i, v in enumerate(scope.verdicts(length, n))]
-    bonus = str(event.last) == "bonus"
-    return {"round": event.index, "start": event.start, "n_drafted": length, "n_accepted": n,
-            "positions": [scope.grid_cell(event.start + i, grid) for i in range(max(length, 1))],
-            "committed": [scope.grid_cell(event.start + i, grid) for i in range(len(tokens))],
-            "depths": depths, "last": "bonus" if bonus else "resampled", "token": tokens[-1],
-            "token_position": scope.grid_cell(event.start + n, grid),
-            "drawn_from": (f"p_{n + 1} (bonus: every draft accepted)" if bonus and length else
-                           "p (no drafts this round)" if bonus else f"the residual at depth {n + 1}"),
-            "residual": residual, "top": {}, "token_probs": {}}
 
 
 # ---------------------------------------------------------------- drawing (views of the library's numbers)

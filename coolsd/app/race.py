@@ -201,9 +201,7 @@ class RaceHandle:
             for frame in race(*args, **kwargs):
                 yield RaceOutputs.values(frame)
 
-        run.__signature__, run.__doc__ = race.__signature__, race.__doc__
-        run.__annotations__ = race.__annotations__
-        return run
+        return _like(race, run)
 
     def page_race(self):
         """The Generate buttons' handler: /race's, except that settings refused before the race starts (an unknown
@@ -227,9 +225,14 @@ class RaceHandle:
             yield first
             yield from frames
 
-        run.__signature__, run.__doc__ = race.__signature__, race.__doc__
-        run.__annotations__ = race.__annotations__
-        return run
+        return _like(race, run)
+
+
+def _like(handler, run):
+    """`run` with `handler`'s signature, annotations and docstring (what Gradio's API shows)."""
+    run.__signature__, run.__doc__, run.__annotations__ = handler.__signature__, handler.__doc__, \
+        handler.__annotations__
+    return run
 
 
 def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
@@ -299,15 +302,11 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     handle = RaceHandle(outputs, stream, after, (), tuple(titles), tuple(columns))
     everything = outputs.components()
     api_race = gr.Button(visible=False)  # /race for API clients: refused settings raise there (one line)
-    api_event = api_race.click(handle.gradio_race(), controls.inputs, everything, api_name="race",
-                               preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                               show_progress="minimal")
-    run_event = controls.generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
-                                        preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                                        show_progress="minimal")
-    phone_event = phone_generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
-                                       preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                                       show_progress="minimal")
+    racing = {"preprocess": False, "concurrency_limit": ctx.workers, "concurrency_id": "race",
+              "show_progress": "minimal"}
+    api_event = api_race.click(handle.gradio_race(), controls.inputs, everything, api_name="race", **racing)
+    run_event, phone_event = (button.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
+                                           **racing) for button in (controls.generate, phone_generate))
     for button in (controls.generate, phone_generate):  # the slots take the racers' names when a race starts
         button.click(after.slot_layout, controls["racers"], [*titles, *columns], queue=False,
                      api_visibility="private", show_progress="hidden")

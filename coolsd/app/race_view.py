@@ -85,22 +85,19 @@ class RaceOutputs:
 
     def components(self, *names: str) -> list:
         """The components in wiring order (all of them, or only the named fields, in that order)."""
-        names = names or tuple(f.name for f in dataclasses.fields(self))
-        out = []
-        for name in names:
-            value = getattr(self, name)
-            out += list(value) if name in SLOT_FIELDS else [value]
-        return out
+        return list(_flat(self, names))
 
     @staticmethod
     def values(frame: RaceFrame, *names: str) -> tuple:
         """`frame`'s values in the order of `components(*names)`."""
-        names = names or tuple(f.name for f in dataclasses.fields(frame))
-        out = []
-        for name in names:
-            value = getattr(frame, name)
-            out += list(value) if name in SLOT_FIELDS else [value]
-        return tuple(out)
+        return tuple(_flat(frame, names))
+
+
+def _flat(fields_of, names: tuple[str, ...]):
+    """The named fields' values (all fields when none are named), a slot field's one per slot."""
+    for name in names or tuple(f.name for f in dataclasses.fields(fields_of)):
+        value = getattr(fields_of, name)
+        yield from value if name in SLOT_FIELDS else (value,)
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,7 @@ class DecoderNumbers:
     yet), what the classifier read in its finished picture (`Judge.judge`'s reading or None) and, under same noise,
     {"same": k, "compared": n} against vanilla AR."""
 
-    decoder: str
+    decoder: str = ""  # its label
     tokens: int = 0
     num_tokens: int = 0
     target_forwards: int = 0

@@ -1,31 +1,20 @@
 """The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
 
-`RaceSettings` has one field per /race argument, in the API's order. Each field's `Spec` (made per
-model: some bounds depend on it) says its label (also its name in error messages), its kind, its
-bounds or choices and its default, so
+`RaceSettings` has one field per /race argument, in the API's order (a later argument is appended, so older calls
+keep their meaning). Each field's `Spec` (made per model: some bounds depend on it) says its label (also its name
+in error messages), its kind, its bounds or choices and its default: `RaceSettings.names()`, `.defaults(ctx)`,
+`.check(ctx, values)` (a checked RaceSettings or one clear gr.Error; the model first, the rest against its Specs),
+`.signature(ctx)` (the race handler's), `spec.component()` (the control) and `settings.plan(ctx)` (what the race
+runs: `RacePlan`) come from them.
 
-    RaceSettings.names()                      the argument names, in order
-    RaceSettings.defaults(ctx)                the defaults (read from the library's dataclasses)
-    RaceSettings.check(ctx, values)           a checked RaceSettings, or one clear gr.Error
-    RaceSettings.signature(ctx)               the race handler's signature (what the API shows)
-    spec.component()                          the control (coolsd.app.controls lays them out)
-    settings.plan(ctx)                        what the race runs: model variant, condition, rules, configs
-    rule_options(key, values)                 the options racer `key`'s rule gets (`variants.build` takes them)
+A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN); its
+default and range come from that rule field (`coolsd.decoding.rules.knob`), so the race's flat names
+(`lantern_lambda`, ...) live only here (`rule_options`). A racer is a (drafting, rule) pair
+(`coolsd.decoding.variants`): racers with a drafter share the race's drafting (a chain of `draft_len`, or a static
+tree), the no-drafter group drafts by Jacobi iteration with window `sjd_window`.
 
-A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN);
-its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
-race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
-
-A racer is a (drafting, rule) pair (`coolsd.decoding.variants`): the racers with a drafter share the race's
-drafting (`drafting`: chain of `draft_len`, or a static tree), the "no drafter" group drafts by Jacobi iteration
-with window `sjd_window`; the drafting settings' defaults and ranges come from `coolsd.decoding.drafting`.
-
-The arguments `model` (the picker's key), `style`, `sjd_window` and `noise` ("stream" | "same",
-`coolsd.decoding.noise`) came after the others so older calls keep working: `check` reads the model first and
-checks the rest against that model's Specs.
-
-The checks run in the handlers (events are wired with preprocess=False), never in a component's
-preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
+The checks run in the handlers (events are wired with preprocess=False), never in a component's preprocess:
+Gradio swaps a component for a fresh copy in a session once an event updates it.
 """
 
 from __future__ import annotations

@@ -119,18 +119,34 @@ def round_view(event: RoundEvent, grid: tuple[int, int], residual: str) -> dict:
                "q": float(d.q_draft[i]), "p": float(d.p_draft[i]), "omega": float(d.omega[i]),
                "accept": float(d.accept[i]), "u": float(d.uniforms[i]), "verdict": v}
               for i, v in enumerate(verdicts(length, n))]
-    bonus = n == length
     top = {name: sorted(({"token": int(t), "prob": float(pr)} for t, pr in zip(d.ids, probs)),
                         key=lambda r: -r["prob"]) for name, probs in d.dists.items()}
+    probs = {name: float(probs[(d.ids == d.token).nonzero()[0, 0]]) for name, probs in d.dists.items()}
+    return _view(event, grid, residual, depths, n, n == length, d.token, top, probs)
+
+
+def stored_view(event: RoundEvent, grid: tuple[int, int], residual: str) -> dict:
+    """`round_view`'s dict for a round as a trace stores it (no detail): positions, verdicts, each depth's a_i and
+    omega_i, the accepted drafts' tokens (the first n committed), the last token and how it came; q, p, u, a rejected
+    or untested draft's token and the top tokens are None / empty (not stored)."""
+    n, tokens = event.n_accepted, event.tokens.tolist()
+    depths = [{"depth": i + 1, "position": grid_cell(event.start + i, grid), "token": tokens[i] if i < n else None,
+               "q": None, "p": None, "omega": float(event.omega[i]), "accept": float(event.accept_probs[i]),
+               "u": None, "verdict": v} for i, v in enumerate(verdicts(event.n_drafted, n))]
+    return _view(event, grid, residual, depths, n, str(event.last) == "bonus", tokens[-1], {}, {})
+
+
+def _view(event: RoundEvent, grid: tuple[int, int], residual: str, depths: list[dict], n: int, bonus: bool,
+          token: int, top: dict, token_probs: dict) -> dict:
+    length = len(depths)
     return {"round": event.index, "start": event.start, "n_drafted": length, "n_accepted": n,
             "positions": [grid_cell(event.start + i, grid) for i in range(max(length, 1))],
             "committed": [grid_cell(event.start + i, grid) for i in range(len(event.tokens))],
-            "depths": depths, "last": "bonus" if bonus else "resampled", "token": d.token,
+            "depths": depths, "last": "bonus" if bonus else "resampled", "token": token,
             "token_position": grid_cell(event.start + n, grid),
             "drawn_from": (f"p_{n + 1} (bonus: every draft accepted)" if bonus and length else
                            "p (no drafts this round)" if bonus else f"the residual at depth {n + 1}"),
-            "residual": residual, "top": top,
-            "token_probs": {name: float(probs[(d.ids == d.token).nonzero()[0, 0]]) for name, probs in d.dists.items()}}
+            "residual": residual, "top": top, "token_probs": token_probs}
 
 
 def round_at(events: list[RoundEvent], position: int) -> int:
