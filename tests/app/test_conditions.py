@@ -116,7 +116,7 @@ def test_a_typo_races_its_name_and_the_page_and_the_api_say_so(ctx, monkeypatch)
     stream = race_ui.RaceStream(ctx, race_ui.LiveRaces())
     frames = list(stream.race(**race_values(ctx, condition="rockit", style="Noto")))
     assert toasts == ["rockit: showing rocket"] and len(frames) > 1
-    assert frames[-1].trace.settings["condition"] == "rocket · Noto"
+    assert frames[-1].trace.settings.condition == "rocket · Noto"
     for frame in frames:
         assert frame.stats["notice"] == "rockit: showing rocket"
         assert frame.stats_md.split("\n")[0].endswith("*rockit: showing rocket.*"), frame.stats_md

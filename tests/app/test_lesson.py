@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from coolsd.app.lesson import LEAD, bench_clause, bench_runs, lesson_markdown, race_clause
+from coolsd.app import lesson
+from coolsd.app.lesson import LEAD, BenchRun, bench_runs, lesson_markdown
+from coolsd.app.race_view import RaceNumbers
 
 SAMPLING = {"cfg_scale": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
 COOL = {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None, "floor_at_one": True, "residual_kind": "optimal"}
@@ -23,6 +25,16 @@ def race_stats(draft_len=3, finished=True, racers=("eagle-1", "lantern++", "cool
                          "rules": {k: rules[k] for k in racers}},
             "decoders": {k: {"decoder": numbers[k][0], "mean_accepted_length": numbers[k][1],
                              "speedup": numbers[k][2], "finished": finished} for k in keys}}
+
+
+def race_clause(stats: dict):
+    """The race clause of a race's stats JSON, read back as the line reads it."""
+    return lesson.race_clause(RaceNumbers.from_json(stats))
+
+
+def bench_clause(name: str, runs: list[tuple[dict, list[dict]]], stats: dict):
+    """The benchmark clause of benchmark runs ((config, rows) as the files hold them) and a race's stats JSON."""
+    return lesson.bench_clause(name, [BenchRun.from_json(*run) for run in runs], RaceNumbers.from_json(stats))
 
 
 def bench(draft_len=2, sampling=SAMPLING, top1=0.61):
@@ -92,7 +104,8 @@ def sweep_file(breaks=64.0):
 def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
     """COOL-SD at delta 1024 (the issue's faceless cat): the line adds the sweep's recognition there against vanilla
     AR's; below the break, with another relaxed racer or with no break, it adds nothing."""
-    from coolsd.app.lesson import cost_clause
+    def cost_clause(stats, sweep):
+        return lesson.cost_clause(RaceNumbers.from_json(stats), sweep)
 
     far = race_stats()
     far["settings"]["rules"]["cool-sd"] = COOL | {"delta": 1024.0}

@@ -348,9 +348,9 @@ def test_each_recorded_race_shows_only_for_its_own_model():
     emoji = APP.ctx.for_model("emoji")
     found = RACE.recordings.of(emoji)
     if found is None:
-        pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.record_default")
+        pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.recorded")
     trace, label, _ = found
-    assert trace.model == emoji.model.name and trace.settings["model"] == "emoji" and "Recorded race" in label
+    assert trace.model == emoji.model.name and trace.settings.model == "emoji" and "Recorded race" in label
     assert RACE.recordings.of(APP.ctx) is None  # the tiny model has none: its page opens empty
     view, _ = RACE.model_view("emoji")  # picked with the default racers: the emoji recording, the trace cleared
     assert "Recorded race" in view.stats_md and view.stats["model"] == emoji.model.name
