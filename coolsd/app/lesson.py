@@ -134,22 +134,28 @@ def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | N
 
 
 def cost_clause(shown: RaceNumbers, sweep: dict | None) -> str | None:
-    """"but δ = 1024 is past where the δ sweep says emoji pictures break (δ ≥ 64): there COOL-SD's pictures were
-    recognised 56 % of the time against vanilla AR's 89 % (64 samples a point, the Quality lab)" when the race's
-    relaxed racer is COOL-SD at a δ at or past the sweep's breaking δ; None otherwise (no sweep, no break, another
-    racer, a δ below it)."""
+    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there COOL-SD's pictures were called
+    broken 39 % of the time against vanilla AR's 14 %, and recognised 72 % against 88 % (64 samples a point; the
+    Quality lab draws it)" when the race's relaxed racer is COOL-SD at a δ at or past the sweep's breaking δ (the
+    broken share where the model has real pictures); None otherwise (no sweep, no break, another racer, a δ below
+    it)."""
     key = relaxed_key(shown)
     delta = (shown.settings.rules.get(key) or {}).get("delta") if key == "cool-sd" else None
     breaks = sweep_view.breaking_delta(sweep)
     if not isinstance(delta, int | float) or breaks is None or delta < breaks:
         return None
     near, vanilla = sweep_view.nearest(sweep, delta), sweep_view.reference(sweep, None)
-    if vanilla is None or near.get("recognition") is None or vanilla.get("recognition") is None:
+    if vanilla is None or near["recognition"] is None or vanilla["recognition"] is None:
         return None
     at = "" if near["delta"] == delta else f" (the swept δ nearest, {near['delta']:g})"
+    seen = (f"recognised {percent(near['recognition'])} of the time against vanilla AR's "
+            f"{percent(vanilla['recognition'])}")
+    if near["broken"] is not None and vanilla["broken"] is not None:
+        seen = (f"called broken {percent(near['broken'])} of the time against vanilla AR's "
+                f"{percent(vanilla['broken'])}, and recognised {percent(near['recognition'])} against "
+                f"{percent(vanilla['recognition'])}")
     return (f"but δ = {delta:g} is past where the δ sweep says pictures break (δ ≥ {breaks:g}): there{at} COOL-SD's "
-            f"pictures were recognised {percent(near['recognition'])} of the time against vanilla AR's "
-            f"{percent(vanilla['recognition'])} ({sweep['samples']} samples a point; the Quality lab draws it)")
+            f"pictures were {seen} ({sweep['samples']} samples a point; the Quality lab draws it)")
 
 
 def lesson_markdown(stats: dict | None = None, benches: dict = SHIPPED_BENCHES) -> str:

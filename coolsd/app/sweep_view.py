@@ -2,12 +2,11 @@
 current delta marked.
 
 The sweep is a file per shipped model, written by `python -m coolsd.bench.delta_sweep` (`SWEEPS`: tau, speed-up,
-FID with its spread, recognition with its interval and NLL with its standard error per delta, vanilla AR's band,
-where each measure leaves it, and a few samples' tokens), read back there too (`load`, `nearest`, ...). This
-module draws it (`figure`,
-plotly, as `coolsd.app.plots` does), says what it shows in words whose every number is read from the file
-(`summary_markdown`, `range_sentence`) and lays the samples out as a picture sheet (`sheet`). Nothing is measured
-or computed here. API: delta_sweep.
+FID with its spread, recognition and the share called broken with their intervals and NLL with its standard
+error per delta, vanilla AR's band, where each measure leaves it, and a few samples' tokens), read back there too
+(`load`, `nearest`, ...). This module draws it (`figure`, plotly, as `coolsd.app.plots` does), says what it
+shows in words whose every number is read from the file (`summary_markdown`, `range_sentence`) and lays the
+samples out as a picture sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from coolsd.app.context import APP_MODEL, Context, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT
 from coolsd.app.settings import specs
 from coolsd.bench.delta_sweep import SWEEPS, breaking_delta, load, nearest, reach, read_tokens, reference, swept
+from coolsd.compare.likeness import BROKEN_BELOW
 from coolsd.util.checks import plain
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
@@ -33,7 +33,8 @@ RACE = "#1f77b4"  # the race's delta
 BAND = "rgba(120, 120, 120, 0.18)"  # vanilla AR's band
 PANELS = (("tau", "τ (tokens per target forward)"), ("speedup", "speed-up vs vanilla AR (×)"),
           ("fid", "FID (lower is better)"), ("recognition", "recognised (the class asked for)"),
-          ("nll", "target NLL, nats/token"))
+          ("broken", f"called broken (likeness below {BROKEN_BELOW})"), ("nll", "target NLL, nats/token"))
+SHARES = ("recognition", "broken")  # the panels of shares, drawn with their Wilson intervals
 CELL = 56  # pixels per picture in the sheet
 LABEL_W = 150
 
@@ -44,14 +45,15 @@ def _d(value) -> str:
 
 
 def range_sentence(sweep: dict | None) -> str:
-    """Where pictures break on this model, from its sweep: "From δ = 64 on, every swept δ (up to 256) has FID
-    above or recognition below vanilla AR's band (64 samples a point)."; or that none does; or that there is no
+    """Where pictures break on this model, from its sweep: "From δ = 64 on, every swept δ (up to 256) has more
+    pictures called broken than vanilla AR's band (64 samples a point)."; or that none does; or that there is no
     sweep."""
     if not sweep:
         return "This model has no precomputed δ sweep."
     top, n = reach(sweep), sweep["samples"]
     b = sweep["breaks"]
-    what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"))
+    what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"),
+                                   ("broken", "more pictures called broken than"))
             if b[key] is not None and b[key] == b["picture"]]
     if b["picture"] is not None:
         return (f"From δ = {_d(b['picture'])} on, every swept δ (up to {_d(top)}) has {' and '.join(what)} vanilla "
@@ -78,15 +80,27 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
              f"ν = {_d(sweep['nu'])}; the same samples for every δ. Grey band: vanilla AR's FID and NLL ± "
              f"{_d(sweep['band_width'])} spreads (bootstrap / standard error), its recognition's 95 % interval "
              f"(FID {number(band['fid'][0], '.1f')} to {number(band['fid'][1], '.1f')}, recognised "
-             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}). Speed-up: CPU time on that machine.",
+             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{broken_band(band)}). Speed-up: CPU "
+             "time on that machine.",
              "", f"The race's δ = {_d(delta)}; the nearest swept point, δ = {_d(near['delta'])}: τ "
              f"{number(near['tau'], '.2f')}, speed-up {number(near['speedup'], '.2f')}×, FID "
              f"{number(near['fid'], '.1f')} ± {number(near['fid_std'], '.1f')}, recognised "
-             f"{_pct(near['recognition'])}, NLL {number(near['nll'], '.3f')}."]
+             f"{_pct(near['recognition'])}{broken_share(near)}, NLL {number(near['nll'], '.3f')}."]
     if delta > reach(sweep) or delta < swept(sweep)[0]["delta"]:
         lines.append(f"(The race's δ lies outside the swept range, {_d(swept(sweep)[0]['delta'])} to "
                      f"{_d(reach(sweep))}.)")
     return "\n".join(lines)
+
+
+def broken_band(band: dict) -> str:
+    """", called broken 6 % to 19 %" (vanilla AR's interval of the broken share), or "" without likeness."""
+    low, high = band["broken"]
+    return "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
+
+
+def broken_share(row: dict) -> str:
+    """", called broken 39 %" (the row's share of pictures the likeness calls broken), or "" without likeness."""
+    return "" if row["broken"] is None else f", called broken {_pct(row['broken'])}"
 
 
 def _pct(value) -> str:
@@ -95,17 +109,20 @@ def _pct(value) -> str:
 
 # ---------------------------------------------------------------- the figure
 def figure(sweep: dict, delta: float | None):
-    """plotly figure, one panel per measure (τ, speed-up, FID, recognition, NLL) against δ (log axis): COOL-SD's
+    """plotly figure, one panel per measure the sweep holds (τ, speed-up, FID, recognition, the share called broken,
+    NLL) against δ (log axis): COOL-SD's
     line with its spreads, vanilla AR's band (grey) and value (dashed), Eagle-1's value (dotted), the δ from which
     pictures break (red dotted) and the race's `delta` (solid line)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=3, cols=2, subplot_titles=[t for _, t in PANELS], horizontal_spacing=0.1,
+    panels = [(key, title) for key, title in PANELS if any(_finite(r[key]) for r in sweep["rows"])]
+    rows = -(-len(panels) // 2)
+    fig = make_subplots(rows=rows, cols=2, subplot_titles=[t for _, t in panels], horizontal_spacing=0.1,
                         vertical_spacing=0.12)
-    for j, (key, _) in enumerate(PANELS):
+    for j, (key, _) in enumerate(panels):
         row, col = divmod(j, 2)
         _panel(fig, sweep, key, {"row": row + 1, "col": col + 1}, legend=j == 0)
-        fig.update_xaxes(title_text="δ" if row == 2 or (row == 1 and col == 1) else None, row=row + 1, col=col + 1)
+        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, row=row + 1, col=col + 1)
         _marks(fig, sweep, delta, {"row": row + 1, "col": col + 1})
     _legend(fig, sweep, delta)
     fig.update_layout(**LIGHT_LAYOUT, height=780, margin={"l": 55, "r": 20, "t": 110, "b": 45},
@@ -121,7 +138,7 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
     rows = swept(sweep)
     xs = [r["delta"] for r in rows]
     fig.add_trace(_line(rows, xs, key, legend), **at)  # (first: plotly adds no shape to an empty panel)
-    if key in sweep["band"]:
+    if key in sweep["band"] and _finite(sweep["band"][key][0]):
         fig.add_hrect(y0=sweep["band"][key][0], y1=sweep["band"][key][1], fillcolor=BAND, line_width=0, **at)
     for ref, dash, name in ((reference(sweep, None), "dash", "vanilla AR"),
                             (reference(sweep, "eagle-1"), "dot", "Eagle-1 (lossless)")):
@@ -129,7 +146,7 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
             fig.add_hline(y=ref[key], line={"color": "#555555", "dash": dash, "width": 1}, **at)
             fig.add_trace(_marker(name, dash, legend), **at)
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[_d(x) for x in xs], tickfont={"size": 10}, **at)
-    if key == "recognition":
+    if key in SHARES:
         fig.update_yaxes(tickformat=".0%", **at)
 
 
@@ -146,17 +163,17 @@ def _finite(value) -> bool:
 
 
 def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
-    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; recognition:
-    its interval)."""
+    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; the shares:
+    their Wilson intervals)."""
     import plotly.graph_objects as go
 
     ys = [r[key] for r in rows]
     error = None
     if key in ("fid", "nll"):
         error = {"type": "data", "array": [r["fid_std" if key == "fid" else "nll_se"] for r in rows]}
-    elif key == "recognition":
-        error = {"type": "data", "symmetric": False, "array": [r["recognition_high"] - r[key] for r in rows],
-                 "arrayminus": [r[key] - r["recognition_low"] for r in rows]}
+    elif key in SHARES:
+        error = {"type": "data", "symmetric": False, "array": [r[f"{key}_high"] - r[key] for r in rows],
+                 "arrayminus": [r[key] - r[f"{key}_low"] for r in rows]}
     return go.Scatter(x=xs, y=ys, mode="lines+markers", name="COOL-SD", legendgroup="cool", showlegend=legend,
                       line={"color": COOL}, marker={"color": COOL, "size": 7}, error_y=error,
                       hovertemplate="δ = %{x:g}<br>%{y:.3g}<extra>COOL-SD</extra>")

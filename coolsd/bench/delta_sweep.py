@@ -240,6 +240,7 @@ NEEDED = ("rows", "band", "breaks", "samples", "machine", "date", "draft_len", "
           "kept")
 ROW_KEYS = ("setting", "rule", "delta", "tau", "speedup", "fid", "fid_std", "recognition", "recognition_low",
             "recognition_high", "nll", "nll_se")  # what a reader takes from every row (`sweep_row` writes them)
+OPTIONAL_ROW_KEYS = ("likeness", "broken", "broken_low", "broken_high")  # None where the model has no real pictures
 _cache: dict[Path, tuple[float, dict | None]] = {}
 _lock = threading.Lock()
 
@@ -259,7 +260,8 @@ def load(kind: str) -> dict | None:
 
 def read_sweep(path: Path) -> dict | None:
     """The sweep file at `path` when it is of SWEEP_VERSION with every NEEDED key and every row's ROW_KEYS (so a
-    reader indexes them), else None (logged)."""
+    reader indexes them; OPTIONAL_ROW_KEYS and the broken share's band and break are filled with None where the
+    file has none), else None (logged)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
@@ -272,6 +274,11 @@ def read_sweep(path: Path) -> dict | None:
         log.warning("delta sweep %s: version %r or keys missing %s (this code reads version %d)", path,
                     data.get("version"), missing, SWEEP_VERSION)
         return None
+    for row in data["rows"]:  # a model without real pictures has no likeness (None, as NaN reads back)
+        for key in OPTIONAL_ROW_KEYS:
+            row.setdefault(key, None)
+    data["band"].setdefault("broken", [None, None])
+    data["breaks"].setdefault("broken", None)
     return data
 
 
@@ -296,8 +303,8 @@ def reach(sweep: dict | None) -> float | None:
 
 
 def breaking_delta(sweep: dict | None) -> float | None:
-    """The smallest delta from which FID or recognition stays beyond vanilla's band (the sweep's breaks["picture"],
-    `breaks`); None without a sweep or where no swept delta leaves it."""
+    """The smallest delta from which FID, recognition or the broken share stays beyond vanilla's band (the sweep's
+    breaks["picture"], `breaks`); None without a sweep or where no swept delta leaves it."""
     return sweep["breaks"]["picture"] if sweep else None
 
 

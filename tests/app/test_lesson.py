@@ -92,13 +92,14 @@ def test_the_line_reads_the_race_and_its_models_benchmark_folder(tmp_path):
     assert bench_runs(tmp_path / "missing") == []
 
 
-def sweep_file(breaks=64.0):
-    """A delta sweep as `python -m coolsd.bench.delta_sweep` writes it (the rows and keys the clause reads)."""
+def sweep_file(breaks=64.0, broken=(None, None, None, None, None)):
+    """A delta sweep as `coolsd.bench.delta_sweep.load` reads it (the rows and keys the clause reads); `broken`: the
+    share called broken of vanilla AR, Eagle-1 and the three deltas (None: a model without real pictures)."""
     rows = [{"setting": "vanilla", "rule": None, "delta": None, "recognition": 0.885},
             {"setting": "eagle-1", "rule": "eagle-1", "delta": None, "recognition": 0.87},
             *({"setting": f"cool-sd delta={d:g}", "rule": "cool-sd", "delta": d, "recognition": r}
               for d, r in ((2.0, 0.88), (64.0, 0.70), (1024.0, 0.5625)))]
-    return {"rows": rows, "breaks": {"picture": breaks}, "samples": 64}
+    return {"rows": [r | {"broken": b} for r, b in zip(rows, broken)], "breaks": {"picture": breaks}, "samples": 64}
 
 
 def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
@@ -118,6 +119,11 @@ def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
     assert cost_clause(race_stats(), sweep_file()) is None  # delta 2
     assert cost_clause(far, sweep_file(breaks=None)) is None and cost_clause(far, None) is None
     assert cost_clause(race_stats(racers=("eagle-1", "lantern++")), sweep_file()) is None
+    broken = sweep_file(broken=(0.14, 0.12, 0.15, 0.3, 0.39))  # a model with real pictures: the share called broken
+    assert cost_clause(far, broken) == (
+        "but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 64): there COOL-SD's pictures were called "
+        "broken 39 % of the time against vanilla AR's 14 %, and recognised 56 % against 89 % (64 samples a point; "
+        "the Quality lab draws it)")
 
 
 def test_the_line_reads_the_shipped_sweep_for_a_race_past_its_break():
