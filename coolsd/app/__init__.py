@@ -16,7 +16,7 @@ No panel reads another panel's attributes: what others may read, a builder retur
 (`tests/test_layout.py` keeps it so). Modules: context (the Context, the Catalogue of models on offer, the
 one-line errors), controls (settings column), settings (every race argument's Spec: label, bounds from the
 rule dataclasses, check), racers (racer choice -> rules, from `coolsd.decoding.variants`), race (streams the
-race), race_view (a race's outputs and frames, by name), after_race (stop, overlay, replay), recordings (the
+race), race_view (a race's outputs and frames, by name), after_race (stop, overlay, replay), recorded (the
 recorded default races), share (downloads, share links), judge (what the model's classifier sees in a finished
 picture, under it), microscope, lab, sweep_view (the Lab's precomputed δ sweep), schedule, theory, cost, how,
 tour, plots (figures and token images; drawing only), serving (sessions, unknown endpoints).

@@ -1,20 +1,22 @@
 """After (or during) a race: Stop, the outcome overlay, the replay slider, the trace, the race area of a picked model.
 
 Each handler redraws from a recorded `RaceTrace` (`coolsd.app.race_view.draw`), never by decoding. Before a
-session has raced, the recorded default race of the visitor's model is on show (`coolsd.app.recordings`).
+session has raced, the recorded default race of the visitor's model is on show (`coolsd.app.recorded`).
 API: overlay, replay, trace.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import gradio as gr
 
 from coolsd.app import racers as choice
 from coolsd.app.context import APP_MODEL, Context, bad, user_errors
 from coolsd.app.plots import stats_markdown
-from coolsd.app.race_view import VIEW, RaceFrame, RaceOutputs, draw, label_of, replay_slider
+from coolsd.app.race_view import VIEW, RaceFrame, RaceNumbers, RaceOutputs, draw, label_of, replay_slider
 from coolsd.app.racers import SLOTS, slot_keys
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.settings import specs
 from coolsd.compare.trace import RaceTrace
 from coolsd.util.checks import check_int
@@ -37,8 +39,8 @@ class AfterRace:
         session = getattr(request, "session_hash", None)
         closed, trace = self.live.active.get(session, (None, None))
         if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
-            decoders = (stats or {}).get("decoders") or {}
-            return RaceFrame(stats_md=stats_markdown(list(decoders.values()), "**Stopped.**"))
+            decoders = RaceNumbers.from_json(stats).decoders.values()
+            return RaceFrame(stats_md=stats_markdown([dataclasses.asdict(d) for d in decoders], "**Stopped.**"))
         frame = draw(self.ctx.for_trace(trace.settings), trace, len(trace), bool(overlay),
                      f"**Stopped** after {len(trace)} race steps.")
         return frame.replace(replay=replay_slider(len(trace)))
@@ -57,7 +59,7 @@ class AfterRace:
             self.live.overlay[session] = overlay
         if not (snapshot or {}).get("images"):
             found = self.recordings.of_model(model)  # nothing raced in this session yet: the recorded race
-            snapshot = found[2].snapshot if found else {}
+            snapshot = found.frame.snapshot if found else {}
         ctx = self.view_context(snapshot)
         shown = (snapshot or {}).get("images", {})
         return tuple(ctx.render(*shown[slot], overlay) if slot in shown else ctx.blank_image() for slot in range(SLOTS))
@@ -78,9 +80,10 @@ class AfterRace:
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
             overlay = self.overlay_spec.check(overlay)
-        found = self.recordings.of(self.ctx.for_trace(trace.settings))
-        label = f" {found[1]}" if found and trace is found[0] else ""
-        return draw(self.ctx.for_trace(trace.settings), trace, step, overlay,
+        ctx = self.ctx.for_trace(trace.settings)
+        found = self.recordings.of(ctx)
+        label = f" {found.label}" if found and trace is found.trace else ""
+        return draw(ctx, trace, step, overlay,
                     f"**Replay**: step {step} of {len(trace)}.{label}")
 
     @staticmethod
@@ -106,9 +109,8 @@ class AfterRace:
         ctx = self.ctx.for_model(model)
         found = self.recordings.of(ctx)
         if found is not None and list(racers or choice.DEFAULT_RACERS) == list(choice.DEFAULT_RACERS):
-            trace, _, frame = found
-            return frame.replace(replay=replay_slider(len(trace)), trace=None), \
-                self.slot_layout([k for k, _ in trace.racers[:-1]])
+            return found.frame.replace(replay=replay_slider(len(found.trace)), trace=None), \
+                self.slot_layout([k for k, _ in found.trace.racers[:-1]])
         blank = RaceFrame(images=(ctx.blank_image(),) * SLOTS, stats_md=stats_markdown([]), plot_acc=None,
                           plot_len=None, plot_hist=None, stats=None, replay=replay_slider(0), captions=("",) * SLOTS,
                           snapshot={}, trace=None)

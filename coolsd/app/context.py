@@ -23,6 +23,7 @@ import torch
 from coolsd.app.judge import Judge
 from coolsd.app.plots import display_size, fill_ids, placeholder, token_image
 from coolsd.compare.race import fork_models
+from coolsd.compare.trace import TraceSettings
 from coolsd.models import registry
 from coolsd.models.bundle import BundleError, ModelBundle
 from coolsd.util.checks import check_choice, one_line, plain, show
@@ -185,9 +186,9 @@ class Context:
         with user_errors():
             return self.for_model(self.catalogue.check(model))
 
-    def for_trace(self, settings: dict) -> Context:
-        """The context (model, then resolution) a recorded race's `settings` ran on (no "model": this model)."""
-        return self.for_model(settings.get("model")).variant(settings.get("resolution"))
+    def for_trace(self, settings: TraceSettings) -> Context:
+        """The context (model, then resolution) a recorded race's `settings` ran on (no model: this model)."""
+        return self.for_model(settings.model).variant(settings.resolution)
 
     @property
     def variant_key(self) -> str:
@@ -220,8 +221,8 @@ class Context:
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
 
     def decode_many(self, grids: list[torch.Tensor]) -> list[torch.Tensor]:
-        """`decode_pixels` of several (T,) grids, in one tokenizer call where it takes a batch (`batched`: a race
-        frame's images, 4 emoji grids in 27 ms against 39 one by one on the AVX2 EPYC); a list of (C, h, w)."""
+        """`decode_pixels` of several (T,) grids (a race frame's images), in one tokenizer call where it takes a
+        batch (`batched`); a list of (C, h, w)."""
         if len(grids) < 2 or not getattr(self.model.tokenizer, "batched", False):
             return [self.decode_pixels(t) for t in grids]
         return list(self.model.tokenizer.decode(torch.stack([fill_ids(t) for t in grids]).to(self.device)))

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from coolsd.app.context import Context
-from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, name_choices, specs
+from coolsd.app.settings import EXAMPLE_PROMPTS, RaceSettings, specs
 from coolsd.decoding.rules import CoolSDRule
+from coolsd.models.conditions import name_choices
 
 # the accordions of the settings column: (title, settings in it, open)
 GROUPS = [
@@ -71,14 +72,17 @@ def filter_names(picked: Context, group, current):
     """The condition dropdown showing the names of `group` (keeps the current name when it is one of them)."""
     if picked.model.conditioning != "class":
         return gr.skip()
-    names = set(picked.model.conditions.in_group(None if group == ALL_GROUPS else group))
-    choices = [(label, n) for label, n in name_choices(picked.model) if n in names]
+    m = picked.model
+    names = set(m.conditions.in_group(None if group == ALL_GROUPS else group))
+    choices = [(label, n) for label, n in name_choices(m.conditions, m.class_chars) if n in names]
     return gr.Dropdown(choices=choices, value=current if current in names else choices[0][1])
 
 
 def _condition_choices(picked: Context) -> list:
     m = picked.model
-    return name_choices(m) if m.conditioning == "class" else list(m.example_prompts or EXAMPLE_PROMPTS)
+    if m.conditioning == "class":
+        return name_choices(m.conditions, m.class_chars)
+    return list(m.example_prompts or EXAMPLE_PROMPTS)
 
 
 def model_updates(ctx: Context, picked: Context, values=None) -> dict:

@@ -14,7 +14,7 @@ import gradio as gr
 
 from coolsd.app.context import APP_MODEL, Context, bad, log
 from coolsd.app.how import PAPER
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
 from coolsd.compare import cost
 from coolsd.compare.race import fork_models
@@ -121,13 +121,11 @@ class CostPanel:
                    "rows": costs.times.rows, "racers": [], "paper_speedup": PAPER_BEST[3], "race": source}
         if isinstance(trace, RaceTrace) and len(trace):
             racers = trace.replay(len(trace))
-            settings = trace.settings
-            draft_len = int(settings.get("draft_len", 1))
-            chain = settings.get("drafting", "chain") == "chain"
-            windows = jacobi_windows(settings.get("draftings") or {})
-            payload |= {"draft_len": draft_len, "chain": chain, "race_status": trace.status,
-                        "race_cfg_scale": settings.get("sampling", {}).get("cfg_scale"), "sjd_windows": windows,
-                        "racers": cost.compare_racers(racers, costs, draft_len, racers[-1], chain, windows)}
+            s = trace.settings
+            windows = {key: d.window for key in s.draftings if isinstance(d := s.drafting_of(key), Jacobi)}
+            payload |= {"draft_len": s.draft_len, "chain": s.chain, "race_status": trace.status,
+                        "race_cfg_scale": s.sampling.cfg_scale, "sjd_windows": windows,
+                        "racers": cost.compare_racers(racers, costs, s.draft_len, racers[-1], s.chain, windows)}
         return curve_figure(payload), table_markdown(payload), json_safe(payload)
 
     def what_if(self, **values):
@@ -198,19 +196,18 @@ def table_markdown(payload: dict) -> str:
                                                             else "") + "."]
     if not payload["racers"]:
         return "\n\n".join(lines + ["No race yet: run one on the Race tab, then come back (or press Compute)."])
-    if payload.get("race") == "recorded":
+    if payload["race"] == "recorded":
         lines.append("The race is the recorded one on show on the Race tab: its measured speed-ups are those of the "
                      "machine that recorded it (named there), the prediction uses this machine's call times.\n")
     if not payload["chain"]:
         lines.append("The last race used a static tree: the model above covers chain drafting only (and the "
                      "no-drafter racers).")
-    if payload.get("sjd_windows"):
+    if payload["sjd_windows"]:
         lines.append("SJD has no drafter, nor has any racer of the no-drafter group: an iteration is one target "
                      "forward of W + 1 tokens, so its row uses L = W "
                      "and c = 0 (W = " + ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
                      + ").")
-    cfg = payload.get("race_cfg_scale")
-    if cfg is not None and (cfg != 1.0) != (payload["rows"] == 2):
+    if (payload["race_cfg_scale"] != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
     lines += ["| decoder | a₁ … a<sub>L</sub> (race) | E predicted | tokens / round measured | speed-up predicted "
               "| measured |",
@@ -221,21 +218,15 @@ def table_markdown(payload: dict) -> str:
                      f"{number(r['measured_tokens_per_round'], '.3f')} | "
                      f"{number(r['predicted_speedup'], '.2f', '×')} | {number(r['measured_speedup'], '.2f', '×')} |")
     gaps = [(r["decoder"].split(" (")[0], r["measured_over_predicted"]) for r in payload["racers"][:-1]
-            if math.isfinite(r.get("measured_over_predicted", math.nan))]
+            if math.isfinite(r["measured_over_predicted"])]
     if gaps:
         lines.append("\nMeasured ÷ predicted: " + "; ".join(f"{name} {number(g, '.2f')}" for name, g in gaps)
                      + ". The prediction counts model calls only; the rest of each round (sampling, the rule's test, "
                      "the race's bookkeeping) and the image's first and last rounds take the difference.")
-    if payload.get("race_status") != "finished":
-        lines.append(f"\nThe race is {payload.get('race_status')}: its numbers cover the part it ran.")
+    if payload["race_status"] != "finished":
+        lines.append(f"\nThe race is {payload['race_status']}: its numbers cover the part it ran.")
     lines.append(f"\nThe paper's best reported speed-up: {PAPER_BEST[3]:.2f}× ({PAPER_BEST[0]}, {PAPER_BEST[1]}, GPU).")
     return "\n".join(lines[:1]) + "\n\n" + "\n".join(lines[1:])
-
-
-def jacobi_windows(drafting_configs: dict) -> dict[str, int]:
-    """racer key -> W of the racers that draft by Jacobi iteration (the no-drafter group), from a trace's drafting
-    configs."""
-    return {key: int(c["window"]) for key, c in drafting_configs.items() if c and c.get("drafting") == Jacobi.name}
 
 
 # ---------------------------------------------------------------- the tab

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import gradio as gr
@@ -15,10 +14,11 @@ from starlette.middleware import Middleware
 from coolsd.app import controls, cost, how, lab, microscope, race, schedule, settings, share, theory, tour
 from coolsd.app.context import Context, open_context, serving_threads
 from coolsd.app.race_view import API_NAMES
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.served_files import DELETE_CACHE
 from coolsd.app.serving import ServedBlocks, UnknownEndpoint, session_capacity_from_env
 from coolsd.app.settings import RaceSettings
+from coolsd.util.env import env_int
 
 PANELS = [race, microscope, lab, schedule, theory, cost, how]  # tab order (each module has ID and TITLE)
 CSS = """
@@ -85,10 +85,7 @@ class Demo:
 
 def workers_from_env() -> int:
     """$COOLSD_WORKERS (races run at once, each with its own KV caches; default 1)."""
-    workers = int(os.environ.get("COOLSD_WORKERS", "1") or 1)
-    if workers < 1:
-        raise SystemExit(f"COOLSD_WORKERS must be an integer >= 1, got {workers}")
-    return workers
+    return env_int("COOLSD_WORKERS", 1)
 
 
 def model_info(ctx: Context) -> dict:

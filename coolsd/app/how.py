@@ -8,41 +8,23 @@ from pathlib import Path
 import gradio as gr
 
 from coolsd.app.context import Context
-from coolsd.decoding import variants
+from coolsd.bench.shipped import (
+    EMOJI_OURS,
+    FOLDERS,
+    OURS,
+    PAPER,
+    PAPER_HARDWARE,
+    find_row,
+    paper_tau,
+    read_bench,
+    short_command,
+)
 from coolsd.util.format import number, percent
-from coolsd.util.paths import BENCH_DIR, EMOJI_DIR, ROOT
+from coolsd.util.paths import ROOT
 
-# The paper's main table (COOL-SD, arXiv 2601.09212), as reported: (model, method, accept len,
-# speed-up, FID, CLIP). Hardware and sampling settings are not stated in the paper.
-PAPER = [
-    ("Lumina-mGPT 7B", "Vanilla AR", 1.00, 1.00, 28.99, 0.3330),
-    ("Lumina-mGPT 7B", "Eagle-1", 2.76, 2.37, 29.05, 0.3330),
-    ("Lumina-mGPT 7B", "LANTERN++", 2.99, 2.48, 30.31, 0.3328),
-    ("Lumina-mGPT 7B", "COOL-SD δ = 1.1", 3.11, 2.69, 30.30, 0.3325),
-    ("LlamaGen-XL 775M", "Eagle-1", 2.42, 2.03, 20.97, 0.3157),
-    ("LlamaGen-XL 775M", "LANTERN++", 2.67, 2.15, 21.17, 0.3157),
-    ("LlamaGen-XL 775M", "COOL-SD δ = 1.1", 2.73, 2.27, 21.02, 0.3167),
-    ("LlamaGen-XL 775M", "COOL-SD δ = 2", 3.34, 2.72, 21.20, 0.3154),
-]
-PAPER_HARDWARE = "GPU (type not stated in the paper)"
-# Our benchmark settings beside the paper's methods: (method, variant key, rule options the row must have).
-def no_drafter_ours(window: int) -> list[tuple[str, str, dict]]:
-    """The no-drafter rows at the Jacobi window `window` the model's benchmark ran."""
-    return [(f"SJD (W = {window}, no drafter)", "sjd", {"window": window}),
-            (f"COOL-SD δ = 2, no drafter (W = {window})", "cool-sd-jacobi", {"delta": 2.0, "window": window})]
-
-
-
-OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
-        ("LANTERN++ (k = 5, λ = 10)", "lantern++", {"k": 5, "lam": 10.0}),
-        ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}), *no_drafter_ours(8)]
-EMOJI_OURS = [("Vanilla AR", "vanilla", {}), ("Eagle-1", "eagle-1", {}),
-              ("LANTERN++ (k = 10, λ = 20)", "lantern++", {"k": 10, "lam": 20.0}),
-              ("COOL-SD δ = 2", "cool-sd", {"delta": 2.0}), ("COOL-SD δ = 8", "cool-sd", {"delta": 8.0}),
-              *no_drafter_ours(4)]
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
-BENCHES = {"embedded": (BENCH_DIR, OURS, "digit accuracy", "accuracy"),
-           "emoji": (EMOJI_DIR / "bench", EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
+BENCHES = {"embedded": (FOLDERS["embedded"], OURS, "digit accuracy", "accuracy"),
+           "emoji": (FOLDERS["emoji"], EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
 # Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
 # became COOL-SD's default.
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
@@ -112,11 +94,6 @@ picture.
 FLOOR_FILE = ROOT / "assets" / "floor_vs_eagle.json"  # `python -m coolsd.theory --floor-out` (the exact oracle)
 
 
-def paper_tau(model: str, method: str) -> float:
-    """The paper's accept length of `method` on `model` (PAPER)."""
-    return next(tau for m, name, tau, *_ in PAPER if m == model and name == method)
-
-
 def why_floored(path: Path = FLOOR_FILE) -> str:
     """The "Why floored at 1" paragraph: the paper's accept lengths from PAPER, the exact comparison of floored and
     unclipped COOL-SD against Eagle-1 read from `path` (its delta 1.1 row)."""
@@ -147,18 +124,6 @@ def why_floored(path: Path = FLOOR_FILE) -> str:
 def how_text() -> str:
     """The tab's text: TEXT with the "Why floored at 1" paragraph read from its file."""
     return TEXT.replace("{why_floored}", why_floored())
-
-
-def find_row(rows: list[dict], key: str, options: dict) -> dict | None:
-    """The benchmark row (no static tree) of variant `key` whose rule or drafting config has `options` (None if
-    none)."""
-    for r in rows:
-        rule, drafting = variants.racer_configs(r)
-        config = (rule or {}) | (drafting or {})
-        if (r.get("tree") is None and variants.variant_of(rule, drafting) == key
-                and all(config.get(name) == value for name, value in options.items())):
-            return r
-    return None
 
 
 def _group(title: str, quality: str) -> list[str]:
@@ -213,22 +178,6 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
               "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
               "ours until the real weights are fetched."]
     return "\n".join(lines)
-
-
-def read_bench(folder: Path) -> tuple[dict, list[dict]]:
-    """A benchmark folder's config.json and results.jsonl rows (OSError / ValueError when missing or broken)."""
-    config = json.loads((folder / "config.json").read_text())
-    return config, [r for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines()) if r]
-
-
-def short_command(command: str, keep: int = 4) -> str:
-    """`command` with every comma list of more than `keep` items cut to its first `keep` and a count (a benchmark
-    over 300 chosen conditions names them all; the page shows "9,29,53,125,… (300 in all)")."""
-    words = []
-    for word in command.split(" "):
-        items = word.split(",")
-        words.append(",".join(items[:keep]) + f",… ({len(items)} in all)" if len(items) > keep else word)
-    return " ".join(words)
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:

@@ -65,8 +65,8 @@ class Judge:
     def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
         """The classifier's reading of each picture, (C, H, W) float in [0, 1], as JSON-ready dicts
         (`Reading.describe` against engine condition `asked`; None: not judged) or Nones without a classifier.
-        Where the class asked for has a real picture, each reading also holds "likeness" (`likeness`, to that
-        picture) and "broken" (whether that likeness calls it broken)."""
+        Where the class asked for has a real picture of the pictures' size, each reading also holds "likeness"
+        (`likeness`, to that picture) and "broken" (whether that likeness calls it broken)."""
         classifier = self.classifier
         if classifier is None or not images:
             return [None] * len(images)
@@ -74,7 +74,7 @@ class Judge:
             pictures = torch.stack([im.float().cpu() for im in images])
             readings = [r.describe(self.names, asked) for r in recognise(classifier, pictures)]
         real = self.real(asked)
-        if real is None:
+        if real is None or real.shape != pictures.shape[1:]:  # (the threshold holds at the real picture's size)
             return readings
         values = likeness(pictures, real.expand_as(pictures)).tolist()
         return [r | {"likeness": v, "broken": broken(v)} for r, v in zip(readings, values)]

@@ -8,6 +8,7 @@ figure (`assets/bench/results.jsonl`, drawn by `coolsd.util.figures.pareto_figur
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 import time
@@ -15,30 +16,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
-import torch
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
-from coolsd.app.plots import to_rgb_array
-from coolsd.app.settings import DELTA_TOP, Spec, check_values
+from coolsd.app.settings import DELTA_TOP, Spec, check_values, rule_spec
+from coolsd.bench.delta_sweep import spread_conditions
+from coolsd.bench.shipped import (
+    FOLDERS,
+    RESULTS,
+    bench_rows,
+    bench_sampling,
+    chain_lengths,
+    same_setting,
+)
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.rules import CoolSDRule
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
 from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
-from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
+from coolsd.util.paths import EMOJI_DIR
+from coolsd.util.sheet import Sheet, fit, font
 
 ID, TITLE = "lab", "Quality lab"
 MAX_SAMPLES = 10
 LAB_WORKERS = 2  # decoding threads per lab run (a 2-core machine); they use handles of one app lane
-BENCH = BENCH_DIR / "results.jsonl"
-BENCHES = {"embedded": BENCH, "emoji": EMOJI_DIR / "bench" / "results.jsonl"}  # ModelBundle.kind -> its benchmark
+BENCHES = {kind: folder / RESULTS for kind, folder in FOLDERS.items()}  # ModelBundle.kind -> its benchmark
 HELD_OUT = {"emoji": EMOJI_DIR / "metrics.json"}  # the training run's held-out accuracy of a weak classifier
 CELL = 64  # pixels per sample in the grid image
 LABEL_W, HEAD_H, GAP = 150, 34, 6  # grid image: decoder label column, sample header row, gap between cells
@@ -68,71 +76,43 @@ def lab_specs() -> dict[str, Spec]:
     """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
-            "relaxation": Spec("relaxation: delta (lambda for LANTERN++)", "number", 2.0, 0.1, DELTA_TOP, 0.05,
-                               elem_id="lab-relaxation"),  # (as far as the race's delta: where pictures break)
+            # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
+            "relaxation": rule_spec(CoolSDRule, "delta", "relaxation: delta (lambda for LANTERN++)", "lab-relaxation",
+                                    reach=DELTA_TOP),
             "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
             "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
 
 # ---------------------------------------------------------------- drawing (no maths)
-def _font(size: int):
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1 has one bitmap size
-        return ImageFont.load_default()
-
-
-def _cell(pixels: torch.Tensor) -> Image.Image:
-    img = Image.fromarray(to_rgb_array(pixels))
-    return img.resize((CELL, CELL), Image.NEAREST if img.width <= CELL else Image.LANCZOS)
-
-
-def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: float) -> str:
-    """`text`, cut to at most `width` pixels in `font` (ending in "…" when cut)."""
-    if draw.textlength(text, font=font) <= width:
-        return text
-    while len(text) > 1 and draw.textlength(text + "…", font=font) > width:
-        text = text[:-1]
-    return text.rstrip() + "…"
+def lab_sheet(decoders: int, samples: int) -> Sheet:
+    """The grid's layout: one row per decoder, one column per sample."""
+    return Sheet.grid(decoders, samples, CELL, label_w=LABEL_W, head_h=HEAD_H, gap=GAP, margin=GAP, head_size=13,
+                      label_size=11)
 
 
 def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
                class_names: list[str]) -> Image.Image:
-    """RGB grid: one row per decoder, one column per sample (header = its condition); empty cells grey."""
-    n = len(headers)
-    width = LABEL_W + n * (CELL + GAP) + GAP
-    height = HEAD_H + len(decoders) * (CELL + GAP) + GAP
-    canvas = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(canvas)
-    font, small = _font(13), _font(11)
-    for j, text in enumerate(headers):  # "<class> · <style>" on two lines, each cut to the column
-        lines = "\n".join(_fit(draw, part, font, CELL + GAP - 2) for part in text.split(STYLE_SEP)[:2])
-        draw.multiline_text((LABEL_W + GAP + j * (CELL + GAP) + CELL // 2, HEAD_H // 2), lines, fill="black",
-                            font=font, anchor="mm", align="center", spacing=1)
-    for i, d in enumerate(decoders):
-        y = HEAD_H + GAP + i * (CELL + GAP)
-        lines: list[str] = []
-        for w in d.label.split(" "):  # wrap the label into the label column
-            if lines and draw.textlength(lines[-1] + " " + w, font=small) < LABEL_W - 10:
-                lines[-1] += " " + w
-            else:
-                lines.append(w)
-        draw.multiline_text((6, y + CELL // 2), "\n".join(lines), fill="black", font=small, anchor="lm")
-        for j in range(n):
-            x = LABEL_W + GAP + j * (CELL + GAP)
-            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=COLOURS["pending"], width=1)
+    """RGB grid: one row per decoder, one column per sample (header = its condition, "<class>" over "<style>"), a
+    grey frame round each cell, green or red once the classifier has read the sample (red: with what it read)."""
+    sheet = lab_sheet(len(decoders), len(headers))
+    cells = [[None] * len(headers) for _ in decoders]
     for s in samples:
-        x, y = LABEL_W + GAP + s.row * (CELL + GAP), HEAD_H + GAP + s.column * (CELL + GAP)
-        canvas.paste(_cell(s.image), (x, y))
-        if s.correct is not None:
-            colour = COLOURS["right" if s.correct else "wrong"]
-            draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=colour, width=3)
-            if not s.correct:
-                read = class_names[s.predicted] if s.predicted < len(class_names) else str(s.predicted)
-                read = _fit(draw, read.rsplit(STYLE_SEP, 1)[0], small, CELL - 4)  # an emoji is judged on its class
-                w = max(16, int(draw.textlength(read, font=small)) + 4)
-                draw.rectangle((x + CELL - w, y, x + CELL, y + 16), fill=colour)
-                draw.text((x + CELL - w / 2, y + 8), read, fill="white", font=small, anchor="mm")
+        cells[s.column][s.row] = s.image
+    canvas = sheet.draw(cells, [d.label for d in decoders], [h.replace(STYLE_SEP, "\n") for h in headers])
+    draw, small = ImageDraw.Draw(canvas), font(11)
+    for i, j in itertools.product(range(len(decoders)), range(len(headers))):
+        x, y = sheet.at(i, j)
+        draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=COLOURS["pending"], width=1)
+    for s in (s for s in samples if s.correct is not None):
+        x, y = sheet.at(s.column, s.row)
+        colour = COLOURS["right" if s.correct else "wrong"]
+        draw.rectangle((x - 3, y - 3, x + CELL + 2, y + CELL + 2), outline=colour, width=3)
+        if not s.correct:
+            read = class_names[s.predicted] if s.predicted < len(class_names) else str(s.predicted)
+            read = fit(draw, read.rsplit(STYLE_SEP, 1)[0], small, CELL - 4)  # an emoji is judged on its class
+            w = max(16, int(draw.textlength(read, font=small)) + 4)
+            draw.rectangle((x + CELL - w, y, x + CELL, y + 16), fill=colour)
+            draw.text((x + CELL - w / 2, y + 8), read, fill="white", font=small, anchor="mm")
     return canvas
 
 
@@ -152,7 +132,7 @@ def speed_line(rows: list[dict]) -> str:
 def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: dict, draft_len: int) -> str:
     """Whether the benchmark's points (`rows`, its `sampling`) were measured at this run's draft length and
     sampling (the chain-drafting rows; SJD's window is no draft length); "" without a benchmark."""
-    lengths = sorted({r.get("draft_len") for r in rows if drafts_by_chain(r)} - {None})
+    lengths = chain_lengths(rows)
     if not lengths:
         return ""
     shown = " / ".join(str(n) for n in lengths)
@@ -161,12 +141,6 @@ def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: d
     other = [f"L = {shown}" if lengths != [draft_len] else "", "other sampling" if sampling != lab_sampling else ""]
     return (f"The benchmark's points were measured at {' and '.join(w for w in other if w)} (this run: "
             f"L = {draft_len}): compare positions with care.")
-
-
-def drafts_by_chain(row: dict) -> bool:
-    """Whether a benchmark row is a drafter's chain (not vanilla AR, a static tree or SJD's Jacobi window)."""
-    rule, drafting = variants.racer_configs(row)
-    return bool(rule) and not row.get("tree") and (drafting or {}).get("drafting", Chain.name) == Chain.name
 
 
 def stats_markdown(rows: list[dict], status: str) -> str:
@@ -185,13 +159,6 @@ def stats_markdown(rows: list[dict], status: str) -> str:
                  "decoder's, summed over the samples both have finished, on this server as loaded now "
                  "(reused samples keep their first time); tau = tokens per target forward, load-free.")
     return "\n".join(lines)
-
-
-def bench_rows(path: Path = BENCH) -> list[dict]:
-    """The shipped benchmark's rows (one per setting), or [] when the file is absent."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def pareto_figure(rows: list[dict], summary: list[dict]):
@@ -218,15 +185,6 @@ def pareto_figure(rows: list[dict], summary: list[dict]):
     return fig
 
 
-def bench_sampling(path: Path) -> dict | None:
-    """The sampling (SamplingConfig as a dict) the benchmark whose results are `path` ran with, read from the
-    config.json beside it; None when it is missing or does not say."""
-    try:
-        return json.loads((path.parent / "config.json").read_text()).get("sampling")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]) -> str:
     """One line per relaxed decoder whose exact setting the benchmark ran: its numbers there and here."""
     out = []
@@ -234,11 +192,10 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
         if d.rule is None or s["nll"] is None:
             continue
         config = {k: v for k, v in d.rule.config().items() if k not in ("neighbours",)}
-        for r in rows:
-            if r.get("rule_config") == config and r.get("draft_len") == Chain.draft_len and not r.get("tree"):
-                out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
-                           f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
-                           f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
+        for r in same_setting(rows, config, Chain.draft_len):
+            out.append(f"- **{plain(d.label)}**: here NLL {s['nll']:.3f}, tau {s['tau']:.2f}; the benchmark's "
+                       f"`{r['setting']}` ({r['n_images']} images): NLL {r['nll']:.3f}, tau {r['tau']:.2f}, "
+                       f"accuracy {r['accuracy']:.0%}, speed-up {r['speedup']:.2f}× (its machine)")
     return "\n".join(out)
 
 
@@ -304,10 +261,8 @@ class LabPanel:
             if condition is not None:  # (unused here, yet checked: a class of this model; None = not given)
                 ctx.check_condition(condition)
             names = m.conditions  # classes spread evenly over the model's; a styled model: the styles in turn
-            n = min(samples, len(names.classes))
-            styles = max(len(names.styles), 1)
-            conditions = [(j * len(names.classes) // n) * styles + j % styles for j in range(n)]
-            seeds = [seed] * n
+            conditions = spread_conditions(len(names.classes), len(names.styles), min(samples, len(names.classes)))
+            seeds = [seed] * len(conditions)
             headers = [names.label(c) for c in conditions]
         else:
             cond = ctx.check_condition(condition)
@@ -404,10 +359,8 @@ def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, 
     with gr.Row():
         run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
         stop_btn = gr.Button("Stop", variant="stop", elem_id="lab-stop")
-    blank = Image.fromarray(np.full((HEAD_H + 4 * (CELL + GAP) + GAP, LABEL_W + MAX_SAMPLES * (CELL + GAP) + GAP, 3),
-                                    255, dtype=np.uint8))
-    grid = gr.Image(value=blank, type="pil", format="png", show_label=False, interactive=False,
-                    buttons=["download"], elem_id="lab-grid", label="samples")
+    grid = gr.Image(value=lab_sheet(4, MAX_SAMPLES).blank(), type="pil", format="png", show_label=False,
+                    interactive=False, buttons=["download"], elem_id="lab-grid", label="samples")
     stats = gr.Markdown(stats_markdown([], "Press **Run the lab**."), elem_id="lab-stats")
     plot = gr.Plot(label="benchmark Pareto figure, this run marked", show_label=False, elem_id="lab-pareto")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):

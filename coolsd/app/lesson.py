@@ -1,22 +1,24 @@
 """The Race tab's one line on when relaxation pays, with the numbers of the race on show.
 
-Relaxation raises the accepted length only where the target hesitates between look-alike codes; a target sure of
-one code at every position leaves nothing to relax. The line quotes the race on show (its stats JSON: the table
-beside it): Eagle-1's and a relaxed racer's tau and speed-up, at the race's draft length. Where the race ran at the
-settings of its model's shipped benchmark (`python -m coolsd.bench`: the same draft length, sampling and rule
-settings), it adds the benchmark's taus and the target's mean top-1 probability on its own vanilla samples, naming
-those settings; otherwise it quotes no benchmark, so every number it names is one measured at the race's settings.
-When the relaxed racer is COOL-SD at a δ at or past where its model's δ sweep says pictures break
-(`coolsd.app.sweep_view.breaking_delta`), it ends with that cost: the sweep's recognition at the nearest swept δ
-against vanilla AR's (the Quality lab draws the sweep).
+Relaxation raises the accepted length only where the target hesitates between look-alike codes. The line quotes
+the race on show (its stats JSON, read back as `RaceNumbers`): Eagle-1's and a relaxed racer's tau and speed-up.
+Where the race ran at its model's shipped benchmark's settings (draft length, sampling, noise and rule settings) it
+adds the benchmark's taus and the target's mean top-1 probability on its own samples; otherwise it quotes no
+benchmark. When the relaxed racer is COOL-SD at a δ at or past where its model's δ sweep says pictures break
+(`coolsd.app.sweep_view.breaking_delta`), it ends with that cost (the sweep's recognition against vanilla AR's).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 from coolsd.app import sweep_view
 from coolsd.app.how import read_bench
+from coolsd.app.race_view import RaceNumbers
+from coolsd.compare.trace import TraceSettings
+from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.format import number, percent
 from coolsd.util.paths import BENCH_DIR, EMOJI_DIR
 
@@ -29,118 +31,145 @@ SWEEP_KINDS = {"emoji": "emoji", "mnist": "embedded"}  # picker model key -> its
 KNOBS = (("delta", "δ"), ("k", "k"), ("lam", "λ"), ("window", "W"))  # rule settings a racer's name shows
 
 
-def bench_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
-    """[(config, rows)] of the benchmark in `folder`; [] when it is missing or broken."""
+@dataclass(frozen=True)
+class BenchRow:
+    """One results.jsonl row of a benchmark (`python -m coolsd.bench`), the fields the line reads: rule_config (None:
+    vanilla AR, draft_len 0), tree (None: chain), tau, speedup (whole pictures' CPU time over vanilla AR's), top1
+    (the target's mean top-1 probability on its own samples) and n_images; None where the row has none."""
+
+    rule_config: dict | None = None
+    draft_len: int = 0
+    tree: str | None = None
+    tau: float | None = None
+    speedup: float | None = None
+    top1: float | None = None
+    n_images: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A benchmark run: its sampling (as its config.json names it), noise ("stream" when it names none), rows."""
+
+    sampling: dict
+    noise: str
+    rows: list[BenchRow]
+
+    @classmethod
+    def from_json(cls, config: dict, rows: list[dict]) -> BenchRun:
+        known = {f.name for f in dataclasses.fields(BenchRow)}
+        return cls(config.get("sampling"), config.get("noise", DecodeConfig.noise),
+                   [BenchRow(**{k: v for k, v in r.items() if k in known}) for r in rows])
+
+
+def bench_runs(folder: Path) -> list[BenchRun]:
+    """The benchmark run in `folder`; [] when it is missing or broken."""
     try:
-        return [read_bench(folder)]
+        return [BenchRun.from_json(*read_bench(folder))]
     except (OSError, ValueError):
         return []
 
 
-def relaxed_key(decoders: dict) -> str | None:
+def relaxed_key(shown: RaceNumbers) -> str | None:
     """The relaxed racer the line quotes: COOL-SD when it raced, else the first racer that is neither Eagle-1 nor
     vanilla AR (None when there is none)."""
-    others = [k for k in decoders if k not in (EAGLE, VANILLA)]
+    others = [k for k in shown.decoders if k not in (EAGLE, VANILLA)]
     return "cool-sd" if "cool-sd" in others else (others[0] if others else None)
 
 
-def racer_name(decoders: dict, rules: dict, key: str) -> str:
-    """"COOL-SD (δ = 2)": the racer's label (stats "decoder") and the rule settings that tell its relaxation."""
-    config = rules.get(key) or {}
+def racer_name(shown: RaceNumbers, key: str) -> str:
+    """"COOL-SD (δ = 2)": the racer's label and the rule settings that tell its relaxation."""
+    config = shown.settings.rules.get(key) or {}
     knobs = ", ".join(f"{sign} = {config[name]:g}" for name, sign in KNOBS if isinstance(config.get(name), int | float))
-    return decoders[key]["decoder"] + (f" ({knobs})" if knobs else "")
+    return shown.decoders[key].decoder + (f" ({knobs})" if knobs else "")
 
 
-def race_clause(stats: dict) -> str | None:
+def race_clause(shown: RaceNumbers) -> str | None:
     """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at 1.41× vs 1.10×
-    vanilla AR's speed" from a race's stats JSON ("so far" while it is not finished); None without Eagle-1, a
-    relaxed racer or their numbers."""
-    decoders, settings = stats.get("decoders") or {}, stats.get("settings") or {}
-    key = relaxed_key(decoders)
-    if EAGLE not in decoders or key is None:
+    vanilla AR's speed" ("so far" while it is not finished); None without Eagle-1, a relaxed racer or their τ."""
+    key, settings = relaxed_key(shown), shown.settings
+    if EAGLE not in shown.decoders or key is None:
         return None
-    eagle, relaxed = decoders[EAGLE], decoders[key]
-    if eagle.get("mean_accepted_length") is None or relaxed.get("mean_accepted_length") is None:
+    eagle, relaxed = shown.decoders[EAGLE], shown.decoders[key]
+    if eagle.mean_accepted_length is None or relaxed.mean_accepted_length is None:
         return None
-    chain = settings.get("drafting", "chain") == "chain"
-    where = [f"L = {settings['draft_len']}" if chain and "draft_len" in settings else settings.get("drafting")]
-    where += ["same noise"] if settings.get("noise") == "same" else []  # (Eagle-1's test is then the coupled one)
-    where += [] if all(d.get("finished") for d in decoders.values()) else ["so far"]
+    where = [f"L = {settings.draft_len}" if settings.chain else settings.drafting]
+    where += ["same noise"] if settings.same_noise else []  # (Eagle-1's test is then the coupled one)
+    where += [] if all(d.finished for d in shown.decoders.values()) else ["so far"]
     speed = ""
-    if eagle.get("speedup") is not None and relaxed.get("speedup") is not None:
-        speed = f" and ran at {number(relaxed['speedup'])}× vs {number(eagle['speedup'])}× vanilla AR's speed"
-    shown = ", ".join(str(w) for w in where if w)
-    return (f"in the race on show{f' ({shown})' if shown else ''} "
-            f"{racer_name(decoders, settings.get('rules') or {}, key)} "
-            f"accepted τ {number(relaxed['mean_accepted_length'])} vs Eagle-1's "
-            f"{number(eagle['mean_accepted_length'])}{speed}")
+    if eagle.speedup is not None and relaxed.speedup is not None:
+        speed = f" and ran at {number(relaxed.speedup)}× vs {number(eagle.speedup)}× vanilla AR's speed"
+    return (f"in the race on show ({', '.join(where)}) {racer_name(shown, key)} accepted τ "
+            f"{number(relaxed.mean_accepted_length)} vs Eagle-1's {number(eagle.mean_accepted_length)}{speed}")
 
 
-def matching_rows(runs: list[tuple[dict, list[dict]]], settings: dict) -> list[dict]:
-    """The chain-drafting rows of the benchmark runs whose sampling and noise are the race's and whose draft length
-    is the race's (vanilla AR rows, draft length 0, included); [] for a race that did not draft by chain. A run or a
-    race that names no noise ran one stream."""
-    if settings.get("drafting", "chain") != "chain":
+def matching_rows(runs: list[BenchRun], settings: TraceSettings) -> list[BenchRow]:
+    """The chain-drafting rows of the benchmark runs whose sampling, noise and draft length are the race's (vanilla
+    AR rows, draft length 0, included); [] for a race that did not draft by chain."""
+    if not settings.chain:
         return []
-    return [r for config, rows in runs if config.get("sampling") == settings.get("sampling")
-            and config.get("noise", "stream") == settings.get("noise", "stream") for r in rows
-            if r.get("tree") is None and r.get("draft_len") in (0, settings.get("draft_len"))]
+    sampling = dataclasses.asdict(settings.sampling)
+    return [r for run in runs if run.sampling == sampling and run.noise == settings.noise for r in run.rows
+            if r.tree is None and r.draft_len in (0, settings.draft_len)]
 
 
-def bench_clause(name: str, runs: list[tuple[dict, list[dict]]], stats: dict) -> str | None:
+def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | None:
     """"the shipped emoji benchmark at these settings (L = 2, 200 images a setting): τ 2.22 vs Eagle-1's 1.88, the
     target's top-1 probability 0.75 on its own samples", or None unless the benchmark ran the race's draft length,
     sampling and the rule settings of both racers the race clause quotes."""
-    decoders, settings = stats.get("decoders") or {}, stats.get("settings") or {}
-    rules, key = settings.get("rules") or {}, relaxed_key(decoders)
-    rows = matching_rows(runs, settings)
-    found = {k: next((r for r in rows if r.get("rule_config") == rules.get(k)), None) for k in (EAGLE, key)}
-    if key is None or None in found.values() or any(r.get("tau") is None for r in found.values()):
+    key, rules = relaxed_key(shown), shown.settings.rules
+    rows = matching_rows(runs, shown.settings)
+    found = {k: next((r for r in rows if r.rule_config == rules.get(k)), None) for k in (EAGLE, key)}
+    if key is None or None in found.values() or any(r.tau is None for r in found.values()):
         return None
     eagle, relaxed = found[EAGLE], found[key]
-    sure = next((r["top1"] for r in rows if r.get("rule_config") is None and r.get("top1") is not None), None)
+    sure = next((r.top1 for r in rows if r.rule_config is None and r.top1 is not None), None)
     top1 = f", the target's top-1 probability {number(sure, '.2f')} on its own samples" if sure is not None else ""
-    images = f", {relaxed['n_images']} images a setting" if relaxed.get("n_images") else ""
+    images = f", {relaxed.n_images} images a setting" if relaxed.n_images else ""
     speed = ""
-    if relaxed.get("speedup") is not None and eagle.get("speedup") is not None:  # (another clock than the race's)
-        speed = (f", speed-up {number(relaxed['speedup'])}× vs {number(eagle['speedup'])}× (whole pictures' CPU "
+    if relaxed.speedup is not None and eagle.speedup is not None:  # (another clock than the race's)
+        speed = (f", speed-up {number(relaxed.speedup)}× vs {number(eagle.speedup)}× (whole pictures' CPU "
                  "time; the race counts each racer's rounds' compute time)")
-    return (f"the shipped {name} benchmark at these settings (L = {settings['draft_len']}{images}): "
-            f"τ {number(relaxed['tau'])} vs Eagle-1's {number(eagle['tau'])}{speed}{top1}")
+    return (f"the shipped {name} benchmark at these settings (L = {shown.settings.draft_len}{images}): "
+            f"τ {number(relaxed.tau)} vs Eagle-1's {number(eagle.tau)}{speed}{top1}")
 
 
-def cost_clause(stats: dict, sweep: dict | None) -> str | None:
-    """"but δ = 1024 is past where the δ sweep says emoji pictures break (δ ≥ 64): there COOL-SD's pictures were
-    recognised 56 % of the time against vanilla AR's 89 % (64 samples a point, the Quality lab)" when the race's
-    relaxed racer is COOL-SD at a δ at or past the sweep's breaking δ; None otherwise (no sweep, no break, another
-    racer, a δ below it)."""
-    decoders, rules = stats.get("decoders") or {}, (stats.get("settings") or {}).get("rules") or {}
-    key = relaxed_key(decoders)
-    delta = (rules.get(key) or {}).get("delta") if key == "cool-sd" else None
+def cost_clause(shown: RaceNumbers, sweep: dict | None) -> str | None:
+    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there COOL-SD's pictures were called
+    broken 39 % of the time against vanilla AR's 14 %, and recognised 72 % against 88 % (64 samples a point; the
+    Quality lab draws it)" when the race's relaxed racer is COOL-SD at a δ at or past the sweep's breaking δ (the
+    broken share where the model has real pictures); None otherwise (no sweep, no break, another racer, a δ below
+    it)."""
+    key = relaxed_key(shown)
+    delta = (shown.settings.rules.get(key) or {}).get("delta") if key == "cool-sd" else None
     breaks = sweep_view.breaking_delta(sweep)
     if not isinstance(delta, int | float) or breaks is None or delta < breaks:
         return None
     near, vanilla = sweep_view.nearest(sweep, delta), sweep_view.reference(sweep, None)
-    if vanilla is None or near.get("recognition") is None or vanilla.get("recognition") is None:
+    if vanilla is None or near["recognition"] is None or vanilla["recognition"] is None:
         return None
     at = "" if near["delta"] == delta else f" (the swept δ nearest, {near['delta']:g})"
+    seen = (f"recognised {percent(near['recognition'])} of the time against vanilla AR's "
+            f"{percent(vanilla['recognition'])}")
+    if near["broken"] is not None and vanilla["broken"] is not None:
+        seen = (f"called broken {percent(near['broken'])} of the time against vanilla AR's "
+                f"{percent(vanilla['broken'])}, and recognised {percent(near['recognition'])} against "
+                f"{percent(vanilla['recognition'])}")
     return (f"but δ = {delta:g} is past where the δ sweep says pictures break (δ ≥ {breaks:g}): there{at} COOL-SD's "
-            f"pictures were recognised {percent(near['recognition'])} of the time against vanilla AR's "
-            f"{percent(vanilla['recognition'])} ({sweep['samples']} samples a point; the Quality lab draws it)")
+            f"pictures were {seen} ({sweep['samples']} samples a point; the Quality lab draws it)")
 
 
 def lesson_markdown(stats: dict | None = None, benches: dict = SHIPPED_BENCHES) -> str:
     """The line for the race on show (`stats`: its stats JSON, `RaceFrame.stats`; None: no race): the lead, the
     race's own numbers, then its model's benchmark numbers when it ran at the benchmark's settings."""
-    stats = stats if isinstance(stats, dict) else {}
-    clauses = [race_clause(stats)]
-    model = (stats.get("settings") or {}).get("model")
+    shown = RaceNumbers.from_json(stats)
+    clauses = [race_clause(shown)]
+    model = shown.settings.model
     if clauses[0] and model in benches:
         name, folder = benches[model]
-        clauses.append(bench_clause(name, bench_runs(folder), stats))
+        clauses.append(bench_clause(name, bench_runs(folder), shown))
     said = [c for c in clauses if c]
     if not said:
         return LEAD + "."
     source = " (`python -m coolsd.bench`; How it works has the tables)" if len(said) > 1 else ""
-    cost = cost_clause(stats, sweep_view.load(SWEEP_KINDS[model])) if model in SWEEP_KINDS else None
+    cost = cost_clause(shown, sweep_view.load(SWEEP_KINDS[model])) if model in SWEEP_KINDS else None
     return f"{LEAD}: {'; '.join(said)}{source}" + (f"; {cost}." if cost else ".")

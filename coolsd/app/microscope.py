@@ -16,8 +16,7 @@ from PIL import Image, ImageDraw
 
 from coolsd.app.context import APP_MODEL, Context, bad, gpu, user_errors
 from coolsd.app.plots import LIGHT_LAYOUT, image_strip, token_image
-from coolsd.app.race_view import same_noise
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.serving import MICROSCOPE_TTL_S
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
@@ -72,7 +71,7 @@ class MicroscopePanel:
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
         ctx = self.ctx.for_trace(trace.settings)
-        cond = ctx.check_condition(trace.settings["condition"], trace.settings.get("style"))
+        cond = ctx.check_condition(trace.settings.condition, trace.settings.style)
         with ctx.lane() as lane:
             target, drafter = lane[0]
             events = scope.rerun(trace, key, target, drafter, cond, ctx.model.neighbours)
@@ -91,14 +90,14 @@ class MicroscopePanel:
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)
-        drafting = scope.racer_drafting(trace, key)
+        drafting = trace.settings.drafting_of(key)
         if not drafting.detail:  # (a static tree's rounds keep no per-depth detail)
             raise bad("the microscope shows chain rounds: race with drafting = chain (static-tree rounds have no "
                       "per-depth detail)")
         events, same, cache = self.events(trace, key, cache or {})
         with user_errors():
             round_no = check_int("round", round_no, 0, len(events) - 1)
-        view = scope.round_view if events[round_no].detail is not None else stored_view
+        view = scope.round_view if events[round_no].detail is not None else scope.stored_view
         v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(drafting)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
@@ -136,27 +135,6 @@ class MicroscopePanel:
         rows, cols = trace.grid
         cell = min(int(y) * rows // h, rows - 1) * cols + min(int(x) * cols // w, cols - 1)
         return scope.round_at(events, cell)  # a position in `events`, as the slider and `view` count rounds
-
-
-def stored_view(event, grid: tuple[int, int], residual: str) -> dict:
-    """`coolsd.compare.microscope.round_view`'s dict for a round as a trace stores it (no detail): positions,
-    verdicts, each depth's a_i and omega_i, the accepted drafts' tokens (the first n committed), the last token and
-    how it came; q, p, u, a rejected or untested draft's token and the top tokens are None / empty (not stored)."""
-    n, length = event.n_accepted, event.n_drafted
-    tokens = event.tokens.tolist()
-    depths = [{"depth": i + 1, "position": scope.grid_cell(event.start + i, grid),
-               "token": tokens[i] if i < n else None, "q": None, "p": None, "omega": float(event.omega[i]),
-               "accept": float(event.accept_probs[i]), "u": None, "verdict": v}
-              for i, v in enumerate(scope.verdicts(length, n))]
-    bonus = str(event.last) == "bonus"
-    return {"round": event.index, "start": event.start, "n_drafted": length, "n_accepted": n,
-            "positions": [scope.grid_cell(event.start + i, grid) for i in range(max(length, 1))],
-            "committed": [scope.grid_cell(event.start + i, grid) for i in range(len(tokens))],
-            "depths": depths, "last": "bonus" if bonus else "resampled", "token": tokens[-1],
-            "token_position": scope.grid_cell(event.start + n, grid),
-            "drawn_from": (f"p_{n + 1} (bonus: every draft accepted)" if bonus and length else
-                           "p (no drafts this round)" if bonus else f"the residual at depth {n + 1}"),
-            "residual": residual, "top": {}, "token_probs": {}}
 
 
 # ---------------------------------------------------------------- drawing (views of the library's numbers)
@@ -274,7 +252,7 @@ def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTra
 
 def coupled_note(trace: RaceTrace, rule) -> str:
     """Under same noise, what a lossless rule's test read (`coolsd.decoding.noise`); "" otherwise."""
-    if not same_noise(trace.settings) or rule is None or not rule.lossless:
+    if not trace.settings.same_noise or rule is None or not rule.lossless:
         return ""
     return (" Same noise: this lossless rule's test is coupled: a draft is accepted exactly when it is the target's "
             "own draw at its position (aᵢ is 1 or 0, uᵢ is not read), and a rejection commits that draw.")

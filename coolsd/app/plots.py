@@ -16,6 +16,7 @@ from torch import Tensor
 from coolsd.decoding import variants
 from coolsd.decoding.events import TokenOutcome
 from coolsd.util.format import number
+from coolsd.util.sheet import Sheet, to_rgb_array
 
 DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure (coolsd.decoding.variants)
 # Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
@@ -40,22 +41,6 @@ def fill_ids(tokens: Tensor) -> Tensor:
     known = tokens[tokens >= 0]
     fill = int(torch.mode(known).values) if len(known) else 0
     return torch.where(tokens >= 0, tokens, torch.full_like(tokens, fill))
-
-
-def quantise(pixels: Tensor) -> Tensor:
-    """(C, h, w) float in [0, 1] -> the same (C, h, w) as uint8 on the CPU (a quarter of the memory; drawn
-    from, it gives exactly the image the float pixels give)."""
-    return (pixels.detach().float().clamp(0, 1).cpu() * 255 + 0.5).to(torch.uint8)
-
-
-def to_rgb_array(pixels: Tensor) -> np.ndarray:
-    """(C, h, w) float in [0, 1] or uint8 (`quantise`), C = 1 or 3 -> (h, w, 3) uint8."""
-    x = pixels.detach().cpu() if pixels.dtype == torch.uint8 else quantise(pixels)
-    if x.dim() == 2:
-        x = x[None]
-    if x.shape[0] == 1:
-        x = x.expand(3, -1, -1)
-    return x[:3].permute(1, 2, 0).numpy().copy()
 
 
 def display_size(grid: tuple[int, int], pixel_hw: tuple[int, int], min_size: int = 256) -> tuple[int, int]:
@@ -141,9 +126,8 @@ def stats_markdown(stats: list[dict], status: str = "") -> str:
 
 
 # ---------------------------------------------------------------- figures
-# A light look close to plotly's "plotly_white", spelled out on the empty "none" template: building and sending a
-# figure is then about 8x faster and 5x smaller (plotly copies and serialises a named template with every figure),
-# which the replay slider needs.
+# A light look close to plotly's "plotly_white", spelled out on the empty "none" template: plotly copies and
+# serialises a named template with every figure, which the replay slider cannot afford.
 _GRID = "#EBF0F8"
 _AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "ticks": "", "automargin": True}
 LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"},
@@ -153,8 +137,8 @@ LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "w
 def _figure(traces: list[dict], title: str, xaxis: dict, yaxis: dict, height: int = 340, **layout):
     """A plotly Figure built and checked once from trace dicts (each with its "type") and layout dicts: the light
     theme, the title, axes (`xaxis` / `yaxis` over the theme's, each with its "title" text) and legend of every
-    plot here. One validated construction costs ~3 ms where adding traces and updating the layout one call at a
-    time cost ~20 (a race redraws three plots while it streams)."""
+    plot here. One validated construction, not a call per trace and layout update: a race redraws three plots
+    while it streams."""
     import plotly.graph_objects as go
 
     full = {**LIGHT_LAYOUT, "title": {"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
@@ -260,20 +244,7 @@ def length_histogram(racers: list):
 
 
 def image_strip(images: list[Image.Image], labels: list[str], band: int = 22) -> Image.Image:
-    """The images side by side on one white strip, each with its label above it (a PNG to take away).
-
-    images: PIL images (any sizes; the strip is as tall as the tallest); labels: one per image.
-    """
-    from PIL import ImageDraw
-
-    gap = 8
-    height = max(im.height for im in images) + band
-    width = sum(im.width for im in images) + gap * (len(images) - 1)
-    strip = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(strip)
-    x = 0
-    for im, label in zip(images, labels):
-        strip.paste(im.convert("RGB"), (x, band))
-        draw.text((x + 2, 4), label, fill=(0, 0, 0))
-        x += im.width + gap
-    return strip
+    """The images side by side on one white strip (as tall as the tallest), each under its label (a PNG to take
+    away)."""
+    sheet = Sheet(tuple(im.width for im in images), (max(im.height for im in images),), head_h=band, gap=8)
+    return sheet.draw([images], col_labels=labels)

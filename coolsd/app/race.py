@@ -38,19 +38,18 @@ from coolsd.app.race_view import (
     recognised,
     release_trace,
     replay_slider,
-    same_noise,
 )
 from coolsd.app.racers import slot_keys
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.serving import STATE_TTL_S
-from coolsd.app.settings import RacePlan, RaceSettings, name_notice
-from coolsd.compare.race import Race, Racer
+from coolsd.app.settings import RacePlan, RaceSettings
+from coolsd.compare.race import Race
 from coolsd.compare.trace import RaceTrace
 from coolsd.decoding.drafting import Chain
-from coolsd.decoding.engine import generate
+from coolsd.models.conditions import name_notice
 
 ID, TITLE = "race", "Race"
-# Streaming throttle: the browser, not the server, is the bottleneck (a frame costs it ~0.1-0.25 s).
+# Streaming throttle: the browser, not the server, is the bottleneck (drawing a frame is its dearest work).
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
 FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
@@ -74,12 +73,10 @@ class RaceStream:
         self.race = self._race_handler()
 
     @gpu
-    def _run(self, plan: RacePlan, seed: int, overlay: bool, trace: RaceTrace, session: str | None = None,
-             notice: str = ""):
+    def _run(self, plan: RacePlan, overlay: bool, trace: RaceTrace, session: str | None = None, notice: str = ""):
         """Generator of RaceFrames; holds one lane of model handles (of the plan's model) for the whole race.
         notice: a line every frame's status and stats JSON carry ("rockit: showing rocket"; "" for none)."""
         ctx = plan.ctx
-        num_tokens = ctx.model.num_tokens
         closed = threading.Event()
         with ctx.lane() as lane:
             race = None
@@ -88,12 +85,7 @@ class RaceStream:
                 self.live.active[session] = (closed, trace)
             try:
                 with unexpected_errors("race", "decoding"):
-                    racers = []
-                    for (key, label), (target, drafter) in zip(trace.racers, lane):
-                        events = generate(target, drafter, plan.rules.get(key), cond=plan.cond, num_tokens=num_tokens,
-                                          sampling=plan.sampling, config=plan.configs.get(key, plan.config), seed=seed)
-                        racers.append(Racer(key, label, events, num_tokens))
-                    race = Race(racers, workers=ctx.race_threads)
+                    race = plan.race(trace, lane)
                     yield from self._frames(ctx, race, trace, overlay, session, notice)
             finally:
                 if race is not None:
@@ -108,7 +100,6 @@ class RaceStream:
     def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None,
                 notice: str = ""):
         racers = race.racers
-        index = {r.key: i for i, r in enumerate(racers)}
         snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
         dirty: set[str] = set()
         t0 = time.perf_counter()
@@ -125,7 +116,7 @@ class RaceStream:
             shown = images(ctx, trace, racers, overlay, snapshot,
                            lambda key: "decode" if key in dirty else "tint" if toggled else "skip")
             dirty.clear()
-            changed = None if first or final or same_noise(trace.settings) else set(snapshot["seen"]) - judged
+            changed = None if first or final or trace.settings.same_noise else set(snapshot["seen"]) - judged
             lines = captions(ctx, snapshot, changed)  # (same noise: every line counts vanilla AR's tokens)
             wall = now - t0
             first_frame_s = wall if first_frame_s is None else first_frame_s
@@ -143,8 +134,7 @@ class RaceStream:
                              replay=replay_slider(len(trace), interactive=final),
                              snapshot={**snapshot, "images": dict(snapshot["images"]), "seen": dict(snapshot["seen"])})
 
-        for racer, event in race:
-            trace.record(index[racer.key], event)
+        for racer, _ in trace.follow(race):
             dirty.add(racer.key)
             start = time.perf_counter()
             if start - last_frame >= max(IMAGE_EVERY_S, frame_cost * (1 - FRAME_SHARE) / FRAME_SHARE):
@@ -172,19 +162,8 @@ class RaceStream:
         if settings.drafting != "chain" and settings.draft_len != Chain.draft_len:
             gr.Info(f"static tree '{settings.drafting}': the tree's depth sets the draft length; the L slider is not "
                     "used.")
-        ctx = plan.ctx
-        recorded = {"condition": ctx.model.conditions.label(plan.cond) if ctx.model.conditioning == "class"
-                    else plan.cond, "seed": settings.seed,
-                    "sampling": dataclasses.asdict(plan.sampling), "draft_len": settings.draft_len,
-                    "drafting": settings.drafting, "noise": settings.noise, "racers": plan.keys,
-                    "resolution": ctx.variant_key,
-                    "model": ctx.model_key, "style": settings.style, "execution": ctx.model.execution,
-                    "rules": {k: r.config() for k, r in plan.rules.items()},
-                    "draftings": {k: c.drafting.config() for k, c in plan.configs.items()}}
-        trace = RaceTrace(ctx.model.name, recorded, [(k, choice.RACERS[k]) for k in plan.keys] + [choice.VANILLA],
-                          ctx.model.num_tokens, ctx.model.grid)
         session = getattr(request, "session_hash", None)
-        yield from self._run(plan, settings.seed, settings.overlay, trace, session, notice)
+        yield from self._run(plan, settings.overlay, plan.trace(), session, notice)
 
     def _race_handler(self):
         """The /race handler: one parameter per RaceSettings field, in order (generated), then the request.
@@ -195,7 +174,9 @@ class RaceStream:
             values = signature.bind(*args, **kwargs).arguments
             request = values.pop("request", None)
             settings = RaceSettings.check(ctx, values)
-            yield from self.run_settings(settings, request, name_notice(ctx, values.get("condition"), settings))
+            names = ctx.for_model(settings.model).model.conditions
+            notice = name_notice(names, values.get("condition"), settings.condition)
+            yield from self.run_settings(settings, request, notice)
 
         race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
         race.__doc__ = self.run_settings.__doc__
@@ -223,9 +204,7 @@ class RaceHandle:
             for frame in race(*args, **kwargs):
                 yield RaceOutputs.values(frame)
 
-        run.__signature__, run.__doc__ = race.__signature__, race.__doc__
-        run.__annotations__ = race.__annotations__
-        return run
+        return _like(race, run)
 
     def page_race(self):
         """The Generate buttons' handler: /race's, except that settings refused before the race starts (an unknown
@@ -249,9 +228,14 @@ class RaceHandle:
             yield first
             yield from frames
 
-        run.__signature__, run.__doc__ = race.__signature__, race.__doc__
-        run.__annotations__ = race.__annotations__
-        return run
+        return _like(race, run)
+
+
+def _like(handler, run):
+    """`run` with `handler`'s signature, annotations and docstring (what Gradio's API shows)."""
+    run.__signature__, run.__doc__, run.__annotations__ = handler.__signature__, handler.__doc__, \
+        handler.__annotations__
+    return run
 
 
 def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
@@ -309,9 +293,9 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     stream, after = RaceStream(ctx, live), AfterRace(ctx, live, recordings)
     found = recordings.of(ctx)  # the recorded default race, drawn once: every visitor sees it at once
     if found is not None:
-        log.info("race tab opens on the recorded default race (%d steps)", len(found[0]))
-    first = found[2] if found else None
-    outputs, titles, columns, phone_generate, lesson, legend_box = layout(ctx, first, len(found[0]) if found else 0)
+        log.info("race tab opens on the recorded default race (%d steps)", len(found.trace))
+    first = found.frame if found else None
+    outputs, titles, columns, phone_generate, lesson, legend_box = layout(ctx, first, len(found.trace) if found else 0)
     take = share.TakeAway(ctx, controls, after, outputs.snapshot, outputs.trace)
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         stats = gr.JSON(first.stats if first else None, elem_id="stats-json", label="stats")
@@ -321,15 +305,11 @@ def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab)
     handle = RaceHandle(outputs, stream, after, (), tuple(titles), tuple(columns))
     everything = outputs.components()
     api_race = gr.Button(visible=False)  # /race for API clients: refused settings raise there (one line)
-    api_event = api_race.click(handle.gradio_race(), controls.inputs, everything, api_name="race",
-                               preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                               show_progress="minimal")
-    run_event = controls.generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
-                                        preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                                        show_progress="minimal")
-    phone_event = phone_generate.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
-                                       preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
-                                       show_progress="minimal")
+    racing = {"preprocess": False, "concurrency_limit": ctx.workers, "concurrency_id": "race",
+              "show_progress": "minimal"}
+    api_event = api_race.click(handle.gradio_race(), controls.inputs, everything, api_name="race", **racing)
+    run_event, phone_event = (button.click(handle.page_race(), controls.inputs, everything, api_visibility="private",
+                                           **racing) for button in (controls.generate, phone_generate))
     for button in (controls.generate, phone_generate):  # the slots take the racers' names when a race starts
         button.click(after.slot_layout, controls["racers"], [*titles, *columns], queue=False,
                      api_visibility="private", show_progress="hidden")

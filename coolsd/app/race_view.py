@@ -2,7 +2,7 @@
 (`RaceFrame`, values), drawn from a recorded `RaceTrace` by the functions here (no decoding, no maths).
 
 Streaming (`coolsd.app.race`), the after-race handlers (`coolsd.app.after_race`) and the recorded default
-races (`coolsd.app.recordings`) all draw through `draw`, so a frame reads the same however it was made.
+races (`coolsd.app.recorded`) all draw through `draw`, so a frame reads the same however it was made.
 A handler returns a `RaceFrame`; `RaceOutputs.values(frame)` lays it out in the order Gradio wires (the
 API returns the same order; `/model_info`'s "race_outputs" names each position).
 """
@@ -25,14 +25,13 @@ from coolsd.app.plots import (
     length_figure,
     length_histogram,
     overlay_legend_html,
-    quantise,
     stats_markdown,
 )
 from coolsd.app.racers import RACERS, SLOTS, VANILLA, VANILLA_SLOT, slot_keys
 from coolsd.compare.race import Racer
-from coolsd.compare.trace import RaceTrace
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.compare.trace import RaceTrace, TraceSettings
 from coolsd.util.jsonsafe import json_safe
+from coolsd.util.sheet import quantise
 
 SKIP = gr.skip()
 
@@ -86,22 +85,58 @@ class RaceOutputs:
 
     def components(self, *names: str) -> list:
         """The components in wiring order (all of them, or only the named fields, in that order)."""
-        names = names or tuple(f.name for f in dataclasses.fields(self))
-        out = []
-        for name in names:
-            value = getattr(self, name)
-            out += list(value) if name in SLOT_FIELDS else [value]
-        return out
+        return list(_flat(self, names))
 
     @staticmethod
     def values(frame: RaceFrame, *names: str) -> tuple:
         """`frame`'s values in the order of `components(*names)`."""
-        names = names or tuple(f.name for f in dataclasses.fields(frame))
-        out = []
-        for name in names:
-            value = getattr(frame, name)
-            out += list(value) if name in SLOT_FIELDS else [value]
-        return tuple(out)
+        return tuple(_flat(frame, names))
+
+
+def _flat(fields_of, names: tuple[str, ...]):
+    """The named fields' values (all fields when none are named), a slot field's one per slot."""
+    for name in names or tuple(f.name for f in dataclasses.fields(fields_of)):
+        value = getattr(fields_of, name)
+        yield from value if name in SLOT_FIELDS else (value,)
+
+
+@dataclass(frozen=True)
+class DecoderNumbers:
+    """One decoder's entry of the stats JSON (`numbers`): `Racer.stats` (tau and speed-up None where not measured
+    yet), what the classifier read in its finished picture (`Judge.judge`'s reading or None) and, under same noise,
+    {"same": k, "compared": n} against vanilla AR."""
+
+    decoder: str = ""  # its label
+    tokens: int = 0
+    num_tokens: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    rounds: int = 0
+    mean_accepted_length: float | None = None  # tau, tokens per target forward
+    compute_seconds: float = 0.0
+    finished: bool = False
+    speedup: float | None = None  # over vanilla AR's tokens per compute second
+    recognised: dict | None = None
+    same_as_vanilla: dict | None = None
+
+
+@dataclass(frozen=True)
+class RaceNumbers:
+    """The stats JSON of a race on show, typed for the panels that read it back (the API returns the JSON)."""
+
+    settings: TraceSettings = field(default_factory=TraceSettings)
+    decoders: dict[str, DecoderNumbers] = field(default_factory=dict)
+    finished: bool = False
+
+    @classmethod
+    def from_json(cls, stats) -> RaceNumbers:
+        """`numbers`' payload read back; anything else (None before a race) reads as no race."""
+        if not isinstance(stats, dict):
+            return cls()
+        known = {f.name for f in dataclasses.fields(DecoderNumbers)}
+        decoders = {key: DecoderNumbers(**{k: v for k, v in d.items() if k in known})
+                    for key, d in (stats.get("decoders") or {}).items()}
+        return cls(TraceSettings.from_json(stats.get("settings") or {}), decoders, bool(stats.get("finished")))
 
 
 VIEW = ("images", "stats_md", "plot_acc", "plot_len", "plot_hist", "stats", "captions", "snapshot")  # a replay's
@@ -112,12 +147,6 @@ def label_of(key: str | None) -> str:
     return RACERS.get(key) or (VANILLA[1] if key == VANILLA[0] else "")
 
 
-def same_noise(settings: dict) -> bool:
-    """Whether a race ran under same noise (`settings`: its trace's; a trace from before the setting has no
-    "noise" and ran one stream, the default)."""
-    return settings.get("noise", DecodeConfig().noise) == "same"
-
-
 def _vanilla(racers: list[Racer]) -> Racer | None:
     return next((r for r in racers if r.key == VANILLA[0]), None)
 
@@ -126,7 +155,7 @@ def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
     """racer key -> (T,) int8 overlay codes of its picture: its token outcomes (`Racer.kinds`); under same noise,
     DIFFERS where its token is not vanilla AR's at a position both committed (`Racer.versus`) and 0 elsewhere
     (vanilla AR's own picture, and every picture of a race without vanilla AR, untinted)."""
-    if not same_noise(trace.settings):
+    if not trace.settings.same_noise:
         return {r.key: r.kinds for r in racers}
     reference, out = _vanilla(racers), {}
     for r in racers:
@@ -141,7 +170,7 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
     hold vanilla AR's token (`Racer.versus`); for every racer but vanilla AR, under same noise only ({} else, and
     without vanilla AR)."""
     reference = _vanilla(racers)
-    if not same_noise(trace.settings) or reference is None:
+    if not trace.settings.same_noise or reference is None:
         return {}
     return {r.key: r.versus(reference)[1:] for r in racers if r is not reference}
 
@@ -159,7 +188,7 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
     keys = slot_keys([k for k, _ in trace.racers[:-1]])
     hows = [redraw(key) if key is not None else "skip" for key in keys]
-    if same_noise(trace.settings) and overlay and hows[VANILLA_SLOT] == "decode":
+    if trace.settings.same_noise and overlay and hows[VANILLA_SLOT] == "decode":
         hows = ["tint" if how == "skip" and key in by_key else how for key, how in zip(keys, hows)]
     codes, same = tints(trace, racers), agreement(trace, racers)
     snapshot["same"] = {slot: list(same[key]) for slot, key in enumerate(keys) if key in same}
@@ -187,7 +216,7 @@ def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -
     classifier) of each finished picture in `pictures` (slot -> its (T,) token ids), judged against the condition
     the race asked for."""
     if pictures:
-        asked = ctx.judge.asked(trace.settings.get("condition"))
+        asked = ctx.judge.asked(trace.settings.condition)
         seen.update(zip(pictures, ctx.judge.judge(list(pictures.values()), asked, ctx.decode_pixels)))
 
 
@@ -213,10 +242,8 @@ def same_line(ctx: Context, counts) -> str:
 def legend(stats) -> str:
     """The overlay legend of the race on show, read from its stats JSON (`numbers`; None before any race: the
     outcome legend)."""
-    stats = stats if isinstance(stats, dict) else {}
-    settings, decoders = stats.get("settings") or {}, stats.get("decoders") or {}
-    noise = settings.get("noise", DecodeConfig().noise) if isinstance(settings, dict) else DecodeConfig().noise
-    return overlay_legend_html(noise, VANILLA[0] in decoders)
+    shown = RaceNumbers.from_json(stats)
+    return overlay_legend_html(shown.settings.noise, VANILLA[0] in shown.decoders)
 
 
 def recognised(trace: RaceTrace, snapshot: dict) -> dict:
@@ -229,8 +256,7 @@ def recognised(trace: RaceTrace, snapshot: dict) -> dict:
 def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
     """plot_acc, plot_len, plot_hist of the speculative racers (vanilla AR has no drafts)."""
     spec = [r for r in racers if r.key != VANILLA[0]]
-    settings = trace.settings
-    chain_depth = settings.get("draft_len", 1) if settings.get("drafting") == "chain" else 1
+    chain_depth = trace.settings.draft_len if trace.settings.chain else 1
     depth = max([chain_depth, *(len(r.depth_sum) for r in spec)])
     omegas = {r.key: r.omega for r in spec}  # each racer's longest relaxed schedule so far (`Racer.omega`)
     return {"plot_acc": acceptance_figure(spec, depth, omegas), "plot_len": length_figure(spec),
@@ -244,7 +270,7 @@ def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | Non
     stats = [r.stats(racers[-1]) for r in racers]
     seen, same = seen or {}, agreement(trace, racers)
     more = {key: {"same_as_vanilla": {"same": k, "compared": n}} for key, (k, n) in same.items()}
-    payload = json_safe({"model": trace.model, "settings": trace.settings, **extra,
+    payload = json_safe({"model": trace.model, "settings": trace.settings.to_json(), **extra,
                          "decoders": {r.key: s | {"recognised": seen.get(r.key)} | more.get(r.key, {})
                                       for r, s in zip(racers, stats)}})
     return {"stats_md": stats_markdown(stats, status), "stats": payload}

@@ -1,45 +1,25 @@
 """The image and download files the app serves, bounded by count and age.
 
-Every image an event returns (each streamed race frame's changed slots, every replay step, the microscope's views,
-the overlay, the PNG strip, the trace download) is written by Gradio into its cache folder, one file per distinct
-content (`<cache>/<hash of the bytes>/image.webp`), and remembered, as a path string, in the `temp_files` set of
-the component that showed it (gradio 6.31: `Block.async_move_resource_to_block_cache`). Gradio reads those sets
-only to delete files: serving a file asks whether it lies in the cache folder and exists, not whether a set
-holds it. Gradio's `delete_cache=(frequency, age)` sweep (every `frequency` s, in a worker thread) deletes the
-files older than `age` s (by ctime) and forgets their paths; a path whose file is already gone stays in its set,
-and a session's own copy of a component (made for an update) is never swept (`coolsd.app.sessions.LeanSession`
-keeps no copy that changes nothing, so the race's images stay with the page's components). So the paths pile up
-with every race for `age` s (2 h here: about 39 files a race on the emoji model, about 190 bytes of path string
-and set slot each) and the files with them.
-
-`ServedFiles` keeps its own record of the files served, in the order they were last served, and after each event
+Gradio writes every image an event returns into its cache folder (one file per distinct content,
+`<cache>/<hash of the bytes>/image.webp`) and remembers its path in the showing component's `temp_files` set,
+which only its `delete_cache` sweep reads; a session's own copy of a component is never swept, so paths and files
+pile up with every race. `ServedFiles` records the files served, last served first, and after each event
 (`ServedBlocks.postprocess_data`, `coolsd.app.serving`) deletes the oldest, from disk and from every set Gradio
-keeps, while more than `max_files` are kept or the oldest was last served more than `max_age_s` ago. A file
-served in the last `min_age_s` seconds is never deleted (a browser may not have fetched it yet), so the count
-can pass `max_files` by what a burst serves in that time. A file served again (same content: same path) starts
-afresh. A component's own files (its default value, examples: Gradio's `keep_in_cache`) are never deleted.
-Gradio's `delete_cache` sweep stays, for anything served outside an event and for the time the app is idle.
+keeps, while more than `max_files` are kept or the oldest was last served over `max_age_s` ago; a file served in
+the last `min_age_s` seconds (a browser may still fetch it) and a component's own files (Gradio's `keep_in_cache`)
+are never deleted. A page that asks for a deleted file gets Gradio's HTTP 403; replay, overlay and microscope
+redraw from the session's trace.
 
-Gradio writes an image again whenever an event returns equal content (the blank checkerboard of every race, a
-picture of the same race replayed), and it writes in place (`Path.write_bytes`: the file is emptied, then
-filled): a client still downloading the earlier copy then gets fewer bytes than the Content-Length it was sent
-(h11: "Too little data for declared Content-Length", a server traceback; seen with gradio_client, which downloads
-every file, and a fresh cache folder, where a race's files are all new). `cache_writes_in_place` replaces those
-two writers (`gradio.processing_utils.save_pil_to_cache`, `save_bytes_to_cache`; Gradio's own
-`save_file_to_cache` already does the same): a file that exists keeps its bytes (its name is the hash of its
-content) and is only touched, and a new file is written under a temporary name and renamed into place, so no
-served file is ever rewritten or seen half written.
-
-What a deleted file costs a visitor: nothing while the browser holds the image; a page that asks for it again
-(after `max_files` newer files, or `max_age_s`) gets an HTTP 403 from Gradio, as after Gradio's own sweep.
-A replay step, the overlay and the microscope draw new files from the session's trace, so they keep working.
+Gradio rewrites a cached file in place when an event returns equal content, so a client still downloading it
+gets fewer bytes than announced. `cache_writes_in_place` replaces its two writers (`save_pil_to_cache`,
+`save_bytes_to_cache`): a file that exists keeps its bytes (its name is its content's hash) and is only touched;
+a new one is written under a temporary name and renamed, so no served file is rewritten or seen half written.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -47,6 +27,8 @@ from pathlib import Path
 
 from gradio import processing_utils
 from gradio.utils import get_upload_folder
+
+from coolsd.util.env import env_int
 
 SERVED_FILES_MAX = 10_000  # files kept at most ($COOLSD_SERVED_FILES overrides): about 250 races' frames
 SERVED_FILES_MAX_AGE_S = 7200  # a file last served this long ago goes (Gradio's delete_cache age, below)
@@ -60,10 +42,7 @@ log = logging.getLogger("coolsd.app")
 
 def max_files_from_env() -> int:
     """$COOLSD_SERVED_FILES (files the app keeps served at most; default SERVED_FILES_MAX)."""
-    text = os.environ.get("COOLSD_SERVED_FILES", "") or str(SERVED_FILES_MAX)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-        raise SystemExit(f"COOLSD_SERVED_FILES must be an integer >= 1, got {text!r}")
-    return int(text)
+    return env_int("COOLSD_SERVED_FILES", SERVED_FILES_MAX)
 
 
 def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:

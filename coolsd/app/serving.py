@@ -1,24 +1,15 @@
 """How the demo is served to many visitors: memory bounded per session, and a clear answer to an unknown endpoint.
 
-Memory (measured with `tools/memory_run.py`, numbers in docs/app-and-api.md):
-- Gradio keeps a per-session copy of the page's component configuration for every session it has
-  seen, up to `state_session_capacity` sessions (Gradio's default: 10,000), oldest out first.
-  SESSION_CAPACITY bounds it ($COOLSD_SESSION_CAPACITY overrides).
-- A session's race state (its trace and the images on show) lives at most STATE_TTL_S seconds after
-  its last update (`gr.State(time_to_live=...)`); the trace's `release` runs when Gradio deletes it.
-- A trace keeps its events compactly (`coolsd.compare.trace.EventStore`), the images on show as uint8.
-- Sessions are lean (no per-session copy of every component's configuration) and pushed out by count, idle age
-  and a memory budget for their states (`coolsd.app.sessions`).
-- The files the app serves (every streamed frame's images, replays, downloads) and the paths Gradio remembers for
-  them are bounded by count and age, oldest first (`coolsd.app.served_files.ServedFiles`, run after each event).
+Memory (measured with `tools/memory_run.py`, docs/app-and-api.md): SESSION_CAPACITY sessions at most
+($COOLSD_SESSION_CAPACITY overrides), each lean and pushed out by count, idle age and a memory budget
+(`coolsd.app.sessions`); a session's race state lives STATE_TTL_S seconds after its last update, its trace kept
+compactly (`coolsd.compare.trace.EventStore`) and released when Gradio deletes it; the files served are bounded by
+count and age (`coolsd.app.served_files.ServedFiles`, run after each event).
 
-Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an
-HTTP 500; `UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are.
-
-Gradio's own input checks: before a handler runs, Gradio counts the input values (too few: a long error and a
-trace in the server log), moves file values into its cache (a path never uploaded: another trace) and runs the
-preprocess of events wired with it (a value not among a dropdown's choices: a trace). `ServedBlocks` (the app's
-Blocks) refuses those calls first, with one line naming the endpoint and the parameter and no trace.
+Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an HTTP 500;
+`UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are. Gradio's own input checks (the
+count of values, file values, a wired preprocess) fail with a trace in the log; `ServedBlocks` (the app's Blocks)
+refuses those calls first, with one line naming the endpoint and the parameter.
 """
 
 from __future__ import annotations
@@ -26,7 +17,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import re
 
 import gradio as gr
@@ -35,6 +25,7 @@ from coolsd.app.context import bad
 from coolsd.app.served_files import ServedFiles, cache_writes_in_place
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
+from coolsd.util.env import env_int
 
 SESSION_CAPACITY = 1000
 STATE_TTL_S = 3600
@@ -44,10 +35,7 @@ _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 
 def session_capacity_from_env() -> int:
     """$COOLSD_SESSION_CAPACITY (sessions whose state the server keeps; default SESSION_CAPACITY)."""
-    text = os.environ.get("COOLSD_SESSION_CAPACITY", "") or str(SESSION_CAPACITY)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:  # (str.isdigit also takes "²", which int() refuses)
-        raise SystemExit(f"COOLSD_SESSION_CAPACITY must be an integer >= 1, got {text!r}")
-    return int(text)
+    return env_int("COOLSD_SESSION_CAPACITY", SESSION_CAPACITY)
 
 
 log = logging.getLogger("coolsd.app")

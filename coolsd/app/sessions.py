@@ -1,30 +1,19 @@
 """What the server keeps per visitor: lean sessions, evicted by count, age and budget.
 
-Gradio's own session (`gradio.state_holder.SessionState`) builds, when a session is first seen, the configuration
-of every component of the page (props, API info: about 0.3-0.4 MB on the emoji model, whose condition picker lists
-every emoji name) and then stores in it the last value of every output (a race's plot JSON, stats, image paths).
-It serves only Gradio's deep links, which this app does not offer. `LeanSession` keeps what the handlers read:
-the session's `gr.State` values and its own copies of the components a handler updated (e.g. the replay slider);
-its `config_values` are built on demand (the page's components with the session's copies, not the last values).
-Gradio (6.31) makes such a copy for every update, `gr.skip()` included (a streamed race frame skips every image
-and plot that did not change), and when a value follows it files the copy again under the copy's own id, so a
-session gathered a copy per skipped-then-redrawn slot (one race on the tiny model, every round streamed: 45
-copies, 44 of them of images and plots that changed no argument; an image's copy is about 3.3 KB of Python
-objects). A copy whose arguments are the page component's own (`same_props`) is not kept, nor a copy filed again
-under its own id: a racing session keeps the page's image slots and plots, and the files they serve are
-remembered by the page's own components, where Gradio's `delete_cache` sweep and `coolsd.app.served_files` find
-them (a copy's were never swept).
+Gradio's `SessionState` builds the configuration of every component of the page for each new session and keeps the
+last value of every output; it also keeps a copy of a component for every update, `gr.skip()` included. The app
+offers no deep links, which are all that uses them. `LeanSession` keeps what the handlers read: the session's
+`gr.State` values and its copies of components an update changed (`same_props`: a copy with the page component's
+own arguments is not kept), its `config_values` built on demand.
 
 `LeanStateHolder` replaces Gradio's `StateHolder` (installed by `coolsd.app.serving.ServedBlocks`) and pushes the
 least recently used session out when any of these holds:
-- more than `capacity` sessions (Gradio's `state_session_capacity`, as before);
+- more than `capacity` sessions (Gradio's `state_session_capacity`);
 - the session was last used more than `max_idle_s` seconds ago (`SESSION_IDLE_S`);
-- the estimated bytes of every kept session's states (`state_bytes`, refreshed whenever a state is set) plus a fixed
-  `SESSION_BASE_BYTES` per session exceed `budget_bytes` (`STATE_BUDGET_MB`, $COOLSD_STATE_BUDGET_MB overrides).
-An evicted session's states go through their `delete_callback` (the trace releases its events), and Gradio's queue
-records of it go too (`forget_queue`; Gradio keeps them for its last 2,000 sessions). A session reads the page's
-configuration through `session_config` instead of copying it. At most once per `TRIM_EVERY_S`, a request asks the
-C allocator to give freed pages back (`trim_heap`, glibc only): a race frees its buffers between long-lived ones.
+- the estimated bytes of every kept session's states (`state_bytes`) plus `SESSION_BASE_BYTES` per session exceed
+  `budget_bytes` (`STATE_BUDGET_MB`, $COOLSD_STATE_BUDGET_MB overrides).
+An evicted session's states go through their `delete_callback` and its queue records go too (`forget_queue`).
+At most once per `TRIM_EVERY_S` a request asks the C allocator to give freed pages back (`trim_heap`, glibc only).
 """
 
 from __future__ import annotations
@@ -33,7 +22,6 @@ import ctypes
 import ctypes.util
 import datetime
 import os
-import re
 import sys
 import threading
 import time
@@ -46,6 +34,8 @@ from gradio.components import State
 from gradio.state_holder import SessionState, StateHolder
 from PIL import Image
 
+from coolsd.util.env import env_int
+
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
 SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
@@ -55,10 +45,7 @@ TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 def budget_from_env() -> int:
     """$COOLSD_STATE_BUDGET_MB (default STATE_BUDGET_MB) in bytes."""
-    text = os.environ.get("COOLSD_STATE_BUDGET_MB", "") or str(STATE_BUDGET_MB)
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-        raise SystemExit(f"COOLSD_STATE_BUDGET_MB must be an integer >= 1, got {text!r}")
-    return int(text) * 2**20
+    return env_int("COOLSD_STATE_BUDGET_MB", STATE_BUDGET_MB) * 2**20
 
 
 def state_bytes(value, limit: int = 200_000) -> int:

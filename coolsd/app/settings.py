@@ -1,31 +1,20 @@
 """The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
 
-`RaceSettings` has one field per /race argument, in the API's order. Each field's `Spec` (made per
-model: some bounds depend on it) says its label (also its name in error messages), its kind, its
-bounds or choices and its default, so
+`RaceSettings` has one field per /race argument, in the API's order (a later argument is appended, so older calls
+keep their meaning). Each field's `Spec` (made per model: some bounds depend on it) says its label (also its name
+in error messages), its kind, its bounds or choices and its default: `RaceSettings.names()`, `.defaults(ctx)`,
+`.check(ctx, values)` (a checked RaceSettings or one clear gr.Error; the model first, the rest against its Specs),
+`.signature(ctx)` (the race handler's), `spec.component()` (the control) and `settings.plan(ctx)` (what the race
+runs: `RacePlan`) come from them.
 
-    RaceSettings.names()                      the argument names, in order
-    RaceSettings.defaults(ctx)                the defaults (read from the library's dataclasses)
-    RaceSettings.check(ctx, values)           a checked RaceSettings, or one clear gr.Error
-    RaceSettings.signature(ctx)               the race handler's signature (what the API shows)
-    spec.component()                          the control (coolsd.app.controls lays them out)
-    settings.plan(ctx)                        what the race runs: model variant, condition, rules, configs
-    rule_options(key, values)                 the options racer `key`'s rule gets (`variants.build` takes them)
+A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN); its
+default and range come from that rule field (`coolsd.decoding.rules.knob`), so the race's flat names
+(`lantern_lambda`, ...) live only here (`rule_options`). A racer is a (drafting, rule) pair
+(`coolsd.decoding.variants`): racers with a drafter share the race's drafting (a chain of `draft_len`, or a static
+tree), the no-drafter group drafts by Jacobi iteration with window `sjd_window`.
 
-A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN);
-its default and its control's range come from that rule field (`coolsd.decoding.rules.knob`), so the flat
-race form is the only place the race's names (`lantern_lambda`, `uniform_delta`, ...) live.
-
-A racer is a (drafting, rule) pair (`coolsd.decoding.variants`): the racers with a drafter share the race's
-drafting (`drafting`: chain of `draft_len`, or a static tree), the "no drafter" group drafts by Jacobi iteration
-with window `sjd_window`; the drafting settings' defaults and ranges come from `coolsd.decoding.drafting`.
-
-The arguments `model` (the picker's key), `style`, `sjd_window` and `noise` ("stream" | "same",
-`coolsd.decoding.noise`) came after the others so older calls keep working: `check` reads the model first and
-checks the rest against that model's Specs.
-
-The checks run in the handlers (events are wired with preprocess=False), never in a component's
-preprocess: Gradio swaps a component for a fresh copy in a session once an event updates it.
+The checks run in the handlers (events are wired with preprocess=False), never in a component's preprocess:
+Gradio swaps a component for a fresh copy in a session once an event updates it.
 """
 
 from __future__ import annotations
@@ -39,10 +28,11 @@ import gradio as gr
 
 from coolsd.app import racers as choice
 from coolsd.app.context import MAX_SEED, Context, bad, user_errors
-from coolsd.app.trace_files import recorded_seed
+from coolsd.compare.race import Race, Racer
+from coolsd.compare.trace import RaceTrace, TraceSettings, recorded_seed
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain, Drafting, Jacobi, chain_or_tree
-from coolsd.decoding.engine import DecodeConfig
+from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.noise import NOISES
 from coolsd.decoding.omega_text import format_omegas, parse_omegas
 from coolsd.decoding.rules import (
@@ -56,8 +46,8 @@ from coolsd.decoding.rules import (
 )
 from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.tree import TREES
-from coolsd.models.conditions import STYLE_SEP
-from coolsd.util.checks import check_bool, check_choice, check_int, check_number, one_line, same_value, show
+from coolsd.models.conditions import STYLE_SEP, default_condition, name_choices
+from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
 
 MAX_DRAFT_LEN = {f.name: f for f in fields(Chain)}["draft_len"].metadata["ui"][1]  # the L slider's top (Chain's knob)
 # (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
@@ -166,53 +156,17 @@ def _condition(ctx: Context) -> Spec:
         return value if names.is_id(value) or names.label(cond) == value else names.split(cond)[0]
 
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
-    return Spec(label, "custom", default_condition(ctx)[0], choices=tuple(name_choices(m)),
-                widget="dropdown", elem_id="condition", check_fn=check_name, name=names.noun,
+    return Spec(label, "custom", default_condition(names, m.default_class)[0],
+                choices=tuple(name_choices(names, m.class_chars)), widget="dropdown", elem_id="condition",
+                check_fn=check_name, name=names.noun,
                 extra={"allow_custom_value": True, "filterable": True})
-
-
-def name_choices(model) -> list[tuple[str, str]]:
-    """(label, name) of every class of a class model: an emoji model shows each name after its character."""
-    names = model.conditions.classes
-    chars = model.class_chars if len(model.class_chars) == len(names) else [""] * len(names)
-    return [(f"{c} {n}".strip(), n) for n, c in zip(names, chars)]
-
-
-def name_notice(ctx: Context, typed, settings: RaceSettings) -> str:
-    """"rockit: showing rocket" when the class name a visitor typed (`typed`, as sent) was read as another class
-    (a typo forgiven, or a word held by one name alone: "apple: showing red apple"); "" when it names its class
-    (up to case, spaces, hyphens and underscores), is an engine id, a prompt, or not text. `settings`: the
-    checked race settings made from it (their `condition` is the class raced)."""
-    names = ctx.for_model(settings.model).model.conditions
-    if names.kind != "class" or not isinstance(typed, str) or names.is_id(typed):
-        return ""
-    name = (typed.rsplit(STYLE_SEP.strip(), 1)[0] if names.styles else typed).strip()  # "<class> · <style>"
-    if names.match(name) != settings.condition or _loose(name) == _loose(settings.condition):
-        return ""  # (another model's default class replaced by this one's is no reading of the text)
-    return one_line(f"{name}: showing {settings.condition}")  # (plain text: no markup of the visitor's)
-
-
-def _loose(text: str) -> str:
-    """A name as the condition resolver compares it: lower case, hyphens, underscores and spaces made one space."""
-    return " ".join(text.replace("-", " ").replace("_", " ").lower().split())
-
-
-def default_condition(ctx: Context) -> tuple[str, str]:
-    """(class, style) the race starts from (style "" without styles; a text model: (its first prompt, ""))."""
-    m = ctx.model
-    if m.conditioning == "text":
-        return (m.example_prompts or EXAMPLE_PROMPTS)[0], ""
-    names = m.conditions
-    if m.default_class in names.classes:  # the model names its own (a new emoji model: "cat face")
-        return m.default_class, (names.styles or ("",))[0]
-    return names.split(3 % names.count)
 
 
 def _style(ctx: Context) -> Spec:
     """The emoji style ("" = the default style); models without styles take any text and ignore it."""
     names = ctx.model.conditions if ctx.model.conditioning == "class" else None
     styles = list(names.styles) if names else []
-    default = default_condition(ctx)[1]
+    default = default_condition(ctx.model.conditions, ctx.model.default_class)[1]
 
     def check_style(value):
         if not isinstance(value, str):
@@ -314,7 +268,8 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 class RacePlan:
     """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
     sampling, config (the race's shared drafting and noise: vanilla AR's), rules and configs (key -> the rule and
-    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair)."""
+    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair), recorded (what its trace
+    keeps of it, seed included)."""
 
     ctx: Context
     cond: object
@@ -323,6 +278,24 @@ class RacePlan:
     config: DecodeConfig
     rules: dict[str, Rule]
     configs: dict[str, DecodeConfig]
+    recorded: TraceSettings
+
+    def trace(self) -> RaceTrace:
+        """An empty trace of this race: its racers (vanilla AR last) and settings."""
+        m = self.ctx.model
+        racers = [(k, choice.RACERS[k]) for k in self.keys] + [choice.VANILLA]
+        return RaceTrace(m.name, self.recorded, racers, m.num_tokens, m.grid)
+
+    def race(self, trace: RaceTrace, lane: list) -> Race:
+        """The race of `trace`'s racers on a lane of model handles (`Context.lane`), each seeded with the race's
+        seed; close it when done."""
+        racers = []
+        for (key, label), (target, drafter) in zip(trace.racers, lane):
+            events = generate(target, drafter, self.rules.get(key), cond=self.cond, num_tokens=trace.num_tokens,
+                              sampling=self.sampling, config=self.configs.get(key, self.config),
+                              seed=self.recorded.seed)
+            racers.append(Racer(key, label, events, trace.num_tokens))
+        return Race(racers, workers=self.ctx.race_threads)
 
 
 @dataclass(frozen=True)
@@ -418,7 +391,13 @@ class RaceSettings:
             config = DecodeConfig(self.shared_drafting(), noise=self.noise)
             configs = {key: dataclasses.replace(config, drafting=self.drafting_of(key)) for key in self.racers}
         rules = make_rules(variant, self.racers, self.as_dict())
-        return RacePlan(variant, cond, self.racers, sampling, config, rules, configs)
+        m = variant.model
+        recorded = TraceSettings(
+            m.conditions.label(cond) if m.conditioning == "class" else cond, self.seed, sampling, self.draft_len,
+            self.drafting, self.noise, tuple(self.racers), variant.variant_key, variant.model_key, self.style,
+            m.execution, {k: r.config() for k, r in rules.items()},
+            {k: c.drafting.config() for k, c in configs.items()})
+        return RacePlan(variant, cond, self.racers, sampling, config, rules, configs, recorded)
 
     def shared_drafting(self) -> Drafting:
         """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""

@@ -166,7 +166,7 @@ class TakeAway:
     def trace_file(self, trace) -> str:
         """The last race's trace as a .json file (settings, model, every event)."""
         data = self.after.trace_json(trace)
-        path = _file(f"trace-seed{trace.settings.get('seed', 0)}", ".json")
+        path = _file(f"trace-seed{trace.settings.seed}", ".json")
         with open(path, "w") as f:
             json.dump(data, f)
         return path
@@ -183,7 +183,7 @@ class TakeAway:
         shown = [slot for slot in range(SLOTS) if slot in images and keys[slot] is not None]
         strip = image_strip([ctx.render(*images[slot], overlay) for slot in shown],
                             [labels[keys[slot]] for slot in shown])
-        path = _file(f"images-seed{trace.settings.get('seed', 0)}", ".png")
+        path = _file(f"images-seed{trace.settings.seed}", ".png")
         strip.save(path)
         return path
 

@@ -2,107 +2,41 @@
 current delta marked.
 
 The sweep is a file per shipped model, written by `python -m coolsd.bench.delta_sweep` (`SWEEPS`: tau, speed-up,
-FID with its spread, recognition with its interval and NLL with its standard error per delta, vanilla AR's band,
-where each measure leaves it, and a few samples' tokens). This module reads it (`load`), draws it (`figure`,
-plotly, as `coolsd.app.plots` does), says what it shows in words whose every number is read from the file
-(`summary_markdown`, `range_sentence`) and lays the samples out as a picture sheet (`sheet`). Nothing is measured
-or computed here. API: delta_sweep.
+FID with its spread, recognition and the share called broken with their intervals and NLL with its standard
+error per delta, vanilla AR's band, where each measure leaves it, and a few samples' tokens), read back there too
+(`load`, `nearest`, ...). This module draws it (`figure`, plotly, as `coolsd.app.plots` does), says what it
+shows in words whose every number is read from the file (`summary_markdown`, `range_sentence`) and lays the
+samples out as a picture sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import threading
-from pathlib import Path
 
 import gradio as gr
-import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from coolsd.app.context import APP_MODEL, Context, user_errors
-from coolsd.app.plots import LIGHT_LAYOUT, to_rgb_array
+from coolsd.app.plots import LIGHT_LAYOUT
 from coolsd.app.settings import specs
-from coolsd.bench.delta_sweep import SWEEP_VERSION, SWEEPS, read_tokens
+from coolsd.bench.delta_sweep import SWEEPS, breaking_delta, load, nearest, reach, read_tokens, reference, swept
+from coolsd.compare.likeness import BROKEN_BELOW
 from coolsd.util.checks import plain
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
 from coolsd.util.paths import ROOT
+from coolsd.util.sheet import Sheet
 
-log = logging.getLogger("coolsd.app")
 COOL = "#d62728"  # COOL-SD's line
 RACE = "#1f77b4"  # the race's delta
 BAND = "rgba(120, 120, 120, 0.18)"  # vanilla AR's band
 PANELS = (("tau", "τ (tokens per target forward)"), ("speedup", "speed-up vs vanilla AR (×)"),
           ("fid", "FID (lower is better)"), ("recognition", "recognised (the class asked for)"),
-          ("nll", "target NLL, nats/token"))
-NEEDED = ("rows", "band", "breaks", "samples", "machine", "date", "draft_len", "nu", "band_width", "command")
+          ("broken", f"called broken (likeness below {BROKEN_BELOW})"), ("nll", "target NLL, nats/token"))
+SHARES = ("recognition", "broken")  # the panels of shares, drawn with their Wilson intervals
 CELL = 56  # pixels per picture in the sheet
 LABEL_W = 150
-
-
-# ---------------------------------------------------------------- the file
-_cache: dict[Path, tuple[float, dict | None]] = {}
-_lock = threading.Lock()
-
-
-def sweep_path(kind: str) -> Path | None:
-    """The sweep file of a model of `ModelBundle.kind` `kind` (None: the model has no place for one)."""
-    return SWEEPS.get(kind)
-
-
-def load(kind: str) -> dict | None:
-    """The sweep of a model of kind `kind`, read once per file version (its mtime); None when there is none or it
-    cannot be read (logged: a sweep file of another version, a broken JSON)."""
-    path = sweep_path(kind)
-    if path is None or not path.is_file():
-        return None
-    mtime = path.stat().st_mtime
-    with _lock:
-        if path not in _cache or _cache[path][0] != mtime:
-            _cache[path] = (mtime, _read(path))
-        return _cache[path][1]
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        log.warning("delta sweep %s unreadable: %s", path, err)
-        return None
-    missing = [k for k in NEEDED if k not in data] if isinstance(data, dict) else list(NEEDED)
-    if missing or data.get("version") != SWEEP_VERSION or not data["rows"]:
-        log.warning("delta sweep %s: version %r or keys missing %s (this code reads version %d)", path,
-                    data.get("version") if isinstance(data, dict) else None, missing, SWEEP_VERSION)
-        return None
-    return data
-
-
-def swept(sweep: dict) -> list[dict]:
-    """The COOL-SD rows, by delta ascending."""
-    return sorted((r for r in sweep["rows"] if r.get("delta") is not None), key=lambda r: r["delta"])
-
-
-def reference(sweep: dict, rule: str | None) -> dict | None:
-    """The row of vanilla AR (rule None) or of Eagle-1 ("eagle-1")."""
-    return next((r for r in sweep["rows"] if r.get("delta") is None and r.get("rule") == rule), None)
-
-
-def nearest(sweep: dict, delta: float) -> dict:
-    """The swept row whose delta is nearest `delta` on a log scale (the sweep doubles delta)."""
-    return min(swept(sweep), key=lambda r: abs(math.log(r["delta"]) - math.log(delta)))
-
-
-def reach(sweep: dict | None) -> float | None:
-    """The largest delta the sweep ran (None without one)."""
-    return swept(sweep)[-1]["delta"] if sweep and swept(sweep) else None
-
-
-def breaking_delta(sweep: dict | None) -> float | None:
-    """The smallest delta from which FID or recognition stays beyond vanilla's band (the sweep's
-    breaks["picture"]); None without a sweep or where no swept delta leaves it."""
-    return (sweep or {}).get("breaks", {}).get("picture")
 
 
 # ---------------------------------------------------------------- words (every number read from the file)
@@ -111,19 +45,20 @@ def _d(value) -> str:
 
 
 def range_sentence(sweep: dict | None) -> str:
-    """Where pictures break on this model, from its sweep: "From δ = 64 on, every swept δ (up to 256) has FID
-    above or recognition below vanilla AR's band (64 samples a point)."; or that none does; or that there is no
+    """Where pictures break on this model, from its sweep: "From δ = 64 on, every swept δ (up to 256) has more
+    pictures called broken than vanilla AR's band (64 samples a point)."; or that none does; or that there is no
     sweep."""
     if not sweep:
         return "This model has no precomputed δ sweep."
     top, n = reach(sweep), sweep["samples"]
     b = sweep["breaks"]
-    what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"))
-            if b.get(key) is not None and b[key] == b.get("picture")]
-    if b.get("picture") is not None:
+    what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"),
+                                   ("broken", "more pictures called broken than"))
+            if b[key] is not None and b[key] == b["picture"]]
+    if b["picture"] is not None:
         return (f"From δ = {_d(b['picture'])} on, every swept δ (up to {_d(top)}) has {' and '.join(what)} vanilla "
                 f"AR's band ({n} samples a point).")
-    nll = f" The target's NLL of the pictures rises beyond it from δ = {_d(b['nll'])}." if b.get("nll") else ""
+    nll = f" The target's NLL of the pictures rises beyond it from δ = {_d(b['nll'])}." if b["nll"] else ""
     return (f"No swept δ up to {_d(top)} moved FID or recognition beyond vanilla AR's band ({n} samples a "
             f"point): the pictures stay recognisable.{nll}")
 
@@ -133,7 +68,7 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
     `delta` (its numbers as the file holds them). kind / key: the model's `ModelBundle.kind` and picker key (named
     in the command that makes a missing sweep)."""
     if not sweep:
-        path = sweep_path(kind)
+        path = SWEEPS.get(kind)
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
         return ("No precomputed δ sweep for this model. Make one with "
                 f"`python -m coolsd.bench.delta_sweep --model {plain(key) or 'MODEL'}{where}`.")
@@ -145,15 +80,27 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
              f"ν = {_d(sweep['nu'])}; the same samples for every δ. Grey band: vanilla AR's FID and NLL ± "
              f"{_d(sweep['band_width'])} spreads (bootstrap / standard error), its recognition's 95 % interval "
              f"(FID {number(band['fid'][0], '.1f')} to {number(band['fid'][1], '.1f')}, recognised "
-             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}). Speed-up: CPU time on that machine.",
+             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{broken_band(band)}). Speed-up: CPU "
+             "time on that machine.",
              "", f"The race's δ = {_d(delta)}; the nearest swept point, δ = {_d(near['delta'])}: τ "
              f"{number(near['tau'], '.2f')}, speed-up {number(near['speedup'], '.2f')}×, FID "
              f"{number(near['fid'], '.1f')} ± {number(near['fid_std'], '.1f')}, recognised "
-             f"{_pct(near['recognition'])}, NLL {number(near['nll'], '.3f')}."]
+             f"{_pct(near['recognition'])}{broken_share(near)}, NLL {number(near['nll'], '.3f')}."]
     if delta > reach(sweep) or delta < swept(sweep)[0]["delta"]:
         lines.append(f"(The race's δ lies outside the swept range, {_d(swept(sweep)[0]['delta'])} to "
                      f"{_d(reach(sweep))}.)")
     return "\n".join(lines)
+
+
+def broken_band(band: dict) -> str:
+    """", called broken 6 % to 19 %" (vanilla AR's interval of the broken share), or "" without likeness."""
+    low, high = band["broken"]
+    return "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
+
+
+def broken_share(row: dict) -> str:
+    """", called broken 39 %" (the row's share of pictures the likeness calls broken), or "" without likeness."""
+    return "" if row["broken"] is None else f", called broken {_pct(row['broken'])}"
 
 
 def _pct(value) -> str:
@@ -162,22 +109,25 @@ def _pct(value) -> str:
 
 # ---------------------------------------------------------------- the figure
 def figure(sweep: dict, delta: float | None):
-    """plotly figure, one panel per measure (τ, speed-up, FID, recognition, NLL) against δ (log axis): COOL-SD's
+    """plotly figure, one panel per measure the sweep holds (τ, speed-up, FID, recognition, the share called broken,
+    NLL) against δ (log axis): COOL-SD's
     line with its spreads, vanilla AR's band (grey) and value (dashed), Eagle-1's value (dotted), the δ from which
     pictures break (red dotted) and the race's `delta` (solid line)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=3, cols=2, subplot_titles=[t for _, t in PANELS], horizontal_spacing=0.1,
+    panels = [(key, title) for key, title in PANELS if any(_finite(r[key]) for r in sweep["rows"])]
+    rows = -(-len(panels) // 2)
+    fig = make_subplots(rows=rows, cols=2, subplot_titles=[t for _, t in panels], horizontal_spacing=0.1,
                         vertical_spacing=0.12)
-    for j, (key, _) in enumerate(PANELS):
+    for j, (key, _) in enumerate(panels):
         row, col = divmod(j, 2)
         _panel(fig, sweep, key, {"row": row + 1, "col": col + 1}, legend=j == 0)
-        fig.update_xaxes(title_text="δ" if row == 2 or (row == 1 and col == 1) else None, row=row + 1, col=col + 1)
+        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, row=row + 1, col=col + 1)
         _marks(fig, sweep, delta, {"row": row + 1, "col": col + 1})
     _legend(fig, sweep, delta)
     fig.update_layout(**LIGHT_LAYOUT, height=780, margin={"l": 55, "r": 20, "t": 110, "b": 45},
                       title={"text": f"COOL-SD's δ swept: {sweep['samples']} samples a point, "
-                                     f"{plain(sweep.get('model', ''))}", "font": {"size": 14}, "y": 0.985,
+                                     f"{plain(sweep['model'])}", "font": {"size": 14}, "y": 0.985,
                              "yanchor": "top"},
                       legend={"orientation": "h", "x": 0, "y": 1.05, "yanchor": "bottom", "font": {"size": 11}})
     return fig
@@ -188,15 +138,15 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
     rows = swept(sweep)
     xs = [r["delta"] for r in rows]
     fig.add_trace(_line(rows, xs, key, legend), **at)  # (first: plotly adds no shape to an empty panel)
-    if key in sweep["band"]:
+    if key in sweep["band"] and _finite(sweep["band"][key][0]):
         fig.add_hrect(y0=sweep["band"][key][0], y1=sweep["band"][key][1], fillcolor=BAND, line_width=0, **at)
     for ref, dash, name in ((reference(sweep, None), "dash", "vanilla AR"),
                             (reference(sweep, "eagle-1"), "dot", "Eagle-1 (lossless)")):
-        if ref is not None and _finite(ref.get(key)):
+        if ref is not None and _finite(ref[key]):
             fig.add_hline(y=ref[key], line={"color": "#555555", "dash": dash, "width": 1}, **at)
             fig.add_trace(_marker(name, dash, legend), **at)
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[_d(x) for x in xs], tickfont={"size": 10}, **at)
-    if key == "recognition":
+    if key in SHARES:
         fig.update_yaxes(tickformat=".0%", **at)
 
 
@@ -213,17 +163,17 @@ def _finite(value) -> bool:
 
 
 def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
-    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; recognition:
-    its interval)."""
+    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; the shares:
+    their Wilson intervals)."""
     import plotly.graph_objects as go
 
     ys = [r[key] for r in rows]
     error = None
     if key in ("fid", "nll"):
         error = {"type": "data", "array": [r["fid_std" if key == "fid" else "nll_se"] for r in rows]}
-    elif key == "recognition":
-        error = {"type": "data", "symmetric": False, "array": [r["recognition_high"] - r[key] for r in rows],
-                 "arrayminus": [r[key] - r["recognition_low"] for r in rows]}
+    elif key in SHARES:
+        error = {"type": "data", "symmetric": False, "array": [r[f"{key}_high"] - r[key] for r in rows],
+                 "arrayminus": [r[key] - r[f"{key}_low"] for r in rows]}
     return go.Scatter(x=xs, y=ys, mode="lines+markers", name="COOL-SD", legendgroup="cool", showlegend=legend,
                       line={"color": COOL}, marker={"color": COOL, "size": 7}, error_y=error,
                       hovertemplate="δ = %{x:g}<br>%{y:.3g}<extra>COOL-SD</extra>")
@@ -261,8 +211,7 @@ def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
 def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
     """The kept samples of `sheet_rows`, one row per setting, decoded by the model's tokenizer; None when the file
     keeps none or its tokens do not fit this model (another grid or codebook)."""
-    kept = sweep.get("kept") or {}
-    rows = [(label, kept.get(setting)) for label, setting in sheet_rows(sweep, delta)]
+    rows = [(label, sweep["kept"].get(setting)) for label, setting in sheet_rows(sweep, delta)]
     if any(not lines for _, lines in rows):
         return None
     try:
@@ -273,29 +222,14 @@ def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
     if any(len(t) != ctx.model.num_tokens or (vocab and int(t.max()) >= vocab) or int(t.min()) < 0
            for g in grids for t in g):
         return None
-    return _draw_sheet([label for label, _ in rows], [ctx.decode_many(g) for g in grids])
+    pictures = [ctx.decode_many(g) for g in grids]
+    labels = [label.replace(" (", "\n(") for label, _ in rows]
+    return layout(len(rows), max(len(p) for p in pictures)).draw(pictures, labels)
 
 
-def _draw_sheet(labels: list[str], pictures: list[list]) -> Image.Image:
-    """Labels on the left, one row of pictures ((C, h, w) in [0, 1]) per label, CELL pixels each."""
-    cols = max(len(p) for p in pictures)
-    canvas = Image.new("RGB", (LABEL_W + cols * (CELL + 4) + 4, len(labels) * (CELL + 4) + 4), "white")
-    draw = ImageDraw.Draw(canvas)
-    try:
-        font = ImageFont.load_default(size=12)
-    except TypeError:  # Pillow < 10.1 has one bitmap size
-        font = ImageFont.load_default()
-    for i, (label, row) in enumerate(zip(labels, pictures)):
-        y = 4 + i * (CELL + 4)
-        draw.multiline_text((4, y + CELL // 2), label.replace(" (", "\n("), fill="black", anchor="lm", font=font)
-        for j, pixels in enumerate(row):
-            im = Image.fromarray(to_rgb_array(pixels)).resize((CELL, CELL), Image.NEAREST)
-            canvas.paste(im, (LABEL_W + j * (CELL + 4), y))
-    return canvas
-
-
-def blank_sheet() -> Image.Image:
-    return Image.fromarray(np.full((CELL + 8, LABEL_W + CELL, 3), 255, dtype=np.uint8))
+def layout(rows: int, cols: int) -> Sheet:
+    """The picture sheet's layout: labels on the left, one row of CELL-pixel pictures per setting."""
+    return Sheet.grid(rows, cols, CELL, label_w=LABEL_W, gap=4, margin=4)
 
 
 # ---------------------------------------------------------------- the handler and the layout
@@ -362,8 +296,9 @@ def build(ctx: Context, model: gr.Dropdown, delta: gr.Slider) -> SweepPanel:
                 "value is marked here, and the pictures below show the samples at the nearest swept δ.")
     plot = gr.Plot(figure0, label="COOL-SD's δ swept", show_label=False, elem_id="sweep-plot")
     text = gr.Markdown(text0, elem_id="sweep-text")
-    pictures = gr.Image(sheet0 if sheet0 is not None else blank_sheet(), type="pil", format="png", show_label=False,
-                        interactive=False, elem_id="sweep-sheet", label="sweep samples", visible=sheet0 is not None)
+    pictures = gr.Image(sheet0 if sheet0 is not None else layout(1, 1).blank(), type="pil", format="png",
+                        show_label=False, interactive=False, elem_id="sweep-sheet", label="sweep samples",
+                        visible=sheet0 is not None)
 
     def show(model_key, value):
         fig, words, picture = panel.view(model_key, value)

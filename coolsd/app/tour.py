@@ -18,6 +18,7 @@ import gradio as gr
 
 from coolsd.app import sweep_view
 from coolsd.app.context import Context, user_errors
+from coolsd.app.race_view import DecoderNumbers, RaceNumbers
 from coolsd.app.settings import DELTA_TOP, RaceSettings
 from coolsd.decoding.drafting import Chain
 from coolsd.util.checks import check_number
@@ -55,16 +56,19 @@ class Step:
         return self.lab_for(ctx) if self.lab_for is not None else self.lab
 
 
-def _race(key: str, stat: str) -> Callable[[dict], list[tuple[str, float | None]]]:
-    def answer(payload: dict):
-        d = (payload or {}).get("decoders", {}).get(key) or {}
-        return [(d.get("decoder", key), d.get(stat))]
-    return answer
+def tau(d: DecoderNumbers) -> float | None:
+    return d.mean_accepted_length
 
 
-def _races(keys: tuple[str, ...], stat: str) -> Callable[[dict], list[tuple[str, float | None]]]:
+def speedup(d: DecoderNumbers) -> float | None:
+    return d.speedup
+
+
+def _race(stat: Callable[[DecoderNumbers], float | None], *keys: str) -> Callable[[dict], list]:
+    """The answer of a race step: (label, stat) of racers `keys` from the race's stats JSON ((key, None) if absent)."""
     def answer(payload: dict):
-        return [pair for key in keys for pair in _race(key, stat)(payload)]
+        decoders = RaceNumbers.from_json(payload).decoders
+        return [(decoders[key].decoder, stat(decoders[key])) if key in decoders else (key, None) for key in keys]
     return answer
 
 
@@ -82,13 +86,13 @@ STEPS = [
          "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
          "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
          "Eagle-1's mean accepted length τ (tokens per target forward) on this image?",
-         _race("eagle-1", "mean_accepted_length"), race={"racers": ["eagle-1"]}),
+         _race(tau, "eagle-1"), race={"racers": ["eagle-1"]}),
     Step("Lossless",
          "Eagle-1 keeps a draft with probability $\\min(1, p/q)$ and resamples from $[p-q]_+$: its image follows the "
          "target's distribution exactly. Watch the **speed-up vs AR** column of the Race tab's table: it divides "
          "tokens per compute second by vanilla AR's in the same race.",
          "Eagle-1's speed-up over vanilla AR on this machine?",
-         _race("eagle-1", "speedup"), race={"racers": ["eagle-1"]}),
+         _race(speedup, "eagle-1"), race={"racers": ["eagle-1"]}),
     Step("No drafter",
          "Speculative Jacobi Decoding (SJD) is a racer that needs no training: there is no drafter, the target "
          "drafts for itself. Each iteration guesses a window of W tokens (the **SJD window** setting), each drawn from "
@@ -96,19 +100,19 @@ STEPS = [
          "**one** forward with Eagle-1's lossless test, and keeps the rows it just computed as the next guesses. "
          "Watch the SJD panel beside Eagle-1's: the same exact test, drafts that cost nothing.",
          "SJD's mean accepted length τ (tokens per target forward) on this image?",
-         _race("sjd", "mean_accepted_length"), race={"racers": ["eagle-1", "sjd"]}),
+         _race(tau, "sjd"), race={"racers": ["eagle-1", "sjd"]}),
     Step("Relax δ",
          "COOL-SD multiplies the ratio by $\\omega_i$: $a_i = \\min(1, \\omega_i p/q)$. With ν = 0 every depth gets "
          "$\\omega_i = δ$ (uniform relaxation). Watch the **acceptance per draft position** plot: COOL-SD's line "
          "against Eagle-1's.",
          "COOL-SD's τ at δ = 3, ν = 0?",
-         _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.0}),
+         _race(tau, "cool-sd"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.0}),
     Step("Anneal ν",
          "Now $\\omega_i = δ e^{-ν i - μ}$ falls along the round (floored at 1): generous for the first drafts, strict "
          "for the late ones. Watch the dashed ω line on the acceptance plot and the **Accepted length per round** "
          "plot.",
          "COOL-SD's τ at δ = 3, ν = 0.7 (compare with your answer to the previous step)?",
-         _race("cool-sd", "mean_accepted_length"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
+         _race(tau, "cool-sd"), race={"racers": ["eagle-1", "cool-sd"], "delta": 3.0, "nu": 0.7}),
     Step("Look-alikes",
          "Relaxation pays only where the target hesitates. An image model spreads its probability over look-alike "
          "codes (many almost identical ways to draw an edge); a draft that picks a look-alike of the target's "
@@ -117,7 +121,7 @@ STEPS = [
          "position (the first emoji target, which memorised its pictures) leaves nothing to relax. The line under "
          "the images gives the shipped models' benchmark; watch the **τ** column here.",
          "COOL-SD's τ at δ = 2 (Eagle-1's is shown beside it)?",
-         _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
+         _race(tau, "cool-sd", "eagle-1"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7}),
     Step("Longer drafts",
          "Relaxation's lead grows with the draft length. Where Eagle-1's test rejects a look-alike the round ends; "
@@ -126,7 +130,7 @@ STEPS = [
          "previous step's. Watch the **speed-up vs AR** column too: each extra draft costs a drafter step, so on a "
          "CPU a longer round is not always a faster one.",
          "COOL-SD's τ at δ = 2 and L = 4 (Eagle-1's is shown beside it)?",
-         _races(("cool-sd", "eagle-1"), "mean_accepted_length"),
+         _race(tau, "cool-sd", "eagle-1"),
          race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0, "nu": 0.7, "draft_len": 4}),
     Step("Relax without a drafter",
          "Relaxation does not need a trained drafter. **COOL-SD, no drafter** puts COOL-SD's relaxed test on SJD's "
@@ -135,7 +139,7 @@ STEPS = [
          "residual, the very maths of a chain round at depth j. Watch the **τ** and **speed-up vs AR** columns: "
          "SJD's panel and this one draft the same way, only the test differs.",
          "COOL-SD, no drafter: its τ at δ = 2 (SJD's is shown beside it)?",
-         _races(("cool-sd-jacobi", "sjd"), "mean_accepted_length"),
+         _race(tau, "cool-sd-jacobi", "sjd"),
          race={"racers": ["sjd", "cool-sd-jacobi"], "delta": 2.0, "nu": 0.7}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab opens on a precomputed sweep of COOL-SD's δ on "
@@ -158,7 +162,7 @@ STEPS = [
          "On a CPU the target's forward grows with its tokens, so a long accepted run pays less than it would on a "
          "memory-bound GPU. Watch the table's **compute s** column: COOL-SD at δ = 2 against Eagle-1 and vanilla AR.",
          "COOL-SD's speed-up over vanilla AR at δ = 2?",
-         _race("cool-sd", "speedup"), race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0}),
+         _race(speedup, "cool-sd"), race={"racers": ["eagle-1", "cool-sd"], "delta": 2.0}),
 ]
 
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import logging
 import math
 import shlex
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -231,6 +233,79 @@ def kept_tokens(records: list[dict], settings, groups: list[tuple[int, int]]) ->
 def read_tokens(line: str) -> torch.Tensor:
     """(T,) int64 ids of one kept picture (`kept_tokens`' line); ValueError when it is not a line of integers."""
     return torch.tensor([int(x) for x in line.split()], dtype=torch.long)
+
+
+# ---------------------------------------------------------------- the file read back (the app's Lab)
+NEEDED = ("rows", "band", "breaks", "samples", "machine", "date", "draft_len", "nu", "band_width", "command", "model",
+          "kept")
+ROW_KEYS = ("setting", "rule", "delta", "tau", "speedup", "fid", "fid_std", "recognition", "recognition_low",
+            "recognition_high", "nll", "nll_se")  # what a reader takes from every row (`sweep_row` writes them)
+OPTIONAL_ROW_KEYS = ("likeness", "broken", "broken_low", "broken_high")  # None where the model has no real pictures
+_cache: dict[Path, tuple[float, dict | None]] = {}
+_lock = threading.Lock()
+
+
+def load(kind: str) -> dict | None:
+    """The sweep of a model of `ModelBundle.kind` `kind` (SWEEPS), read and checked once per file version (its
+    mtime); None when there is none or it cannot be read (logged: a file of another version, a broken JSON)."""
+    path = SWEEPS.get(kind)
+    if path is None or not path.is_file():
+        return None
+    mtime = path.stat().st_mtime
+    with _lock:
+        if path not in _cache or _cache[path][0] != mtime:
+            _cache[path] = (mtime, read_sweep(path))
+        return _cache[path][1]
+
+
+def read_sweep(path: Path) -> dict | None:
+    """The sweep file at `path` when it is of SWEEP_VERSION with every NEEDED key and every row's ROW_KEYS (so a
+    reader indexes them; OPTIONAL_ROW_KEYS and the broken share's band and break are filled with None where the
+    file has none), else None (logged)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        log.warning("delta sweep %s unreadable: %s", path, err)
+        return None
+    data = data if isinstance(data, dict) else {}
+    missing = [k for k in NEEDED if k not in data]
+    missing += sorted({k for r in data.get("rows") or [] for k in ROW_KEYS if k not in r})
+    if missing or data.get("version") != SWEEP_VERSION or not data["rows"]:
+        log.warning("delta sweep %s: version %r or keys missing %s (this code reads version %d)", path,
+                    data.get("version"), missing, SWEEP_VERSION)
+        return None
+    for row in data["rows"]:  # a model without real pictures has no likeness (None, as NaN reads back)
+        for key in OPTIONAL_ROW_KEYS:
+            row.setdefault(key, None)
+    data["band"].setdefault("broken", [None, None])
+    data["breaks"].setdefault("broken", None)
+    return data
+
+
+def swept(sweep: dict) -> list[dict]:
+    """The COOL-SD rows, by delta ascending."""
+    return sorted((r for r in sweep["rows"] if r["delta"] is not None), key=lambda r: r["delta"])
+
+
+def reference(sweep: dict, rule: str | None) -> dict | None:
+    """The row of vanilla AR (rule None) or of Eagle-1 ("eagle-1")."""
+    return next((r for r in sweep["rows"] if r["delta"] is None and r["rule"] == rule), None)
+
+
+def nearest(sweep: dict, delta: float) -> dict:
+    """The swept row whose delta is nearest `delta` on a log scale (the sweep doubles delta)."""
+    return min(swept(sweep), key=lambda r: abs(math.log(r["delta"]) - math.log(delta)))
+
+
+def reach(sweep: dict | None) -> float | None:
+    """The largest delta the sweep ran (None without one)."""
+    return swept(sweep)[-1]["delta"] if sweep and swept(sweep) else None
+
+
+def breaking_delta(sweep: dict | None) -> float | None:
+    """The smallest delta from which FID, recognition or the broken share stays beyond vanilla's band (the sweep's
+    breaks["picture"], `breaks`); None without a sweep or where no swept delta leaves it."""
+    return sweep["breaks"]["picture"] if sweep else None
 
 
 def main(argv: list[str] | None = None) -> int:

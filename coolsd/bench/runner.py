@@ -98,10 +98,11 @@ def measure(bundle: ModelBundle, setting: Setting, rule, cls: int, seed: int, sa
 
 def scores_against_real(classifier, cls: int, image01) -> dict:
     """{"likeness", "broken"} of a decoded image (C, H, W) in [0, 1] against the real picture of its class
-    (`coolsd.compare.likeness`), read beside the classifier (its `name_or_path`); {} where there is none."""
+    (`coolsd.compare.likeness`), read beside the classifier (its `name_or_path`); {} where there is none of that
+    size."""
     real = real_pictures(str(getattr(classifier, "name_or_path", "") or ""))
     picture = real.of(cls) if real is not None else None
-    if picture is None:
+    if picture is None or picture.shape != image01.shape:
         return {}
     value = float(likeness(image01[None], picture[None]))
     return {"likeness": value, "broken": broken(value)}

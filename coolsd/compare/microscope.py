@@ -15,7 +15,7 @@ a static-tree round has no detail (its view says so).
 from __future__ import annotations
 
 from coolsd.compare.trace import RaceTrace
-from coolsd.decoding.drafting import Chain, Drafting, chain_or_tree, drafting_of
+from coolsd.decoding.drafting import Drafting
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.events import RoundEvent
 from coolsd.decoding.rules import EagleRule, LanternPPRule, Rule, make_rule
@@ -27,7 +27,7 @@ ACCEPTED, REJECTED, NOT_TESTED = "accepted", "rejected", "not tested"
 
 def rule_of(trace: RaceTrace, key: str, neighbours) -> Rule | None:
     """The rule racer `key` ran, rebuilt from the trace's settings (None for vanilla AR)."""
-    config = dict(trace.settings.get("rules", {}).get(key) or {})
+    config = dict(trace.settings.rules.get(key) or {})
     if not config:
         if key == VANILLA:
             return None
@@ -35,29 +35,17 @@ def rule_of(trace: RaceTrace, key: str, neighbours) -> Rule | None:
     return make_rule(config.pop("rule"), **config).with_neighbours(neighbours)
 
 
-def racer_drafting(trace: RaceTrace, key: str | None = None) -> Drafting:
-    """The drafting racer `key` ran (its recorded "draftings" entry), else the race's shared chain or tree."""
-    s = trace.settings
-    config = (s.get("draftings") or {}).get(key)
-    if config:
-        return drafting_of(config)
-    tree = s.get("drafting", "chain")
-    return chain_or_tree(int(s.get("draft_len", Chain.draft_len)), None if tree == "chain" else tree)
-
-
 def setup_of(trace: RaceTrace, key: str | None = None) -> tuple[SamplingConfig, DecodeConfig, int]:
-    """(sampling, racer `key`'s drafting config with detail on, seed) of a recorded race (its noise too: a trace
-    from before same noise has none and ran one stream, the default)."""
+    """(sampling, racer `key`'s drafting config with detail on and the race's noise, seed) of a recorded race."""
     s = trace.settings
-    config = DecodeConfig(racer_drafting(trace, key), detail=True, noise=s.get("noise", DecodeConfig().noise))
-    return SamplingConfig(**s.get("sampling", {})), config, int(s.get("seed", 0))
+    return s.sampling, DecodeConfig(s.drafting_of(key), detail=True, noise=s.noise), s.seed
 
 
 def rerun(trace: RaceTrace, key: str, target, drafter, cond, neighbours, until: int | None = None) -> list[RoundEvent]:
     """Racer `key`'s rounds again, each with its RoundDetail (rounds 0..until, or all of them).
 
     target, drafter: model handles of the trace's model (their caches are reset); cond: the engine's
-    condition for `trace.settings["condition"]`; neighbours: the model's LANTERN++ table.
+    condition for `trace.settings.condition`; neighbours: the model's LANTERN++ table.
     """
     rule = rule_of(trace, key, neighbours)
     sampling, config, seed = setup_of(trace, key)
@@ -131,18 +119,34 @@ def round_view(event: RoundEvent, grid: tuple[int, int], residual: str) -> dict:
                "q": float(d.q_draft[i]), "p": float(d.p_draft[i]), "omega": float(d.omega[i]),
                "accept": float(d.accept[i]), "u": float(d.uniforms[i]), "verdict": v}
               for i, v in enumerate(verdicts(length, n))]
-    bonus = n == length
     top = {name: sorted(({"token": int(t), "prob": float(pr)} for t, pr in zip(d.ids, probs)),
                         key=lambda r: -r["prob"]) for name, probs in d.dists.items()}
+    probs = {name: float(probs[(d.ids == d.token).nonzero()[0, 0]]) for name, probs in d.dists.items()}
+    return _view(event, grid, residual, depths, n, n == length, d.token, top, probs)
+
+
+def stored_view(event: RoundEvent, grid: tuple[int, int], residual: str) -> dict:
+    """`round_view`'s dict for a round as a trace stores it (no detail): positions, verdicts, each depth's a_i and
+    omega_i, the accepted drafts' tokens (the first n committed), the last token and how it came; q, p, u, a rejected
+    or untested draft's token and the top tokens are None / empty (not stored)."""
+    n, tokens = event.n_accepted, event.tokens.tolist()
+    depths = [{"depth": i + 1, "position": grid_cell(event.start + i, grid), "token": tokens[i] if i < n else None,
+               "q": None, "p": None, "omega": float(event.omega[i]), "accept": float(event.accept_probs[i]),
+               "u": None, "verdict": v} for i, v in enumerate(verdicts(event.n_drafted, n))]
+    return _view(event, grid, residual, depths, n, str(event.last) == "bonus", tokens[-1], {}, {})
+
+
+def _view(event: RoundEvent, grid: tuple[int, int], residual: str, depths: list[dict], n: int, bonus: bool,
+          token: int, top: dict, token_probs: dict) -> dict:
+    length = len(depths)
     return {"round": event.index, "start": event.start, "n_drafted": length, "n_accepted": n,
             "positions": [grid_cell(event.start + i, grid) for i in range(max(length, 1))],
             "committed": [grid_cell(event.start + i, grid) for i in range(len(event.tokens))],
-            "depths": depths, "last": "bonus" if bonus else "resampled", "token": d.token,
+            "depths": depths, "last": "bonus" if bonus else "resampled", "token": token,
             "token_position": grid_cell(event.start + n, grid),
             "drawn_from": (f"p_{n + 1} (bonus: every draft accepted)" if bonus and length else
                            "p (no drafts this round)" if bonus else f"the residual at depth {n + 1}"),
-            "residual": residual, "top": top,
-            "token_probs": {name: float(probs[(d.ids == d.token).nonzero()[0, 0]]) for name, probs in d.dists.items()}}
+            "residual": residual, "top": top, "token_probs": token_probs}
 
 
 def round_at(events: list[RoundEvent], position: int) -> int:

@@ -3,24 +3,35 @@
 UI-independent. `RaceTrace.record` keeps each race step as (racer index, RoundEvent);
 `RaceTrace.replay(step)` rebuilds every `coolsd.compare.race.Racer` as it was after that many steps (no
 decoding: the events are recorded again), so a replay frame equals the frame of a race stopped there.
-`to_json` / `from_json` give the downloadable trace (tensors as lists, nan as None).
+`to_json` / `from_json` give the downloadable trace (tensors as lists, nan as None); `TraceSettings` is what the
+race ran with, typed, each default declared once. A model's recorded default race is one such trace, gzipped, under
+assets/traces/ (`recording_path`), with a "recorded" block naming its seed (`recorded_seed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import gzip
 import itertools
+import json
 import math
+import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import torch
 
 from coolsd.compare.race import Racer
-from coolsd.decoding.drafting import Chain, chain_or_tree
+from coolsd.decoding.drafting import Chain, Drafting, chain_or_tree, drafting_of
+from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.events import RoundEvent, TokenOutcome
+from coolsd.decoding.sampling import SamplingConfig
 from coolsd.decoding.variants import split_config
 from coolsd.util.jsonsafe import json_safe
+from coolsd.util.paths import TRACES_DIR
 
 TRACE_VERSION = 1
 _FLOAT_FIELDS = ("accept_probs", "omega", "tested_probs")  # float tensors of a RoundEvent; the rest are int64
@@ -113,18 +124,79 @@ class EventStore:
                 last=_CODES[code], seconds=dict(zip(keys, floats[len(floats) - len(keys):])))
 
 
+@dataclass(frozen=True)
+class TraceSettings:
+    """What a race ran with (its trace's "settings"): the default of each field is the library's, read by every
+    reader (a trace from before a setting existed ran at that default: no "noise" = one stream).
+
+    condition: the class label ("cat face · Twemoji") or prompt raced; seed; sampling; draft_len (L of the shared
+    chain); drafting: "chain" or a static tree's name; noise: "stream" | "same" (`coolsd.decoding.noise`);
+    racers: the racer keys, panel order (vanilla AR not among them); resolution: the model variant's key; model: the
+    picker's key (None: the app's); style: the emoji style ("" = none); execution: the model's precision;
+    rules / draftings: racer key -> its rule's / drafting's config (`Rule.config()`, `Drafting.config()`).
+    """
+
+    condition: str = ""
+    seed: int = 0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    draft_len: int = Chain.draft_len
+    drafting: str = Chain.name
+    noise: str = DecodeConfig.noise
+    racers: tuple[str, ...] = ()
+    resolution: str | None = None
+    model: str | None = None
+    style: str = ""
+    execution: str = ""
+    rules: Mapping[str, dict] = field(default_factory=dict)
+    draftings: Mapping[str, dict] = field(default_factory=dict)
+
+    @property
+    def chain(self) -> bool:
+        return self.drafting == Chain.name
+
+    @property
+    def same_noise(self) -> bool:
+        return self.noise == "same"
+
+    def shared_drafting(self) -> Drafting:
+        """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""
+        return chain_or_tree(self.draft_len, None if self.chain else self.drafting)
+
+    def drafting_of(self, key: str | None) -> Drafting:
+        """The drafting racer `key` ran (its "draftings" entry), else the race's shared chain or tree."""
+        config = self.draftings.get(key)
+        return drafting_of(config) if config else self.shared_drafting()
+
+    def to_json(self) -> dict:
+        """The JSON form (the stats' and the trace file's "settings"), fields in order."""
+        return json_safe({f.name: getattr(self, f.name) for f in fields(self)} | {
+            "sampling": dataclasses.asdict(self.sampling), "racers": list(self.racers)})
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TraceSettings:
+        """The typed settings of a trace's JSON; keys it lacks take their defaults, keys this version does not know
+        are left out; a trace with Jacobi drafting folded into its rules is split first (`racer_pairs`)."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in racer_pairs(data).items() if k in known}
+        if "sampling" in kw:
+            kw["sampling"] = SamplingConfig(**kw["sampling"])
+        if "racers" in kw:
+            kw["racers"] = tuple(kw["racers"])
+        return cls(**kw)
+
+
 @dataclass
 class RaceTrace:
     """Everything one race reported, in race order.
 
-    model: model name; settings: the race's arguments (JSON-ready); racers: (key, label) per racer, in
+    model: model name; settings: what the race ran with; racers: (key, label) per racer, in
     the race's order (vanilla AR last); num_tokens: T of one image; grid: (H, W).
     status: "running" | "finished" | "stopped". The race steps (racer index, RoundEvent) are kept in an
     EventStore (compact: a session keeps its last trace); `steps` lists them.
     """
 
     model: str
-    settings: dict
+    settings: TraceSettings
     racers: list[tuple[str, str]]
     num_tokens: int
     grid: tuple[int, int]
@@ -146,6 +218,14 @@ class RaceTrace:
     def record(self, racer_index: int, event: RoundEvent) -> None:
         self.store.append(racer_index, event)
 
+    def follow(self, race: Iterable[tuple[Racer, RoundEvent]]) -> Iterator[tuple[Racer, RoundEvent]]:
+        """Each (racer, event) of `race` (a `coolsd.compare.race.Race` of this trace's racers), recorded as it
+        passes."""
+        index = {key: i for i, (key, _) in enumerate(self.racers)}
+        for racer, event in race:
+            self.record(index[racer.key], event)
+            yield racer, event
+
     def release(self) -> None:
         """Drop the recorded steps (Gradio calls this when a session's trace state is deleted)."""
         self.store = EventStore()
@@ -160,7 +240,7 @@ class RaceTrace:
         return racers
 
     def to_json(self) -> dict:
-        return {"version": TRACE_VERSION, "model": self.model, "settings": self.settings,
+        return {"version": TRACE_VERSION, "model": self.model, "settings": self.settings.to_json(),
                 "racers": [{"key": k, "label": label} for k, label in self.racers],
                 "num_tokens": self.num_tokens, "grid": list(self.grid), "status": self.status,
                 "steps": [{"racer": self.racers[i][0], "event": event_to_json(e)} for i, e in self.store]}
@@ -171,23 +251,55 @@ class RaceTrace:
             raise ValueError(f"unknown trace version {data.get('version')!r} (this code reads {TRACE_VERSION})")
         racers = [(r["key"], r["label"]) for r in data["racers"]]
         index = {k: i for i, (k, _) in enumerate(racers)}
-        trace = cls(data["model"], racer_pairs(data["settings"]), racers, int(data["num_tokens"]),
+        trace = cls(data["model"], TraceSettings.from_json(data["settings"]), racers, int(data["num_tokens"]),
                     tuple(data["grid"]), status=data["status"])
         for s in data["steps"]:
             trace.record(index[s["racer"]], event_from_json(s["event"]))
         return trace
 
 
-def racer_pairs(settings: dict) -> dict:
+def racer_pairs(settings: Mapping) -> Mapping:
     """`settings` with each racer's (rule, drafting) pair as "rules" and "draftings" (key -> config). A trace
     recorded when Jacobi drafting was folded into the rule ({"rule": "sjd", "window": 8, ...}) has its configs
     split (`coolsd.decoding.variants.split_config`), and its drafter racers get the race's chain or tree."""
     if "draftings" in settings or "rules" not in settings:
         return settings
-    shared = chain_or_tree(settings.get("draft_len", Chain.draft_len),
-                           None if settings.get("drafting", "chain") == "chain" else settings["drafting"])
+    shared = TraceSettings.from_json({k: v for k, v in settings.items() if k != "rules"}).shared_drafting()
     rules, draftings = {}, {}
     for key, config in settings["rules"].items():
         rules[key], drafting = split_config(config)
         draftings[key] = drafting or shared.config()
     return settings | {"rules": rules, "draftings": draftings}
+
+
+def recording_path(model_name: str, folder: Path | None = None) -> Path:
+    """The recorded default race of model `model_name` in `folder` (default assets/traces/): its name made a slug,
+    "coolsd embedded (digits)" -> "coolsd-embedded-digits.json.gz"."""
+    slug = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-") or "model"
+    return Path(folder or TRACES_DIR) / f"{slug}.json.gz"
+
+
+def read_recording(path: Path) -> dict:
+    """A recording's gzipped JSON (a trace's plus its "recorded" block); OSError / ValueError if unreadable."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def recorded_seed(model_name: str) -> int:
+    """The seed the model's shipped recording chose (its "recorded" block's; 0 without a recording naming one)."""
+    path = recording_path(model_name)
+    try:
+        return _seed_in(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=16)
+def _seed_in(path: str, stamp: int) -> int:
+    """The "recorded" seed of the file at `path` (read once per version of the file, `stamp`)."""
+    try:
+        recorded = read_recording(Path(path)).get("recorded")
+    except (OSError, ValueError):
+        return 0
+    seed = recorded.get("seed") if isinstance(recorded, dict) else None
+    return seed if isinstance(seed, int) and seed >= 0 else 0

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coolsd.util.checks import is_integer, show
+from coolsd.util.checks import is_integer, one_line, show
 
 STYLE_SEP = " · "  # a styled model's condition labels: "<class> · <style>"
 MATCH_CUTOFF = 0.75  # (choice) difflib ratio a typo must reach to be read as a known name ...
@@ -192,3 +192,34 @@ def _ratio(a: str, b: str) -> float:
 def from_names(names: Sequence[str], styles: Sequence[str] = (), groups: Sequence[str] = ()) -> Conditions:
     """Conditions of a class model from its config's lists (`class_names`, `style_names`, `class_groups`)."""
     return Conditions(tuple(names), tuple(styles), tuple(groups))
+
+
+def name_choices(names: Conditions, chars: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(label, name) of every class: with one character per class (an emoji model's `class_chars`), each name is
+    shown after its character ("🐱 cat face"); else the name alone."""
+    chars = chars if len(chars) == len(names.classes) else [""] * len(names.classes)
+    return [(f"{c} {n}".strip(), n) for n, c in zip(names.classes, chars)]
+
+
+def name_notice(names: Conditions, typed, condition: str) -> str:
+    """"rockit: showing rocket" when the class name a visitor typed (`typed`, as sent) was read as another class,
+    `condition` (a typo forgiven, or a word held by one name alone: "apple: showing red apple"); "" when it names
+    its class (up to case, spaces, hyphens and underscores), is an engine id, a prompt, or not text."""
+    if names.kind != "class" or not isinstance(typed, str) or names.is_id(typed):
+        return ""
+    name = (typed.rsplit(STYLE_SEP.strip(), 1)[0] if names.styles else typed).strip()  # "<class> · <style>"
+    if names.match(name) != condition or _key(name) == _key(condition):
+        return ""  # (another model's default class replaced by this one's is no reading of the text)
+    return one_line(f"{name}: showing {condition}")  # (plain text: no markup of the visitor's)
+
+
+def default_condition(names: Conditions, default_class: str | None = None, prompts: Sequence[str] = ()
+                      ) -> tuple[str, str]:
+    """(class, style) a page starts from: `default_class` when it is one of the classes (a model naming its own:
+    "cat face"), else the class of engine condition 3, each in the first style (style "" without styles); a
+    text model: (the first of `prompts`, "")."""
+    if names.kind == "text":
+        return (prompts[0] if prompts else ""), ""
+    if default_class in names.classes:
+        return default_class, (names.styles or ("",))[0]
+    return names.split(3 % names.count)

@@ -1,7 +1,7 @@
 """A static-KV-cache forward over a transformers `LlamaForCausalLM`'s own weights.
 
-Stock `LlamaForCausalLM` + `DynamicCache` costs 1.5-2x more per step on a 2-core CPU for small
-models (per-layer dispatch overhead). `LayerStack` reads the SAME modules' weights once into fused
+On a CPU, a small model's step through stock `LlamaForCausalLM` + `DynamicCache` goes mostly to per-layer
+dispatch. `LayerStack` reads the SAME modules' weights once into fused
 copies (q/k/v in one matrix, gate/up in one, each RMSNorm weight folded into the projection after
 it), keeps a pre-allocated cache and RoPE tables, and supports any attention mask over cache slots
 (tree verification) and cheap rollback. `tests/models/test_models.py` checks it equals HF logits.

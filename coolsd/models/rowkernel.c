@@ -18,20 +18,15 @@ static inline void load_f32(const float *w, __m256 *w0, __m256 *w1) {
 }
 
 /* a bf16 block is packed interleaved, columns 0, 8, 1, 9, ..., 7, 15 (`rowkernel.pack`): each 32-bit lane holds
-   column j in its low half and column 8 + j in its high half, so a shift and a mask widen all 16 (no shuffles:
-   a one-row product ran 2.3x faster from the cache than with unpacking) */
+   column j in its low half and column 8 + j in its high half, so a shift and a mask widen all 16 (no shuffles) */
 static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
   __m256i v = _mm256_loadu_si256((const __m256i *)w);
   *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
-/* per weight type: a block's length in weights and what its 16 sums become (nothing, for both types); `end`
-   points just past the block's K rows of weights */
-#define STRIDE_float(K) ((long)(K) * 16)
-#define STRIDE_uint16_t(K) ((long)(K) * 16)
-#define FINISH_float(end, lo, hi)
-#define FINISH_uint16_t(end, lo, hi)
+/* a block's length in weights: K rows of 16 columns */
+#define STRIDE(K) ((long)(K) * 16)
 
 /* R rows by B column blocks at a time: 2 R B accumulators, each one FMA chain over k in order (so an output's bits
    do not depend on R or B); the blocks past the last whole group of B run one at a time. y: row stride ldy. Where
@@ -40,7 +35,7 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
    blocks: 12 accumulators, 2 weights and 1 broadcast fit, with no spill in the loop). While a group runs, its k-th
    line of each block is matched by a software prefetch (into L2) of the same line of the next group's blocks, so the
    next group streams in beside this one: more lines in flight than the hardware prefetcher keeps for 1-2 streams
-   (choice, by interleaved measurement of full emoji decodes on an AVX2-only EPYC). After the last group it names
+   (choice). After the last group it names
    lines past W: a prefetch never faults, and the address is integer arithmetic. */
 #define ROWS_KERNEL(R, B, T, LOAD)                                                                     \
   static void rows_##R##x##B##_##T(const float *x, long ldx, const T *wp, float *y, long ldy, int K,      \
@@ -50,15 +45,15 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
       __m256 acc[B][2 * R];                                                                            \
       for (int b = 0; b < B; b++)                                                                      \
         for (int j = 0; j < 2 * R; j++) acc[b][j] = _mm256_setzero_ps();                               \
-      const T *w = wp + nb * STRIDE_##T(K);                                                            \
+      const T *w = wp + nb * STRIDE(K);                                                            \
       for (int k = 0; k < K; k++) {                                                                    \
         if ((k * 16 * (int)sizeof(T)) % 64 == 0) /* a new line of each block */                         \
           for (int b = 0; b < B; b++)                                                                  \
-            _mm_prefetch((const char *)((uintptr_t)w + ((B + b) * STRIDE_##T(K) + (long)k * 16) * sizeof(T)), \
+            _mm_prefetch((const char *)((uintptr_t)w + ((B + b) * STRIDE(K) + (long)k * 16) * sizeof(T)), \
                          _MM_HINT_T1);                                                                 \
         _Pragma("GCC unroll 4") for (int b = 0; b < B; b++) {                                           \
           __m256 w0, w1;                                                                               \
-          LOAD(w + b * STRIDE_##T(K) + (long)k * 16, &w0, &w1);                                         \
+          LOAD(w + b * STRIDE(K) + (long)k * 16, &w0, &w1);                                         \
           _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {                                         \
             __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);                                          \
             acc[b][2 * r] = _mm256_fmadd_ps(xr, w0, acc[b][2 * r]);                                    \
@@ -69,24 +64,23 @@ static inline void load_bf16(const uint16_t *w, __m256 *w0, __m256 *w1) {
       }                                                                                                \
       for (int b = 0; b < B; b++)                                                                      \
         for (int r = 0; r < R; r++) {                                                                  \
-          FINISH_##T(w + b * STRIDE_##T(K) + (long)K * 16, acc[b][2 * r], acc[b][2 * r + 1]);          \
           _mm256_storeu_ps(y + r * ldy + (nb + b) * 16, acc[b][2 * r]);                                \
           _mm256_storeu_ps(y + r * ldy + (nb + b) * 16 + 8, acc[b][2 * r + 1]);                        \
         }                                                                                              \
     }                                                                                                  \
     if (B > 1 && nb < N / 16)                                                                          \
-      rows_##R##x1_##T(x, ldx, wp + nb * STRIDE_##T(K), y + nb * 16, ldy, K, N - nb * 16);             \
+      rows_##R##x1_##T(x, ldx, wp + nb * STRIDE(K), y + nb * 16, ldy, K, N - nb * 16);             \
   }
 
-/* (choice, by interleaved measurement of the emoji step's products on an AVX2-only EPYC) one row four blocks at a
-   time and two rows two at a time (8 accumulators), three rows two blocks at a time (12 accumulators: each k's 6
-   FMA chains of one block waited on the FMA latency), 4-6 rows one block at a time (8-12 accumulators) */
+/* (choice) one row four blocks at a time and two rows two at a time (8 accumulators), three rows two blocks at a
+   time (12 accumulators: with one block, each k's 6 FMA chains would wait on the FMA latency), 4-6 rows one block
+   at a time (8-12 accumulators) */
 #define ROWS_KERNELS(T, LOAD)                                                                          \
   ROWS_KERNEL(1, 1, T, LOAD) ROWS_KERNEL(2, 1, T, LOAD) ROWS_KERNEL(3, 1, T, LOAD)                        \
   ROWS_KERNEL(4, 1, T, LOAD) ROWS_KERNEL(5, 1, T, LOAD) ROWS_KERNEL(6, 1, T, LOAD)                        \
   ROWS_KERNEL(1, 4, T, LOAD) ROWS_KERNEL(2, 2, T, LOAD) ROWS_KERNEL(3, 2, T, LOAD)
 
-/* rows go six at a time, but eight as two fours (measured faster than six and two) */
+/* rows go six at a time, but eight as two fours (choice: two even halves rather than six and two) */
 #define ROWS_MM(NAME, T)                                                                               \
   void NAME(const float *x, long ldx, const T *wp, float *y, int M, int K, int N) {                    \
     while (M > 0) {                                                                                    \
@@ -138,8 +132,8 @@ MIX_ROWS(1) MIX_ROWS(2) MIX_ROWS(4)
 
 void coolsd_channel_mix(const float *probs, const long *start, const long *src, const float *w, float *out, int M,
                         int V) {
-  while (M > 0) { /* rows 4, 2 or 1 at a time: as many independent sums (an add waits ~4 cycles); 8 at a time
-                     ran slower than 4 + 4 (eight rows' probabilities, 64 KB, overflow the L1 cache) */
+  while (M > 0) { /* rows 4, 2 or 1 at a time: as many independent sums (an add waits on the one before it); at
+                     most 4, as eight rows' probabilities (64 KB) overflow the L1 cache */
     int r = M >= 4 ? 4 : M >= 2 ? 2 : 1;
     switch (r) {
       case 4: mix_4(probs, start, src, w, out, V); break;
@@ -263,7 +257,7 @@ static void rope_and_cache(float *qkv, const float *cos, const float *sin, const
 }
 
 /* scores[j] = dot(q, keys[j]) for 4 keys a row `stride` apart: each the FMA chain and sum of `dot` (the same bits),
-   the four chains interleaved (an FMA waits ~4 cycles for the one before it); hd a multiple of 8 */
+   the four chains interleaved (an FMA waits for the one before it); hd a multiple of 8 */
 static inline void dot4(const float *q, const float *key, long stride, int hd, float *scores) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int i = 0; i < hd; i += 8) {

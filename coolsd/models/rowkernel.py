@@ -11,8 +11,8 @@ whole layer stack and Eagle head step in one C call each.
 - `ChannelMix`: the look-alike channel's mixture (`coolsd.models.channel`) in one pass, the same sums in the same
   order as torch's `scatter_add_`, without its (rows, V, k) shares.
 
-It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`, under a
-second) into `$COOLSD_CACHE` (default ~/.cache/coolsd) and loaded with ctypes. Where the CPU lacks AVX2 / FMA or no
+It is plain C (no torch headers), built on first use with the system's C compiler (`cc -O3 -mavx2 -mfma`) into
+`$COOLSD_CACHE` (default ~/.cache/coolsd) and loaded with ctypes. Where the CPU lacks AVX2 / FMA or no
 compiler builds it, `available()` is False and the models run the eager path.
 
 Exactness: each output is one FMA chain over k in order, so a row's result is the same whether it is computed
@@ -44,10 +44,9 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
 LIBS = ("-lm",)  # after the source: expf, sqrtf
 BLOCK = 16  # columns a packed block holds (two AVX2 registers)
 # (choice) calls of MIN_ROWS_*..MAX_ROWS rows run `rows_mm`, the others BLAS: a one-row call on fp32 weights gains
-# nothing over BLAS (the same bytes, a dearer call), on bf16 weights it reads half the bytes; past 32 rows (a long
-# prefix, a 57-node tree) BLAS's blocked product is left to do it. 32, not 16, by decodes on this EPYC
-# (avx512_bf16): SJD W 8 under guidance (18 rows) ran 0.97 -> 0.41 CPU s / MNIST image, the eagle-25 tree (26)
-# 1.07 -> 0.70 s / emoji image, and the 58-row tree gained nothing from 64.
+# nothing over BLAS (the same bytes, a dearer call), on bf16 weights it reads half the bytes; up to 32 rows covers
+# SJD's window under guidance and the eagle-25 tree, and past it (a long prefix, a 57-node tree) BLAS's blocked
+# product is left to do it.
 MIN_ROWS_F32, MIN_ROWS_BF16, MAX_ROWS = 2, 1, 32
 SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16"}  # rowkernel.c's function per packed dtype
 BF16_ORDER = torch.tensor([j // 2 + BLOCK // 2 * (j % 2) for j in range(BLOCK)])  # a bf16 block's columns, packed

@@ -52,8 +52,8 @@ DROP_GROUPS = frozenset({"Flags", "Component"})
 # sets); people, objects and symbols (482 more) would cut the training each emoji gets by half
 SHIPPED_DROP_GROUPS = DROP_GROUPS | {"People & Body", "Objects", "Symbols"}
 # the shipped model's emoji: 187 of those 573 that a visitor names and tells apart at 32 px (a few distinct
-# faces, not forty yellow circles; no clock faces or moon phases). With all 573 one session's training
-# saw each image about 26 times and the samples stayed smears; 187 emoji give each image 3x the training.
+# faces, not forty yellow circles; no clock faces or moon phases); fewer emoji give each image more of one
+# session's training (187: three times what all 573 get).
 SHIPPED_EMOJI = (
     # faces and hearts: the distinct ones
     "grinning face", "face with tears of joy", "winking face", "smiling face with heart-eyes",

@@ -22,23 +22,12 @@ from coolsd.decoding.rules import make_rule
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.models.emoji import load_emoji
 from coolsd.train.emoji_data import splits
+from coolsd.util.sheet import Sheet
 
 SHEET_DECODERS = {"vanilla": None, "eagle-1": ("eagle-1", {}),
                   "cool-sd_delta2": ("cool-sd", {"delta": 2.0, "nu": 0.7, "floor_at_one": True}),
                   "cool-sd_delta8": ("cool-sd", {"delta": 8.0, "nu": 0.7}),
                   "lantern++_lam20": ("lantern++", {"k": 10, "lam": 20.0})}
-
-
-def rgb_grid(images: list[torch.Tensor], cols: int, scale: int = 3) -> Image.Image:
-    """(3, h, w) images in [0, 1] -> one PIL RGB grid, row-major, upscaled (nearest) by `scale`."""
-    rows = (len(images) + cols - 1) // cols
-    h, w = images[0].shape[-2:]
-    canvas = torch.ones(3, rows * h, cols * w)
-    for i, img in enumerate(images):
-        r, c = divmod(i, cols)
-        canvas[:, r * h : (r + 1) * h, c * w : (c + 1) * w] = img
-    pil = Image.fromarray((canvas.permute(1, 2, 0) * 255).round().byte().numpy(), mode="RGB")
-    return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
 
 
 @torch.no_grad()
@@ -59,21 +48,10 @@ SHEET_EMOJI = ("cat face", "red apple", "rocket", "rainbow", "grinning face", "d
 
 
 def labelled_sheet(images: list[list[torch.Tensor]], rows: list[str], cols: list[str], scale: int = 3) -> Image.Image:
-    """images[r][c] (3, h, w) in [0, 1] -> one PIL sheet with row labels on the left and column labels on top."""
-    from PIL import ImageDraw
-
-    grid = rgb_grid([img for row in images for img in row], cols=len(cols), scale=scale)
-    cell_w = grid.width // len(cols)
-    cell_h = grid.height // len(rows)
-    left, top = 170, 22
-    sheet = Image.new("RGB", (grid.width + left, grid.height + top), "white")
-    sheet.paste(grid, (left, top))
-    draw = ImageDraw.Draw(sheet)
-    for c, name in enumerate(cols):
-        draw.text((left + c * cell_w + 4, 5), name[: cell_w // 6], fill="black")
-    for r, name in enumerate(rows):
-        draw.text((4, top + r * cell_h + cell_h // 2 - 6), name[:27], fill="black")
-    return sheet
+    """images[r][c] (3, h, w) in [0, 1] -> one PIL sheet, each picture enlarged `scale` times, with row labels on
+    the left and column labels on top."""
+    h, w = images[0][0].shape[-2:]
+    return Sheet.grid(len(rows), len(cols), (w * scale, h * scale), label_w=170, head_h=22).draw(images, rows, cols)
 
 
 def sample_sheet(bundle, out: Path, emoji=SHEET_EMOJI, seed: int = 0, draft_len: int | None = None) -> str:

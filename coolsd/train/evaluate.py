@@ -21,18 +21,14 @@ from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, run
 from coolsd.decoding.rules import make_rule
 from coolsd.models.bundle import load_embedded
+from coolsd.util.sheet import Sheet
 
 
 def grid_image(images: list[torch.Tensor], cols: int, scale: int = 2) -> Image.Image:
-    """(1, h, w) images in [0, 1] -> one PIL grid, row-major."""
-    rows = (len(images) + cols - 1) // cols
+    """(1, h, w) images in [0, 1] -> one PIL grid, row-major, each enlarged `scale` times."""
     h, w = images[0].shape[-2:]
-    canvas = torch.zeros(rows * h, cols * w)
-    for i, img in enumerate(images):
-        r, c = divmod(i, cols)
-        canvas[r * h : (r + 1) * h, c * w : (c + 1) * w] = img[0]
-    pil = Image.fromarray((canvas * 255).round().byte().numpy(), mode="L")
-    return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
+    rows = [images[i : i + cols] for i in range(0, len(images), cols)]
+    return Sheet.grid(len(rows), cols, (w * scale, h * scale)).draw(rows)
 
 
 def evaluate(assets: Path, out_json: Path, per_class: int = 4, draft_len: int = 5, threads: int = 1) -> dict:

@@ -11,5 +11,6 @@ EMBEDDED_CLASSIFIER = EMBEDDED_DIR / "classifier"
 EMOJI_DIR = ASSETS / "emoji"  # the shipped emoji model (same four folders; class + style conditional, RGB)
 EMOJI_CLASSIFIER = EMOJI_DIR / "classifier"
 BENCH_DIR = ASSETS / "bench"  # the benchmark's shipped results
+TRACES_DIR = ASSETS / "traces"  # the recorded default race of each shipped model (coolsd.compare.trace.recording_path)
 THEORY_REPORT = ASSETS / "theory_schedules.json"  # python -m coolsd.theory --report --report-out ...
 DOCS = ROOT / "docs"

@@ -33,7 +33,7 @@ def page_url(shipped_app):
     pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
     demo, url = shipped_app  # the default page, launched once for every module (tests/app/conftest.py)
     recordings = demo.page.race.after.recordings
-    assert recordings.of(demo.ctx) is not None, "no current recording: python -m coolsd.app.record_default"
+    assert recordings.of(demo.ctx) is not None, "no current recording: python -m coolsd.app.recorded"
     return url
 
 

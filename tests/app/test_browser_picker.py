@@ -13,7 +13,7 @@ import pytest
 from demo_app import picker_demo, served
 from test_browser import CHROMIUM, CHROMIUM_ARGS, wait_text
 
-from coolsd.app.settings import default_condition, name_choices
+from coolsd.models.conditions import default_condition, name_choices
 from coolsd.models.registry import MODELS
 from coolsd.util.paths import EMOJI_DIR
 
@@ -49,8 +49,9 @@ def test_picking_a_model_switches_the_page_and_generate_races_it(page_url):
 
     app = picker_demo()
     emoji = app.ctx.for_model("emoji")
-    shown = {name: label for label, name in name_choices(emoji.model)}  # the picker's text per name ("🐱 cat face")
-    start, start_style = default_condition(emoji)  # where the page starts on this model
+    m = emoji.model
+    shown = {name: label for label, name in name_choices(m.conditions, m.class_chars)}  # the picker's text per name
+    start, start_style = default_condition(m.conditions, m.default_class)  # where the page starts on this model
     names, styles = emoji.model.base_class_names, emoji.model.style_names
     name = next(n for n in names[2:] if n != start)  # another emoji ...
     style = next(s for s in styles if s != start_style)  # ... in another style

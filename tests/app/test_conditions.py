@@ -16,8 +16,8 @@ from coolsd.app import race as race_ui
 from coolsd.app.context import Catalogue
 from coolsd.app.demo import header_markdown, model_info
 from coolsd.app.lab import LabPanel
-from coolsd.app.settings import RaceSettings, default_condition, name_notice, specs
-from coolsd.models.conditions import Conditions
+from coolsd.app.settings import RaceSettings, specs
+from coolsd.models.conditions import Conditions, default_condition, name_choices, name_notice
 from coolsd.models.emoji import load_emoji
 from coolsd.models.tiny import tiny_bundle
 
@@ -103,7 +103,7 @@ def race_values(ctx, **changes) -> dict:
 ])
 def test_a_name_read_as_another_is_said(ctx, typed, notice):
     settings = RaceSettings.check(ctx, race_values(ctx, condition=typed))
-    assert name_notice(ctx, typed, settings) == notice
+    assert name_notice(ctx.model.conditions, typed, settings.condition) == notice
 
 
 def test_a_typo_races_its_name_and_the_page_and_the_api_say_so(ctx, monkeypatch):
@@ -116,7 +116,7 @@ def test_a_typo_races_its_name_and_the_page_and_the_api_say_so(ctx, monkeypatch)
     stream = race_ui.RaceStream(ctx, race_ui.LiveRaces())
     frames = list(stream.race(**race_values(ctx, condition="rockit", style="Noto")))
     assert toasts == ["rockit: showing rocket"] and len(frames) > 1
-    assert frames[-1].trace.settings["condition"] == "rocket · Noto"
+    assert frames[-1].trace.settings.condition == "rocket · Noto"
     for frame in frames:
         assert frame.stats["notice"] == "rockit: showing rocket"
         assert frame.stats_md.split("\n")[0].endswith("*rockit: showing rocket.*"), frame.stats_md
@@ -173,7 +173,27 @@ def test_the_app_models_default_class_follows_a_picked_model_without_that_class(
         settings = RaceSettings.check(app, RaceSettings.defaults(app).as_dict() | {"model": other})
         assert (settings.condition, settings.style) == (RaceSettings.defaults(picked).condition,
                                                         RaceSettings.defaults(picked).style), app_key
-        assert settings.plan(app).cond == picked.model.condition(*default_condition(picked)), app_key
+        assert settings.plan(app).cond == picked.model.condition(
+            *default_condition(picked.model.conditions, picked.model.default_class)), app_key
+
+
+def test_names_are_shown_after_their_characters_and_a_page_starts_on_the_models_class():
+    names = Conditions(("red apple", "cat face", "rocket", "dog face"), ("Twemoji", "Noto"))
+    assert name_choices(names, ["🍎", "🐱", "🚀", "🐶"])[1] == ("🐱 cat face", "cat face")
+    assert name_choices(names, ["🍎"]) == [(n, n) for n in names.classes]  # (characters not one per class: none)
+    assert default_condition(names, "rocket") == ("rocket", "Twemoji")
+    assert default_condition(names, "unicorn") == default_condition(names) == ("cat face", "Noto")  # condition 3
+    assert default_condition(Conditions(("0", "1")), None) == ("1", "")  # 3 % 2 conditions
+    assert default_condition(Conditions(kind="text"), None, ("a fox", "a cat")) == ("a fox", "")
+
+
+def test_a_notice_says_only_a_name_read_as_another():
+    names = Conditions(("red apple", "rocket"), ("Twemoji", "Noto"))
+    assert name_notice(names, "rokcet · Noto", "rocket") == "rokcet: showing rocket"
+    assert name_notice(names, "<b>rockit</b>", "rocket") == ""  # (not read as rocket: too far)
+    assert name_notice(names, "Red_Apple", "red apple") == ""  # the same name up to case and underscores
+    assert name_notice(names, "rockit", "red apple") == ""  # another model's default replaced: no reading
+    assert name_notice(names, "1", "rocket") == name_notice(Conditions(kind="text"), "rockit", "rocket") == ""
 
 
 def test_groups_filter_the_names():

@@ -29,7 +29,7 @@ def test_compare_is_the_library_on_the_race_trace(trace):
     _, table, payload = PANEL.compare(trace)
     racers = trace.replay(len(trace))
     costs = PANEL.costs(APP.ctx)
-    expected = cost.compare_racers(racers, costs, trace.settings["draft_len"], racers[-1])
+    expected = cost.compare_racers(racers, costs, trace.settings.draft_len, racers[-1])
     assert [r["key"] for r in payload["racers"]] == [k for k, _ in trace.racers]
     for got, want in zip(payload["racers"], expected):
         assert got["predicted_speedup"] == pytest.approx(want["predicted_speedup"], rel=1e-12)
@@ -40,7 +40,7 @@ def test_compare_is_the_library_on_the_race_trace(trace):
     # memory-bound: V(L + 1) = 1, so a speculative racer is predicted faster exactly when the measured verify
     # costs more than one step (speed-up = E / (L c + V)); on the tiny model timing noise can give V < 1
     _, _, free = PANEL.compare(trace, True)
-    slower_verify = costs.verify_cost(trace.settings["draft_len"] + 1) >= 1
+    slower_verify = costs.verify_cost(trace.settings.draft_len + 1) >= 1
     for a, b in zip(free["racers"][:-1], payload["racers"][:-1]):
         assert math.isfinite(a["predicted_speedup"])
         assert (a["predicted_speedup"] >= b["predicted_speedup"]) == slower_verify or \

@@ -11,7 +11,7 @@ from gradio_client import Client
 
 from coolsd.app import microscope
 from coolsd.app.race_view import API_NAMES
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.models import registry
 
 SHIPPED = [key for key in ("emoji", "mnist") if registry.MODELS[key].present()]

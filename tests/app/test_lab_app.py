@@ -155,6 +155,22 @@ def test_pareto_figure_marks_the_run_on_the_shipped_benchmark():
     assert "`eagle-1 L=1`" in note and "`cool-sd delta=2 L=1`" in note and "uniform-rsd" not in note  # (not run)
 
 
+def test_the_relaxation_control_reads_the_rules_knobs():
+    """The lab's relaxation is COOL-SD delta's knob (default, bottom, step) up to the race's reach; LANTERN++'s
+    lambda, which it also sets, lies within it."""
+    from dataclasses import fields
+
+    from coolsd.app import lab as lab_ui
+    from coolsd.app.settings import DELTA_TOP
+    from coolsd.decoding.rules import CoolSDRule, LanternPPRule
+
+    spec = lab_ui.lab_specs()["relaxation"]
+    low, _, step = {f.name: f for f in fields(CoolSDRule)}["delta"].metadata["ui"]
+    assert (spec.default, spec.minimum, spec.maximum, spec.step) == (CoolSDRule.delta, low, DELTA_TOP, step)
+    lam_low, lam_high, _ = {f.name: f for f in fields(LanternPPRule)}["lam"].metadata["ui"]
+    assert spec.minimum <= lam_low and lam_high <= spec.maximum
+
+
 def test_grid_image_layout():
     from coolsd.app import lab as lab_ui
     from coolsd.compare.lab import LabSample, lab_decoders

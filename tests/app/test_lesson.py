@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from coolsd.app.lesson import LEAD, bench_clause, bench_runs, lesson_markdown, race_clause
+from coolsd.app import lesson
+from coolsd.app.lesson import LEAD, BenchRun, bench_runs, lesson_markdown
+from coolsd.app.race_view import RaceNumbers
 
 SAMPLING = {"cfg_scale": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
 COOL = {"rule": "cool-sd", "delta": 2.0, "nu": 0.7, "mu": None, "floor_at_one": True, "residual_kind": "optimal"}
@@ -23,6 +25,16 @@ def race_stats(draft_len=3, finished=True, racers=("eagle-1", "lantern++", "cool
                          "rules": {k: rules[k] for k in racers}},
             "decoders": {k: {"decoder": numbers[k][0], "mean_accepted_length": numbers[k][1],
                              "speedup": numbers[k][2], "finished": finished} for k in keys}}
+
+
+def race_clause(stats: dict):
+    """The race clause of a race's stats JSON, read back as the line reads it."""
+    return lesson.race_clause(RaceNumbers.from_json(stats))
+
+
+def bench_clause(name: str, runs: list[tuple[dict, list[dict]]], stats: dict):
+    """The benchmark clause of benchmark runs ((config, rows) as the files hold them) and a race's stats JSON."""
+    return lesson.bench_clause(name, [BenchRun.from_json(*run) for run in runs], RaceNumbers.from_json(stats))
 
 
 def bench(draft_len=2, sampling=SAMPLING, top1=0.61):
@@ -80,19 +92,21 @@ def test_the_line_reads_the_race_and_its_models_benchmark_folder(tmp_path):
     assert bench_runs(tmp_path / "missing") == []
 
 
-def sweep_file(breaks=64.0):
-    """A delta sweep as `python -m coolsd.bench.delta_sweep` writes it (the rows and keys the clause reads)."""
+def sweep_file(breaks=64.0, broken=(None, None, None, None, None)):
+    """A delta sweep as `coolsd.bench.delta_sweep.load` reads it (the rows and keys the clause reads); `broken`: the
+    share called broken of vanilla AR, Eagle-1 and the three deltas (None: a model without real pictures)."""
     rows = [{"setting": "vanilla", "rule": None, "delta": None, "recognition": 0.885},
             {"setting": "eagle-1", "rule": "eagle-1", "delta": None, "recognition": 0.87},
             *({"setting": f"cool-sd delta={d:g}", "rule": "cool-sd", "delta": d, "recognition": r}
               for d, r in ((2.0, 0.88), (64.0, 0.70), (1024.0, 0.5625)))]
-    return {"rows": rows, "breaks": {"picture": breaks}, "samples": 64}
+    return {"rows": [r | {"broken": b} for r, b in zip(rows, broken)], "breaks": {"picture": breaks}, "samples": 64}
 
 
 def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
     """COOL-SD at delta 1024 (the issue's faceless cat): the line adds the sweep's recognition there against vanilla
     AR's; below the break, with another relaxed racer or with no break, it adds nothing."""
-    from coolsd.app.lesson import cost_clause
+    def cost_clause(stats, sweep):
+        return lesson.cost_clause(RaceNumbers.from_json(stats), sweep)
 
     far = race_stats()
     far["settings"]["rules"]["cool-sd"] = COOL | {"delta": 1024.0}
@@ -105,6 +119,11 @@ def test_past_the_sweeps_break_the_line_names_what_pictures_cost():
     assert cost_clause(race_stats(), sweep_file()) is None  # delta 2
     assert cost_clause(far, sweep_file(breaks=None)) is None and cost_clause(far, None) is None
     assert cost_clause(race_stats(racers=("eagle-1", "lantern++")), sweep_file()) is None
+    broken = sweep_file(broken=(0.14, 0.12, 0.15, 0.3, 0.39))  # a model with real pictures: the share called broken
+    assert cost_clause(far, broken) == (
+        "but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 64): there COOL-SD's pictures were called "
+        "broken 39 % of the time against vanilla AR's 14 %, and recognised 56 % against 89 % (64 samples a point; "
+        "the Quality lab draws it)")
 
 
 def test_the_line_reads_the_shipped_sweep_for_a_race_past_its_break():

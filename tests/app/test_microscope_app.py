@@ -32,7 +32,7 @@ def trace():
 @pytest.mark.parametrize("key", ["eagle-1", "lantern++", "cool-sd", "vanilla"])
 def test_the_view_is_the_librarys_at_interior_rounds(trace, key):
     ctx, m = APP.ctx, APP.ctx.model
-    events = rerun(trace, key, *fork_models(m.target, m.drafter), ctx.check_condition(trace.settings["condition"]),
+    events = rerun(trace, key, *fork_models(m.target, m.drafter), ctx.check_condition(trace.settings.condition),
                    m.neighbours)
     label = residual_label(rule_of(trace, key, m.neighbours))
     cache = {}
@@ -85,11 +85,11 @@ def test_an_sjd_round_is_one_jacobi_iteration(drafting):
     settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["eagle-1", "sjd", "sjd-reuse"], "seed": 2,
                                                           "sjd_window": 5, "drafting": drafting}
     trace = list(RaceAPI(APP).race(**settings))[-1].trace
-    assert trace.settings["rules"]["sjd"] == {"rule": "eagle-1"}  # (Jacobi drafting + Eagle-1's test)
-    assert trace.settings["draftings"]["sjd"] == {"drafting": "jacobi", "window": 5, "reuse": False, "init": "last"}
+    assert trace.settings.rules["sjd"] == {"rule": "eagle-1"}  # (Jacobi drafting + Eagle-1's test)
+    assert trace.settings.draftings["sjd"] == {"drafting": "jacobi", "window": 5, "reuse": False, "init": "last"}
     for key in ("sjd", "sjd-reuse"):
         events = rerun(trace, key, *fork_models(m.target, m.drafter),
-                       APP.ctx.check_condition(trace.settings["condition"]), m.neighbours)
+                       APP.ctx.check_condition(trace.settings.condition), m.neighbours)
         assert all(e.draft_forwards == 0 and e.n_drafted <= 5 for e in events)
         image, strip, bars, table, header, payload, _ = PANEL.view(key, 1, trace, {})
         assert payload["rule"]["rule"] == "eagle-1" and payload["drafting"]["drafting"] == "jacobi"
@@ -106,7 +106,7 @@ def test_a_relaxed_round_without_a_drafter_is_one_jacobi_iteration():
     settings = RaceSettings.defaults(APP.ctx).as_dict() | {"racers": ["cool-sd-jacobi", "lantern++-jacobi"],
                                                           "seed": 2, "sjd_window": 5, "delta": 4.0}
     trace = list(RaceAPI(APP).race(**settings))[-1].trace
-    rule, drafting = trace.settings["rules"]["cool-sd-jacobi"], trace.settings["draftings"]["cool-sd-jacobi"]
+    rule, drafting = trace.settings.rules["cool-sd-jacobi"], trace.settings.draftings["cool-sd-jacobi"]
     assert (rule["rule"], drafting["window"], rule["delta"]) == ("cool-sd", 5, 4.0)
     for key in ("cool-sd-jacobi", "lantern++-jacobi"):
         *_, header, payload, _ = PANEL.view(key, 1, trace, {})

@@ -328,10 +328,12 @@ def test_an_older_combined_label_still_names_class_and_style():
 @needs_emoji
 def test_the_shipped_emoji_says_a_typo_it_reads_and_lists_the_nearest_names():
     """"rockit" races rocket and says so; markup sent as a name gets the names most like it, one line."""
-    from coolsd.app.settings import name_notice
+    from coolsd.models.conditions import name_notice
 
     settings = RaceSettings.check(APP.ctx, defaults("emoji", condition="rockit"))
-    assert settings.condition == "rocket" and name_notice(APP.ctx, "rockit", settings) == "rockit: showing rocket"
+    conditions = APP.ctx.for_model(settings.model).model.conditions
+    assert settings.condition == "rocket"
+    assert name_notice(conditions, "rockit", settings.condition) == "rockit: showing rocket"
     names, _ = emoji_names()
     with pytest.raises(gr.Error) as err:
         RaceSettings.check(APP.ctx, defaults("emoji", condition="<script>alert(1)</script>"))
@@ -346,9 +348,9 @@ def test_each_recorded_race_shows_only_for_its_own_model():
     emoji = APP.ctx.for_model("emoji")
     found = RACE.recordings.of(emoji)
     if found is None:
-        pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.record_default")
+        pytest.skip("no current emoji recording (assets/traces/): run python -m coolsd.app.recorded")
     trace, label, _ = found
-    assert trace.model == emoji.model.name and trace.settings["model"] == "emoji" and "Recorded race" in label
+    assert trace.model == emoji.model.name and trace.settings.model == "emoji" and "Recorded race" in label
     assert RACE.recordings.of(APP.ctx) is None  # the tiny model has none: its page opens empty
     view, _ = RACE.model_view("emoji")  # picked with the default racers: the emoji recording, the trace cleared
     assert "Recorded race" in view.stats_md and view.stats["model"] == emoji.model.name

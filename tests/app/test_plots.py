@@ -25,7 +25,6 @@ from coolsd.app.plots import (
     overlay_legend_html,
     placeholder,
     stats_markdown,
-    to_rgb_array,
     token_image,
 )
 from coolsd.decoding.events import EMPTY_CODE as EMPTY
@@ -35,17 +34,6 @@ def test_fill_ids_uses_the_most_common_committed_id():
     tokens = torch.tensor([5, 7, 7, -1, -1, 2])
     assert fill_ids(tokens).tolist() == [5, 7, 7, 7, 7, 2]
     assert fill_ids(torch.full((4,), -1)).tolist() == [0, 0, 0, 0]
-
-
-def test_to_rgb_array_greyscale_and_colour():
-    grey = torch.tensor([[[0.0, 1.0], [0.5, 2.0]]])  # (1, 2, 2), out-of-range clamps
-    rgb = to_rgb_array(grey)
-    assert rgb.shape == (2, 2, 3) and rgb.dtype == np.uint8
-    assert rgb[0, 0].tolist() == [0, 0, 0] and rgb[0, 1].tolist() == [255, 255, 255] and rgb[1, 1, 0] == 255
-    assert rgb[1, 0, 0] in (127, 128)
-    colour = torch.zeros(3, 2, 2)
-    colour[0] = 1.0
-    assert to_rgb_array(colour)[0, 0].tolist() == [255, 0, 0]
 
 
 @pytest.mark.parametrize("pixels, expected", [((32, 32), (256, 256)), ((8, 8), (256, 256)), ((512, 512), (512, 512)),

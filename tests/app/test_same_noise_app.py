@@ -14,7 +14,7 @@ from coolsd.app import controls, race_view, share
 from coolsd.app.microscope import MicroscopePanel
 from coolsd.app.plots import DIFFERS, KIND_NAMES, NO_REFERENCE
 from coolsd.app.racers import slot_keys
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
 from coolsd.app.settings import RaceSettings
 from coolsd.compare import microscope as scope
 from coolsd.compare.trace import RaceTrace
@@ -108,7 +108,7 @@ def test_the_microscope_reruns_the_race_with_its_noise_and_an_old_trace_reads_as
     old = trace.to_json()
     del old["settings"]["noise"]
     old = RaceTrace.from_json(old)
-    assert scope.setup_of(old)[1].noise == "stream" and not race_view.same_noise(old.settings)
+    assert scope.setup_of(old)[1].noise == "stream" and not old.settings.same_noise
     frame = race_view.draw(APP.ctx, old, len(old), True, "old")
     assert "accepted draft" in race_view.legend(frame.stats) and "same_as_vanilla" not in str(frame.stats)
 

@@ -22,21 +22,24 @@ APP = tiny_demo()
 CTX = APP.ctx
 
 
-def _row(setting, rule, delta, tau, speedup, fid, rec, nll):
+def _row(setting, rule, delta, tau, speedup, fid, rec, nll, broken=0.125):
     low, high = ds.wilson(round(rec * 8), 8)
+    broken_low, broken_high = ds.wilson(round(broken * 8), 8)
     return {"setting": setting, "rule": rule, "delta": delta, "n_images": 8, "tau": tau, "speedup": speedup,
             "seconds": 0.1, "fid": fid, "fid_std": 3.0, "recognition": rec, "recognition_low": low,
-            "recognition_high": high, "style_recognition": None, "nll": nll, "nll_se": 0.02}
+            "recognition_high": high, "style_recognition": None, "likeness": 0.8, "broken": broken,
+            "broken_low": broken_low, "broken_high": broken_high, "nll": nll, "nll_se": 0.02}
 
 
 def small_sweep(grid_tokens: int = 16) -> dict:
     """A sweep as `python -m coolsd.bench.delta_sweep` writes it: 8 samples, deltas 1, 4, 16, 64; pictures break
-    from 16 on (FID above the band), the NLL from 64 on."""
+    from 16 on (FID above the band), the broken share and the NLL from 64 on."""
     rows = [_row("vanilla", None, None, 1.0, 1.0, 40.0, 0.875, 1.0), _row("eagle-1", "eagle-1", None, 2.1, 1.1,
                                                                             41.0, 0.875, 1.01)]
-    rows += [_row(f"cool-sd delta={d:g}", "cool-sd", d, 2.0 + j / 4, 1.2 + j / 10, fid, rec, nll)
-             for j, (d, fid, rec, nll) in enumerate(((1.0, 40.5, 0.875, 1.0), (4.0, 45.0, 0.75, 1.03),
-                                                     (16.0, 47.5, 0.625, 1.02), (64.0, 60.25, 0.625, 1.2)))]
+    rows += [_row(f"cool-sd delta={d:g}", "cool-sd", d, 2.0 + j / 4, 1.2 + j / 10, fid, rec, nll, broken)
+             for j, (d, fid, rec, nll, broken) in enumerate((
+                 (1.0, 40.5, 0.875, 1.0, 0.125), (4.0, 45.0, 0.75, 1.03, 0.25), (16.0, 47.5, 0.625, 1.02, 0.375),
+                 (64.0, 60.25, 0.625, 1.2, 0.625)))]
     band = ds.vanilla_band(rows[0])
     kept = {r["setting"]: [" ".join(str((i * 7 + j) % 32) for i in range(grid_tokens)) for j in range(3)]
             for r in rows}
@@ -57,7 +60,7 @@ def with_sweep(tmp_path, monkeypatch):
 
 
 def test_the_small_sweep_breaks_where_it_was_made_to():
-    assert small_sweep()["breaks"] == {"fid": 16.0, "recognition": None, "broken": None, "nll": 64.0, "picture": 16.0}
+    assert small_sweep()["breaks"] == {"fid": 16.0, "recognition": None, "broken": 64.0, "nll": 64.0, "picture": 16.0}
 
 
 def test_without_a_sweep_the_lab_says_how_to_make_one():
@@ -76,7 +79,7 @@ def test_the_figure_draws_each_measure_the_band_and_the_races_delta(with_sweep):
         assert list(trace.y) == [r[key] for r in with_sweep["rows"][2:]]
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert sorted((s.y0, s.y1) for s in rects) == sorted(tuple(with_sweep["band"][k]) for k in ("fid", "recognition",
-                                                                                             "nll"))
+                                                                                             "broken", "nll"))
     verticals = [s for s in fig.layout.shapes if s.type == "line" and s.x0 == s.x1]
     assert sum(s.x0 == 3.0 for s in verticals) == len(sweep_view.PANELS)  # the race's delta, on every panel
     assert sum(s.x0 == 16.0 for s in verticals) == len(sweep_view.PANELS)  # where pictures break
@@ -91,16 +94,17 @@ def _file_numbers(sweep: dict, delta: float) -> set[str]:
     for r in sweep["rows"]:
         out |= {f"{r['delta']:g}" if r["delta"] else "", number(r["tau"], ".2f"), number(r["speedup"], ".2f"),
                 number(r["fid"], ".1f"), number(r["fid_std"], ".1f"), f"{100 * r['recognition']:.0f}",
-                number(r["nll"], ".3f")}
+                f"{100 * r['broken']:.0f}", number(r["nll"], ".3f")}
     band = sweep["band"]
-    out |= {number(v, ".1f") for v in band["fid"]} | {f"{100 * v:.0f}" for v in band["recognition"]}
+    out |= {number(v, ".1f") for v in band["fid"]} | {f"{100 * v:.0f}" for v in band["recognition"] + band["broken"]}
     return out | {n for text in (sweep["command"], sweep["date"]) for n in re.findall(r"\d+(?:\.\d+)?", text)}
 
 
 def test_every_number_in_the_words_is_read_from_the_file(with_sweep):
     _, text, _ = sweep_view.SweepPanel(CTX).view(delta=3.0)
     assert "From δ = 16 on, every swept δ (up to 64) has FID above vanilla AR's band (8 samples a point)." in text
-    assert "nearest swept point, δ = 4: τ 2.25, speed-up 1.30×, FID 45.0 ± 3.0, recognised 75%, NLL 1.030" in text
+    assert ("nearest swept point, δ = 4: τ 2.25, speed-up 1.30×, FID 45.0 ± 3.0, recognised 75%, called broken 25%, "
+            "NLL 1.030") in text
     quoted = set(re.findall(r"\d+(?:\.\d+)?", text))
     assert quoted <= _file_numbers(with_sweep, 3.0), quoted - _file_numbers(with_sweep, 3.0)
     far = sweep_view.SweepPanel(CTX).view(delta=500.0)[1]
@@ -109,11 +113,35 @@ def test_every_number_in_the_words_is_read_from_the_file(with_sweep):
 
 def test_the_range_sentence_says_when_nothing_breaks():
     sweep = small_sweep()
-    sweep["breaks"] = {"fid": None, "recognition": None, "nll": 64.0, "picture": None}
+    sweep["breaks"] = {"fid": None, "recognition": None, "broken": None, "nll": 64.0, "picture": None}
     said = sweep_view.range_sentence(sweep)
     assert said.startswith("No swept δ up to 64 moved FID or recognition beyond vanilla AR's band (8 samples")
     assert "NLL of the pictures rises beyond it from δ = 64." in said
     assert sweep_view.range_sentence(None) == "This model has no precomputed δ sweep."
+
+
+def test_a_sweep_without_likeness_draws_no_broken_panel_and_says_no_share(tmp_path, monkeypatch):
+    sweep = small_sweep(CTX.model.num_tokens)
+    for row in sweep["rows"]:
+        for key in ds.OPTIONAL_ROW_KEYS:
+            del row[key]
+    del sweep["band"]["broken"], sweep["breaks"]["broken"]
+    path = tmp_path / "delta_sweep.json"
+    path.write_text(json.dumps(sweep))
+    monkeypatch.setitem(ds.SWEEPS, "tiny", path)
+    fig, text, _ = sweep_view.SweepPanel(CTX).view(delta=3.0)
+    titles = [a.text for a in fig.layout.annotations]
+    assert len([t for t in fig.data if t.name == "COOL-SD"]) == len(sweep_view.PANELS) - 1
+    assert not any("broken" in t for t in titles) and "called broken" not in text
+    assert ds.load("tiny")["breaks"]["broken"] is None
+
+
+def test_the_broken_share_is_drawn_and_said_with_its_band(with_sweep):
+    fig, text, _ = sweep_view.SweepPanel(CTX).view(delta=64.0)
+    assert any(a.text.startswith("called broken (likeness below") for a in fig.layout.annotations)
+    assert "called broken 62%" in text
+    low, high = ds.wilson(1, 8)
+    assert f"called broken {low:.0%} to {high:.0%}" in text
 
 
 def test_bad_arguments_are_one_line(with_sweep):

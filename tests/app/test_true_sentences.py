@@ -17,7 +17,8 @@ from coolsd.app.context import open_context
 from coolsd.app.cost import CostPanel
 from coolsd.app.lesson import SHIPPED_BENCHES, bench_runs, lesson_markdown, matching_rows
 from coolsd.app.microscope import MicroscopePanel
-from coolsd.app.recordings import Recordings
+from coolsd.app.recorded import Recordings
+from coolsd.bench import shipped
 from coolsd.compare import cost
 from coolsd.compare.microscope import recorded
 from coolsd.decoding.drafting import Chain
@@ -51,13 +52,12 @@ def test_the_lesson_quotes_the_race_on_show_and_the_benchmark_only_at_its_settin
     line = lesson_markdown(stats)
     decoders, settings = stats["decoders"], stats["settings"]
     race = {number(d[k]) for d in decoders.values() for k in ("mean_accepted_length", "speedup")}
-    rows = matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), settings)
-    same = [r for r in rows if r.get("rule_config") in [None, *settings["rules"].values()]]
-    bench = {number(r["tau"]) for r in same} | {number(r.get("top1")) for r in same} | \
-        {number(r.get("speedup")) for r in same}
+    rows = matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), trace.settings)
+    same = [r for r in rows if r.rule_config in [None, *settings["rules"].values()]]
+    bench = {number(r.tau) for r in same} | {number(r.top1) for r in same} | {number(r.speedup) for r in same}
     assert f"in the race on show (L = {settings['draft_len']})" in line, line
     assert figures(line) and set(figures(line)) <= race | bench, (line, race, bench)
-    assert ("benchmark at these settings" in line) == any(r.get("rule_config") for r in same), line
+    assert ("benchmark at these settings" in line) == any(r.rule_config for r in same), line
     assert f"L = {settings['draft_len']}" in line and not re.search(rf"L = (?!{settings['draft_len']}\b)\d", line)
 
 
@@ -67,7 +67,7 @@ def test_the_cost_tab_uses_the_recorded_race_on_show(shown):
     _, table, payload = panel.compare(None, model=ctx.model_key)
     assert payload["race"] == "recorded" and "No race yet" not in table and "recorded one" in table, table
     racers = trace.replay(len(trace))
-    want = cost.compare_racers(racers, panel.costs(ctx), trace.settings["draft_len"], racers[-1])
+    want = cost.compare_racers(racers, panel.costs(ctx), trace.settings.draft_len, racers[-1])
     assert [r["key"] for r in payload["racers"]] == [k for k, _ in trace.racers]
     for got, expected in zip(payload["racers"], want):
         assert got["measured_speedup"] == pytest.approx(expected["measured_speedup"], rel=1e-12)
@@ -92,10 +92,10 @@ def test_the_lab_says_which_decoders_were_faster_and_at_which_settings_the_bench
         shown_speed = round(d["speedup"], 2)
         word = "faster than" if shown_speed > 1 else "slower than" if shown_speed < 1 else "as fast as"
         assert f"{d['label']} was {word} vanilla AR ({shown_speed:.2f}×)" in line, (line, d)
-    rows = lab_ui.bench_rows(lab_ui.BENCHES[ctx.model.kind])
-    lengths = {r["draft_len"] for r in rows if lab_ui.drafts_by_chain(r)}  # (a Jacobi window is no draft length)
+    rows = shipped.bench_rows(lab_ui.BENCHES[ctx.model.kind])
+    lengths = {r["draft_len"] for r in rows if shipped.drafts_by_chain(r)}  # (a Jacobi window is no draft length)
     same = lengths == {Chain.draft_len} and \
-        lab_ui.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
+        shipped.bench_sampling(lab_ui.BENCHES[ctx.model.kind]) == dataclasses.asdict(ctx.model.default_sampling)
     said = next(line for line in text.splitlines() if line.startswith("The benchmark's points were measured at"))
     assert ("this run's draft length" in said) == same, said
     assert all(f"L = {n}" in said for n in lengths), said
@@ -121,7 +121,7 @@ def test_the_line_under_each_recorded_picture_is_what_the_classifier_reads_in_it
     from coolsd.compare.recognise import recognise
 
     ctx, _, (trace, _, frame) = shown
-    asked = ctx.judge.asked(trace.settings["condition"])
+    asked = ctx.judge.asked(trace.settings.condition)
     assert asked is not None
     for slot, key in enumerate(slot_keys([k for k, _ in trace.racers[:-1]])):
         if key is None:
@@ -181,4 +181,4 @@ def test_under_same_noise_the_line_under_each_picture_counts_the_tokens_that_are
         assert key == "cool-sd" or same == n
     line = lesson_markdown(last.stats)  # the benchmark ran one stream: not these settings
     assert f"in the race on show (L = {row['draft_len']}, same noise)" in line and "benchmark" not in line, line
-    assert not matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), last.stats["settings"])
+    assert not matching_rows(bench_runs(SHIPPED_BENCHES[ctx.model_key][1]), last.trace.settings)

@@ -106,3 +106,5 @@ def test_the_caption_calls_a_broken_picture_broken_even_when_the_classifier_is_s
     assert caption(judge, bad).startswith(f"✗ **broken**: likeness {bad['likeness']:.2f} to the real picture (below "
                                           f"{BROKEN_BELOW})")
     assert Judge(model, real=lambda kind: None).read([real], asked)[0].get("likeness") is None
+    small = torch.nn.functional.avg_pool2d(real[None], 2)[0]  # another size than the real picture's: no likeness
+    assert "likeness" not in judge.read([small], asked)[0]

@@ -19,7 +19,7 @@ import torch
 
 from coolsd.compare.microscope import REJECTED, recorded, rerun, residual_label, round_at, round_view
 from coolsd.compare.race import Race, Racer, fork_models
-from coolsd.compare.trace import RaceTrace
+from coolsd.compare.trace import RaceTrace, TraceSettings
 from coolsd.decoding.drafting import Chain
 from coolsd.decoding.engine import DecodeConfig, generate
 from coolsd.decoding.rules import CoolSDRule, EagleRule, LanternPPRule
@@ -43,8 +43,8 @@ def trace(bundle):
     """A race of the three rules and vanilla AR on the tiny model, recorded as the app records one."""
     from coolsd.compare.microscope import rule_of
 
-    t = RaceTrace("tiny", {"sampling": SAMPLING, "draft_len": DRAFT_LEN, "drafting": "chain", "seed": SEED,
-                           "condition": str(COND), "rules": RULES},
+    t = RaceTrace("tiny", TraceSettings.from_json({"sampling": SAMPLING, "draft_len": DRAFT_LEN, "drafting": "chain",
+                                                   "seed": SEED, "condition": str(COND), "rules": RULES}),
                   [(k, k) for k in RULES] + [("vanilla", "Vanilla AR")], bundle.num_tokens, bundle.grid)
     racers = []
     for key, _ in t.racers:

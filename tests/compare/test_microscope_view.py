@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from coolsd.compare import microscope as scope
-from coolsd.compare.trace import RaceTrace
+from coolsd.compare.trace import RaceTrace, TraceSettings
 from coolsd.decoding.drafting import Chain, Jacobi, Tree
 from coolsd.decoding.events import RoundDetail
 from coolsd.decoding.round import make_event, round_detail
@@ -121,7 +121,7 @@ def test_matches_compares_starts_and_tokens():
     def ev(start, tokens):
         return make_event(index=1, start=start, tokens=tokens, n_accepted=len(tokens) - 1, seconds={})
 
-    trace = RaceTrace("tiny", {}, [("eagle-1", "Eagle-1"), ("vanilla", "Vanilla AR")], 6, (2, 3))
+    trace = RaceTrace("tiny", TraceSettings(), [("eagle-1", "Eagle-1"), ("vanilla", "Vanilla AR")], 6, (2, 3))
     for index, e in [(0, ev(0, [1])), (1, ev(0, [1])), (0, ev(1, [2, 3])), (0, ev(3, [4]))]:
         trace.record(index, e)
     assert [(e.start, e.tokens.tolist()) for e in scope.recorded(trace, "eagle-1")] == [(0, [1]), (1, [2, 3]), (3, [4])]
@@ -134,38 +134,40 @@ def test_matches_compares_starts_and_tokens():
 
 # ---------------------------------------------------------------- what a re-run uses
 def test_setup_of_reads_the_race_settings_and_defaults():
-    sampling, config, seed = scope.setup_of(RaceTrace("tiny", {}, [], 4, (2, 2)))
+    sampling, config, seed = scope.setup_of(RaceTrace("tiny", TraceSettings(), [], 4, (2, 2)))
     assert seed == 0 and config.drafting == Chain() and config.detail
     assert sampling == SamplingConfig()
     s = {"sampling": {"temperature": 0.5, "top_k": 3}, "draft_len": 2, "drafting": "eagle-25", "seed": 17}
-    sampling, config, seed = scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)))
+    sampling, config, seed = scope.setup_of(RaceTrace("tiny", TraceSettings.from_json(s), [], 4, (2, 2)))
     assert (seed, config.drafting, config.detail) == (17, Tree("eagle-25"), True)
     assert sampling == SamplingConfig(temperature=0.5, top_k=3)
-    _, config, _ = scope.setup_of(RaceTrace("tiny", {"drafting": "chain", "draft_len": 2}, [], 4, (2, 2)))
+    _, config, _ = scope.setup_of(RaceTrace("tiny", TraceSettings(draft_len=2), [], 4, (2, 2)))
     assert config.drafting == Chain(2)
     # a racer's own drafting where the trace records it (the no-drafter group: Jacobi, whatever the race's)
     s |= {"draftings": {"sjd": {"drafting": "jacobi", "window": 5, "reuse": True, "init": "last"}}}
-    assert scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)), "sjd")[1].drafting == Jacobi(5, reuse=True)
-    assert scope.setup_of(RaceTrace("tiny", s, [], 4, (2, 2)), "eagle-1")[1].drafting == Tree("eagle-25")
+    trace = RaceTrace("tiny", TraceSettings.from_json(s), [], 4, (2, 2))
+    assert scope.setup_of(trace, "sjd")[1].drafting == Jacobi(5, reuse=True)
+    assert scope.setup_of(trace, "eagle-1")[1].drafting == Tree("eagle-25")
 
 
 def test_rule_of_rebuilds_each_racer():
     table = torch.arange(40).reshape(8, 5) % 8
     rules = {"cool-sd": {"rule": "cool-sd", "delta": 1.5, "nu": 0.3}, "lantern++": {"rule": "lantern++", "k": 2}}
-    trace = RaceTrace("tiny", {"rules": rules}, [("cool-sd", "c"), ("lantern++", "l"), ("vanilla", "v")], 4, (2, 2))
+    racers = [("cool-sd", "c"), ("lantern++", "l"), ("vanilla", "v")]
+    trace = RaceTrace("tiny", TraceSettings(rules=rules), racers, 4, (2, 2))
     assert scope.rule_of(trace, "cool-sd", table) == CoolSDRule(delta=1.5, nu=0.3)
     lantern = scope.rule_of(trace, "lantern++", table)
     assert isinstance(lantern, LanternPPRule) and lantern.k == 2 and lantern.neighbours is table
     assert scope.rule_of(trace, "vanilla", table) is None
     with pytest.raises(ValueError, match="'eagle-1' is not in this race"):
         scope.rule_of(trace, "eagle-1", table)
-    assert trace.settings["rules"]["cool-sd"] == {"rule": "cool-sd", "delta": 1.5, "nu": 0.3}  # left as it was
+    assert trace.settings.rules["cool-sd"] == {"rule": "cool-sd", "delta": 1.5, "nu": 0.3}  # left as it was
 
 
 def test_rule_of_a_trace_without_rule_settings():
     """A trace whose settings hold no "rules" (a race of vanilla AR alone): vanilla is None, any other racer is
     the same one-line refusal as a racer missing from the rules."""
-    trace = RaceTrace("tiny", {"seed": 3}, [("vanilla", "v")], 4, (2, 2))
+    trace = RaceTrace("tiny", TraceSettings(seed=3), [("vanilla", "v")], 4, (2, 2))
     assert scope.rule_of(trace, "vanilla", None) is None
     with pytest.raises(ValueError, match=r"^racer 'cool-sd' is not in this race; it raced \['vanilla'\]$"):
         scope.rule_of(trace, "cool-sd", None)

@@ -16,7 +16,7 @@ import torch
 
 from coolsd import CoolSDRule, DecodeConfig, EagleRule, LinearDecayRule, generate, random_tables
 from coolsd.compare.race import Race, Racer
-from coolsd.compare.trace import RaceTrace
+from coolsd.compare.trace import RaceTrace, TraceSettings
 from coolsd.decoding.drafting import chain_or_tree
 from coolsd.decoding.events import TokenOutcome
 
@@ -64,7 +64,7 @@ def recorded(tables, fake_clock):
     (frames[k] = after k steps; frames[0] before any)."""
     fake_clock()
     race = new_race(tables)
-    trace = RaceTrace("tabular", {"seed": 4}, [(r.key, r.label) for r in race.racers], T, (2, 4))
+    trace = RaceTrace("tabular", TraceSettings(seed=4), [(r.key, r.label) for r in race.racers], T, (2, 4))
     frames = [state(race.racers)]
     index = {r.key: i for i, r in enumerate(race.racers)}
     for racer, event in race:

@@ -1,0 +1,233 @@
+"""The recorded default race: the race of the default settings the Race tab opens on, recorded on one machine.
+
+    python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
+    python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
+
+`record` races every control at its default (`RaceSettings.defaults`) as Generate does (`RacePlan.race`); `save`
+writes the trace to `assets/traces/<model slug>.json.gz` (`coolsd.compare.trace.recording_path`) with a `Stamp`:
+the machine (CPU model name, `cpu_key`) and the model's execution (what its tokens depend on besides the seed),
+date, load, command, the defaults and how the seed was chosen: the first of `--seeds` whose vanilla AR and
+lossless (Eagle-1) pictures the model's own classifier recognises (`coolsd.app.judge`); it becomes the app's
+default seed (`coolsd.compare.trace.recorded_seed`). `Recordings` reads and draws each model's recording once;
+it is shown only while its model and defaults are the app's (else the page opens empty): a change of defaults
+means recording again with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import gzip
+import json
+import logging
+import os
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+for _key, _value in OFFLINE.items():  # (the command runs no server: no network either)
+    os.environ.setdefault(_key, _value)
+
+from coolsd.app.context import Context, open_context, serving_threads  # noqa: E402
+from coolsd.app.race_view import RaceFrame, RaceNumbers, draw  # noqa: E402
+from coolsd.app.settings import RaceSettings  # noqa: E402
+from coolsd.compare.trace import RaceTrace, read_recording, recording_path  # noqa: E402
+from coolsd.util.machine import cpu_key, cpu_name  # noqa: E402
+
+COMMAND = "python -m coolsd.app.recorded"
+LOSSLESS = ("vanilla", "eagle-1")  # the racers whose pictures must show what was asked for
+log = logging.getLogger("coolsd.app")
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A recording's "recorded" block: where and when its race ran and with which defaults.
+
+    machine: "<CPU model name>, <n> cores"; cpu: `cpu_key()`; execution: `execution(ctx)`; device: "cpu" | "cuda";
+    date: "YYYY-MM-DD HH:MM UTC"; load_average: 1, 5 and 15 minute load; defaults: `defaults_json`;
+    seed: the seed raced (the app's default); seed_choice: how it was chosen ({"seed", "tried", "why"}) or None.
+    """
+
+    machine: str = "an unrecorded machine"
+    cpu: str = ""
+    execution: str = ""
+    device: str = "cpu"
+    date: str = "undated"
+    load_average: tuple[float, ...] = ()
+    command: str = COMMAND
+    defaults: dict = field(default_factory=dict)
+    seed: int = 0
+    seed_choice: dict | None = None
+
+    @classmethod
+    def from_json(cls, data) -> Stamp:
+        """The block as a file holds it (keys it lacks at their defaults, unknown ones left out)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known}) if isinstance(data, dict) else cls()
+
+    def label(self) -> str:
+        """The status line of the recorded race."""
+        busy = f", load average {self.load_average[0]:g}" if self.load_average else ""
+        chosen = self.seed_choice
+        why = f" Seed {chosen['seed']}: {chosen['why']}." if chosen else ""
+        return (f"**Recorded race** of the default settings on {self.machine} ({self.device.upper()}{busy}), "
+                f"{self.date}: replay it with the slider, or press **Generate** to race live on this server.{why}")
+
+
+def execution(ctx: Context) -> str:
+    """How the model's calls run: its precision and execution path, e.g. "bfloat16 on fused"."""
+    return f"{ctx.model.execution} on {ctx.model.path}"
+
+
+def same_machine(ctx: Context, stamp: Stamp) -> bool:
+    """Whether this machine decodes a recording's tokens bit for bit: the same CPU (`cpu_key`: other vector units
+    round products differently, and a late draw can fall the other way) and the same execution of the model."""
+    return stamp.cpu == cpu_key() and stamp.execution == execution(ctx)
+
+
+def machine() -> str:
+    """"<CPU model name>, <n> cores" (`coolsd.util.machine.cpu_name`)."""
+    return f"{cpu_name()}, {os.cpu_count()} cores"
+
+
+def defaults_json(ctx: Context) -> dict:
+    """The race settings' defaults and the rules they make, as they read back from JSON (tuples become lists)."""
+    defaults = RaceSettings.defaults(ctx)
+    rules = {key: rule.config() for key, rule in defaults.plan(ctx).rules.items()}
+    return json.loads(json.dumps(defaults.as_dict() | {"rules": rules}))
+
+
+def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: dict | None = None) -> Path:
+    """Write `trace` with its Stamp to `out` (default: the model's recording path); returns the path. `chosen`: how
+    its seed was chosen (`choose`); that seed becomes the default the app races with."""
+    path = Path(out) if out else recording_path(ctx.model.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
+    defaults = defaults_json(ctx) | ({"seed": chosen["seed"]} if chosen else {})
+    stamp = Stamp(machine(), cpu_key(), execution(ctx), ctx.device.type, now.strftime("%Y-%m-%d %H:%M UTC"),
+                  tuple(round(v, 2) for v in os.getloadavg()), COMMAND, defaults, defaults["seed"], chosen)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(trace.to_json() | {"recorded": dataclasses.asdict(stamp)}, f, separators=(",", ":"))
+    return path
+
+
+def load(ctx: Context, folder: Path | None = None) -> tuple[RaceTrace, Stamp] | None:
+    """(trace, stamp) of the loaded model's recording in `folder` (default assets/traces/) at the current defaults,
+    else None."""
+    path = recording_path(ctx.model.name, folder)
+    if not path.exists():
+        return None
+    try:
+        data = read_recording(path)
+        trace, stamp = RaceTrace.from_json(data), Stamp.from_json(data.get("recorded"))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("shipped trace %s is unreadable (%s); the page opens empty", path, err)
+        return None
+    if trace.model != ctx.model.name or stamp.defaults != defaults_json(ctx):
+        log.warning("shipped trace %s was recorded for other defaults or another model; re-record it with `%s`",
+                    path, COMMAND)
+        return None
+    return trace, stamp
+
+
+class Recording(NamedTuple):
+    """A model's recorded default race as the page shows it: the trace, its status line and its final frame."""
+
+    trace: RaceTrace
+    label: str
+    frame: RaceFrame
+
+
+class Recordings:
+    """model key -> its `Recording`, or None when it has none; each read and drawn once per process. Made once by
+    `make_demo`: the Race tab opens on its model's, a picked model shows its own, the Microscope and the Cost model
+    use it until the session races."""
+
+    def __init__(self, ctx: Context, folder: Path | None = None) -> None:
+        self.ctx, self.folder = ctx, folder  # the app's model: a key of None or "" means it; folder: `load`'s
+        self._found: dict[str, Recording | None] = {}
+        self._lock = threading.Lock()
+
+    def of(self, ctx: Context) -> Recording | None:
+        """The recorded default race of `ctx`'s model; None without one."""
+        key = ctx.model_key
+        with self._lock:
+            if key not in self._found:
+                found = load(ctx.for_model(), self.folder)
+                if found is not None:
+                    trace, label = found[0], found[1].label()
+                    found = Recording(trace, label, draw(ctx.for_trace(trace.settings), trace, len(trace), False,
+                                                         label))
+                self._found[key] = found
+        return self._found[key]
+
+    def of_model(self, model=None) -> Recording | None:
+        """`of` for picker model `model` (None or "": the app's)."""
+        return self.of(self.ctx.for_model(model))
+
+    def trace_or_recorded(self, trace, model=None) -> RaceTrace | None:
+        """This session's race when it has one, else the recorded default race of `model` (default: the app's;
+        None when it has none)."""
+        if isinstance(trace, RaceTrace) and len(trace):
+            return trace
+        found = self.of_model(model)
+        return found.trace if found else None
+
+
+# ---------------------------------------------------------------- recording (the command)
+def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
+    """The default race of `ctx`'s model (at `seed`, default the default seed), raced as Generate races it:
+    (its finished trace, racer key -> what the classifier read in its picture, `DecoderNumbers.recognised`)."""
+    settings = RaceSettings.defaults(ctx)
+    plan = settings.replace(seed=settings.seed if seed is None else seed).plan(ctx)
+    trace = plan.trace()
+    with plan.ctx.lane() as lane, contextlib.closing(plan.race(trace, lane)) as race:
+        deque(trace.follow(race), maxlen=0)
+    trace.status = "finished"
+    final = RaceNumbers.from_json(draw(plan.ctx, trace, len(trace), False, "").stats)
+    return trace, {key: d.recognised for key, d in final.decoders.items()}
+
+
+def choose(ctx: Context, seeds: list[int]) -> tuple[RaceTrace, dict | None]:
+    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are recognised; a model
+    without a classifier keeps the first seed (chosen: None); no seed recognised keeps the first, said so."""
+    tried, first = [], None
+    for seed in seeds:
+        trace, seen = record(ctx, seed)
+        first = first or (seed, trace)
+        if all(v is None for v in seen.values()):
+            return trace, None  # nothing to judge with: the first seed
+        ok = {key: bool((seen[key] or {}).get("class_ok")) for key in LOSSLESS}
+        tried.append({"seed": seed, **ok})
+        print(f"seed {seed}: " + ", ".join(f"{k} {'recognised' if v else 'not recognised'}" for k, v in ok.items()))
+        if all(ok.values()):
+            return trace, {"seed": seed, "tried": tried, "why": f"chosen as the first of seeds {seeds[0]}-{seed} "
+                           "whose vanilla AR and Eagle-1 pictures the model's classifier recognises"}
+    return first[1], {"seed": first[0], "tried": tried, "why": f"no seed of {seeds[0]}-{seeds[-1]} gave pictures "
+                      "the classifier recognised in both vanilla AR and Eagle-1"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="embedded | tiny | llamagen | ... (default: as the app)")
+    parser.add_argument("--out", default=None, help="output file (default: assets/traces/<model slug>.json.gz)")
+    parser.add_argument("--seeds", default="0-19", help="seeds to choose from, first to last (e.g. 0-19)")
+    args = parser.parse_args(argv)
+    lo, _, hi = args.seeds.partition("-")
+    seeds = list(range(int(lo), int(hi or lo) + 1))
+    serving_threads()  # as app.py runs it
+    ctx = open_context(args.model, others=[])
+    trace, chosen = choose(ctx, seeds)
+    path = save(ctx, trace, args.out, chosen)
+    print(f"wrote {path}: {len(trace)} race steps of {ctx.model.name}, {machine()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
