@@ -7,7 +7,8 @@
 writes the trace to `assets/traces/<model slug>.json.gz` (`coolsd.compare.trace.recording_path`) with a `Stamp`:
 the machine (CPU model name, `cpu_key`) and the model's execution (what its tokens depend on besides the seed),
 date, load, command, the defaults and how the seed was chosen: the first of `--seeds` whose vanilla AR and
-lossless (Eagle-1) pictures the model's own classifier recognises (`coolsd.app.judge`); it becomes the app's
+lossless (Eagle-1) pictures the model's own classifier recognises and, on emoji, the likeness does not call broken
+(`coolsd.app.judge`, `well`); it becomes the app's
 default seed (`coolsd.compare.trace.recorded_seed`). `Recordings` reads and draws each model's recording once;
 it is shown only while its model and defaults are the app's (else the page opens empty): a change of defaults
 means recording again with this command.
@@ -195,22 +196,31 @@ def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
 
 
 def choose(ctx: Context, seeds: list[int]) -> tuple[RaceTrace, dict | None]:
-    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are recognised; a model
-    without a classifier keeps the first seed (chosen: None); no seed recognised keeps the first, said so."""
+    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are drawn well (`well`);
+    a model without a classifier keeps the first seed (chosen: None); no seed drawn well keeps the first, said so."""
     tried, first = [], None
     for seed in seeds:
         trace, seen = record(ctx, seed)
         first = first or (seed, trace)
         if all(v is None for v in seen.values()):
             return trace, None  # nothing to judge with: the first seed
-        ok = {key: bool((seen[key] or {}).get("class_ok")) for key in LOSSLESS}
+        ok = {key: well(seen[key]) for key in LOSSLESS}
         tried.append({"seed": seed, **ok})
-        print(f"seed {seed}: " + ", ".join(f"{k} {'recognised' if v else 'not recognised'}" for k, v in ok.items()))
+        print(f"seed {seed}: " + ", ".join(f"{k} {'drawn well' if v else 'not drawn well'}" for k, v in ok.items()))
         if all(ok.values()):
             return trace, {"seed": seed, "tried": tried, "why": f"chosen as the first of seeds {seeds[0]}-{seed} "
-                           "whose vanilla AR and Eagle-1 pictures the model's classifier recognises"}
-    return first[1], {"seed": first[0], "tried": tried, "why": f"no seed of {seeds[0]}-{seeds[-1]} gave pictures "
-                      "the classifier recognised in both vanilla AR and Eagle-1"}
+                           f"whose vanilla AR and Eagle-1 pictures {WELL}"}
+    return first[1], {"seed": first[0], "tried": tried, "why": f"no seed of {seeds[0]}-{seeds[-1]} gave vanilla AR "
+                      f"and Eagle-1 pictures both drawn well (pictures {WELL})"}
+
+
+WELL = "the model's classifier recognises and the likeness does not call broken"
+
+
+def well(reading: dict | None) -> bool:
+    """Whether a picture's reading (`coolsd.app.judge.Judge.read`) shows the class asked for, and, where the model
+    has real pictures, a picture the likeness does not call broken."""
+    return bool(reading) and bool(reading["class_ok"]) and not reading.get("broken", False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from coolsd.app.judge import Judge, caption
+from coolsd.app.recorded import well
 from coolsd.compare.likeness import (
     BROKEN_BELOW,
     FRAMINGS,
@@ -108,3 +109,9 @@ def test_the_caption_calls_a_broken_picture_broken_even_when_the_classifier_is_s
     assert Judge(model, real=lambda kind: None).read([real], asked)[0].get("likeness") is None
     small = torch.nn.functional.avg_pool2d(real[None], 2)[0]  # another size than the real picture's: no likeness
     assert "likeness" not in judge.read([small], asked)[0]
+
+
+def test_the_recorded_race_wants_lossless_pictures_recognised_and_not_broken():
+    assert well({"class_ok": True, "broken": False}) and well({"class_ok": True})  # (a digit: no likeness)
+    assert not well({"class_ok": True, "broken": True}) and not well({"class_ok": False, "broken": False})
+    assert not well(None)
