@@ -15,10 +15,12 @@ from collections import OrderedDict
 
 import torch
 
+from coolsd.bench import delta_sweep
 from coolsd.compare.likeness import BROKEN_BELOW, broken, likeness
 from coolsd.compare.recognise import recognise, shipped_classifier, shipped_real_pictures
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
+from coolsd.util.format import percent
 
 UNLOADED = object()
 CACHE_SIZE = 512  # readings kept by their pictures' tokens (a few hundred bytes each)
@@ -55,6 +57,13 @@ class Judge:
             if self._real is UNLOADED:
                 self._real = self._load_real(self.kind) if self.names is not None else None
         return None if self._real is None or asked is None else self._real.of(asked)
+
+    @property
+    def vanilla_broken(self) -> float | None:
+        """The share of vanilla AR's pictures the likeness calls broken in the model's δ sweep (vanilla AR's band
+        for the readout), or None without one."""
+        vanilla = delta_sweep.reference(sweep, None) if (sweep := delta_sweep.load(self.kind)) else None
+        return None if vanilla is None else vanilla["broken"]
 
     def use(self, classifier) -> None:
         """Judge with `classifier` from now on (tests, tools: e.g. a digit classifier for the tiny model)."""
@@ -120,15 +129,17 @@ class Judge:
 def caption(judge: Judge, reading: dict | None) -> str:
     """The line under a finished picture: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 % · likeness 0.91", or
     "✗ ..., not <asked>" when the class read is not the one asked for; a picture the likeness calls broken starts
-    "✗ **broken**: likeness 0.41 to the real picture (below 0.65)"; "" when nothing was judged."""
+    "✗ **broken**: likeness 0.41 < 0.65 (as are 16 % of vanilla AR's pictures)" (that share from the model's δ
+    sweep, where it has one); "" when nothing was judged."""
     if not reading:
         return ""
     seen = classifier_line(judge, reading)
     if reading.get("likeness") is None:
         return seen
     if reading["broken"]:
-        return (f"✗ **broken**: likeness {reading['likeness']:.2f} to the real picture (below {BROKEN_BELOW}) · "
-                f"{seen.lstrip('✓✗ ')}")
+        share = judge.vanilla_broken
+        band = f" (as are {percent(share)} of vanilla AR's pictures)" if share is not None else ""
+        return f"✗ **broken**: likeness {reading['likeness']:.2f} < {BROKEN_BELOW}{band} · {seen.lstrip('✓✗ ')}"
     return f"{seen} · likeness {reading['likeness']:.2f}"
 
 
