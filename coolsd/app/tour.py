@@ -143,8 +143,9 @@ STEPS = [
          race={"racers": ["sjd", "cool-sd-jacobi"], "delta": 2.0, "nu": 0.7}),
     Step("Quality",
          "Relaxation buys speed with fidelity. The **Quality lab** tab opens on a precomputed sweep of COOL-SD's δ on "
-         "this model: τ, speed-up, FID, how often the model's own classifier recognises the class asked for, and "
-         "the target's NLL, against δ, with vanilla AR's spread as a grey band. The line below says from which δ "
+         "this model: τ, speed-up, FID, how often the model's own classifier recognises the class asked for, on "
+         "emoji how often a picture is unlike its real one (called broken), and the target's NLL, against δ, with "
+         "vanilla AR's spread as a grey band. The line below says from which δ "
          "pictures break here; this step runs the lab there: the same samples, each of another class, with vanilla "
          "AR, Eagle-1 and COOL-SD, the classifier judging each (the digit, or the emoji). Watch the lab's grid and "
          "its accuracy column: few samples, so compare the columns rather than trust one number.",
