@@ -7,8 +7,8 @@ The labelled pictures (`assets/emoji/likeness_calibration.json.gz`: each picture
 label) are the delta sweep's first 64 samples decoded by vanilla AR and by COOL-SD at delta 1024 (L = 2). Each
 was judged by eye beside its real picture as "good", "broken" or "unclear" (a picture drawn with a part missing,
 dissolved or another object is broken). For each threshold the command prints how many broken pictures the
-readout catches and how many good ones it flags (`coolsd.compare.likeness.BROKEN_BELOW` is the one shipped).
-`--decode` decodes the samples again (for labelling another model: the labels then need judging again).
+readout catches and how many good ones it flags (`coolsd.compare.likeness.BROKEN_BELOW` is the one shipped). The
+tokens are kept with their labels: a retrained model's pictures need judging again.
 """
 
 from __future__ import annotations
@@ -24,18 +24,10 @@ from coolsd.compare.likeness import BROKEN_BELOW, RealPictures, likeness
 from coolsd.compare.recognise import EMOJI_CLASSIFIER
 from coolsd.models.emoji import load_emoji
 from coolsd.util.paths import EMOJI_DIR
+from coolsd.util.sheet import Sheet
 
 LABELS = EMOJI_DIR / "likeness_calibration.json.gz"
 THRESHOLDS = (0.5, 0.55, 0.6, 0.65, 0.7)
-
-
-def decode(bundle, rule, conditions: list[int], seeds: list[int]) -> list[list[int]]:
-    """The tokens of each (condition, seed) decoded with `rule` (None: vanilla AR)."""
-    from coolsd.decoding.engine import run
-
-    return [run(bundle.target, bundle.drafter if rule else None, rule, cond=c, num_tokens=bundle.num_tokens,
-                sampling=bundle.default_sampling, seed=s).tokens.reshape(-1).tolist()
-            for c, s in zip(conditions, seeds)]
 
 
 def counts(values: list[float], labels: list[str], threshold: float) -> tuple[int, int, int, int]:
@@ -51,39 +43,29 @@ def show(name: str, row) -> None:
     print("  good flagged:  " + "  ".join(f"{f}/{g}".ljust(7) for _, _, f, g in row))
 
 
-def draw_sheet(pictures: torch.Tensor, reals: torch.Tensor, path: Path, zoom: int = 3) -> None:
-    """Each picture beside its real one, numbered, 8 pairs a row."""
-    from PIL import Image, ImageDraw
-
-    size = pictures.shape[-1] * zoom
-    sheet = Image.new("RGB", (8 * (2 * size + 8), -(-len(pictures) // 8) * (size + 14)), "white")
-    pen = ImageDraw.Draw(sheet)
-    for j, pair in enumerate(zip(reals, pictures)):
-        x0, y0 = (j % 8) * (2 * size + 8), (j // 8) * (size + 14)
-        for k, im in enumerate(pair):
-            pixels = (im.clamp(0, 1) * 255).byte().permute(1, 2, 0).numpy()
-            sheet.paste(Image.fromarray(pixels).resize((size, size), Image.NEAREST), (x0 + k * size, y0 + 12))
-        pen.text((x0 + 2, y0), str(j), fill="black")
-    sheet.save(path)
+def draw_sheet(pictures: torch.Tensor, reals: torch.Tensor, path: Path, per_row: int = 8) -> None:
+    """Each picture right of its real one, `per_row` pairs a row; picture j sits in row j // per_row under
+    column "+j % per_row"."""
+    rows = -(-len(pictures) // per_row)
+    cells = [[None] * (2 * per_row) for _ in range(rows)]
+    for j, (real, picture) in enumerate(zip(reals, pictures)):
+        cells[j // per_row][2 * (j % per_row):2 * (j % per_row) + 2] = [real, picture]
+    sheet = Sheet.grid(rows, 2 * per_row, 96, label_w=70, head_h=20, gap=2, margin=4)
+    heads = [text for k in range(per_row) for text in ("real", f"+{k}")]
+    sheet.draw(cells, [f"{per_row * r}-" for r in range(rows)], heads).save(path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coolsd.decoding.rules import CoolSDRule
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sheets", type=Path, default=None, help="draw each set's pictures into this folder")
-    parser.add_argument("--decode", action="store_true", help="decode the samples again (labels kept as they are)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = json.loads(gzip.decompress(LABELS.read_bytes()))
     bundle = load_emoji(device="cpu")
     real = RealPictures.beside(EMOJI_CLASSIFIER)
-    rules = {"vanilla": None, "cool-sd delta=1024": CoolSDRule(delta=1024.0)}
     print("threshold: " + "  ".join(f"{t:<7}" for t in THRESHOLDS) + f"   (shipped: {BROKEN_BELOW})")
     total = [[0, 0, 0, 0] for _ in THRESHOLDS]
     for name, entry in data["sets"].items():
-        if args.decode:
-            entry["tokens"] = decode(bundle, rules[name], data["conditions"], data["seeds"])
         pictures = bundle.tokenizer.decode(torch.tensor(entry["tokens"]))
         reals = torch.stack([real.of(c) for c in data["conditions"]])
         values = likeness(pictures, reals).tolist()
@@ -94,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         total = [[a + b for a, b in zip(t, r)] for t, r in zip(total, row)]
         show(name, row)
     show("all", total)
-    if args.decode:
-        LABELS.write_bytes(gzip.compress(json.dumps(data).encode()))
     return 0
 
 

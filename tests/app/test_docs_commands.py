@@ -65,6 +65,10 @@ def emoji_benchmark(tmp):
                 "--fid-bootstrap", "2", "--out", str(tmp / "bench"), "--quiet"]
 
 
+def likeness_calibration(tmp):
+    return {}, [sys.executable, "tools/likeness_calibration.py", "--sheets", str(tmp / "sheets")]
+
+
 def fetch_dry_run(tmp):
     return {}, [sys.executable, "-m", "coolsd.fetch", "llamagen", "--resolution", "512", "--dry-run"]
 
@@ -88,6 +92,7 @@ RECIPES = [
     (r"^python -m coolsd\.bench\.delta_sweep --model emoji ", ("run", delta_sweep("emoji"), 0)),
     (r"^python -m coolsd\.bench\.delta_sweep --model mnist ", ("run", delta_sweep("mnist"), 0)),
     (r"^torchrun .* -m coolsd\.bench --model emoji ", ("run", emoji_benchmark, 0)),
+    (r"^python tools/likeness_calibration\.py( --sheets \S+)?$", ("run", likeness_calibration, 0)),
     (r"mutmut run", ("skip", "mutation testing: 45 minutes of both cores")),
     (r"^\.venv/bin/python tools/mutation_report\.py ", ("skip", "reads a finished mutmut run")),
     (r"^(apt-get install|pip install)", ("skip", "installs the training extras (network)")),
