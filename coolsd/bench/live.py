@@ -56,15 +56,15 @@ def start_app(model: str, port: int, timeout_s: float = 300) -> subprocess.Popen
 
 
 def one_race(client, model: str, seed: int) -> dict:
-    """The page's default race at `seed` -> {"seed", "wall_s", "racers": [{decoder, speedup, tau, compute_s}]}."""
-    from coolsd.app.race_view import API_NAMES
-
+    """The page's default race at `seed` -> {"seed", "wall_s", "racers": [{decoder, speedup, tau, compute_s}]}
+    (the race's outputs named as the app's /model_info names them)."""
+    outputs = client.predict(api_name="/model_info")["race_outputs"]
     t0 = time.perf_counter()
     job = client.submit(model=model, seed=seed, api_name="/race")
     for _ in job:
         pass
     wall = time.perf_counter() - t0
-    stats = dict(zip(API_NAMES, job.outputs()[-1]))["stats"]
+    stats = dict(zip(outputs, job.outputs()[-1]))["stats"]
     racers = [{"key": key, "decoder": r["decoder"], "speedup": r.get("speedup"), "tau": r["mean_accepted_length"],
                "compute_s": r["compute_seconds"]} for key, r in stats["decoders"].items()]
     return {"seed": seed, "wall_s": wall, "racers": racers}
