@@ -34,7 +34,7 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():  # (the command runs no server: no network either)
     os.environ.setdefault(_key, _value)
 
-from coolsd.app.context import Context, open_context, serving_threads  # noqa: E402
+from coolsd.app.context import Context, bad, open_context, serving_threads  # noqa: E402
 from coolsd.app.race_view import RaceFrame, RaceNumbers, draw  # noqa: E402
 from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace, read_recording, recording_path  # noqa: E402
@@ -178,6 +178,14 @@ class Recordings:
             return trace
         found = self.of_model(model)
         return found.trace if found else None
+
+    def on_show(self, trace, model, missing: str) -> RaceTrace:
+        """The race on show: this session's (`trace`), else the recorded default race of the `model` a visitor sent
+        (`Context.picked`: APP_MODEL is the app's), else the one-line error `missing`."""
+        found = self.trace_or_recorded(trace, self.ctx.picked(model).model_key)
+        if found is None:
+            raise bad(missing)
+        return found
 
 
 # ---------------------------------------------------------------- recording (the command)
