@@ -203,8 +203,7 @@ def held_out_note(path: Path) -> str:
 
 # ---------------------------------------------------------------- the handler
 class LabPanel:
-    """The lab handler bound to the app's Context; one `Lab` per model (its classifier and sample cache),
-    made on the model's first lab run (`lab_of`)."""
+    """The lab handler; one `Lab` per model (its classifier and sample cache), made on its first run (`lab_of`)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -223,8 +222,7 @@ class LabPanel:
             return self.labs[ctx.model_key]
 
     def _classifier(self, ctx: Context, lab: Lab):
-        """The model's own classifier (`Context.judge`: MNIST digits; emoji class + style), shared with the races and
-        loaded on its first use; None for other models."""
+        """The model's own classifier (`Context.judge`), shared with the races; None for models without one."""
         with self._lock:
             if lab.classifier is None:
                 lab.classifier = ctx.judge.classifier
