@@ -53,7 +53,7 @@ class AfterRace:
         """
         with user_errors():
             overlay = self.overlay_spec.check(overlay)
-            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
+        model = self.ctx.picked(model).model_key
         session = getattr(request, "session_hash", None)
         if session in self.live.overlay:
             self.live.overlay[session] = overlay
@@ -72,11 +72,7 @@ class AfterRace:
     def replay(self, step, overlay, trace, model=APP_MODEL) -> RaceFrame:
         """The race as it was after `step` race steps, from its recorded events (no decoding).
         Before any race of this session: the recorded race of `model` (default: the app's)."""
-        with user_errors():
-            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
-        trace = self.recordings.trace_or_recorded(trace, model)
-        if trace is None:
-            raise bad("nothing to replay yet: run a race first")
+        trace = self.recordings.on_show(trace, model, "nothing to replay yet: run a race first")
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
             overlay = self.overlay_spec.check(overlay)

@@ -1,16 +1,12 @@
-"""The app's shared state: each model loaded once (`Catalogue`), its `Context` (the model, its lanes of model
-handles for concurrent decodes, its views and the one condition check), and the one-line errors.
-
-`make_demo` builds one `Catalogue` and the app model's `Context`; every panel builder receives the Context
-and the components it reads (see `coolsd.app`). A Context is frozen: complete when made, never filled
-in later. The HTTP API bypasses the page's sliders, so every handler checks what it is given (with
-`coolsd.util.checks`, through `coolsd.app.settings`) and answers a bad value with one plain-text line
-(`bad(...)`, `user_errors()`), never a trace.
+"""The app's shared state: each model loaded once (`Catalogue`), its frozen `Context` (the model, lanes of model
+handles for concurrent decodes, views, the condition check), and the one-line errors (`bad`, `user_errors`): the
+API bypasses the page's sliders, so every handler checks what it is given and answers one plain line, never a trace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import queue
@@ -53,19 +49,14 @@ class _AppModel:
         return "APP_MODEL"
 
 
-# The default of a handler's `model` parameter: the app's model when Python code (a test, a tool) leaves it out. Over
-# the API every input arrives as a JSON value, so a visitor's null or "" is never this (`Context.picked` refuses it).
+# a handler's `model` when Python code leaves it out: the app's model (never an API value: null or "" is refused)
 APP_MODEL = _AppModel()
 
 
 # ---------------------------------------------------------------- the models on offer: each loaded once, on 1st use
 class Catalogue:
-    """The models the picker offers (registry keys, in order) and their Contexts, shared by every session.
-
-    A model is loaded on its first use (`get`), once per process, under a lock: one visitor's pick loads it
-    for everybody and changes nobody else's choice (each handler reads the model from its own inputs).
-    A model offered at several resolutions (LlamaGen) has one Context per resolution (`family`).
-    """
+    """The models the picker offers (registry keys, in order) and their Contexts (one per resolution), shared by
+    every session; each loaded on first use (`get`), once per process, under a lock."""
 
     def __init__(self, keys, workers: int = 1, loader=registry.load) -> None:
         self.keys = list(dict.fromkeys(keys))
@@ -118,13 +109,10 @@ class Catalogue:
 class Context:
     """One loaded model (one resolution) and what every panel shares; made by `Context.make`, never changed.
 
-    model: the ModelBundle; key: its registry key ("emoji", "mnist", "llamagen", "tiny"); catalogue: the
-    models on offer (shared); device: where it runs; pixels_hw / display_hw: (H, W) pixels of a decoded
-    image and of its on-page (integer-upscaled) view; image_format: "png" | "webp" for streamed images;
-    k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes that may run at once.
-    judge: the model's own classifier, loaded on first use (`coolsd.app.judge.Judge`: what it sees in a picture).
-    lanes: a queue of `workers` lanes; a lane is a list of MAX_LANE_HANDLES (target, drafter) handles on
-        the shared weights, each with its own KV caches (borrow one with `lane()`).
+    key: the registry key; pixels_hw / display_hw: (H, W) pixels of a decoded image and of its on-page (integer
+    upscaled) view; k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes at once;
+    lanes: `workers` lists of MAX_LANE_HANDLES (target, drafter) handles on the shared weights, each with its own
+    KV caches (`lane()`); judge: the model's classifier (`coolsd.app.judge.Judge`).
     """
 
     model: ModelBundle
@@ -152,9 +140,8 @@ class Context:
 
     @property
     def race_threads(self) -> int:
-        """Racers one race runs at once: on a CPU one per core this process may use ($COOLSD_RACE_THREADS
-        overrides), each racer still charged its own thread's CPU time (`coolsd.compare.race.Race`); on an
-        accelerator 1 (its kernels queue on one device)."""
+        """Racers one race runs at once: one per usable core on a CPU ($COOLSD_RACE_THREADS overrides); 1 on an
+        accelerator (its kernels queue on one device)."""
         if self.device.type != "cpu":
             return 1
         return max(1, int(os.environ.get("COOLSD_RACE_THREADS") or len(os.sched_getaffinity(0))))
@@ -177,10 +164,8 @@ class Context:
             return self.catalogue.get(key)
 
     def picked(self, model) -> Context:
-        """The context of the `model` argument a visitor sent (a picker key or an older name), loaded on first use.
-        One rule for every endpoint: anything else, empty or null included, is one line naming the models on offer
-        (`Catalogue.check`). APP_MODEL (a handler's default when Python code leaves `model` out) is this model;
-        `for_model` is for the app's own calls (None there means this model)."""
+        """The context of the `model` argument a visitor sent (a picker key or an older name; APP_MODEL: this one),
+        loaded on first use; anything else, empty or null included, is one line naming the models on offer."""
         if model is APP_MODEL:
             return self
         with user_errors():
@@ -221,8 +206,7 @@ class Context:
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
 
     def decode_many(self, grids: list[torch.Tensor]) -> list[torch.Tensor]:
-        """`decode_pixels` of several (T,) grids (a race frame's images), in one tokenizer call where it takes a
-        batch (`batched`); a list of (C, h, w)."""
+        """`decode_pixels` of several (T,) grids, in one call where the tokenizer is `batched`; a list of (C, h, w)."""
         if len(grids) < 2 or not getattr(self.model.tokenizer, "batched", False):
             return [self.decode_pixels(t) for t in grids]
         return list(self.model.tokenizer.decode(torch.stack([fill_ids(t) for t in grids]).to(self.device)))
@@ -244,8 +228,7 @@ class Context:
 
 # ---------------------------------------------------------------- errors (the checks themselves: coolsd.util.checks)
 def bad(message: str) -> gr.Error:
-    """A one-line error for the page and the API (`coolsd.util.checks.one_line`: plain text, one line, at most
-    300 characters; Gradio shows it as HTML on the page and verbatim to API clients), logged without a trace."""
+    """A one-line error for the page and the API (`coolsd.util.checks.one_line`), logged without a trace."""
     return gr.Error(one_line(message), print_exception=False)
 
 
@@ -262,8 +245,8 @@ def user_errors():
 
 @contextlib.contextmanager
 def unexpected_errors(logged: str, shown: str):
-    """Inside: any other exception (a bug or a device error) is logged with its trace as "<logged> failed"
-    and becomes one line for the page, `bad("<shown> failed: <type>: <message>")`; a gr.Error passes as it is."""
+    """Inside: an exception other than gr.Error is logged with its trace and becomes
+    `bad("<shown> failed: <type>: <message>")`."""
     try:
         yield
     except gr.Error:
@@ -273,10 +256,23 @@ def unexpected_errors(logged: str, shown: str):
         raise bad(f"{shown} failed: {type(err).__name__}: {plain(err)[:200]}") from None
 
 
+def named(handler, names, defaults: dict | None = None, doc: str | None = None):
+    """`handler(**values)` as a function of one named parameter per name in `names` (default: `defaults[name]`,
+    else required), so the API shows and takes the names; its docstring `doc` (default: the handler's)."""
+    p = inspect.Parameter
+    signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, **({"default": defaults[n]} if defaults else {}))
+                                   for n in names])
+
+    def call(*args, **kwargs):
+        return handler(**signature.bind(*args, **kwargs).arguments)
+
+    call.__signature__, call.__doc__ = signature, doc or handler.__doc__
+    return call
+
+
 def open_context(choice: str | None = None, workers: int = 1, others: list[str] | None = None) -> Context:
-    """The Context of model `choice` (a registry key or alias; default `registry.default_key()`), falling back
-    as the registry says when its weights are missing (the note is on the page), in a Catalogue that offers it
-    first, then `others` (registry keys; default: the shipped models whose weights are here)."""
+    """The Context of model `choice` (default `registry.default_key()`; the registry's fallback when its weights
+    are missing) in a Catalogue offering it first, then `others` (default: the models whose weights are here)."""
     bundles, _ = registry.load_or_fallback(choice or registry.default_key())
     key = registry.key_of(bundles[0])
     catalogue = Catalogue([key, *(registry.available() if others is None else others)], workers)

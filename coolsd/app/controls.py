@@ -89,11 +89,9 @@ def model_updates(ctx: Context, picked: Context, values=None) -> dict:
     """name -> update of each MODEL_CONTROLS control for model `picked`: its choices, bounds and labels, showing
     `values[name]` (checked values of that model) or else the model's default."""
     table, values = specs(picked), values or {}
-    out = {name: table[name].update(values.get(name)) for name in MODEL_CONTROLS}
-    if picked.model.conditioning == "class":  # every name of the picked model (searchable; typed text is matched)
-        out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
-                                       value=values.get("condition", table["condition"].default))
-    if mixed_conditioning(ctx):
+    out = {name: table[name].component(value=values.get(name, table[name].default)) for name in MODEL_CONTROLS}
+    # a class model: every name (searchable; typed text is matched); mixed text and class models: a dropdown
+    if picked.model.conditioning == "class" or mixed_conditioning(ctx):
         out["condition"] = gr.Dropdown(choices=_condition_choices(picked), label=table["condition"].label,
                                        value=values.get("condition", table["condition"].default))
     return out

@@ -7,12 +7,11 @@ path on a background thread); this module lays them out and draws them. API: cos
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import gradio as gr
 
-from coolsd.app.context import APP_MODEL, Context, bad, log
+from coolsd.app.context import APP_MODEL, Context, bad, log, named
 from coolsd.app.how import PAPER
 from coolsd.app.recorded import Recordings
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
@@ -156,14 +155,7 @@ WHAT_IF_NAMES = ["L", *(f"a_{i}" for i in range(1, MAX_DEPTH + 1)), "c", "V", "m
 
 def named_what_if(panel: CostPanel):
     """`panel.what_if` with one named parameter per input, in WHAT_IF_NAMES order (the API shows the names)."""
-    def cost_whatif(*args, **kwargs):
-        return panel.what_if(**signature.bind(*args, **kwargs).arguments)
-
-    p = inspect.Parameter
-    signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, default=panel.specs[n].default)
-                                   for n in WHAT_IF_NAMES])
-    cost_whatif.__signature__, cost_whatif.__doc__ = signature, panel.what_if.__doc__
-    return cost_whatif
+    return named(panel.what_if, WHAT_IF_NAMES, {n: spec.default for n, spec in panel.specs.items()})
 
 
 # ---------------------------------------------------------------- drawing (no maths)

@@ -37,6 +37,7 @@ from coolsd.decoding.engine import DecodeConfig
 from coolsd.decoding.rules import CoolSDRule
 from coolsd.models.conditions import STYLE_SEP
 from coolsd.util.checks import plain
+from coolsd.util.figures import mark_run
 from coolsd.util.figures import pareto_figure as bench_figure
 from coolsd.util.format import number
 from coolsd.util.jsonsafe import json_safe
@@ -162,25 +163,14 @@ def stats_markdown(rows: list[dict], status: str) -> str:
 
 
 def pareto_figure(rows: list[dict], summary: list[dict]):
-    """The benchmark's 2x2 Pareto figure with this run's decoders marked (NLL panels: points; FID panels: x lines)."""
-    import plotly.graph_objects as go
-
+    """The benchmark's 2x2 Pareto figure with this run's decoders marked (`coolsd.util.figures.mark_run`)."""
     images = max((r.get("n_images", 0) for r in rows), default=0)
     fig = bench_figure(rows, f"The shipped benchmark ({images} images per setting) with this lab run marked")
-    for r in summary:
-        if r["decoder"] not in MARKS or r["nll"] is None:
-            continue
-        colour, symbol = MARKS[r["decoder"]]
-        for col, axis in ((1, "speedup"), (2, "tau")):
-            if r[axis] is None:
-                continue
-            fig.add_trace(go.Scatter(
-                x=[r[axis]], y=[r["nll"]], mode="markers", name=f"lab: {r['label']}", legendgroup=f"lab-{r['decoder']}",
-                showlegend=col == 1, marker={"color": colour, "symbol": symbol, "size": 16,
-                                             "line": {"width": 2, "color": "black"}},
-                hovertemplate=f"lab run: {plain(r['label'])} ({r['n']} samples)<br>x=%{{x:.2f}}<br>NLL=%{{y:.3f}}"
-                              "<extra></extra>"), row=2, col=col)
-            fig.add_vline(x=r[axis], line={"color": colour, "dash": "dash", "width": 1}, row=1, col=col)
+    marks = [{"name": f"lab: {r['label']}", "group": f"lab-{r['decoder']}", "colour": MARKS[r["decoder"]][0],
+              "symbol": MARKS[r["decoder"]][1], "speedup": r["speedup"], "tau": r["tau"], "nll": r["nll"],
+              "hover": f"lab run: {plain(r['label'])} ({r['n']} samples)"}
+             for r in summary if r["decoder"] in MARKS and r["nll"] is not None]
+    mark_run(fig, marks)
     fig.update_layout(width=None, height=820, autosize=True, title={"font": {"size": 14}})
     return fig
 
@@ -213,8 +203,7 @@ def held_out_note(path: Path) -> str:
 
 # ---------------------------------------------------------------- the handler
 class LabPanel:
-    """The lab handler bound to the app's Context; one `Lab` per model (its classifier and sample cache),
-    made on the model's first lab run (`lab_of`)."""
+    """The lab handler; one `Lab` per model (its classifier and sample cache), made on its first run (`lab_of`)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -233,8 +222,7 @@ class LabPanel:
             return self.labs[ctx.model_key]
 
     def _classifier(self, ctx: Context, lab: Lab):
-        """The model's own classifier (`Context.judge`: MNIST digits; emoji class + style), shared with the races and
-        loaded on its first use; None for other models."""
+        """The model's own classifier (`Context.judge`), shared with the races; None for models without one."""
         with self._lock:
             if lab.classifier is None:
                 lab.classifier = ctx.judge.classifier

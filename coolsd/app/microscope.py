@@ -30,6 +30,7 @@ VERDICT_COLOURS = {scope.ACCEPTED: (0, 170, 90), scope.REJECTED: (220, 30, 30), 
 LAST_COLOURS = {"resampled": (255, 140, 0), "bonus": (60, 120, 255)}
 NEXT_JS = "(r) => Math.min(r + 1, Number(document.querySelector('#micro-round input[type=range]')?.max ?? r + 1))"
 PATCH_PX = 56  # on-page size of one token patch
+NOTHING = "nothing to look at yet: run a race first"
 INTRO = """
 **A round under the microscope.** Pick a decoder and a round of the last race (or of the recorded one shown at
 page open): the image shows the committed tokens up to this round, the round's draft positions outlined
@@ -49,16 +50,6 @@ class MicroscopePanel:
     def __init__(self, ctx: Context, recordings: Recordings) -> None:
         self.ctx = ctx
         self.recordings = recordings
-
-    def trace_of(self, trace, model=APP_MODEL) -> RaceTrace:
-        """The session's last race, else the recording of `model`'s default race (default: the app's model),
-        else a clear error."""
-        with user_errors():
-            model = self.ctx.picked(model).model_key  # (one rule for every endpoint)
-        found = self.recordings.trace_or_recorded(trace, model)
-        if found is None:
-            raise bad("nothing to look at yet: run a race first")
-        return found
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
@@ -83,7 +74,7 @@ class MicroscopePanel:
     def view(self, key, round_no, trace, cache, model=APP_MODEL):
         """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
         Before any race of this session: of `model`'s recorded race (default: the app's model)."""
-        trace = self.trace_of(trace, model)
+        trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         with user_errors():
             key = check_choice("decoder", key, keys)
@@ -108,7 +99,7 @@ class MicroscopePanel:
 
     def opened(self, key, round_no, trace, cache, model=APP_MODEL):
         """Tab opened / race finished: the decoder choices and the round range of the trace on show, then the view."""
-        trace = self.trace_of(trace, model)
+        trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
         # the range of the rounds the microscope re-decodes (they can differ from the recorded ones when
@@ -126,7 +117,7 @@ class MicroscopePanel:
 
     def clicked(self, key, trace, cache, evt: gr.SelectData, model=APP_MODEL):
         """A click on the image -> the round that committed the clicked cell."""
-        trace = self.trace_of(trace, model)
+        trace = self.recordings.on_show(trace, model, NOTHING)
         with user_errors():
             key = check_choice("decoder", key, [k for k, _ in trace.racers])
         events, _, _ = self.events(trace, key, cache or {})

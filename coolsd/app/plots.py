@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from coolsd.compare.race import running_mean
 from coolsd.decoding import variants
 from coolsd.decoding.events import TokenOutcome
 from coolsd.util.format import number
@@ -194,14 +195,6 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
 
 
 SMOOTH_ROUNDS = 15  # rounds in the running mean of the accepted-length plot (one round is too noisy to read)
-
-
-def running_mean(values: list[float], window: int) -> list[float]:
-    """Mean of the last `window` values at each position (fewer at the start)."""
-    sums = np.cumsum(np.asarray(values, dtype=np.float64))
-    out = sums.copy()
-    out[window:] = sums[window:] - sums[:-window]
-    return (out / np.minimum(np.arange(1, len(values) + 1), window)).tolist()
 
 
 def length_figure(racers: list):

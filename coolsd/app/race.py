@@ -1,11 +1,9 @@
 """The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
 
-A fair race (spec section 5): each step advances the decoder that has used the least compute time so
-far (`coolsd.compare.race`), so every streamed frame shows what each reached with the same compute budget.
-Every step is recorded in a `coolsd.compare.trace.RaceTrace`: after a race (or a stop) the replay slider
-redraws any step from it (no decoding; `coolsd.app.after_race`), and the trace can be downloaded or
-fetched by the API. This module streams the race and lays out the tab; `build` returns a `RaceHandle`,
-the one thing other panels read of it. API: race (streams), overlay, replay, trace.
+A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder that has used the least compute
+time, so every frame compares them at the same budget. Every step is recorded in a `RaceTrace`, from which the
+replay redraws any step (`coolsd.app.after_race`). `build` returns a `RaceHandle`, what other panels read of it.
+API: race (streams), overlay, replay, trace.
 """
 
 from __future__ import annotations
@@ -207,10 +205,8 @@ class RaceHandle:
         return _like(race, run)
 
     def page_race(self):
-        """The Generate buttons' handler: /race's, except that settings refused before the race starts (an unknown
-        emoji name, a bad value) are one toast and the status line, not an error over every output: the pictures,
-        their lines and the plots of the race on show stay readable, and its status line (and any "rockit: showing
-        rocket" in it) goes. The API's /race still raises that error, for its client."""
+        """The Generate buttons' handler: /race's, except that settings refused before the race starts are a toast
+        and the status line, not an error over every output (the race on show stays readable); /race raises."""
         race = self.gradio_race()
 
         def run(*args, **kwargs):

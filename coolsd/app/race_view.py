@@ -1,10 +1,7 @@
-"""What the Race tab shows of a race, by name: the outputs (`RaceOutputs`, components) and one frame of them
-(`RaceFrame`, values), drawn from a recorded `RaceTrace` by the functions here (no decoding, no maths).
-
-Streaming (`coolsd.app.race`), the after-race handlers (`coolsd.app.after_race`) and the recorded default
-races (`coolsd.app.recorded`) all draw through `draw`, so a frame reads the same however it was made.
-A handler returns a `RaceFrame`; `RaceOutputs.values(frame)` lays it out in the order Gradio wires (the
-API returns the same order; `/model_info`'s "race_outputs" names each position).
+"""What the Race tab shows of a race, by name: its outputs (`RaceOutputs`, components) and one frame of them
+(`RaceFrame`, values), drawn from a recorded `RaceTrace` (no decoding, no maths). Streaming, the after-race
+handlers and the recorded races all draw through `draw`; `RaceOutputs.values(frame)` lays a frame out in the
+order Gradio wires and the API returns (`/model_info`'s "race_outputs" names each position).
 """
 
 from __future__ import annotations
@@ -38,14 +35,9 @@ SKIP = gr.skip()
 
 @dataclass(frozen=True)
 class RaceFrame:
-    """One update of the race area (gr.skip() where nothing changes).
-
-    images: SLOTS images (the racers in order, vanilla AR last); stats_md: the stats table (markdown);
-    plot_acc / plot_len / plot_hist: acceptance per draft position, accepted length along the race, its
-    histogram; stats: the JSON payload (model, settings, per-decoder numbers); replay: the replay slider;
-    captions: SLOTS lines under the images, what the model's classifier sees in each finished picture;
-    snapshot: the images on show (state: for the overlay and the PNG strip); trace: the race (state).
-    """
+    """One update of the race area (gr.skip() where nothing changes): SLOTS images (vanilla AR last), the stats
+    table and JSON, three plots, the replay slider, SLOTS captions (what the classifier sees in each finished
+    picture), and the states: snapshot (the images on show, for the overlay and the PNG strip) and trace."""
 
     images: tuple = (SKIP,) * SLOTS
     stats_md: object = field(default_factory=gr.skip)
@@ -102,9 +94,8 @@ def _flat(fields_of, names: tuple[str, ...]):
 
 @dataclass(frozen=True)
 class DecoderNumbers:
-    """One decoder's entry of the stats JSON (`numbers`): `Racer.stats` (tau and speed-up None where not measured
-    yet), what the classifier read in its finished picture (`Judge.judge`'s reading or None) and, under same noise,
-    {"same": k, "compared": n} against vanilla AR."""
+    """One decoder's entry of the stats JSON (`numbers`): `Racer.stats`, what the classifier read in its finished
+    picture (or None) and, under same noise, {"same": k, "compared": n} against vanilla AR."""
 
     decoder: str = ""  # its label
     tokens: int = 0
@@ -152,9 +143,8 @@ def _vanilla(racers: list[Racer]) -> Racer | None:
 
 
 def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
-    """racer key -> (T,) int8 overlay codes of its picture: its token outcomes (`Racer.kinds`); under same noise,
-    DIFFERS where its token is not vanilla AR's at a position both committed (`Racer.versus`) and 0 elsewhere
-    (vanilla AR's own picture, and every picture of a race without vanilla AR, untinted)."""
+    """racer key -> (T,) int8 overlay codes: its token outcomes; under same noise, DIFFERS where its token is not
+    vanilla AR's at a position both committed, 0 elsewhere (vanilla AR's own picture stays untinted)."""
     if not trace.settings.same_noise:
         return {r.key: r.kinds for r in racers}
     reference, out = _vanilla(racers), {}
@@ -166,9 +156,8 @@ def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
 
 
 def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int]]:
-    """racer key -> (same, compared): of the positions it and vanilla AR have both committed (compared), how many
-    hold vanilla AR's token (`Racer.versus`); for every racer but vanilla AR, under same noise only ({} else, and
-    without vanilla AR)."""
+    """racer key -> (same, compared): of the positions it and vanilla AR both committed, how many hold vanilla AR's
+    token; under same noise with vanilla AR racing only ({} else)."""
     reference = _vanilla(racers)
     if not trace.settings.same_noise or reference is None:
         return {}
@@ -177,12 +166,10 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
 
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
-    """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": the same pixels with the
-    overlay changed), else gr.skip(); `snapshot` is updated: {"model": picker key, "variant": the model
-    variant's key, "images": slot -> (pixels uint8, filled, overlay codes: `tints`), "seen": slot -> what the model's
-    classifier read in that slot's finished picture (`judge_pictures`), "same": slot -> [same, compared] under
-    same noise (`agreement`)}. Under same noise with the overlay on, a new vanilla AR frame re-tints every picture
-    on show (each is compared with vanilla AR's tokens)."""
+    """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": new overlay, same pixels), else
+    gr.skip(). Updates `snapshot`: "model", "variant", "images" (slot -> pixels uint8, filled, `tints` codes),
+    "seen" (slot -> the classifier's reading, `judge_pictures`) and "same" (slot -> `agreement`). Under same noise
+    with the overlay on, a new vanilla AR frame re-tints every picture on show."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
@@ -212,27 +199,23 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
 
 
 def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -> None:
-    """seen[slot] = the model's classifier's reading (a dict, `coolsd.app.judge.Judge.judge`; None without a
-    classifier) of each finished picture in `pictures` (slot -> its (T,) token ids), judged against the condition
-    the race asked for."""
+    """seen[slot] = the classifier's reading (`Judge.judge`; None without one) of each finished picture in
+    `pictures` (slot -> (T,) ids), against the condition the race asked for."""
     if pictures:
         asked = ctx.judge.asked(trace.settings.condition)
         seen.update(zip(pictures, ctx.judge.judge(list(pictures.values()), asked, ctx.decode_pixels)))
 
 
 def captions(ctx: Context, snapshot: dict, slots=None) -> tuple:
-    """The line under each slot's picture: what the classifier read (`coolsd.app.judge.caption`), and under same
-    noise "same as vanilla AR at k / n tokens" (n: the positions it and vanilla AR have both committed; "so far"
-    until that is every token); "" where there is neither. Only the `slots` given (default: all) get a value, the
-    others gr.skip()."""
+    """The line under each slot's picture: what the classifier read, and under same noise `same_line`; only the
+    `slots` given (default: all) get a value, the others gr.skip()."""
     seen, same = snapshot.get("seen", {}), snapshot.get("same", {})
     return tuple("\n\n".join(filter(None, (caption(ctx.judge, seen.get(slot)), same_line(ctx, same.get(slot)))))
                  if slots is None or slot in slots else SKIP for slot in range(SLOTS))
 
 
 def same_line(ctx: Context, counts) -> str:
-    """"same as vanilla AR at k / n tokens" for counts (k, n) (`agreement`; "so far" while n < the model's T);
-    "" for None."""
+    """"same as vanilla AR at k / n tokens" ("so far" while n < T) for counts (k, n); "" for None."""
     if counts is None:
         return ""
     k, n = counts
@@ -240,8 +223,7 @@ def same_line(ctx: Context, counts) -> str:
 
 
 def legend(stats) -> str:
-    """The overlay legend of the race on show, read from its stats JSON (`numbers`; None before any race: the
-    outcome legend)."""
+    """The overlay legend of the race on show, from its stats JSON (None before any race: the outcome legend)."""
     shown = RaceNumbers.from_json(stats)
     return overlay_legend_html(shown.settings.noise, VANILLA[0] in shown.decoders)
 
@@ -264,9 +246,8 @@ def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
 
 
 def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | None = None, **extra) -> dict:
-    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder numbers, each
-    with "recognised": what the model's classifier read in its finished picture, `seen` by racer key, or None;
-    under same noise, each racer but vanilla AR with "same_as_vanilla": {"same": k, "compared": n}, `agreement`)."""
+    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder `DecoderNumbers`;
+    `seen`: racer key -> the classifier's reading)."""
     stats = [r.stats(racers[-1]) for r in racers]
     seen, same = seen or {}, agreement(trace, racers)
     more = {key: {"same_as_vanilla": {"same": k, "compared": n}} for key, (k, n) in same.items()}
@@ -287,8 +268,7 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
 
 
 def replay_slider(steps: int, interactive: bool = True) -> gr.Slider:
-    """The replay slider over a race of `steps` steps, at its end (disabled without steps, or when not
-    `interactive`: a race still streaming)."""
+    """The replay slider over a race of `steps` steps, at its end (disabled without steps or while streaming)."""
     return gr.Slider(maximum=max(steps, 1), value=steps, interactive=interactive and steps > 0)
 
 

@@ -3,15 +3,11 @@
     python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
 
-`record` races every control at its default (`RaceSettings.defaults`) as Generate does (`RacePlan.race`); `save`
-writes the trace to `assets/traces/<model slug>.json.gz` (`coolsd.compare.trace.recording_path`) with a `Stamp`:
-the machine (CPU model name, `cpu_key`) and the model's execution (what its tokens depend on besides the seed),
-date, load, command, the defaults and how the seed was chosen: the first of `--seeds` whose vanilla AR and
-lossless (Eagle-1) pictures the model's own classifier recognises and, on emoji, the likeness does not call broken
-(`coolsd.app.judge`, `well`); it becomes the app's
-default seed (`coolsd.compare.trace.recorded_seed`). `Recordings` reads and draws each model's recording once;
-it is shown only while its model and defaults are the app's (else the page opens empty): a change of defaults
-means recording again with this command.
+`record` races every control at its default as Generate does; `save` writes the trace to
+`assets/traces/<model slug>.json.gz` with a `Stamp` (machine, execution, date, defaults, and the seed chosen: the
+first of `--seeds` whose vanilla AR and Eagle-1 pictures are drawn well, `well`; then the app's default seed).
+`Recordings` reads and draws each model's recording once; it is shown only while its model and defaults are the
+app's (a change of defaults means recording again).
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():  # (the command runs no server: no network either)
     os.environ.setdefault(_key, _value)
 
-from coolsd.app.context import Context, open_context, serving_threads  # noqa: E402
+from coolsd.app.context import Context, bad, open_context, serving_threads  # noqa: E402
 from coolsd.app.race_view import RaceFrame, RaceNumbers, draw  # noqa: E402
 from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace, read_recording, recording_path  # noqa: E402
@@ -48,12 +44,8 @@ log = logging.getLogger("coolsd.app")
 
 @dataclass(frozen=True)
 class Stamp:
-    """A recording's "recorded" block: where and when its race ran and with which defaults.
-
-    machine: "<CPU model name>, <n> cores"; cpu: `cpu_key()`; execution: `execution(ctx)`; device: "cpu" | "cuda";
-    date: "YYYY-MM-DD HH:MM UTC"; load_average: 1, 5 and 15 minute load; defaults: `defaults_json`;
-    seed: the seed raced (the app's default); seed_choice: how it was chosen ({"seed", "tried", "why"}) or None.
-    """
+    """A recording's "recorded" block: where and when its race ran and with which defaults (`defaults_json`);
+    seed_choice: how its seed was chosen ({"seed", "tried", "why"}) or None."""
 
     machine: str = "an unrecorded machine"
     cpu: str = ""
@@ -88,7 +80,7 @@ def execution(ctx: Context) -> str:
 
 def same_machine(ctx: Context, stamp: Stamp) -> bool:
     """Whether this machine decodes a recording's tokens bit for bit: the same CPU (`cpu_key`: other vector units
-    round products differently, and a late draw can fall the other way) and the same execution of the model."""
+    round differently) and the same execution of the model."""
     return stamp.cpu == cpu_key() and stamp.execution == execution(ctx)
 
 
@@ -106,7 +98,7 @@ def defaults_json(ctx: Context) -> dict:
 
 def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: dict | None = None) -> Path:
     """Write `trace` with its Stamp to `out` (default: the model's recording path); returns the path. `chosen`: how
-    its seed was chosen (`choose`); that seed becomes the default the app races with."""
+    its seed was chosen (`choose`)."""
     path = Path(out) if out else recording_path(ctx.model.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
@@ -119,8 +111,7 @@ def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: 
 
 
 def load(ctx: Context, folder: Path | None = None) -> tuple[RaceTrace, Stamp] | None:
-    """(trace, stamp) of the loaded model's recording in `folder` (default assets/traces/) at the current defaults,
-    else None."""
+    """(trace, stamp) of the model's recording in `folder` (default assets/traces/) at the current defaults, or None."""
     path = recording_path(ctx.model.name, folder)
     if not path.exists():
         return None
@@ -146,9 +137,8 @@ class Recording(NamedTuple):
 
 
 class Recordings:
-    """model key -> its `Recording`, or None when it has none; each read and drawn once per process. Made once by
-    `make_demo`: the Race tab opens on its model's, a picked model shows its own, the Microscope and the Cost model
-    use it until the session races."""
+    """model key -> its `Recording` (None without one), each read and drawn once per process; shown until the
+    session races."""
 
     def __init__(self, ctx: Context, folder: Path | None = None) -> None:
         self.ctx, self.folder = ctx, folder  # the app's model: a key of None or "" means it; folder: `load`'s
@@ -180,11 +170,19 @@ class Recordings:
         found = self.of_model(model)
         return found.trace if found else None
 
+    def on_show(self, trace, model, missing: str) -> RaceTrace:
+        """The race on show: this session's (`trace`), else the recorded default race of the `model` a visitor sent
+        (`Context.picked`: APP_MODEL is the app's), else the one-line error `missing`."""
+        found = self.trace_or_recorded(trace, self.ctx.picked(model).model_key)
+        if found is None:
+            raise bad(missing)
+        return found
+
 
 # ---------------------------------------------------------------- recording (the command)
 def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
-    """The default race of `ctx`'s model (at `seed`, default the default seed), raced as Generate races it:
-    (its finished trace, racer key -> what the classifier read in its picture, `DecoderNumbers.recognised`)."""
+    """The default race of `ctx`'s model (at `seed`, default the default seed), raced as Generate races it: (its
+    finished trace, racer key -> what the classifier read in its picture)."""
     settings = RaceSettings.defaults(ctx)
     plan = settings.replace(seed=settings.seed if seed is None else seed).plan(ctx)
     trace = plan.trace()

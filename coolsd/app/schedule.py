@@ -1,8 +1,8 @@
 """The Schedule explorer tab: the omega schedule as a family, drawn over depth, judged exactly against its uniform twin.
 
-Numbers come from `coolsd.theory.annealing.explore` (the exact oracle on the toy tabular model); this module
-draws them. The shipped report (`assets/theory_schedules.json`, `python -m coolsd.theory --report`)
-is shown below the figures. API: schedule.
+Numbers and figures come from `coolsd.theory.annealing` (`explore`: the exact oracle on the toy tabular model);
+the shipped report (`assets/theory_schedules.json`, `python -m coolsd.theory --report`) is shown below them.
+API: schedule.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ REPORT = THEORY_REPORT
 DRAFT_LABELS = {"toy": "toy (the Theory tab's)", "close": "close (ε = 0.2)", "far": "far (ε = 0.7)"}
 KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay", "uniform": "uniform (UniformRSD)",
                "custom": "custom list"}
-COLOURS = {"schedule": "#d62728", "below": "#ff9896", "twin": "#1f77b4", "eagle": "#444444"}
 INTRO = f"""
 COOL-SD relaxes each draft depth i of a round by its own weight ωᵢ: a draft is kept with probability
 min(1, ωᵢ p/q) and a rejection resamples from G*ᵢ. Shape the schedule, then compare it with its **uniform twin**:
@@ -94,52 +93,7 @@ def explore(rule: Rule, drafts: str) -> dict:
     return annealing.explore(rule, drafts=drafts, draft_len=DRAFT_LEN)
 
 
-# ---------------------------------------------------------------- figures and text (drawing only)
-def omega_figure(result: dict):
-    """Bars of omega_i over depth (lighter where omega_i < 1), the twin's uniform delta and omega = 1 marked."""
-    import plotly.graph_objects as go
-
-    omega = result["schedule"]["omega"]
-    depth = list(range(1, len(omega) + 1))
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=depth, y=omega, name="this schedule", text=[f"{w:.2f}" for w in omega],
-                         marker={"color": [COLOURS["below"] if w < 1 else COLOURS["schedule"] for w in omega]},
-                         hovertemplate="depth %{x}: ω = %{y:.3f}<extra></extra>"))
-    if result["twin"] is not None:
-        twin = f"uniform twin (δ = {result['twin']['delta']:.3f})"
-        fig.add_trace(go.Bar(x=depth, y=result["twin"]["omega"], name=twin,
-                             marker={"color": COLOURS["twin"], "opacity": 0.45},
-                             hovertemplate="depth %{x}: ω = %{y:.3f}<extra>twin</extra>"))
-    fig.add_hline(y=1, line={"color": "black", "dash": "dash"}, annotation_text="ω = 1 (Eagle-1)",
-                  annotation_position="top right")
-    fig.update_layout(title="ωᵢ over the draft depth i (lighter bars: ωᵢ < 1, stricter than Eagle-1)",
-                      xaxis={"title": "draft depth i", "tickmode": "array", "tickvals": depth},
-                      yaxis_title="ωᵢ", barmode="group", template="plotly_white", height=380,
-                      legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
-    return fig
-
-
-def why_figure(result: dict):
-    """Per depth: expected acceptance tests, accepted drafts and error (bound share), schedule vs twin."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("tests per image", "accepted per image", "error spent"))
-    runs = [("this schedule", result["schedule"], COLOURS["schedule"]), ("Eagle-1", result["eagle"], COLOURS["eagle"])]
-    if result["twin"] is not None:
-        runs.insert(1, ("uniform twin", result["twin"], COLOURS["twin"]))
-    for name, r, colour in runs:
-        depth = list(range(1, len(r["depth_tests"]) + 1))
-        for col, key in enumerate(("depth_tests", "depth_accepts", "depth_bound"), start=1):
-            fig.add_trace(go.Bar(x=depth, y=r[key], name=name, legendgroup=name, showlegend=col == 1,
-                                 marker={"color": colour}, hovertemplate="depth %{x}: %{y:.4f}<extra>" + name +
-                                 "</extra>"), row=1, col=col)
-    fig.update_xaxes(title_text="draft depth i", tickmode="linear", dtick=1)
-    fig.update_layout(barmode="group", template="plotly_white", height=340, legend={"orientation": "h", "y": -0.25},
-                      margin={"t": 40})
-    return fig
-
-
+# ---------------------------------------------------------------- text (drawing only)
 def numbers_markdown(result: dict) -> str:
     """The exact numbers and what omega_i < 1 means where it happens."""
     s, t, e = result["schedule"], result["twin"], result["eagle"]
@@ -193,7 +147,7 @@ class SchedulePanel:
         drafts = v["drafts"]
         with unexpected_errors("schedule explorer", "the exact oracle"):
             result = explore(rule, drafts)
-        return omega_figure(result), why_figure(result), numbers_markdown(result), result
+        return annealing.omega_figure(result), annealing.why_figure(result), numbers_markdown(result), result
 
 
 def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:

@@ -1,19 +1,12 @@
 """What the server keeps per visitor: lean sessions, evicted by count, age and budget.
 
-Gradio's `SessionState` builds the configuration of every component of the page for each new session and keeps the
-last value of every output; it also keeps a copy of a component for every update, `gr.skip()` included. The app
-offers no deep links, which are all that uses them. `LeanSession` keeps what the handlers read: the session's
-`gr.State` values and its copies of components an update changed (`same_props`: a copy with the page component's
-own arguments is not kept), its `config_values` built on demand.
-
-`LeanStateHolder` replaces Gradio's `StateHolder` (installed by `coolsd.app.serving.ServedBlocks`) and pushes the
-least recently used session out when any of these holds:
-- more than `capacity` sessions (Gradio's `state_session_capacity`);
-- the session was last used more than `max_idle_s` seconds ago (`SESSION_IDLE_S`);
-- the estimated bytes of every kept session's states (`state_bytes`) plus `SESSION_BASE_BYTES` per session exceed
-  `budget_bytes` (`STATE_BUDGET_MB`, $COOLSD_STATE_BUDGET_MB overrides).
-An evicted session's states go through their `delete_callback` and its queue records go too (`forget_queue`).
-At most once per `TRIM_EVERY_S` a request asks the C allocator to give freed pages back (`trim_heap`, glibc only).
+Gradio's `SessionState` keeps, per session, every component's configuration, the last value of every output and a
+copy of a component for each update (`gr.skip()` included), for deep links the app does not offer. `LeanSession`
+keeps what the handlers read: `gr.State` values and copies of components an update changed (`same_props`).
+`LeanStateHolder` (installed by `coolsd.app.serving.ServedBlocks`) evicts the least recently used session when
+there are more than `capacity`, when it was idle over `max_idle_s`, or when the kept states' estimated bytes
+(`state_bytes`) plus SESSION_BASE_BYTES each exceed `budget_bytes`; an evicted session's states go through their
+`delete_callback`, its queue records too (`forget_queue`). `trim_heap` gives freed pages back (glibc).
 """
 
 from __future__ import annotations

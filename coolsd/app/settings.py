@@ -1,18 +1,9 @@
 """The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
 
-`RaceSettings` has one field per /race argument, in the API's order (a later argument is appended, so older calls
-keep their meaning). Each field's `Spec` (made per model: some bounds depend on it) says its label (also its name
-in error messages), its kind, its bounds or choices and its default: `RaceSettings.names()`, `.defaults(ctx)`,
-`.check(ctx, values)` (a checked RaceSettings or one clear gr.Error; the model first, the rest against its Specs),
-`.signature(ctx)` (the race handler's), `spec.component()` (the control) and `settings.plan(ctx)` (what the race
-runs: `RacePlan`) come from them.
-
-A rule setting names the rule field(s) it sets (`rule_knob`: `lantern_k` sets `k` of LANTERN++ and LANTERN); its
-default and range come from that rule field (`coolsd.decoding.rules.knob`), so the race's flat names
-(`lantern_lambda`, ...) live only here (`rule_options`). A racer is a (drafting, rule) pair
-(`coolsd.decoding.variants`): racers with a drafter share the race's drafting (a chain of `draft_len`, or a static
-tree), the no-drafter group drafts by Jacobi iteration with window `sjd_window`.
-
+`RaceSettings` has one field per /race argument, in the API's order (new arguments are appended). Each field's
+`Spec`, made per model (some bounds depend on it), gives its label (also its name in errors), kind, bounds or
+choices and default. A rule setting names the rule fields it sets (`rule_knob`); its default and range come from
+that rule field (`coolsd.decoding.rules.knob`), so the race's flat names (`lantern_lambda`, ...) live only here.
 The checks run in the handlers (events are wired with preprocess=False), never in a component's preprocess:
 Gradio swaps a component for a fresh copy in a session once an event updates it.
 """
@@ -107,8 +98,10 @@ class Spec:
         return self.check_fn(value)
 
     def component(self, **extra) -> gr.components.Component:
-        """The control for this setting, showing its default."""
-        kw = {"label": self.label, "value": self.default, "elem_id": self.elem_id, **self.extra, **extra}
+        """The control for this setting showing its default (or `value=`); also its update to this Spec, for a
+        model switch (label, bounds or choices, visibility)."""
+        kw = {"label": self.label, "value": self.default, "elem_id": self.elem_id, "visible": True, **self.extra,
+              **extra}
         if self.kind in ("number", "int") and self.step is not None:
             return gr.Slider(self.minimum, self.maximum, step=self.step, **kw)
         if self.kind in ("number", "int"):
@@ -118,18 +111,6 @@ class Spec:
             return gr.Checkbox(**kw)
         widget = WIDGETS[self.widget]
         return widget(choices=list(self.choices), **kw) if self.choices else widget(**kw)
-
-    def update(self, value=None, widget: str = "") -> gr.components.Component:
-        """An update of this setting's control (made by `component`, or as `widget`) to this Spec: label, bounds
-        or choices and visibility, showing `value` (default: the Spec's default). For a model switch."""
-        kw = {"label": self.label, "value": self.default if value is None else value,
-              "visible": self.extra.get("visible", True)}
-        if self.kind in ("number", "int"):
-            return (gr.Slider if self.step is not None else gr.Number)(minimum=self.minimum, maximum=self.maximum, **kw)
-        if self.kind == "bool":
-            return gr.Checkbox(**kw)
-        widget = WIDGETS[widget or self.widget]
-        return widget(choices=list(self.choices), **kw) if widget is not gr.Textbox else widget(**kw)
 
 
 def top_k_max(ctx: Context) -> int:
@@ -226,41 +207,39 @@ def _number(label: str, default: Callable, low: float, high: float, step: float,
     return setting(lambda ctx: Spec(label, kind, default(ctx), low, high, step, elem_id=elem_id))
 
 
-def rule_default(rule: type[Rule], name: str):
-    """The default of field `name` of the rule dataclass `rule`."""
-    return {f.name: f for f in fields(rule)}[name].default
+def rule_field(rule: type, name: str) -> dataclasses.Field:
+    """Field `name` of the rule (or drafting) dataclass `rule`."""
+    return {f.name: f for f in fields(rule)}[name]
 
 
-def rule_spec(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
+def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
               top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
-    """A control for field `name` of `rule` (a rule's or a drafting's dataclass): its default (unless given), range
-    and step come from that dataclass (`coolsd.decoding.rules.knob`: field metadata "ui"); `top`: a lower top than
-    the dataclass's; `reach`: a higher one (the dataclass's own check still says what is valid)."""
-    low, high, step = {f.name: f for f in fields(rule)}[name].metadata["ui"]
+    """A control for field `name` of `rule`, its default (unless given), range and step that field's (metadata
+    "ui": `coolsd.decoding.rules.knob`); `top` lowers its top, `reach` raises it (the rule still checks values)."""
+    low, high, step = rule_field(rule, name).metadata["ui"]
     high = high if top is None else min(high, top)
     high = high if reach is None else max(high, reach)
-    value = rule_default(rule, name) if default is None else default
-    value = value if value is None else min(value, high)
-    return Spec(label, kind, value, low, high, step, elem_id=elem_id, extra=extra or {})
+    value = rule_field(rule, name).default if default is None else default
+    return Spec(label, kind, value if value is None else min(value, high), low, high, step, elem_id=elem_id,
+                extra=extra or {})
 
 
 def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, str] | None = None,
                  read: Callable[[Mapping], object] | None = None):
-    """A RaceSettings field that sets rule fields: `sets` maps a rule slug to the field of that rule it sets;
-    default: its value where a caller leaves it out (the rule's); read(values): the value the rule gets where
-    it is not the setting's own (values: every rule setting, missing ones at their defaults)."""
+    """A RaceSettings field that sets rule fields: `sets` maps a rule slug to the field it sets; `default`: its
+    value where a caller leaves it out; read(values): the value the rule gets where it is not the setting's own
+    (values: every rule setting, missing ones at their defaults)."""
     return field(metadata={"spec": make, "default": default, "sets": dict(sets or {}), "read": read})
 
 
 def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
               high: Callable | None = None, extra: Mapping | None = None, also: tuple[type[Rule], ...] = (),
               read: Callable[[Mapping], object] | None = None, reach: float | None = None):
-    """A RaceSettings field that sets field `name` of `rule` (and of each rule in `also`), its control made by
-    `rule_spec`; `high(ctx)`: a model-dependent top, never above the rule's; `reach`: a top above the rule's;
-    read: as `rule_setting`."""
+    """A `rule_setting` for field `name` of `rule` (and of each rule in `also`), its control `rule_spec`'s;
+    `high(ctx)`: a model-dependent top."""
     return rule_setting(lambda ctx: rule_spec(rule, name, label, elem_id, kind, default,
                                               None if high is None else high(ctx), extra, reach),
-                        rule_default(rule, name) if default is None else default,
+                        rule_field(rule, name).default if default is None else default,
                         {r.name: name for r in (rule, *also)}, read)
 
 

@@ -1,14 +1,12 @@
 """Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control.
 
-The share link is the app's URL with one query parameter per control (`?seed=3&delta=2&racers=eagle-1,cool-sd`),
-plus `tab=` when given. Opening it sets each control; a bad value keeps that control's default and says why
-(one warning line). The API has the same pieces: share_link (settings -> query string), share_restore
-(query string -> settings, or one clear error), trace (the last race's trace as JSON), trace_file, strip_file.
+The link is the app's URL with one query parameter per control (`?seed=3&racers=eagle-1,cool-sd`), plus `tab=`.
+Opening it sets each control; a bad value keeps that control's default and says why (one warning line).
+API: share_link, share_restore, trace, trace_file, strip_file.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import tempfile
@@ -18,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import gradio as gr
 
-from coolsd.app.context import Context, bad, user_errors
+from coolsd.app.context import Context, bad, named, user_errors
 from coolsd.app.controls import model_updates
 from coolsd.app.plots import image_strip
 from coolsd.app.racers import SLOTS, slot_keys
@@ -40,12 +38,6 @@ def _file(name: str, suffix: str) -> str:
     for old in files[: max(0, len(files) - KEEP_FILES + 1)]:
         os.remove(old)
     return os.path.join(folder, f"coolsd-{name}-{uuid.uuid4().hex[:8]}{suffix}")
-
-
-def shared_specs(ctx: Context, picked: Context | None = None) -> dict[str, Spec]:
-    """name -> Spec (how it is checked) of every setting a share link carries (the race settings, in the race's
-    argument order) for model `picked` (default: the app's)."""
-    return specs(picked or ctx)
 
 
 # ---------------------------------------------------------------- settings <-> query string
@@ -75,11 +67,10 @@ def _decode(spec: Spec, text: str):
 
 
 def check_shared(ctx: Context, values: Mapping) -> dict:
-    """The checked values (name -> value) of share-link controls; one gr.Error for the first bad one.
-
-    The race settings among them are checked as the race checks them, together with the defaults of the
-    rest (`RaceSettings.check` and `plan`), so a link is refused exactly when its race would be."""
-    table = shared_specs(ctx)
+    """The checked values (name -> value) of share-link controls; one gr.Error for the first bad one. The race
+    settings are checked as the race checks them (`RaceSettings.check` and `plan`), so a link is refused exactly
+    when its race would be."""
+    table = specs(ctx)
     unknown = [name for name in values if name not in table]
     if unknown:
         raise bad(f"unknown setting {show(unknown[0])}")
@@ -101,11 +92,8 @@ def share_query(ctx: Context, values: Mapping) -> str:
 
 
 def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
-    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter]).
-
-    A link naming a `model` is checked against that model (an unknown one: one message, the rest checked
-    against the app's model). When every parameter is fine on its own, the race settings are checked
-    together as the race would (one message when it would refuse them)."""
+    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter]), checked against
+    the `model` the link names (unknown: one message, the app's model), then together as the race would."""
     values, errors, picked, model_ok = {}, [], ctx, True
     if "model" in params:
         try:
@@ -113,7 +101,7 @@ def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[
         except gr.Error as err:
             errors.append(str(err.message))
             model_ok = False
-    table = shared_specs(ctx, picked)
+    table = specs(picked)
     raw = {}
     for name, text in params.items():
         if name == "tab":
@@ -187,28 +175,16 @@ class TakeAway:
         strip.save(path)
         return path
 
-    def share_link(self, *values) -> str:
+    def share_link(self, **values) -> str:
         """The query string ("?seed=3&...") that restores these settings; the page prefixes its own URL."""
-        return share_query(self.ctx, dict(zip(RaceSettings.names(), values)))
-
-    def _named_share_link(self):
-        """`share_link` with one named parameter per control (the API shows and takes the names)."""
-        names = RaceSettings.names()
-
-        def share_link(*values):
-            return self.share_link(*values)
-
-        share_link.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-        share_link.__doc__ = self.share_link.__doc__
-        return share_link
+        return share_query(self.ctx, values)
 
     def wire(self) -> None:
         controls = self.controls.inputs
         self.trace_btn.click(self.trace_file, self.trace, self.file, api_name="trace_file")
         self.strip_btn.click(self.strip_file, [self.snapshot, self.controls["overlay"], self.trace], self.file,
                              api_name="strip_file", preprocess=False)
-        self.link_btn.click(self._named_share_link(), controls, self.link, api_name="share_link",
+        self.link_btn.click(named(self.share_link, RaceSettings.names()), controls, self.link, api_name="share_link",
                             preprocess=False).then(
             None, self.link, self.link, js="(q) => q && q.startsWith('?') ? "
             "window.location.origin + window.location.pathname + q : q", api_visibility="private")

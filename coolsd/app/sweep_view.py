@@ -1,12 +1,8 @@
-"""The Lab's precomputed delta sweep: what COOL-SD's relaxation costs on the model, shown at once, with the race's
-current delta marked.
+"""The Lab's precomputed delta sweep: what COOL-SD's relaxation costs on the model, with the race's delta marked.
 
-The sweep is a file per shipped model, written by `python -m coolsd.bench.delta_sweep` (`SWEEPS`: tau, speed-up,
-FID with its spread, recognition and the share called broken with their intervals and NLL with its standard
-error per delta, vanilla AR's band, where each measure leaves it, and a few samples' tokens), read back there too
-(`load`, `nearest`, ...). This module draws it (`figure`, plotly, as `coolsd.app.plots` does), says what it
-shows in words whose every number is read from the file (`summary_markdown`, `range_sentence`) and lays the
-samples out as a picture sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
+The sweep files are written and read by `coolsd.bench.delta_sweep`; this module draws one (`figure`), says what it
+shows in words whose every number is read from the file (`summary_markdown`) and lays its samples out as a picture
+sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
 """
 
 from __future__ import annotations
@@ -45,9 +41,7 @@ def _d(value) -> str:
 
 
 def range_sentence(sweep: dict | None) -> str:
-    """Where pictures break on this model, from its sweep: "From δ = 64 on, every swept δ (up to 256) has more
-    pictures called broken than vanilla AR's band (64 samples a point)."; or that none does; or that there is no
-    sweep."""
+    """Where pictures break on this model, from its sweep ("From δ = 64 on, every swept δ (up to 256) has ...")."""
     if not sweep:
         return "This model has no precomputed δ sweep."
     top, n = reach(sweep), sweep["samples"]
@@ -65,8 +59,7 @@ def range_sentence(sweep: dict | None) -> str:
 
 def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str = "") -> str:
     """The text under the figure: how the sweep was made, where pictures break, and the point nearest the race's
-    `delta` (its numbers as the file holds them). kind / key: the model's `ModelBundle.kind` and picker key (named
-    in the command that makes a missing sweep)."""
+    `delta`. kind / key: the model's kind and picker key (for the command that makes a missing sweep)."""
     if not sweep:
         path = SWEEPS.get(kind)
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
@@ -109,10 +102,8 @@ def _pct(value) -> str:
 
 # ---------------------------------------------------------------- the figure
 def figure(sweep: dict, delta: float | None):
-    """plotly figure, one panel per measure the sweep holds (τ, speed-up, FID, recognition, the share called broken,
-    NLL) against δ (log axis): COOL-SD's
-    line with its spreads, vanilla AR's band (grey) and value (dashed), Eagle-1's value (dotted), the δ from which
-    pictures break (red dotted) and the race's `delta` (solid line)."""
+    """plotly figure, one panel per measure the sweep holds against δ (log axis): COOL-SD's line with its spreads,
+    vanilla AR's band and value, Eagle-1's value, where pictures break and the race's `delta`."""
     from plotly.subplots import make_subplots
 
     panels = [(key, title) for key, title in PANELS if any(_finite(r[key]) for r in sweep["rows"])]
@@ -197,8 +188,8 @@ def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
 
 # ---------------------------------------------------------------- the pictures
 def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
-    """(label, setting) of the sheet's rows: vanilla AR, Eagle-1, COOL-SD at the swept δ nearest the race's, and
-    at the breaking δ (else the largest swept); each once."""
+    """(label, setting) of the sheet's rows: vanilla AR, Eagle-1, COOL-SD at the swept δ nearest the race's and at
+    the breaking δ (else the largest swept); each once."""
     rows = [("vanilla AR", reference(sweep, None)["setting"]), ("Eagle-1", reference(sweep, "eagle-1")["setting"])]
     near, top = nearest(sweep, delta), breaking_delta(sweep) or reach(sweep)
     far = next(r for r in swept(sweep) if r["delta"] == top)
@@ -209,8 +200,8 @@ def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
 
 
 def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
-    """The kept samples of `sheet_rows`, one row per setting, decoded by the model's tokenizer; None when the file
-    keeps none or its tokens do not fit this model (another grid or codebook)."""
+    """The kept samples of `sheet_rows`, one row per setting; None when the file keeps none or its tokens do not
+    fit this model."""
     rows = [(label, sweep["kept"].get(setting)) for label, setting in sheet_rows(sweep, delta)]
     if any(not lines for _, lines in rows):
         return None
@@ -242,8 +233,8 @@ RACE_DELTA = _RaceDelta()  # a handler's δ when Python code leaves it out: the 
 
 
 class SweepPanel:
-    """The sweep view bound to the app's Context (`numbers` is the /delta_sweep endpoint); picture sheets are kept
-    per model and rows (a slider move redraws the figure, and the pictures only when the nearest δ changes)."""
+    """The sweep view (`numbers`: /delta_sweep); picture sheets are kept per model and rows, so a slider move
+    redraws the pictures only when the nearest δ changes."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -287,8 +278,7 @@ class SweepPanel:
 
 
 def build(ctx: Context, model: gr.Dropdown, delta: gr.Slider) -> SweepPanel:
-    """The sweep section (call inside the Lab tab): figure, words, pictures, shown at once for the app's model and
-    the race's default δ; they follow the model picker and the race's δ slider. API: delta_sweep (the numbers)."""
+    """The sweep section (inside the Lab tab): figure, words, pictures; they follow the picker and the race's δ."""
     panel = SweepPanel(ctx)
     figure0, text0, sheet0 = panel.view()
     gr.Markdown("### What relaxation costs: COOL-SD's δ swept (precomputed)\nEach point decodes the same samples "

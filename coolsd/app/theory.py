@@ -31,15 +31,6 @@ def _curves(nu: float, k: int) -> dict:
     return sweeps.tradeoff_curves(nu=nu, k=k)
 
 
-def display_names(fig) -> None:
-    """Trace names as the page shows decoders ("UniformRSD", "COOL-SD unclipped"), not registry keys."""
-    for line in fig.data:
-        key, _, rest = (line.name or "").partition(" ")
-        if key in variants.VARIANTS:
-            name = f"{variants.VARIANTS[key].name} {rest}".strip()
-            line.update(name=name, legendgroup=name)
-
-
 def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
     """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
     import plotly.graph_objects as go
@@ -54,7 +45,7 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
                              marker={"color": variants.COLOURS["lantern++"], "size": 14, "symbol": "x-thin",
                                      "line": {"width": 3, "color": variants.COLOURS["lantern++"]}},
                              hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
-    display_names(fig)
+    sweeps.display_names(fig)
     s = curves["setup"]
     # the legend sits under the plot (never over the title or the curves; it wraps instead of scrolling), and the
     # width follows the page, so a phone gets the whole width

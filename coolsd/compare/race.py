@@ -154,6 +154,14 @@ _DEVICE_ERROR_WORDS = ("CUDA", "cuDNN", "CUBLAS", "out of memory", "device-side 
 _fault: Callable[[Racer], None] | None = None  # test hook: called before every round (see `inject_fault`)
 
 
+def running_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last `window` values at each position (fewer at the start): a racer's `round_tokens` smoothed."""
+    sums = torch.tensor(values, dtype=torch.float64).cumsum(0)
+    out = sums.clone()
+    out[window:] -= sums[:-window]
+    return (out / torch.arange(1, len(values) + 1).clamp(max=window)).tolist()
+
+
 def is_device_failure(err: BaseException) -> bool:
     """True for errors raised by the accelerator (OOM, CUDA/cuDNN/cuBLAS errors), not by our code."""
     if isinstance(err, torch.OutOfMemoryError):

@@ -6,7 +6,7 @@ Every number comes from the exact oracle (`coolsd.theory.oracle.exact`) on small
   linear decay, uniform, custom list), optionally floored at 1;
 - `explore` gives the schedule's exact tau, TV and bound on a toy model, per depth too, next to its
   *uniform twin*: the UniformRSD whose delta is bisected to the same tau (what the schedule
-  explorer shows);
+  explorer shows), drawn by `omega_figure` and `why_figure`;
 - `compare_schedules` counts, over random models with close and with far drafts, how often the
   floored and the unclipped COOL-SD schedule beat their uniform twin in exact TV and in the bound
   (what `python -m coolsd.theory --report` prints; reported, never asserted).
@@ -144,6 +144,55 @@ def explore(rule: Rule, drafts: str = "toy", vocab_size: int = 4, num_tokens: in
     twin_rule, twin = uniform_twin(target, drafter, result.tau, draft_len, iters, probs)
     out["twin"] = summary(twin_rule, twin, draft_len) | {"delta": twin_rule.delta}
     return out
+
+
+# ---------------------------------------------------------------- the explorer's figures (plotly)
+COLOURS = {"schedule": "#d62728", "below": "#ff9896", "twin": "#1f77b4", "eagle": "#444444"}
+
+
+def omega_figure(result: dict):
+    """Bars of omega_i over depth (lighter where omega_i < 1), the twin's uniform delta and omega = 1 marked."""
+    import plotly.graph_objects as go
+
+    omega = result["schedule"]["omega"]
+    depth = list(range(1, len(omega) + 1))
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=depth, y=omega, name="this schedule", text=[f"{w:.2f}" for w in omega],
+                         marker={"color": [COLOURS["below"] if w < 1 else COLOURS["schedule"] for w in omega]},
+                         hovertemplate="depth %{x}: ω = %{y:.3f}<extra></extra>"))
+    if result["twin"] is not None:
+        twin = f"uniform twin (δ = {result['twin']['delta']:.3f})"
+        fig.add_trace(go.Bar(x=depth, y=result["twin"]["omega"], name=twin,
+                             marker={"color": COLOURS["twin"], "opacity": 0.45},
+                             hovertemplate="depth %{x}: ω = %{y:.3f}<extra>twin</extra>"))
+    fig.add_hline(y=1, line={"color": "black", "dash": "dash"}, annotation_text="ω = 1 (Eagle-1)",
+                  annotation_position="top right")
+    fig.update_layout(title="ωᵢ over the draft depth i (lighter bars: ωᵢ < 1, stricter than Eagle-1)",
+                      xaxis={"title": "draft depth i", "tickmode": "array", "tickvals": depth},
+                      yaxis_title="ωᵢ", barmode="group", template="plotly_white", height=380,
+                      legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
+    return fig
+
+
+def why_figure(result: dict):
+    """Per depth: expected acceptance tests, accepted drafts and error (bound share), schedule vs twin."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tests per image", "accepted per image", "error spent"))
+    runs = [("this schedule", result["schedule"], COLOURS["schedule"]), ("Eagle-1", result["eagle"], COLOURS["eagle"])]
+    if result["twin"] is not None:
+        runs.insert(1, ("uniform twin", result["twin"], COLOURS["twin"]))
+    for name, r, colour in runs:
+        depth = list(range(1, len(r["depth_tests"]) + 1))
+        for col, key in enumerate(("depth_tests", "depth_accepts", "depth_bound"), start=1):
+            fig.add_trace(go.Bar(x=depth, y=r[key], name=name, legendgroup=name, showlegend=col == 1,
+                                 marker={"color": colour}, hovertemplate="depth %{x}: %{y:.4f}<extra>" + name +
+                                 "</extra>"), row=1, col=col)
+    fig.update_xaxes(title_text="draft depth i", tickmode="linear", dtick=1)
+    fig.update_layout(barmode="group", template="plotly_white", height=340, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 40})
+    return fig
 
 
 # ---------------------------------------------------------------- the reported comparison

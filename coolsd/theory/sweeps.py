@@ -157,6 +157,15 @@ def tradeoff_figure(curves: dict, mark: Rule | dict | None = None):
     return fig
 
 
+def display_names(fig) -> None:
+    """Trace names as the app shows decoders ("UniformRSD", "COOL-SD unclipped"), not registry keys."""
+    for line in fig.data:
+        key, _, rest = (line.name or "").partition(" ")
+        if key in variants.VARIANTS:
+            name = f"{variants.VARIANTS[key].name} {rest}".strip()
+            line.update(name=name, legendgroup=name)
+
+
 # ---------------------------------------------------------------- the reported comparisons
 def compare(n_models: int = 20, vocab_size: int = 3, num_tokens: int = 5, draft_len: int = 3,
             deltas: tuple[float, ...] = (1.1, 2.0), nu: float = NU, match_iters: int = 14) -> dict:

@@ -1,5 +1,5 @@
 """Figures drawn from result rows that more than one layer shows: the benchmark's Pareto figure (written by
-`python -m coolsd.bench`, marked with a lab run by the app's Quality lab). Drawing only, from plain dicts."""
+`python -m coolsd.bench`, a lab run marked on it by the app's Quality lab: `mark_run`). Drawing only, from dicts."""
 
 from __future__ import annotations
 
@@ -49,6 +49,23 @@ def pareto_figure(rows: list[dict], title: str):
     fig.update_yaxes(title_text="NLL, nats/token (lower is better)", row=2, col=1)
     fig.update_layout(title=title, template="plotly_white", width=1250, height=950, legend={"font": {"size": 11}})
     return fig
+
+
+def mark_run(fig, marks: list[dict]) -> None:
+    """Mark points of a run on `pareto_figure`'s panels: each mark (dict: name, group, colour, symbol, speedup, tau,
+    nll, hover) is a point on the NLL panels and a dashed x line on the FID panels; an axis of None is skipped."""
+    import plotly.graph_objects as go
+
+    for m in marks:
+        for col, axis in ((1, "speedup"), (2, "tau")):
+            if m[axis] is None:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[m[axis]], y=[m["nll"]], mode="markers", name=m["name"], legendgroup=m["group"],
+                showlegend=col == 1, marker={"color": m["colour"], "symbol": m["symbol"], "size": 16,
+                                             "line": {"width": 2, "color": "black"}},
+                hovertemplate=f"{m['hover']}<br>x=%{{x:.2f}}<br>NLL=%{{y:.3f}}<extra></extra>"), row=2, col=col)
+            fig.add_vline(x=m[axis], line={"color": m["colour"], "dash": "dash", "width": 1}, row=1, col=col)
 
 
 def write_png(fig, path, scale: float = 1) -> str | None:

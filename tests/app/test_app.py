@@ -16,6 +16,7 @@ from PIL import Image
 
 from coolsd.app import context, controls, racers
 from coolsd.app import race as race_ui
+from coolsd.app import settings as settings_ui
 from coolsd.app.demo import Demo, build_demo
 from coolsd.app.settings import RaceSettings, make_racer_rule
 from coolsd.decoding.drafting import Chain, Jacobi
@@ -153,7 +154,7 @@ def test_a_failure_inside_a_race_is_one_line_and_returns_the_lane(monkeypatch, c
     def broken(*args, **kw):
         raise RuntimeError("device <lost>")
 
-    monkeypatch.setattr(race_ui, "generate", broken)
+    monkeypatch.setattr(settings_ui, "generate", broken)
     with pytest.raises(gr.Error) as err, caplog.at_level("ERROR", logger="coolsd.app"):
         list(RACE.race(**kwargs()))
     assert str(err.value.message) == "decoding failed: RuntimeError: device ‹lost›"
@@ -320,7 +321,7 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
     import threading
     import time
 
-    real_generate = race_ui.generate
+    real_generate = settings_ui.generate
     started, closed = threading.Event(), threading.Event()
     drawn, begun, exhausted = [], [], []  # rounds drawn; decoders begun; decoders that ran to their end
 
@@ -338,7 +339,7 @@ def test_api_cancel_stops_the_race(client, monkeypatch):
             raise
         exhausted.append(True)
 
-    monkeypatch.setattr(race_ui, "generate", slow_generate)
+    monkeypatch.setattr(settings_ui, "generate", slow_generate)
     job = client.submit(**kwargs(seed=9), api_name="/race")
     assert started.wait(DEADLINE_S), "the race never started"
     job.cancel()

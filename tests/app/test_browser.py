@@ -124,9 +124,9 @@ def _stop(page, app):
     import threading
     import time
 
-    from coolsd.app import race as race_ui
+    from coolsd.app import settings as settings_ui
 
-    real_generate = race_ui.generate
+    real_generate = settings_ui.generate
     closed = threading.Event()
 
     def slow_generate(*args, **kw):
@@ -139,7 +139,7 @@ def _stop(page, app):
             raise
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(race_ui, "generate", slow_generate)
+    mp.setattr(settings_ui, "generate", slow_generate)
     try:
         page.locator("#gen-btn").click()
         wait_text(page, "#stats", "Racing")

@@ -134,7 +134,8 @@ def test_acceptance_figure_has_a_line_per_decoder_and_the_omega_curve():
 def test_length_figure_plots_a_running_mean_along_the_image():
     """Issue 26 #8: three zig-zags of every round were unreadable: the running mean of SMOOTH_ROUNDS rounds, against
     the share of the image committed."""
-    from coolsd.app.plots import SMOOTH_ROUNDS, running_mean
+    from coolsd.app.plots import SMOOTH_ROUNDS
+    from coolsd.compare.race import running_mean
 
     fig = length_figure([_FakeRacer("eagle-1", [], [], [3, 1, 4])])
     assert list(fig.data[0].y) == pytest.approx([3, 2, 8 / 3]) and list(fig.data[0].x) == pytest.approx(
