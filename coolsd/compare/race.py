@@ -211,6 +211,7 @@ class Race:
             raise ValueError(f"a race needs at least one worker, not {workers}")
         self.racers, self.workers = racers, workers
         self.steps = 0
+        self._running: Iterator | None = None  # the workers' generator of a parallel race being iterated
 
     @property
     def finished(self) -> bool:
@@ -249,7 +250,8 @@ class Race:
             while (out := self.step()) is not None:
                 yield out
             return
-        yield from self._parallel()
+        self._running = self._parallel()
+        yield from self._running
 
     def _parallel(self) -> Iterator[tuple[Racer, RoundEvent]]:
         """`workers` threads run rounds without waiting for the caller: each takes the least-compute racer no other
@@ -288,7 +290,12 @@ class Race:
                 t.join()
 
     def close(self) -> None:
-        """Close every racer's engine iterator (a cancelled race)."""
+        """Close every racer's engine iterator (a cancelled race); a parallel race's workers are stopped first,
+        after their rounds in flight, so that no iterator is still running when it is closed."""
+        running, self._running = self._running, None
+        if running is not None:
+            with contextlib.suppress(ValueError):  # closed from a worker (a device failure): the caller stops them
+                running.close()
         for r in self.racers:
             close = getattr(r.events, "close", None)
             if close is not None:
