@@ -28,7 +28,7 @@ from coolsd.util.jsonsafe import json_safe
 ID, TITLE = "cost", "Cost model"
 MAX_DEPTH = MAX_DRAFT_LEN  # what-if sliders a_1..a_8; the curve is measured for 1..L + 1 tokens
 REPEATS, WAIT_S = 9, 60.0  # calls per median; how long a request waits for the background measurement
-PAPER_BEST = max(PAPER, key=lambda row: row[3])  # the paper's fastest reported point (LlamaGen-XL, COOL-SD delta 2)
+PAPER_BEST = max(PAPER, key=lambda row: row[3])  # the paper's highest reported speed-up (LlamaGen-XL, COOL-SD delta 2)
 INTRO = """
 A chain round of L drafts costs **L c + V(L + 1)** target steps, where one *target step* is a target forward of one
 token (with its CFG rows), **c** is a drafter step in target steps and **V(n)** a target forward of n tokens in

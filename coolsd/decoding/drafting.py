@@ -62,8 +62,8 @@ class Chain(Drafting):
     """A drafter's chain: L drafts per round, each drawn from the drafter's q given the ones before it."""
 
     name: ClassVar[str] = "chain"
-    # (choice) L = 2: the race's and the benchmark's default, the fastest measured on the shipped emoji model
-    # (`python -m coolsd.bench.tuning`, assets/emoji/bench/round_tuning.md)
+    # (choice) L = 2: the race's and the benchmark's default, chosen on the shipped emoji model by
+    # `python -m coolsd.bench.tuning` (its table: assets/emoji/bench/round_tuning.md)
     draft_len: int = knob(2, 1, 8, 1)
 
     def __post_init__(self) -> None:
@@ -117,7 +117,7 @@ class Jacobi(Drafting):
 
     name: ClassVar[str] = "jacobi"
     needs_drafter: ClassVar[bool] = False
-    # (choice) W = 4: the fastest on the shipped emoji model (assets/emoji/bench/sjd_window.md)
+    # (choice) W = 4: chosen on the shipped emoji model (its table: assets/emoji/bench/sjd_window.md)
     window: int = knob(4, 1, 16, 1)
     reuse: bool = False
     init: str = "last"
