@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from coolsd.compare.likeness import (
 from coolsd.compare.recognise import shipped_real_pictures
 from coolsd.models.emoji import load_emoji
 from coolsd.util.format import percent
-from coolsd.util.paths import EMOJI_CLASSIFIER, EMOJI_DIR
+from coolsd.util.paths import EMOJI_CLASSIFIER, EMOJI_DIR, ROOT
 
 REAL = shipped_real_pictures("emoji")
 BUNDLE = load_emoji(device="cpu")
@@ -119,3 +120,10 @@ def test_the_recorded_race_wants_lossless_pictures_recognised_and_not_broken():
     assert well({"class_ok": True, "broken": False}) and well({"class_ok": True})  # (a digit: no likeness)
     assert not well({"class_ok": True, "broken": True}) and not well({"class_ok": False, "broken": False})
     assert not well(None)
+
+
+def test_the_docs_name_the_shipped_threshold():
+    said = {path: (ROOT / path).read_text() for path in ("README.md", "docs/app-and-api.md", "assets/emoji/README.md")}
+    for path, text in said.items():
+        found = set(re.findall(r"below \**(0\.\d+)", text, flags=re.IGNORECASE))
+        assert found == {f"{BROKEN_BELOW:g}"}, (path, found)
