@@ -1,11 +1,7 @@
 """The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
 
-Pick a decoder and a round (slider, Prev / Next buttons, the arrow keys, or a click on the image). The
-decoder is decoded again with the race's settings and seed and `DecodeConfig(detail=True)`
-(`coolsd.compare.microscope`; the race itself records no detail), once per decoder and race; then
-stepping through its rounds costs nothing. Shows: the image with the round's positions outlined, the
-drafted tokens as decoded image patches, per depth q(x), p(x), omega_i, a_i, u_i and the verdict, and
-the top tokens of p, q and the residual the last token was drawn from. API: microscope.
+The race records no detail, so a decoder is decoded again once per race with its settings, seed and
+`DecodeConfig(detail=True)` (`coolsd.compare.microscope`); stepping through rounds then costs nothing. API: microscope.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ previous iteration's forward computed it, and p is this iteration's; $\\omega_i$
 
 
 class MicroscopePanel:
-    """Handlers of the tab; the re-run of a decoder is cached in a per-session gr.State."""
+    """The tab's handlers; a decoder's re-run is cached in a per-session gr.State."""
 
     def __init__(self, ctx: Context, recordings: Recordings) -> None:
         self.ctx = ctx
@@ -53,11 +49,8 @@ class MicroscopePanel:
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
-        """(racer `key`'s rounds, whether a re-run here committed the recorded ones, the updated cache).
-
-        The rounds are the re-run's (each with its detail: q, p, u, the residual) when it reproduced the race;
-        otherwise (a trace from another machine, precision or execution path) the trace's own rounds, without
-        detail: the view then shows what the trace stores (`stored_view`), never a round the race did not run."""
+        """(racer `key`'s rounds, whether the re-run here reproduced them, the updated cache): the re-run's rounds
+        (with q, p, u, the residual) when it did, else the trace's own, without detail (`stored_view`)."""
         sig = (id(trace), len(trace), key)
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
@@ -72,8 +65,8 @@ class MicroscopePanel:
 
     # ---------------------------------------------------------------- handlers
     def view(self, key, round_no, trace, cache, model=APP_MODEL):
-        """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
-        Before any race of this session: of `model`'s recorded race (default: the app's model)."""
+        """Round `round_no` of decoder `key` (no race yet: of `model`'s recorded race): (image, patches, bars,
+        table, header, JSON view, cache)."""
         trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         with user_errors():
@@ -102,8 +95,6 @@ class MicroscopePanel:
         trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
-        # the range of the rounds the microscope re-decodes (they can differ from the recorded ones when
-        # the trace was recorded on another execution path; the header says so)
         fresh = (cache or {}).get("sig", (None, None))[:2] != (id(trace), len(trace))  # a race not looked at yet
         events, _, cache = self.events(trace, key, cache or {})
         rounds = len(events)
@@ -229,8 +220,7 @@ def table_markdown(v: dict) -> str:
 
 
 def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTrace) -> str:
-    """The round in words; for a race this machine does not decode bit for bit (`same` False: recorded on another
-    CPU, precision or path), which numbers the trace keeps (the view shows the race's own rounds)."""
+    """The round in words; when `same` is False (not decoded bit for bit here), which numbers the trace keeps."""
     warn = "" if same else (
         " The numbers are the race's own, as its trace stores them (it ran on another CPU, precision or execution "
         "path, so this server does not decode it bit for bit): each round's tokens, verdicts, aᵢ and ωᵢ; q, p, uᵢ, a "

@@ -1,12 +1,8 @@
-"""Which decoders race: the racer choices of the Race tab, read from the variant registry.
+"""The Race tab's racer choices, from the variant registry (`coolsd.decoding.variants`).
 
-A racer is a named decoder variant (`coolsd.decoding.variants`: key, label, colour, rule and fixed
-options); its rule is built from the race settings by `coolsd.app.settings.make_racer_rule`. Variants of
-one rule (LANTERN++ with its published or the G* residual; COOL-SD floored at 1 or unclipped) share that
-rule's settings, so they race at the same parameters (COOL-SD and LANTERN++ without a drafter too, at the
-no-drafter window W). The "no drafter" group comes last: SJD, SJD + reuse, COOL-SD and LANTERN++ on Jacobi drafts,
-which need no trained drafter. Vanilla AR always races as the reference. Old keys
-still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1, as it always was).
+Variants of one rule share its settings (`coolsd.app.settings.make_racer_rule`), so they race at the same
+parameters; the "no drafter" group (Jacobi drafts) comes last; vanilla AR always races as the reference. Old keys
+still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1).
 """
 
 from __future__ import annotations

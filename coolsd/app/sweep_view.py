@@ -1,8 +1,5 @@
-"""The Lab's precomputed delta sweep: what COOL-SD's relaxation costs on the model, with the race's delta marked.
-
-The sweep files are written and read by `coolsd.bench.delta_sweep`; this module draws one (`figure`), says what it
-shows in words whose every number is read from the file (`summary_markdown`) and lays its samples out as a picture
-sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
+"""The Lab's precomputed δ sweep (`coolsd.bench.delta_sweep` files) with the race's δ marked: the figure, words
+whose every number is read from the file, and a picture sheet of its samples. API: delta_sweep.
 """
 
 from __future__ import annotations
@@ -35,13 +32,13 @@ CELL = 56  # pixels per picture in the sheet
 LABEL_W = 150
 
 
-# ---------------------------------------------------------------- words (every number read from the file)
+# ---------------------------------------------------------------- words
 def _d(value) -> str:
     return f"{value:g}"
 
 
 def range_sentence(sweep: dict | None) -> str:
-    """Where pictures break on this model, from its sweep ("From δ = 64 on, every swept δ (up to 256) has ...")."""
+    """"From δ = 64 on, every swept δ (up to 256) has ...": where pictures break, from the sweep."""
     if not sweep:
         return "This model has no precomputed δ sweep."
     top, n = reach(sweep), sweep["samples"]
@@ -58,8 +55,7 @@ def range_sentence(sweep: dict | None) -> str:
 
 
 def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str = "") -> str:
-    """The text under the figure: how the sweep was made, where pictures break, and the point nearest the race's
-    `delta`. kind / key: the model's kind and picker key (for the command that makes a missing sweep)."""
+    """The text under the figure; `kind` / `key` (model kind, picker key) name the command that makes a missing one."""
     if not sweep:
         path = SWEEPS.get(kind)
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
@@ -86,13 +82,11 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
 
 
 def broken_band(band: dict) -> str:
-    """", called broken 6 % to 19 %" (vanilla AR's interval of the broken share), or "" without likeness."""
-    low, high = band["broken"]
+    low, high = band["broken"]  # vanilla AR's interval; None without likeness
     return "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
 
 
 def broken_share(row: dict) -> str:
-    """", called broken 39 %" (the row's share of pictures the likeness calls broken), or "" without likeness."""
     return "" if row["broken"] is None else f", called broken {_pct(row['broken'])}"
 
 
@@ -102,8 +96,7 @@ def _pct(value) -> str:
 
 # ---------------------------------------------------------------- the figure
 def figure(sweep: dict, delta: float | None):
-    """plotly figure, one panel per measure the sweep holds against δ (log axis): COOL-SD's line with its spreads,
-    vanilla AR's band and value, Eagle-1's value, where pictures break and the race's `delta`."""
+    """plotly figure, one panel per measure the sweep holds against δ (log axis), the race's `delta` marked."""
     from plotly.subplots import make_subplots
 
     panels = [(key, title) for key, title in PANELS if any(_finite(r[key]) for r in sweep["rows"])]
@@ -125,7 +118,6 @@ def figure(sweep: dict, delta: float | None):
 
 
 def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
-    """One measure's panel: COOL-SD's line, vanilla AR's band and value, Eagle-1's value, the δ axis."""
     rows = swept(sweep)
     xs = [r["delta"] for r in rows]
     fig.add_trace(_line(rows, xs, key, legend), **at)  # (first: plotly adds no shape to an empty panel)
@@ -142,7 +134,6 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
 
 
 def _legend(fig, sweep: dict, delta: float | None) -> None:
-    """The vertical lines' names in the legend: the race's δ and where pictures break."""
     if delta is not None:
         fig.add_trace(_marker(f"the race's δ = {_d(delta)}", "solid", True, RACE), row=1, col=1)
     if breaking_delta(sweep) is not None:
@@ -154,8 +145,7 @@ def _finite(value) -> bool:
 
 
 def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
-    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; the shares:
-    their Wilson intervals)."""
+    """COOL-SD's values of `key` with their spreads (FID: bootstrap; NLL: standard error; shares: Wilson)."""
     import plotly.graph_objects as go
 
     ys = [r[key] for r in rows]
@@ -171,7 +161,6 @@ def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
 
 
 def _marker(name: str, dash: str, legend: bool, colour: str = "#555555"):
-    """An empty trace that puts a reference line's name in the legend."""
     import plotly.graph_objects as go
 
     return go.Scatter(x=[None], y=[None], mode="lines", name=name, legendgroup=name, showlegend=legend,
@@ -179,7 +168,6 @@ def _marker(name: str, dash: str, legend: bool, colour: str = "#555555"):
 
 
 def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
-    """The breaking δ (red dotted) and the race's δ (solid) as vertical lines of one panel."""
     if breaking_delta(sweep) is not None:
         fig.add_vline(x=breaking_delta(sweep), line={"color": COOL, "dash": "dot", "width": 1}, **at)
     if delta is not None:
@@ -188,8 +176,7 @@ def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
 
 # ---------------------------------------------------------------- the pictures
 def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
-    """(label, setting) of the sheet's rows: vanilla AR, Eagle-1, COOL-SD at the swept δ nearest the race's and at
-    the breaking δ (else the largest swept); each once."""
+    """(label, setting) rows: vanilla AR, Eagle-1, COOL-SD nearest `delta` and at the breaking (else largest) δ."""
     rows = [("vanilla AR", reference(sweep, None)["setting"]), ("Eagle-1", reference(sweep, "eagle-1")["setting"])]
     near, top = nearest(sweep, delta), breaking_delta(sweep) or reach(sweep)
     far = next(r for r in swept(sweep) if r["delta"] == top)
@@ -200,8 +187,7 @@ def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
 
 
 def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
-    """The kept samples of `sheet_rows`, one row per setting; None when the file keeps none or its tokens do not
-    fit this model."""
+    """The kept samples of `sheet_rows`; None when the file keeps none or its tokens do not fit this model."""
     rows = [(label, sweep["kept"].get(setting)) for label, setting in sheet_rows(sweep, delta)]
     if any(not lines for _, lines in rows):
         return None
@@ -219,7 +205,6 @@ def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
 
 
 def layout(rows: int, cols: int) -> Sheet:
-    """The picture sheet's layout: labels on the left, one row of CELL-pixel pictures per setting."""
     return Sheet.grid(rows, cols, CELL, label_w=LABEL_W, gap=4, margin=4)
 
 
@@ -233,8 +218,7 @@ RACE_DELTA = _RaceDelta()  # a handler's δ when Python code leaves it out: the 
 
 
 class SweepPanel:
-    """The sweep view (`numbers`: /delta_sweep); picture sheets are kept per model and rows, so a slider move
-    redraws the pictures only when the nearest δ changes."""
+    """The sweep view (`numbers`: /delta_sweep); sheets are cached, so a slider move redraws only a new nearest δ."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -242,8 +226,7 @@ class SweepPanel:
         self._lock = threading.Lock()
 
     def checked(self, model, delta) -> tuple[Context, float, dict | None]:
-        """(the picked model's context, the checked δ (RACE_DELTA: the race's default), its sweep or None); one
-        clear error for a bad value."""
+        """(the picked model's context, the checked δ (RACE_DELTA: the race's default), its sweep or None)."""
         ctx = self.ctx.picked(model)
         spec = specs(ctx)["delta"]
         with user_errors():
@@ -251,8 +234,7 @@ class SweepPanel:
         return ctx, delta, load(ctx.model.kind)
 
     def view(self, model=APP_MODEL, delta=RACE_DELTA) -> tuple:
-        """The precomputed δ sweep of `model` (default: the app's) with the race's `delta` marked (default: the
-        race's default): (figure or None, text, picture sheet or None)."""
+        """(figure or None, text, picture sheet or None) of `model`'s sweep with `delta` marked."""
         ctx, delta, sweep = self.checked(model, delta)
         text = summary_markdown(sweep, delta, ctx.model.kind, ctx.model_key)
         if sweep is None:
@@ -268,8 +250,7 @@ class SweepPanel:
             return self._sheets[key]
 
     def numbers(self, model=APP_MODEL, delta=RACE_DELTA) -> dict | None:
-        """The sweep file's numbers of `model` (its kept tokens aside) with the race's `delta` and the nearest swept
-        δ ("delta", "nearest"); None when the model has no sweep."""
+        """The sweep file's numbers but its tokens, with "delta" and the "nearest" swept δ; None without a sweep."""
         ctx, delta, sweep = self.checked(model, delta)
         if sweep is None:
             return None

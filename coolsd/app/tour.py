@@ -1,12 +1,7 @@
-"""The guided tour: a few steps, each sets the controls it needs, names the widget to watch and
-asks one question; the visitor types a guess, presses Run, and sees the measured value beside the guess.
-
-Built above the tabs (`build` lays it out, `wire` connects it once every panel exists). A step's Run
-sets the race controls (or the lab's), runs the race (or the lab) through the panels' own handlers,
-and reads the answer from what that run returned (the race's or the lab's stats JSON): the texts name
-no number the app does not measure live. Steps are data (`STEPS`); the measured values are read by
-`measured` from the payloads the library's numbers fill.
-"""
+"""The guided tour above the tabs: each step (`STEPS`) sets the controls, names the widget to watch and asks for a
+guess; its Run runs the race (or the lab) through the panels' own handlers and shows the value read from that run's
+stats JSON beside the guess, so the texts name no number the app does not measure live. `build` lays it out, `wire`
+connects it once every panel exists."""
 
 from __future__ import annotations
 
@@ -29,17 +24,10 @@ LATEX = [{"left": "$", "right": "$", "display": False}]
 
 @dataclass(frozen=True)
 class Step:
-    """One stop of the tour.
-
-    title: a short name (the walkthrough numbers the steps); text: what it shows and which widget to watch
-    (markdown, no measured numbers);
-    race: race control changes (name -> value; every other race control goes back to its default) or None;
-    lab: lab control changes (rule, relaxation, samples) or None (then the step runs a race);
-    question: what to guess; answer: (payload) -> [(label, measured value)] from the run's stats JSON;
-    unit: "" or "%" (values shown x100); lab_for: (picked model's Context) -> the lab control changes for that
-    model (overrides `lab`, e.g. the δ its precomputed sweep says pictures break at) or None;
-    note: (Context) -> a line about the picked model shown in the step (markdown; it follows the picker) or None.
-    """
+    """One stop of the tour. text: markdown, no measured numbers; answer: (stats JSON) -> [(label, value)];
+    race: race control changes (the rest go back to their defaults) or None; lab: lab control changes, or None for a
+    race step; unit: "" or "%" (values shown x100); lab_for: (picked model's Context) -> its lab changes (overrides
+    `lab`); note: (Context) -> a markdown line about the picked model (it follows the picker)."""
 
     title: str
     text: str
@@ -52,7 +40,6 @@ class Step:
     note: Callable[[Context], str] | None = None
 
     def lab_values(self, ctx: Context) -> dict | None:
-        """The lab control changes this step makes on `ctx`'s model."""
         return self.lab_for(ctx) if self.lab_for is not None else self.lab
 
 
@@ -168,28 +155,21 @@ STEPS = [
 
 
 def quality_delta(ctx: Context) -> float:
-    """The δ the Quality step runs the lab at on `ctx`'s model: where its precomputed sweep says pictures break,
-    else the largest δ it swept, else (no sweep) the end of the race's δ slider."""
+    """The Quality step's δ on `ctx`'s model: where its sweep says pictures break, else its largest, else DELTA_TOP."""
     sweep = sweep_view.load(ctx.model.kind)
     return sweep_view.breaking_delta(sweep) or sweep_view.reach(sweep) or DELTA_TOP
 
 
 def sweep_note(ctx: Context) -> str:
-    """Where pictures break on `ctx`'s model (its sweep's words, `sweep_view.range_sentence`) and the δ the Quality
-    step runs at."""
+    """Where pictures break on `ctx`'s model (`sweep_view.range_sentence`) and the δ the Quality step runs at."""
     return (f"*{sweep_view.range_sentence(sweep_view.load(ctx.model.kind))}* This step runs COOL-SD at "
             f"δ = {quality_delta(ctx):g}.")
-
-
-def measured(step: Step, payload: dict) -> list[tuple[str, float | None]]:
-    """The step's measured values from the run's stats JSON (a race's or the lab's)."""
-    return step.answer(payload or {})
 
 
 def reveal_markdown(step: Step, guess, payload: dict) -> str:
     """"your guess ... measured ..." (markdown); the guess is checked, the values come from the run."""
     scale = 100.0 if step.unit == "%" else 1.0
-    values = measured(step, payload)
+    values = step.answer(payload or {})
     if guess is None or (isinstance(guess, str) and not guess.strip()):
         head = "No guess given."
     else:
@@ -226,8 +206,7 @@ class Tour:
         self.notes: dict[int, gr.Markdown] = {}  # step -> its line about the picked model (`Step.note`)
 
     def settings(self, step: Step, model=None, lab_controls=()) -> tuple:
-        """New values of the race controls (the picked `model`'s defaults, changed by the step) and, for a lab
-        step, of the lab's controls (their names, in order)."""
+        """The race controls' new values (`model`'s defaults changed by the step), then a lab step's `lab_controls`."""
         picked = self.ctx.for_model(model)
         values = RaceSettings.defaults(picked).as_dict() | (step.race or {})
         race = tuple(values[name] for name in RaceSettings.names())
@@ -238,8 +217,8 @@ class Tour:
 
 
 def build(ctx: Context) -> Tour:
-    """The tour, in a closed accordion (call where it should appear, above the tabs); each step but the last ends
-    with a button to the next one (the walkthrough's own step buttons open only the steps already visited)."""
+    """The tour in a closed accordion; each step but the last ends with a button to the next (the walkthrough's own
+    buttons open only visited steps)."""
     tour = Tour(ctx)
     with gr.Accordion(f"Guided tour: {len(STEPS)} steps, each with a challenge", open=False, elem_id="tour"):
         with gr.Walkthrough(selected=0, elem_id="tour-steps") as walkthrough:
@@ -265,8 +244,8 @@ def build(ctx: Context) -> Tour:
 
 
 def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
-    """Each step's Run: set the controls and open the tab to watch, run the race (or the lab), reveal.
-    `controls`: the settings column; `race`: the Race tab's handle; `lab`: the Quality lab's handle."""
+    """Each step's Run: set the controls (`controls`: the settings column) and open the tab to watch, run the race
+    (`race`: its handle) or the lab (`lab`: its handle), reveal."""
     ctx = tour.ctx
     race_inputs = controls.inputs
     race_outputs = race.outputs.components()
