@@ -1,7 +1,5 @@
-"""After (or during) a race: Stop, the outcome overlay, the replay slider, the trace, the race area of a picked model.
-
-Each handler redraws from a recorded `RaceTrace` (`coolsd.app.race_view.draw`), never by decoding. Before a
-session has raced, the recorded default race of the visitor's model is on show (`coolsd.app.recorded`).
+"""After (or during) a race: Stop, the overlay, the replay slider, the trace, a picked model's race area. Each
+handler redraws from a `RaceTrace` (never decoding); before a session races, its model's recorded race is on show.
 API: overlay, replay, trace.
 """
 
@@ -25,17 +23,15 @@ STOP_WAIT_S = 10.0  # Stop waits at most this long for the cancelled race to clo
 
 
 class AfterRace:
-    """The after-race handlers, bound to the app's Context, the races in progress (`live`: shared with the
-    streaming handler) and the recorded default races."""
+    """The after-race handlers; `live`: the races in progress, shared with the streaming handler."""
 
     def __init__(self, ctx: Context, live, recordings: Recordings) -> None:
         self.ctx, self.live, self.recordings = ctx, live, recordings
         self.overlay_spec = specs(ctx)["overlay"]
 
     def stopped(self, stats, overlay=False, request: gr.Request = None) -> RaceFrame:
-        """Stop: the race itself is cancelled (cancels=). This waits for it to close, then shows the state it
-        reached (every recorded step, so no late frame overrides it) marked *Stopped*, and opens the replay.
-        Without a race of this session in progress: the last numbers shown (`stats`), marked stopped."""
+        """Stop (the race is cancelled by cancels=): once it closes, its final state marked *Stopped*, the replay
+        open; without a race in progress, the last numbers shown (`stats`) marked stopped."""
         session = getattr(request, "session_hash", None)
         closed, trace = self.live.active.get(session, (None, None))
         if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
@@ -46,11 +42,7 @@ class AfterRace:
         return frame.replace(replay=replay_slider(len(trace)))
 
     def show_overlay(self, overlay, snapshot, model=APP_MODEL, request: gr.Request = None) -> tuple:
-        """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
-
-        During a race the new setting also applies to the frames still to come. Before any race of this
-        session the recorded race of `model` (default: the app's) is on show. Returns the SLOTS images.
-        """
+        """The SLOTS images on show redrawn with or without the overlay (also for a race's frames to come)."""
         with user_errors():
             overlay = self.overlay_spec.check(overlay)
         model = self.ctx.picked(model).model_key
@@ -70,8 +62,7 @@ class AfterRace:
         return self.ctx.for_model(snapshot.get("model")).variant(snapshot.get("variant"))
 
     def replay(self, step, overlay, trace, model=APP_MODEL) -> RaceFrame:
-        """The race as it was after `step` race steps, from its recorded events (no decoding).
-        Before any race of this session: the recorded race of `model` (default: the app's)."""
+        """The race as it was after `step` race steps (no race yet: `model`'s recorded one)."""
         trace = self.recordings.on_show(trace, model, "nothing to replay yet: run a race first")
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
@@ -84,14 +75,14 @@ class AfterRace:
 
     @staticmethod
     def trace_json(trace) -> dict:
-        """The last race's trace: settings, model, every event in race order (`coolsd.compare.trace` format)."""
+        """The last race's trace (`coolsd.compare.trace` format)."""
         if not isinstance(trace, RaceTrace):  # (the shipped recording is a file in assets/traces/)
             raise bad("no race yet: run a race first")
         return trace.to_json()
 
     @staticmethod
     def slot_layout(keys) -> tuple:
-        """Titles and visibility of the image slots for a racer choice (when a race starts; bad choices keep it)."""
+        """The image slots' titles and visibility for a racer choice (a bad one keeps them)."""
         try:
             keys = choice.check_racers(keys)
         except gr.Error:
@@ -100,8 +91,7 @@ class AfterRace:
         return (*(f"**{label_of(key)}**" for key in slots), *(gr.Column(visible=key is not None) for key in slots))
 
     def model_view(self, model, racers=None) -> tuple[RaceFrame, tuple]:
-        """(frame, slot layout) of the race area for a newly picked `model`: its recorded default race when the
-        racers are the default ones, else blank; the session's trace cleared."""
+        """(frame, slot layout) for a newly picked `model`: its recorded race for the default racers, else blank."""
         ctx = self.ctx.for_model(model)
         found = self.recordings.of(ctx)
         if found is not None and list(racers or choice.DEFAULT_RACERS) == list(choice.DEFAULT_RACERS):

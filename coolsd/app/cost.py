@@ -1,8 +1,5 @@
-"""The Cost model tab: where the time goes, from this machine's measured call times and the last race.
-
-Numbers come from `coolsd.compare.cost` (the formula, the race's per-depth acceptance, predicted beside
-measured speed-up) and `coolsd.models.timing` (the call times, measured once per model and execution
-path on a background thread); this module lays them out and draws them. API: cost, cost_whatif.
+"""The Cost model tab: where the time goes, from `coolsd.compare.cost` and this machine's call times
+(`coolsd.models.timing`, measured once per model and path in the background). API: cost, cost_whatif.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ speed-up shows what those cost.
 
 
 def cost_specs() -> dict[str, Spec]:
-    """The tab's controls: name -> Spec (label, bounds, default); the handlers check every value by it."""
+    """The tab's controls: name -> Spec (the handlers check every value by it)."""
     accept = {f"a_{i}": Spec(f"a{subscript(i)}", "number", 0.8, 0.0, 1.0, 0.01,
                              elem_id=f"cost-a{i}", extra={"min_width": 80}, name=f"a_{i}")  # (the API's name)
               for i in range(1, MAX_DEPTH + 1)}
@@ -55,15 +52,14 @@ def cost_specs() -> dict[str, Spec]:
 
 
 def path_label(ctx: Context) -> str:
-    """The execution the call times belong to: device, path and weight dtype (e.g. "cpu, fused, bf16": the model's
-    `execution` when it names one, else the target's dtype)."""
+    """The call times' execution: "cpu, fused, bf16" (device, path, dtype from `execution` or the target)."""
     dtype = ctx.model.execution.split(" ")[0] if ctx.model.execution else getattr(ctx.model.target, "dtype", None)
     return f"{ctx.device.type}, {ctx.model.path}" + (f", {dtype}" if dtype else "")
 
 
 class CostPanel:
-    """The handlers (also the API's `cost` and `cost_whatif`); one background measurement per model variant.
-    recordings: the recorded default races, used until a session races (None: no recorded race is shown)."""
+    """The handlers (API: cost, cost_whatif); one background measurement per model variant. recordings: shown until
+    a session races."""
 
     def __init__(self, ctx: Context, recordings: Recordings | None = None) -> None:
         self.ctx, self.recordings = ctx, recordings
@@ -100,13 +96,11 @@ class CostPanel:
         return cost.Costs(times, memory_bound)
 
     def start_for(self, model=None) -> None:
-        """`start` for picker model `model` (default: the app's; the tab's select event)."""
         self.start(self.ctx.for_model(model))
 
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
-        """-> (curve figure, predicted vs measured table (markdown), JSON) for the race on show, on its model: the
-        session's last race (`trace`), else the recorded race of `model` (default: the app's model; JSON "race":
-        "session" or "recorded"); without either, the call times of `model` alone ("race": None)."""
+        """(curve figure, predicted vs measured markdown, JSON) of the race on show: `trace` ("race": "session"),
+        else `model`'s recorded race ("recorded"), else `model`'s call times alone (None)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         picked = self.ctx.picked(model)  # checked also when the race on show names the model
         source = "session" if isinstance(trace, RaceTrace) and len(trace) else None
@@ -168,7 +162,6 @@ def curve_figure(payload: dict):
                            text=[f"{p['steps']:.2f}×" for p in curve], marker={"color": variants.COLOURS["eagle-1"]},
                            hovertemplate="%{x} tokens: %{y:.2f} ms (%{text} a step)<extra></extra>"))
     if math.isfinite(payload["draft_cost"]):
-        # the drafter step as a line named in the legend, not a label on the plot (one drew over the first bar)
         ends = [curve[0]["tokens"] - 0.5, curve[-1]["tokens"] + 0.5] if curve else [0.5, 1.5]
         fig.add_trace(go.Scatter(x=ends, y=[payload["draft_cost"] * payload["step_ms"]] * 2, mode="lines",
                                  name=f"drafter step: c = {payload['draft_cost']:.3f}",
@@ -223,8 +216,7 @@ def table_markdown(payload: dict) -> str:
 
 # ---------------------------------------------------------------- the tab
 def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> CostPanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the
-    race's trace state, `recordings` the recorded races (shown until the session races)."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the race's trace state."""
     panel = CostPanel(ctx, recordings)
     gr.Markdown(INTRO)
     table_specs = panel.specs

@@ -1,8 +1,5 @@
-"""The Quality lab tab: a grid of samples per decoder for one rule and relaxation, judged as it streams.
-
-Decoding and judging live in `coolsd.compare.lab`; this module lays out the controls, draws the grid (one
-row per decoder, one column per sample) and marks the run on the shipped benchmark's Pareto
-figure (`assets/bench/results.jsonl`, drawn by `coolsd.util.figures.pareto_figure`). API: lab_grid.
+"""The Quality lab tab: samples per decoder for one rule and relaxation, decoded and judged as they stream
+(`coolsd.compare.lab`), drawn as a grid and marked on the shipped benchmark's Pareto figure. API: lab_grid.
 """
 
 from __future__ import annotations
@@ -69,12 +66,12 @@ Pareto figure below, and the line under the table says whether the benchmark ran
 
 
 def page_text(label: str) -> str:
-    """A library label as the page writes it: "nu 0.7, mean omega = delta" -> "ν 0.7, mean ω = δ" (it fits a phone)."""
+    """"nu 0.7, mean omega = delta" -> "ν 0.7, mean ω = δ" (it fits a phone)."""
     return label.replace("mean omega = delta", "mean ω = δ").replace("nu ", "ν ")
 
 
 def lab_specs() -> dict[str, Spec]:
-    """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
+    """The lab's own controls: name -> Spec (the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
             # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
@@ -86,15 +83,14 @@ def lab_specs() -> dict[str, Spec]:
 
 # ---------------------------------------------------------------- drawing (no maths)
 def lab_sheet(decoders: int, samples: int) -> Sheet:
-    """The grid's layout: one row per decoder, one column per sample."""
     return Sheet.grid(decoders, samples, CELL, label_w=LABEL_W, head_h=HEAD_H, gap=GAP, margin=GAP, head_size=13,
                       label_size=11)
 
 
 def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
                class_names: list[str]) -> Image.Image:
-    """RGB grid: one row per decoder, one column per sample (header = its condition, "<class>" over "<style>"), a
-    grey frame round each cell, green or red once the classifier has read the sample (red: with what it read)."""
+    """RGB grid, a row per decoder and a column per sample (headed by its condition); each cell framed grey, then
+    green or red (with what was read) once judged."""
     sheet = lab_sheet(len(decoders), len(headers))
     cells = [[None] * len(headers) for _ in decoders]
     for s in samples:
@@ -118,8 +114,7 @@ def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: li
 
 
 def speed_line(rows: list[dict]) -> str:
-    """"In this run Eagle-1 (lossless) was slower than vanilla AR (0.70×); COOL-SD ... was faster than vanilla AR
-    (1.32×)." from the table's speed-ups (as shown: two decimals); "" before any decoder has one."""
+    """"In this run Eagle-1 (lossless) was slower than vanilla AR (0.70×); ..." (speed-ups as shown) or ""."""
     said = []
     for r in rows:
         if r["decoder"] == "vanilla" or r["speedup"] is None:
@@ -131,8 +126,7 @@ def speed_line(rows: list[dict]) -> str:
 
 
 def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: dict, draft_len: int) -> str:
-    """Whether the benchmark's points (`rows`, its `sampling`) were measured at this run's draft length and
-    sampling (the chain-drafting rows; SJD's window is no draft length); "" without a benchmark."""
+    """Whether the benchmark's chain rows were measured at this run's draft length and sampling; "" without them."""
     lengths = chain_lengths(rows)
     if not lengths:
         return ""
@@ -190,8 +184,7 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
 
 
 def held_out_note(path: Path) -> str:
-    """" The classifier reads 58 % of 240 held-out real images' classes right." from a training run's
-    metrics.json (val_class_acc, n_heldout), or "" when the file or its numbers are missing."""
+    """" The classifier reads 58 % of 240 held-out ..." from a training run's metrics.json, or ""."""
     try:
         m = json.loads(path.read_text())
         acc, n = float(m["val_class_acc"]), int(m["n_heldout"])
@@ -213,7 +206,6 @@ class LabPanel:
         self.lab, self.bench = self.lab_of(ctx)  # the app's model
 
     def lab_of(self, ctx: Context) -> tuple[Lab, list]:
-        """(Lab, benchmark rows) of `ctx`'s model, made once per process."""
         with self._lock:
             if ctx.model_key not in self.labs:
                 m = ctx.model
@@ -229,18 +221,15 @@ class LabPanel:
         return lab.classifier
 
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
-        """The lab's values checked by their Specs (the event is wired with preprocess=False); one clear error."""
+        """The lab's values checked by their Specs (the event has preprocess=False)."""
         rule = variants.ALIASES.get(rule, rule) if isinstance(rule, str) else rule  # old keys ("cool-sd-floor")
         v = check_values(self.specs, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed})
         return v["rule"], v["relaxation"], v["samples"], v["seed"]
 
-    def plan(self, rule: str, relaxation, samples, seed, condition, ctx: Context | None = None
+    def plan(self, rule: str, relaxation, samples, seed, condition, ctx: Context
              ) -> tuple[list[LabDecoder], list, list, list[str]]:
-        """Decoders, conditions, seeds and column headers of one run on `ctx`'s model (default: the app's);
-        bad input -> a one-line error."""
-        ctx = ctx or self.ctx
+        """Decoders, conditions, seeds and column headers of one run of checked values on `ctx`'s model."""
         m = ctx.model
-        rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         try:
             decoders = lab_decoders(rule, relaxation, m.neighbours)
         except ValueError as err:
@@ -260,8 +249,7 @@ class LabPanel:
 
     @gpu
     def grid(self, rule: str, relaxation, samples, seed, condition=None, model=APP_MODEL):
-        """Run the lab on `model` (default: the app's): yields (grid image, stats markdown, Pareto figure or skip,
-        stats JSON) per finished sample. Class models sample their first classes, text models `condition`."""
+        """Yields (grid image, stats markdown, Pareto figure or skip, stats JSON) per finished sample on `model`."""
         ctx = self.ctx.picked(model)
         m = ctx.model
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
@@ -322,8 +310,7 @@ class LabPanel:
 
 @dataclass(frozen=True)
 class LabHandle:
-    """What the tour reads of the lab: its controls (name -> component), the run's inputs and outputs and
-    its handler (`panel.grid`); `outputs[-1]` is the run's stats JSON."""
+    """What the tour reads of the lab; `outputs[-1]` is the run's stats JSON."""
 
     panel: LabPanel
     controls: dict
@@ -333,9 +320,8 @@ class LabHandle:
 
 def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab,
           delta: gr.Slider | None = None) -> LabHandle:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `condition`, `model` and `delta` are the
-    race's condition, the picker and COOL-SD's δ (text models sample the prompt). The precomputed δ sweep comes
-    first (`coolsd.app.sweep_view`; with the race's `delta` marked), then the live lab."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): the δ sweep with the race's `delta` marked, then the live lab
+    (`condition`: the race's, sampled by text models; `model`: the picker)."""
     if delta is not None:
         sweep_view.build(ctx, model, delta)
     panel = LabPanel(ctx)

@@ -1,8 +1,5 @@
-"""The Schedule explorer tab: the omega schedule as a family, drawn over depth, judged exactly against its uniform twin.
-
-Numbers and figures come from `coolsd.theory.annealing` (`explore`: the exact oracle on the toy tabular model);
-the shipped report (`assets/theory_schedules.json`, `python -m coolsd.theory --report`) is shown below them.
-API: schedule.
+"""The Schedule explorer tab: an omega schedule judged exactly against its uniform twin (`coolsd.theory.annealing`),
+with the shipped report below. API: schedule.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ away at the late depths and must relax the early ones harder to reach the same Ï
 
 # ---------------------------------------------------------------- input -> rule
 def schedule_specs() -> dict[str, Spec]:
-    """The explorer's controls but the omega list: name -> Spec (label, bounds, default; checked by the handler)."""
+    """The explorer's controls but the omega list: name -> Spec (checked by the handler)."""
     return {"kind": Spec("Schedule", "choice", "exponential", choices=tuple((v, k) for k, v in KIND_LABELS.items()),
                          widget="radio", elem_id="sched-kind"),
             "delta": rule_spec(CoolSDRule, "delta", "delta (mean omega)", "sched-delta"),
@@ -79,8 +76,7 @@ def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
     """The explorer's rule; the rule's own ValueError text becomes the one-line error."""
     if kind not in annealing.SCHEDULES:
         raise bad(f"unknown schedule {show(kind)}; choose one of {', '.join(annealing.SCHEDULES)}")
-    # the list is read, and so checked, for a custom schedule only: a visitor who typed in it and switched to
-    # another kind gets no error about a field that kind does not use (UI and API alike: one handler)
+    # read (and checked) for a custom schedule only: no error about a field the kind does not use
     values = parse_omegas(omegas) if kind == "custom" else ()
     try:
         return annealing.schedule_rule(kind, delta=delta, nu=nu, slope=slope, omegas=values, floor_at_one=floor)
@@ -133,7 +129,7 @@ def report_markdown(path: Path = REPORT) -> str:
 
 # ---------------------------------------------------------------- the handler and the tab
 class SchedulePanel:
-    """The explorer's handler (also the API's `schedule`)."""
+    """The explorer's handler (API: schedule)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -151,7 +147,7 @@ class SchedulePanel:
 
 
 def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`)."""
     panel = SchedulePanel(ctx)
     gr.Markdown(INTRO)
     with gr.Row():
