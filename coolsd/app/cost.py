@@ -9,9 +9,9 @@ import math
 import gradio as gr
 
 from coolsd.app.context import APP_MODEL, Context, bad, log, named
-from coolsd.app.how import PAPER
 from coolsd.app.recorded import Recordings
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
+from coolsd.bench.shipped import PAPER
 from coolsd.compare import cost
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace

@@ -25,8 +25,7 @@ from coolsd.util.paths import ROOT
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
 BENCHES = {"embedded": (FOLDERS["embedded"], OURS, "digit accuracy", "accuracy"),
            "emoji": (FOLDERS["emoji"], EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
-# Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
-# became COOL-SD's default.
+# shown (and named so) where the shipped benchmark, run before the floor was the default, has no floored row
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
 OLDER_NOTE = "† COOL-SD unclipped: the shipped benchmark ran before the floored schedule became COOL-SD's default."
 
@@ -95,8 +94,7 @@ FLOOR_FILE = ROOT / "assets" / "floor_vs_eagle.json"  # `python -m coolsd.theory
 
 
 def why_floored(path: Path = FLOOR_FILE) -> str:
-    """The "Why floored at 1" paragraph: the paper's accept lengths from PAPER, the exact comparison of floored and
-    unclipped COOL-SD against Eagle-1 read from `path` (its delta 1.1 row)."""
+    """The "Why floored at 1" paragraph, with the exact comparison read from `path` (its delta 1.1 row)."""
     cool, eagle = "COOL-SD δ = 1.1", "Eagle-1"
     paper = (f"LlamaGen-XL {paper_tau('LlamaGen-XL 775M', cool):.2f} vs {paper_tau('LlamaGen-XL 775M', eagle):.2f}, "
              f"Lumina-mGPT {paper_tau('Lumina-mGPT 7B', cool):.2f} vs {paper_tau('Lumina-mGPT 7B', eagle):.2f}")
@@ -122,20 +120,17 @@ def why_floored(path: Path = FLOOR_FILE) -> str:
 
 
 def how_text() -> str:
-    """The tab's text: TEXT with the "Why floored at 1" paragraph read from its file."""
     return TEXT.replace("{why_floored}", why_floored())
 
 
 def _group(title: str, quality: str) -> list[str]:
-    """The heading and column header of one (source, model, hardware) group of the paper-beside-us table."""
     return ["", f"**{title}**", "", f"| method | accept len τ | speed-up | FID | {quality} |",
             "|---|---:|---:|---:|---:|"]
 
 
 def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> str:
-    """Markdown: the paper's reported numbers, then ours for the same decoders from the shipped benchmark of the
-    model of `kind` ("embedded" = MNIST, "emoji"; another kind: MNIST's). One small table per (source, model,
-    hardware), named in its heading, so five columns fit a phone's width."""
+    """The paper's numbers, then ours from the shipped benchmark of `kind` (else MNIST's): one small table per
+    (source, model, hardware), so five columns fit a phone."""
     folder, ours, quality, accuracy = BENCHES.get(kind, BENCHES["embedded"])
     folder = bench_dir or folder
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder

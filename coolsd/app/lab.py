@@ -19,14 +19,7 @@ from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.settings import DELTA_TOP, Spec, check_values, rule_spec
 from coolsd.bench.delta_sweep import spread_conditions
-from coolsd.bench.shipped import (
-    FOLDERS,
-    RESULTS,
-    bench_rows,
-    bench_sampling,
-    chain_lengths,
-    same_setting,
-)
+from coolsd.bench.shipped import FOLDERS, RESULTS, bench_rows, bench_sampling, chain_lengths, same_setting
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coolsd.app import sweep_view
-from coolsd.app.how import read_bench
 from coolsd.app.race_view import RaceNumbers
+from coolsd.bench.shipped import read_bench
 from coolsd.compare.trace import TraceSettings
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.format import number, percent

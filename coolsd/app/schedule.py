@@ -22,7 +22,6 @@ from coolsd.util.paths import THEORY_REPORT
 
 ID, TITLE = "schedule", "Schedule explorer"
 DRAFT_LEN = sweeps.DRAFT_LEN  # the toy model's L (V = 4, T = 5: the first round drafts all L depths)
-REPORT = THEORY_REPORT
 DRAFT_LABELS = {"toy": "toy (the Theory tab's)", "close": "close (ε = 0.2)", "far": "far (ε = 0.7)"}
 KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay", "uniform": "uniform (UniformRSD)",
                "custom": "custom list"}
@@ -118,7 +117,7 @@ def numbers_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def report_markdown(path: Path = REPORT) -> str:
+def report_markdown(path: Path = THEORY_REPORT) -> str:
     """The shipped floored/unclipped x close/far table (or how to make it)."""
     if not path.is_file():
         return "The report is not shipped here: `python -m coolsd.theory --report --report-out ...`."

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import gradio as gr
 
@@ -43,12 +44,7 @@ class Step:
         return self.lab_for(ctx) if self.lab_for is not None else self.lab
 
 
-def tau(d: DecoderNumbers) -> float | None:
-    return d.mean_accepted_length
-
-
-def speedup(d: DecoderNumbers) -> float | None:
-    return d.speedup
+tau, speedup = attrgetter("mean_accepted_length"), attrgetter("speedup")  # of a racer's DecoderNumbers
 
 
 def _race(stat: Callable[[DecoderNumbers], float | None], *keys: str) -> Callable[[dict], list]:
