@@ -6,5 +6,4 @@ read, a builder returns in a small frozen handle (`tests/test_layout.py` keeps i
 `api_name=`, UI-only ones `api_visibility="private"`. A handler reads the visitor's model from its inputs or the
 trace on show (`ctx.for_model`, `ctx.for_trace`), never from shared state. The API skips the page's limits, so API
 events use `preprocess=False` and their handlers check each value by its `settings.Spec` (a ValueError becomes one
-line through `context.user_errors()`). `gpu` decorates a function that runs the models (ZeroGPU).
-"""
+line through `context.user_errors()`). `gpu` decorates a function that runs the models (ZeroGPU)."""

@@ -1,7 +1,6 @@
 """After (or during) a race: Stop, the overlay, the replay slider, the trace, a picked model's race area. Each
 handler redraws from a `RaceTrace` (never decoding); before a session races, its model's recorded race is on show.
-API: overlay, replay, trace.
-"""
+API: overlay, replay, trace."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The Cost model tab: where the time goes, from `coolsd.compare.cost` and this machine's call times
-(`coolsd.models.timing`, measured once per model and path in the background). API: cost, cost_whatif.
-"""
+(`coolsd.models.timing`, measured once per model and path in the background). API: cost, cost_whatif."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What the model's own classifier sees in each finished picture of a race (`coolsd.compare.recognise`) and the
 caption under it. `Judge` loads one model's shipped classifier on first use and runs it under a lock (the lab and
-every race share it); only finished pictures are judged (stats JSON: `recognised`, per decoder).
-"""
+every race share it); only finished pictures are judged (stats JSON: `recognised`, per decoder)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The Quality lab tab: samples per decoder for one rule and relaxation, decoded and judged as they stream
-(`coolsd.compare.lab`), drawn as a grid and marked on the shipped benchmark's Pareto figure. API: lab_grid.
-"""
+(`coolsd.compare.lab`), drawn as a grid and marked on the shipped benchmark's Pareto figure. API: lab_grid."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The Race tab's one line on when relaxation pays: Eagle-1's and a relaxed racer's tau and speed-up in the race on
 show, the shipped benchmark's where the race ran at its settings, and the δ sweep's cost when COOL-SD's δ is at or
-past where pictures break.
-"""
+past where pictures break."""
 
 from __future__ import annotations
 

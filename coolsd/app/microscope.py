@@ -1,8 +1,7 @@
 """The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
 
-The race records no detail, so a decoder is decoded again once per race with its settings, seed and
-`DecodeConfig(detail=True)` (`coolsd.compare.microscope`); stepping through rounds then costs nothing. API: microscope.
-"""
+The race records no detail, so a decoder is decoded again once per race with its settings, seed and `DecodeConfig(
+detail=True)` (`coolsd.compare.microscope`); stepping through rounds then costs nothing. API: microscope."""
 
 from __future__ import annotations
 

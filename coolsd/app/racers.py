@@ -2,8 +2,7 @@
 
 Variants of one rule share its settings (`coolsd.app.settings.make_racer_rule`), so they race at the same
 parameters; the "no drafter" group (Jacobi drafts) comes last; vanilla AR always races as the reference. Old keys
-still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1).
-"""
+still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The Schedule explorer tab: an omega schedule judged exactly against its uniform twin (`coolsd.theory.annealing`),
-with the shipped report below. API: schedule.
-"""
+with the shipped report below. API: schedule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The Lab's precomputed δ sweep (`coolsd.bench.delta_sweep` files) with the race's δ marked: the figure, words
-whose every number is read from the file, and a picture sheet of its samples. API: delta_sweep.
-"""
+whose every number is read from the file, and a picture sheet of its samples. API: delta_sweep."""
 
 from __future__ import annotations
 
