@@ -38,7 +38,6 @@ speed-up shows what those cost.
 
 
 def cost_specs() -> dict[str, Spec]:
-    """The tab's controls: name -> Spec (the handlers check every value by it)."""
     accept = {f"a_{i}": Spec(f"a{subscript(i)}", "number", 0.8, 0.0, 1.0, 0.01,
                              elem_id=f"cost-a{i}", extra={"min_width": 80}, name=f"a_{i}")  # (the API's name)
               for i in range(1, MAX_DEPTH + 1)}
@@ -57,8 +56,7 @@ def path_label(ctx: Context) -> str:
 
 
 class CostPanel:
-    """The handlers (API: cost, cost_whatif); one background measurement per model variant. recordings: shown until
-    a session races."""
+    """The handlers (API: cost, cost_whatif); one background measurement per model variant."""
 
     def __init__(self, ctx: Context, recordings: Recordings | None = None) -> None:
         self.ctx, self.recordings = ctx, recordings
@@ -187,10 +185,9 @@ def table_markdown(payload: dict) -> str:
         lines.append("The last race used a static tree: the model above covers chain drafting only (and the "
                      "no-drafter racers).")
     if payload["sjd_windows"]:
+        windows = ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
         lines.append("SJD has no drafter, nor has any racer of the no-drafter group: an iteration is one target "
-                     "forward of W + 1 tokens, so its row uses L = W "
-                     "and c = 0 (W = " + ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
-                     + ").")
+                     f"forward of W + 1 tokens, so its row uses L = W and c = 0 (W = {windows}).")
     if (payload["race_cfg_scale"] != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
     lines += ["| decoder | a₁ … a<sub>L</sub> (race) | E predicted | tokens / round measured | speed-up predicted "

@@ -63,7 +63,6 @@ def page_text(label: str) -> str:
 
 
 def lab_specs() -> dict[str, Spec]:
-    """The lab's own controls: name -> Spec (the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
             # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
@@ -81,8 +80,7 @@ def lab_sheet(decoders: int, samples: int) -> Sheet:
 
 def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
                class_names: list[str]) -> Image.Image:
-    """RGB grid, a row per decoder and a column per sample (headed by its condition); each cell framed grey, then
-    green or red (with what was read) once judged."""
+    """RGB grid, a row per decoder, a column per sample; cells framed grey, then green or red (with what was read)."""
     sheet = lab_sheet(len(decoders), len(headers))
     cells = [[None] * len(headers) for _ in decoders]
     for s in samples:
@@ -312,8 +310,7 @@ class LabHandle:
 
 def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab,
           delta: gr.Slider | None = None) -> LabHandle:
-    """The tab (call inside `gr.Tab(TITLE, id=ID)`): the δ sweep with the race's `delta` marked, then the live lab
-    (`condition`: the race's, sampled by text models; `model`: the picker)."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): the δ sweep with the race's `delta` marked, then the live lab."""
     if delta is not None:
         sweep_view.build(ctx, model, delta)
     panel = LabPanel(ctx)

@@ -1,7 +1,7 @@
 """The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
 
-The race records no detail, so a decoder is decoded again once per race with its settings, seed and `DecodeConfig(
-detail=True)` (`coolsd.compare.microscope`); stepping through rounds then costs nothing. API: microscope."""
+The race records no detail, so each decoder is decoded again once per race with `DecodeConfig(detail=True)`
+(`coolsd.compare.microscope`, same settings and seed); stepping through rounds then costs nothing. API: microscope."""
 
 from __future__ import annotations
 
@@ -64,8 +64,7 @@ class MicroscopePanel:
 
     # ---------------------------------------------------------------- handlers
     def view(self, key, round_no, trace, cache, model=APP_MODEL):
-        """Round `round_no` of decoder `key` (no race yet: of `model`'s recorded race): (image, patches, bars,
-        table, header, JSON view, cache)."""
+        """(image, patches, bars, table, header, JSON, cache) of round `round_no` of decoder `key`."""
         trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         with user_errors():
@@ -84,8 +83,7 @@ class MicroscopePanel:
         v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(drafting)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
-                             "drafting": drafting.config(),
-                             "source": "re-run" if same else "trace", **v})
+                             "drafting": drafting.config(), "source": "re-run" if same else "trace", **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)
 

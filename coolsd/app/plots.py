@@ -84,8 +84,8 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
 
 
 def overlay_legend_html(noise: str = "stream", reference: bool = True) -> str:
-    """Small HTML legend of the overlay colours: the token outcomes (noise "stream"), or under "same" noise the one
-    tint marking where a racer's token is not vanilla AR's (`reference`: vanilla AR raced; else a line saying so)."""
+    """HTML legend of the overlay: the token outcomes, or under "same" noise the not-vanilla-AR tint (`reference`:
+    vanilla AR raced)."""
     codes = (DIFFERS,) if noise == "same" else (ACCEPTED, RESAMPLED, BONUS)
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;margin-right:14px">'
@@ -118,8 +118,7 @@ LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "w
 
 
 def _figure(traces: list[dict], title: str, xaxis: dict, yaxis: dict, height: int = 340, **layout):
-    """One validated Figure from trace dicts and the shared theme, title, axes and legend (not one call per trace:
-    a race redraws three plots while it streams)."""
+    """One validated Figure from trace dicts and the shared look (not a call per trace: races redraw as they stream)."""
     import plotly.graph_objects as go
 
     full = {**LIGHT_LAYOUT, "title": {"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
@@ -174,8 +173,7 @@ SMOOTH_ROUNDS = 15  # rounds in the running mean of the accepted-length plot (on
 
 
 def length_figure(racers: list):
-    """Tokens committed per round (accepted drafts + 1), as a running mean over SMOOTH_ROUNDS rounds along the
-    image (x: the share of the image's tokens committed), one line per racer; vanilla AR = 1."""
+    """Running mean of tokens committed per round against the share of the image committed; vanilla AR = 1."""
     traces = []
     for r in racers:
         y = list(r.round_tokens)

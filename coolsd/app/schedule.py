@@ -46,7 +46,6 @@ away at the late depths and must relax the early ones harder to reach the same Ï
 
 # ---------------------------------------------------------------- input -> rule
 def schedule_specs() -> dict[str, Spec]:
-    """The explorer's controls but the omega list: name -> Spec (checked by the handler)."""
     return {"kind": Spec("Schedule", "choice", "exponential", choices=tuple((v, k) for k, v in KIND_LABELS.items()),
                          widget="radio", elem_id="sched-kind"),
             "delta": rule_spec(CoolSDRule, "delta", "delta (mean omega)", "sched-delta"),

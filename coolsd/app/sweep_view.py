@@ -102,12 +102,19 @@ def figure(sweep: dict, delta: float | None):
     rows = -(-len(panels) // 2)
     fig = make_subplots(rows=rows, cols=2, subplot_titles=[t for _, t in panels], horizontal_spacing=0.1,
                         vertical_spacing=0.12)
+    breaks = breaking_delta(sweep)
     for j, (key, _) in enumerate(panels):
-        row, col = divmod(j, 2)
-        _panel(fig, sweep, key, {"row": row + 1, "col": col + 1}, legend=j == 0)
-        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, row=row + 1, col=col + 1)
-        _marks(fig, sweep, delta, {"row": row + 1, "col": col + 1})
-    _legend(fig, sweep, delta)
+        at = {"row": j // 2 + 1, "col": j % 2 + 1}
+        _panel(fig, sweep, key, at, legend=j == 0)
+        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, **at)
+        if breaks is not None:
+            fig.add_vline(x=breaks, line={"color": COOL, "dash": "dot", "width": 1}, **at)
+        if delta is not None:
+            fig.add_vline(x=delta, line={"color": RACE, "width": 2}, **at)
+    if delta is not None:  # the vertical lines' names in the legend
+        fig.add_trace(_marker(f"the race's δ = {_d(delta)}", "solid", True, RACE), row=1, col=1)
+    if breaks is not None:
+        fig.add_trace(_marker(f"pictures break: δ = {_d(breaks)}", "dot", True, COOL), row=1, col=1)
     fig.update_layout(**LIGHT_LAYOUT, height=780, margin={"l": 55, "r": 20, "t": 110, "b": 45},
                       title={"text": f"COOL-SD's δ swept: {sweep['samples']} samples a point, "
                                      f"{plain(sweep['model'])}", "font": {"size": 14}, "y": 0.985,
@@ -130,13 +137,6 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[_d(x) for x in xs], tickfont={"size": 10}, **at)
     if key in SHARES:
         fig.update_yaxes(tickformat=".0%", **at)
-
-
-def _legend(fig, sweep: dict, delta: float | None) -> None:
-    if delta is not None:
-        fig.add_trace(_marker(f"the race's δ = {_d(delta)}", "solid", True, RACE), row=1, col=1)
-    if breaking_delta(sweep) is not None:
-        fig.add_trace(_marker(f"pictures break: δ = {_d(breaking_delta(sweep))}", "dot", True, COOL), row=1, col=1)
 
 
 def _finite(value) -> bool:
@@ -164,13 +164,6 @@ def _marker(name: str, dash: str, legend: bool, colour: str = "#555555"):
 
     return go.Scatter(x=[None], y=[None], mode="lines", name=name, legendgroup=name, showlegend=legend,
                       line={"color": colour, "dash": dash, "width": 1})
-
-
-def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
-    if breaking_delta(sweep) is not None:
-        fig.add_vline(x=breaking_delta(sweep), line={"color": COOL, "dash": "dot", "width": 1}, **at)
-    if delta is not None:
-        fig.add_vline(x=delta, line={"color": RACE, "width": 2}, **at)
 
 
 # ---------------------------------------------------------------- the pictures

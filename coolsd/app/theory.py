@@ -29,7 +29,6 @@ def _curves(nu: float, k: int) -> dict:
 
 
 def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
-    """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
     import plotly.graph_objects as go
 
     rules = make_rules(ctx, ["cool-sd", "lantern++"], {"delta": delta, "nu": nu, "mu": mu, "mean_omega": mean_omega,

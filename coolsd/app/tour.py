@@ -213,8 +213,7 @@ class Tour:
 
 
 def build(ctx: Context) -> Tour:
-    """The tour in a closed accordion; each step but the last ends with a button to the next (the walkthrough's own
-    buttons open only visited steps)."""
+    """The tour in a closed accordion (call above the tabs); each step but the last ends with a button to the next."""
     tour = Tour(ctx)
     with gr.Accordion(f"Guided tour: {len(STEPS)} steps, each with a challenge", open=False, elem_id="tour"):
         with gr.Walkthrough(selected=0, elem_id="tour-steps") as walkthrough:
@@ -240,8 +239,7 @@ def build(ctx: Context) -> Tour:
 
 
 def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
-    """Each step's Run: set the controls (`controls`: the settings column) and open the tab to watch, run the race
-    (`race`: its handle) or the lab (`lab`: its handle), reveal."""
+    """Each step's Run: set the controls, open the tab to watch, run the race (or the lab), reveal."""
     ctx = tour.ctx
     race_inputs = controls.inputs
     race_outputs = race.outputs.components()
