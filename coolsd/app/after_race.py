@@ -29,8 +29,7 @@ class AfterRace:
         self.overlay_spec = specs(ctx)["overlay"]
 
     def stopped(self, stats, overlay=False, request: gr.Request = None) -> RaceFrame:
-        """Stop (the race is cancelled by cancels=): once it closes, its final state marked *Stopped*, the replay
-        open; without a race in progress, the last numbers shown (`stats`) marked stopped."""
+        """Stop (cancels= ends the race): once it closes, its final state marked *Stopped*, else the last `stats`."""
         session = getattr(request, "session_hash", None)
         closed, trace = self.live.active.get(session, (None, None))
         if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
@@ -69,8 +68,7 @@ class AfterRace:
         ctx = self.ctx.for_trace(trace.settings)
         found = self.recordings.of(ctx)
         label = f" {found.label}" if found and trace is found.trace else ""
-        return draw(ctx, trace, step, overlay,
-                    f"**Replay**: step {step} of {len(trace)}.{label}")
+        return draw(ctx, trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.{label}")
 
     @staticmethod
     def trace_json(trace) -> dict:

@@ -96,8 +96,8 @@ class CostPanel:
         self.start(self.ctx.for_model(model))
 
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
-        """(curve figure, predicted vs measured markdown, JSON) of the race on show: `trace` ("race": "session"),
-        else `model`'s recorded race ("recorded"), else `model`'s call times alone (None)."""
+        """(curve figure, markdown, JSON) of the race on show: `trace` ("race": "session"), else `model`'s recorded
+        race ("recorded"), else `model`'s call times alone (None)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         picked = self.ctx.picked(model)  # checked also when the race on show names the model
         source = "session" if isinstance(trace, RaceTrace) and len(trace) else None
@@ -215,17 +215,16 @@ def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordi
     """The tab (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the race's trace state."""
     panel = CostPanel(ctx, recordings)
     gr.Markdown(INTRO)
-    table_specs = panel.specs
     with gr.Row():
-        memory = table_specs["memory_bound"].component()
+        memory = panel.specs["memory_bound"].component()
         button = gr.Button("Compute", variant="primary", elem_id="cost-btn")
     curve = gr.Plot(show_label=False, elem_id="cost-curve")
     table = gr.Markdown(elem_id="cost-table")
     with gr.Accordion("What if: your own acceptance and costs", open=True):
         with gr.Row():
-            what_len, c, v = (table_specs[name].component() for name in ("L", "c", "V"))
+            what_len, c, v = (panel.specs[name].component() for name in ("L", "c", "V"))
         with gr.Row():
-            accept = [table_specs[f"a_{i}"].component() for i in range(1, MAX_DEPTH + 1)]
+            accept = [panel.specs[f"a_{i}"].component() for i in range(1, MAX_DEPTH + 1)]
         what_if = gr.Markdown(elem_id="cost-whatif")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(label="cost", elem_id="cost-json")

@@ -1,6 +1,5 @@
 """What the model's own classifier sees in each finished picture of a race (`coolsd.compare.recognise`) and the
-caption under it. `Judge` loads one model's shipped classifier on first use and runs it under a lock (the lab and
-every race share it); only finished pictures are judged (stats JSON: `recognised`, per decoder)."""
+caption under it; `Judge` loads a model's classifier on first use and runs it under a lock (shared by lab and races)."""
 
 from __future__ import annotations
 
@@ -61,8 +60,8 @@ class Judge:
             self._seen.clear()
 
     def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
-        """Each (C, H, W) [0, 1] picture's reading, a JSON-ready `Reading.describe` against condition `asked` (Nones
-        without a classifier), with "likeness" and "broken" where `asked` has a real picture of that size."""
+        """Each (C, H, W) [0, 1] picture's `Reading.describe` dict (with "likeness", "broken" where there is a real
+        picture of that size), or Nones without a classifier."""
         classifier = self.classifier
         if classifier is None or not images:
             return [None] * len(images)

@@ -1,6 +1,5 @@
-"""The Race tab's one line on when relaxation pays: Eagle-1's and a relaxed racer's tau and speed-up in the race on
-show, the shipped benchmark's where the race ran at its settings, and the δ sweep's cost when COOL-SD's δ is at or
-past where pictures break."""
+"""The Race tab's line on when relaxation pays: Eagle-1's and a relaxed racer's numbers in the race on show, in the
+shipped benchmark at its settings, and the δ sweep's cost when COOL-SD's δ is past where pictures break."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ KNOBS = (("delta", "δ"), ("k", "k"), ("lam", "λ"), ("window", "W"))  # rule se
 
 @dataclass(frozen=True)
 class BenchRow:
-    """The fields the line reads of one benchmark results.jsonl row. rule_config None: vanilla AR; tree None: chain;
-    top1: the target's mean top-1 probability on its own samples."""
+    """A benchmark results.jsonl row's fields (rule_config None: vanilla AR; tree None: chain; top1 on its samples)."""
 
     rule_config: dict | None = None
     draft_len: int = 0
@@ -76,8 +74,7 @@ def racer_name(shown: RaceNumbers, key: str) -> str:
 
 
 def race_clause(shown: RaceNumbers) -> str | None:
-    """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at 1.41× vs 1.10×
-    vanilla AR's speed"; None without both racers' τ."""
+    """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at ..." or None."""
     key, settings = relaxed_key(shown), shown.settings
     if EAGLE not in shown.decoders or key is None:
         return None
@@ -104,8 +101,7 @@ def matching_rows(runs: list[BenchRun], settings: TraceSettings) -> list[BenchRo
 
 
 def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | None:
-    """"the shipped emoji benchmark at these settings (L = 2, 200 images a setting): τ 2.22 vs Eagle-1's 1.88, ...",
-    or None unless the benchmark ran both quoted racers at the race's settings."""
+    """"the shipped emoji benchmark at these settings (L = 2, ...): τ 2.22 vs ..." where it ran them, else None."""
     key, rules = relaxed_key(shown), shown.settings.rules
     rows = matching_rows(runs, shown.settings)
     found = {k: next((r for r in rows if r.rule_config == rules.get(k)), None) for k in (EAGLE, key)}

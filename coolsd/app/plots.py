@@ -30,8 +30,7 @@ PLACEHOLDER_GREYS = (104, 120)  # checkerboard of token cells not generated yet
 
 # ---------------------------------------------------------------- token grids to images
 def fill_ids(tokens: Tensor) -> Tensor:
-    """(T,) ids, -1 for missing -> missing ones set to the most common committed id (the VQ decoder needs a full
-    grid; the commonest code, a digit's background, keeps the edges clean; the cells are painted over anyway)."""
+    """(T,) ids, -1 for missing -> the most common committed id there (the VQ decoder needs a full grid)."""
     known = tokens[tokens >= 0]
     fill = int(torch.mode(known).values) if len(known) else 0
     return torch.where(tokens >= 0, tokens, torch.full_like(tokens, fill))
@@ -134,8 +133,7 @@ def _axis(title: str, **settings) -> dict:
 
 
 def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
-    """Running mean of the tested acceptance per draft position, one line per `Racer`; `omegas`: racer key -> (n,)
-    omega_i, dashed on the right axis."""
+    """Mean tested acceptance per draft position per `Racer`; `omegas` (key -> (n,) omega_i): dashed, right axis."""
     traces, labels = [], {}
     for r in racers:
         labels[r.key] = r.label

@@ -1,8 +1,6 @@
-"""The Race tab's racer choices, from the variant registry (`coolsd.decoding.variants`).
-
-Variants of one rule share its settings (`coolsd.app.settings.make_racer_rule`), so they race at the same
-parameters; the "no drafter" group (Jacobi drafts) comes last; vanilla AR always races as the reference. Old keys
-still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
+"""The Race tab's racer choices (`coolsd.decoding.variants`). Variants of one rule race at its settings
+(`settings.make_racer_rule`); the "no drafter" group comes last; vanilla AR always races. Old keys still work
+(`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
 
 from __future__ import annotations
 

@@ -60,33 +60,26 @@ def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str 
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
         return ("No precomputed δ sweep for this model. Make one with "
                 f"`python -m coolsd.bench.delta_sweep --model {plain(key) or 'MODEL'}{where}`.")
-    near = nearest(sweep, delta)
-    band = sweep["band"]
+    near, band = nearest(sweep, delta), sweep["band"]
+    low, high = band["broken"]  # the broken shares: None without likeness
+    band_broken = "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
+    near_broken = "" if near["broken"] is None else f", called broken {_pct(near['broken'])}"
     lines = [f"**{range_sentence(sweep)}**", "",
              f"Precomputed by `{plain(sweep['command'])}` on {plain(sweep['machine'])}, {plain(sweep['date'])}: "
              f"{sweep['samples']} samples a point (each another class, one seed each), L = {sweep['draft_len']}, "
              f"ν = {_d(sweep['nu'])}; the same samples for every δ. Grey band: vanilla AR's FID and NLL ± "
              f"{_d(sweep['band_width'])} spreads (bootstrap / standard error), its recognition's 95 % interval "
              f"(FID {number(band['fid'][0], '.1f')} to {number(band['fid'][1], '.1f')}, recognised "
-             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{broken_band(band)}). Speed-up: CPU "
+             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{band_broken}). Speed-up: CPU "
              "time on that machine.",
              "", f"The race's δ = {_d(delta)}; the nearest swept point, δ = {_d(near['delta'])}: τ "
              f"{number(near['tau'], '.2f')}, speed-up {number(near['speedup'], '.2f')}×, FID "
              f"{number(near['fid'], '.1f')} ± {number(near['fid_std'], '.1f')}, recognised "
-             f"{_pct(near['recognition'])}{broken_share(near)}, NLL {number(near['nll'], '.3f')}."]
+             f"{_pct(near['recognition'])}{near_broken}, NLL {number(near['nll'], '.3f')}."]
     if delta > reach(sweep) or delta < swept(sweep)[0]["delta"]:
         lines.append(f"(The race's δ lies outside the swept range, {_d(swept(sweep)[0]['delta'])} to "
                      f"{_d(reach(sweep))}.)")
     return "\n".join(lines)
-
-
-def broken_band(band: dict) -> str:
-    low, high = band["broken"]  # vanilla AR's interval; None without likeness
-    return "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
-
-
-def broken_share(row: dict) -> str:
-    return "" if row["broken"] is None else f", called broken {_pct(row['broken'])}"
 
 
 def _pct(value) -> str:

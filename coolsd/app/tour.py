@@ -1,7 +1,6 @@
-"""The guided tour above the tabs: each step (`STEPS`) sets the controls, names the widget to watch and asks for a
-guess; its Run runs the race (or the lab) through the panels' own handlers and shows the value read from that run's
-stats JSON beside the guess, so the texts name no number the app does not measure live. `build` lays it out, `wire`
-connects it once every panel exists."""
+"""The guided tour: each step (`STEPS`) sets the controls, names the widget to watch and asks for a guess; its Run
+runs the race (or the lab) and shows the value from that run's stats JSON beside the guess (the texts name no number
+the app does not measure live). `build` lays it out, `wire` connects it once every panel exists."""
 
 from __future__ import annotations
 
