@@ -92,12 +92,8 @@ class CostPanel:
             raise bad("still measuring this model's call times; try again in a few seconds")
         return cost.Costs(times, memory_bound)
 
-    def start_for(self, model=None) -> None:
-        self.start(self.ctx.for_model(model))
-
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
-        """(curve figure, markdown, JSON) of the race on show: `trace` ("race": "session"), else `model`'s recorded
-        race ("recorded"), else `model`'s call times alone (None)."""
+        """(curve figure, markdown, JSON) of `trace` ("race": "session"), else `model`'s "recorded" race, else None."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         picked = self.ctx.picked(model)  # checked also when the race on show names the model
         source = "session" if isinstance(trace, RaceTrace) and len(trace) else None
@@ -230,7 +226,7 @@ def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordi
         raw = gr.JSON(label="cost", elem_id="cost-json")
         raw_if = gr.JSON(label="what if", elem_id="cost-whatif-json")
 
-    tab.select(panel.start_for, model, None, api_visibility="private", queue=False)
+    tab.select(lambda key: panel.start(ctx.for_model(key)), model, None, api_visibility="private", queue=False)
     gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory, model], [curve, table, raw],
           api_name="cost", preprocess=False, concurrency_limit=1, concurrency_id="cost", show_progress="minimal")
     what_inputs = [what_len, *accept, c, v, memory]

@@ -119,18 +119,13 @@ def why_floored(path: Path = FLOOR_FILE) -> str:
             f"unclipped one on {d['unclipped_at_least_eagle']})." + tail)
 
 
-def how_text() -> str:
-    return TEXT.replace("{why_floored}", why_floored())
-
-
 def _group(title: str, quality: str) -> list[str]:
     return ["", f"**{title}**", "", f"| method | accept len τ | speed-up | FID | {quality} |",
             "|---|---:|---:|---:|---:|"]
 
 
 def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> str:
-    """The paper's numbers, then ours from the shipped benchmark of `kind` (else MNIST's): one small table per
-    (source, model, hardware), so five columns fit a phone."""
+    """The paper's numbers, then ours for `kind` (else MNIST): a table per source, model and hardware (phone-wide)."""
     folder, ours, quality, accuracy = BENCHES.get(kind, BENCHES["embedded"])
     folder = bench_dir or folder
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
@@ -176,5 +171,5 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:
-    gr.Markdown(how_text(), latex_delimiters=LATEX, elem_id="how")
+    gr.Markdown(TEXT.replace("{why_floored}", why_floored()), latex_delimiters=LATEX, elem_id="how")
     gr.Markdown(paper_beside_us(ctx.model.kind), elem_id="paper-beside-us")

@@ -75,8 +75,7 @@ class Judge:
         return [r | {"likeness": v, "broken": broken(v)} for r, v in zip(readings, values)]
 
     def judge(self, grids: list[torch.Tensor], asked, decode) -> list[dict | None]:
-        """`read` of each picture's (T,) ids, decoded by `decode`. Each is read alone and cached by its tokens, so it
-        reads the same live, replayed and redrawn (a batch's floats depend on the pictures beside it)."""
+        """`read` of each (T,) ids `decode`d, alone and cached by tokens (a batch's floats depend on its neighbours)."""
         classifier = self.classifier
         if classifier is None:
             return [None] * len(grids)
@@ -110,8 +109,7 @@ class Judge:
 
 
 def caption(judge: Judge, reading: dict | None) -> str:
-    """The line under a picture: `classifier_line` + " · likeness 0.91"; a broken one starts "✗ **broken**: likeness
-    0.41 < 0.65 (as are 16 % of vanilla AR's pictures)" (share from the δ sweep); "" when nothing was judged."""
+    """`classifier_line` + " · likeness 0.91", or "✗ **broken**: likeness 0.41 < 0.65 (as are 16 % of ...) · ..."."""
     if not reading:
         return ""
     seen = classifier_line(judge, reading)

@@ -247,8 +247,7 @@ class LabPanel:
         lab, bench = self.lab_of(ctx)
         classifier = self._classifier(ctx, lab)
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
-                    "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
-                                   for j in range(len(conditions))], "seeds": seeds,
+                    "conditions": headers if m.conditioning == "class" else conditions, "seeds": seeds,
                     "draft_len": Chain.draft_len, "sampling": dataclasses.asdict(m.default_sampling),
                     "decoders": [{"key": d.key, "label": d.label,
                                   "rule": None if d.rule is None else d.rule.config()} for d in decoders]}

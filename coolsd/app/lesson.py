@@ -120,8 +120,7 @@ def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | N
 
 
 def cost_clause(shown: RaceNumbers, sweep: dict | None) -> str | None:
-    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there COOL-SD's pictures were called
-    broken 39 % ... (64 samples a point; ...)" when the relaxed racer is COOL-SD at or past the breaking δ."""
+    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there ..." for COOL-SD, or None."""
     key = relaxed_key(shown)
     delta = (shown.settings.rules.get(key) or {}).get("delta") if key == "cool-sd" else None
     breaks = sweep_view.breaking_delta(sweep)

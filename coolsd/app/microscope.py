@@ -48,8 +48,7 @@ class MicroscopePanel:
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
-        """(racer `key`'s rounds, whether the re-run here reproduced them, the updated cache): the re-run's rounds
-        (with q, p, u, the residual) when it did, else the trace's own, without detail (`stored_view`)."""
+        """(racer `key`'s rounds, whether a re-run here reproduced them (else: the trace's, without detail), cache)."""
         sig = (id(trace), len(trace), key)
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
@@ -66,9 +65,8 @@ class MicroscopePanel:
     def view(self, key, round_no, trace, cache, model=APP_MODEL):
         """(image, patches, bars, table, header, JSON, cache) of round `round_no` of decoder `key`."""
         trace = self.recordings.on_show(trace, model, NOTHING)
-        keys = [k for k, _ in trace.racers]
         with user_errors():
-            key = check_choice("decoder", key, keys)
+            key = check_choice("decoder", key, [k for k, _ in trace.racers])
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)

@@ -83,8 +83,7 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
 
 
 def overlay_legend_html(noise: str = "stream", reference: bool = True) -> str:
-    """HTML legend of the overlay: the token outcomes, or under "same" noise the not-vanilla-AR tint (`reference`:
-    vanilla AR raced)."""
+    """HTML legend of the overlay: the outcomes, or under "same" noise the tint (`reference`: vanilla AR raced)."""
     codes = (DIFFERS,) if noise == "same" else (ACCEPTED, RESAMPLED, BONUS)
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;margin-right:14px">'

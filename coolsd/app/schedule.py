@@ -137,9 +137,8 @@ class SchedulePanel:
         v = check_values(self.specs, {"kind": kind, "delta": delta, "nu": nu, "slope": slope, "floor": floor,
                                       "drafts": drafts})
         rule = make_schedule(v["kind"], v["delta"], v["nu"], v["slope"], omegas, v["floor"])
-        drafts = v["drafts"]
         with unexpected_errors("schedule explorer", "the exact oracle"):
-            result = explore(rule, drafts)
+            result = explore(rule, v["drafts"])
         return annealing.omega_figure(result), annealing.why_figure(result), numbers_markdown(result), result
 
 
