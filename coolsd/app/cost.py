@@ -63,9 +63,6 @@ class CostPanel:
         self.curves = cost.CurveCache()
         self.specs = cost_specs()
 
-    def _key(self, ctx: Context) -> tuple[str, str]:
-        return ctx.variant_key, path_label(ctx)
-
     def start(self, ctx: Context | None = None) -> None:
         """Begin measuring `ctx`'s call times on its own model handles (no-op once begun)."""
         ctx = ctx or self.ctx
@@ -78,13 +75,13 @@ class CostPanel:
             return forward_times(target, drafter, cond, guidance=m.default_sampling.cfg_scale != 1.0,
                                  max_tokens=MAX_DEPTH + 1, context=max(1, m.num_tokens // 2), repeats=REPEATS)
 
-        self.curves.start(self._key(ctx), measure)
+        self.curves.start((ctx.variant_key, path_label(ctx)), measure)
 
     def costs(self, ctx: Context, memory_bound: bool = False) -> cost.Costs:
         """The measured costs of `ctx`'s model (waits for the measurement; a clear error if it failed)."""
         self.start(ctx)
         try:
-            times = self.curves.get(self._key(ctx), timeout=WAIT_S)
+            times = self.curves.get((ctx.variant_key, path_label(ctx)), timeout=WAIT_S)
         except RuntimeError as err:
             log.warning("cost measurement failed: %s", err)
             raise bad(plain(str(err))[:200]) from None

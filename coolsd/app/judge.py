@@ -20,8 +20,7 @@ CACHE_SIZE = 512  # readings kept by their pictures' tokens (a few hundred bytes
 
 
 class Judge:
-    """One ModelBundle's classifier (its own, else `load(kind)`; None: none shipped) and its readings of pictures;
-    `real(kind)`: the classes' real pictures or None (with them a reading carries its likeness)."""
+    """A ModelBundle's classifier (its own, else `load(kind)`, or None), its `real(kind)` pictures and readings."""
 
     def __init__(self, model, load=shipped_classifier, real=shipped_real_pictures) -> None:
         self.names = model.conditions if model.conditioning == "class" else None

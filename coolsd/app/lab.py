@@ -203,13 +203,6 @@ class LabPanel:
                 self.labs[ctx.model_key] = lab, bench_rows(BENCHES[m.kind]) if m.kind in BENCHES else []
             return self.labs[ctx.model_key]
 
-    def _classifier(self, ctx: Context, lab: Lab):
-        """The model's own classifier (`Context.judge`), shared with the races; None for models without one."""
-        with self._lock:
-            if lab.classifier is None:
-                lab.classifier = ctx.judge.classifier
-        return lab.classifier
-
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
         """The lab's values checked by their Specs (the event has preprocess=False)."""
         rule = variants.ALIASES.get(rule, rule) if isinstance(rule, str) else rule  # old keys ("cool-sd-floor")
@@ -245,7 +238,10 @@ class LabPanel:
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition, ctx)
         lab, bench = self.lab_of(ctx)
-        classifier = self._classifier(ctx, lab)
+        with self._lock:  # the model's own classifier (`Context.judge`, shared with the races), or None
+            if lab.classifier is None:
+                lab.classifier = ctx.judge.classifier
+        classifier = lab.classifier
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
                     "conditions": headers if m.conditioning == "class" else conditions, "seeds": seeds,
                     "draft_len": Chain.draft_len, "sampling": dataclasses.asdict(m.default_sampling),

@@ -1,5 +1,4 @@
 """The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
-
 The race records no detail, so each decoder is decoded again once per race with `DecodeConfig(detail=True)`
 (`coolsd.compare.microscope`, same settings and seed); stepping through rounds then costs nothing. API: microscope."""
 

@@ -54,9 +54,8 @@ def placeholder(grid: tuple[int, int], size_hw: tuple[int, int]) -> Image.Image:
 
 def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Tensor | None = None,
                 overlay: bool = False, min_size: int = 256) -> Image.Image:
-    """PIL RGB image of `display_size(grid, (h, w), min_size)`: the decode `pixels` (C, h, w) in [0, 1] where
-    `filled` ((T,) bool, row-major over the (H, W) `grid`), a checkerboard elsewhere; with `overlay`, committed cells
-    tinted by `kinds` ((T,) int8 `TokenOutcome.code` or DIFFERS)."""
+    """PIL RGB image: `pixels` (C, h, w) in [0, 1] where `filled` ((T,) bool over the (H, W) `grid`), a checkerboard
+    elsewhere; with `overlay`, committed cells tinted by `kinds` ((T,) int8 `TokenOutcome.code` or DIFFERS)."""
     H, W = grid
     img = to_rgb_array(pixels).astype(np.float32)
     h, w = img.shape[:2]

@@ -24,10 +24,9 @@ LATEX = [{"left": "$", "right": "$", "display": False}]
 
 @dataclass(frozen=True)
 class Step:
-    """One stop of the tour. text: markdown, no measured numbers; answer: (stats JSON) -> [(label, value)];
-    race: race control changes (the rest go back to their defaults) or None; lab: lab control changes, or None for a
-    race step; unit: "" or "%" (values shown x100); lab_for: (picked model's Context) -> its lab changes (overrides
-    `lab`); note: (Context) -> a markdown line about the picked model (it follows the picker)."""
+    """One stop. answer: (stats JSON) -> [(label, value)]; race / lab: control changes (other race controls go back to
+    their defaults; lab None: a race step); unit "%": values shown x100; lab_for: (picked model's Context) -> its lab
+    changes (overrides `lab`); note: (Context) -> a markdown line about the picked model."""
 
     title: str
     text: str
