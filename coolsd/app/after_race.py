@@ -1,6 +1,5 @@
-"""After (or during) a race: Stop, the overlay, the replay slider, the trace, a picked model's race area. Each
-handler redraws from a `RaceTrace` (never decoding); before a session races, its model's recorded race is on show.
-API: overlay, replay, trace."""
+"""After (or during) a race: Stop, the overlay, replay, the trace, a picked model's race area, all redrawn from a
+`RaceTrace` (before a session races: its model's recorded one), never decoded. API: overlay, replay, trace."""
 
 from __future__ import annotations
 

@@ -115,8 +115,7 @@ class CostPanel:
         """The formula at these inputs (L, a_1..a_8, c, V, memory_bound; the first L of a_i) -> (markdown, JSON)."""
         v = check_values(self.specs, values, defaults=True)
         draft_len, draft_cost, memory_bound = v["L"], v["c"], v["memory_bound"]
-        unknown = set(values) - set(self.specs)
-        if unknown:
+        if unknown := set(values) - set(self.specs):
             raise bad(f"unknown what-if input {sorted(unknown)[0]!r}; give {', '.join(WHAT_IF_NAMES)}")
         accept = [v[f"a_{i}"] for i in range(1, draft_len + 1)]
         verify = 1.0 if memory_bound else v["V"]

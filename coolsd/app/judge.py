@@ -59,8 +59,7 @@ class Judge:
             self._seen.clear()
 
     def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
-        """Each (C, H, W) [0, 1] picture's `Reading.describe` dict (with "likeness", "broken" where there is a real
-        picture of that size), or Nones without a classifier."""
+        """Each (C, H, W) [0, 1] picture's `Reading.describe` dict (+ "likeness", "broken" given a real picture)."""
         classifier = self.classifier
         if classifier is None or not images:
             return [None] * len(images)

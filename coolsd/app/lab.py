@@ -189,8 +189,7 @@ class LabPanel:
     """The lab handler; one `Lab` per model (its classifier and sample cache), made on its first run (`lab_of`)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.specs = lab_specs()
+        self.ctx, self.specs = ctx, lab_specs()
         self.labs: dict[str, tuple[Lab, list]] = {}  # model key -> (its Lab, its benchmark rows)
         self._lock = threading.Lock()
         self.lab, self.bench = self.lab_of(ctx)  # the app's model
@@ -324,10 +323,8 @@ def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, 
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="lab-json", label="lab")
 
-    inputs = [rule, relaxation, samples, seed, condition, model]
-    event = run_btn.click(panel.grid, inputs,
-                          [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
+    inputs, outputs = [rule, relaxation, samples, seed, condition, model], [grid, stats, plot, raw]
+    event = run_btn.click(panel.grid, inputs, outputs, api_name="lab_grid", preprocess=False, concurrency_limit=1,
                           concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
-    return LabHandle(panel, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}, inputs,
-                     [grid, stats, plot, raw])
+    return LabHandle(panel, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}, inputs, outputs)

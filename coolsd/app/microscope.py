@@ -42,8 +42,7 @@ class MicroscopePanel:
     """The tab's handlers; a decoder's re-run is cached in a per-session gr.State."""
 
     def __init__(self, ctx: Context, recordings: Recordings) -> None:
-        self.ctx = ctx
-        self.recordings = recordings
+        self.ctx, self.recordings = ctx, recordings
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:

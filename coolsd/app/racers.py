@@ -1,6 +1,5 @@
-"""The Race tab's racer choices (`coolsd.decoding.variants`). Variants of one rule race at its settings
-(`settings.make_racer_rule`); the "no drafter" group comes last; vanilla AR always races. Old keys still work
-(`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
+"""The Race tab's racer choices (`coolsd.decoding.variants`; variants of a rule race at its settings, the "no drafter"
+group last, vanilla AR always). Old keys work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
 
 from __future__ import annotations
 

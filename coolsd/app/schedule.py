@@ -129,8 +129,7 @@ class SchedulePanel:
     """The explorer's handler (API: schedule)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.specs = schedule_specs()
+        self.ctx, self.specs = ctx, schedule_specs()
 
     def compute(self, kind, delta, nu, slope, omegas, floor, drafts):
         """-> (omega bars figure, per-depth figure, numbers markdown, JSON); every value checked here."""
