@@ -60,8 +60,7 @@ class CostPanel:
 
     def __init__(self, ctx: Context, recordings: Recordings | None = None) -> None:
         self.ctx, self.recordings = ctx, recordings
-        self.curves = cost.CurveCache()
-        self.specs = cost_specs()
+        self.curves, self.specs = cost.CurveCache(), cost_specs()
 
     def start(self, ctx: Context | None = None) -> None:
         """Begin measuring `ctx`'s call times on its own model handles (no-op once begun)."""
@@ -183,8 +182,7 @@ def table_markdown(payload: dict) -> str:
     if (payload["race_cfg_scale"] != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
     lines += ["| decoder | a₁ … a<sub>L</sub> (race) | E predicted | tokens / round measured | speed-up predicted "
-              "| measured |",
-              "|---|---|---:|---:|---:|---:|"]
+              "| measured |", "|---|---|---:|---:|---:|---:|"]
     for r in payload["racers"]:
         accept = ", ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"
         lines.append(f"| {r['decoder']} | {accept} | {number(r['expected_tokens'], '.3f')} | "

@@ -131,10 +131,9 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     lines = ["### The paper beside us",
              "Reported in the COOL-SD paper (its main table) and measured by this project's benchmark "
-             f"(`python -m coolsd.bench`, files in `{shown}/`). Every table names its model and hardware. "
-             "The two FIDs are different measures: the paper's is on "
-             "MS-COCO images (Inception features), ours is in the shipped classifier's feature space against "
-             "held-out real images, so compare the trends, not the values."]
+             f"(`python -m coolsd.bench`, files in `{shown}/`). Every table names its model and hardware. The two "
+             "FIDs are different measures: the paper's is on MS-COCO images (Inception features), ours is in the "
+             "shipped classifier's feature space against held-out real images, so compare the trends, not the values."]
     for model in dict.fromkeys(m for m, *_ in PAPER):
         lines += _group(f"Paper: {model}, {PAPER_HARDWARE}", "CLIP")
         lines += [f"| {method} | {tau:.2f} | {speedup:.2f}× | {fid:.2f} | {clip:.4f} |"
@@ -162,11 +161,10 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         lines += ["", OLDER_NOTE]
     speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")
     lines += ["", f"Ours: `{short_command(config.get('command', 'python -m coolsd.bench'))}`, "
-              f"{rows[0].get('n_images', '?')} images "
-              f"per setting, {speedup}. The paper's LANTERN++ k and λ are not stated; ours are the benchmark's. A run "
-              "of the LlamaGen-XL architecture on one H200 with random weights (`tools/gpu_llamagen_bench.py`) gave "
-              "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
-              "ours until the real weights are fetched."]
+              f"{rows[0].get('n_images', '?')} images per setting, {speedup}. The paper's LANTERN++ k and λ are not "
+              "stated; ours are the benchmark's. A run of the LlamaGen-XL architecture on one H200 with random weights "
+              "(`tools/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights say nothing about "
+              "acceptance, so there is no LlamaGen row of ours until the real weights are fetched."]
     return "\n".join(lines)
 
 

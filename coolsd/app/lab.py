@@ -247,8 +247,7 @@ class LabPanel:
                     "decoders": [{"key": d.key, "label": d.label,
                                   "rule": None if d.rule is None else d.rule.config()} for d in decoders]}
         done: list[LabSample] = []
-        t0 = time.perf_counter()
-        first_row = None
+        t0, first_row = time.perf_counter(), None
         with ctx.lane() as lane:
             stream = lab.run(decoders, conditions, seeds, m.default_sampling, DecodeConfig(), handles=lane)
             try:

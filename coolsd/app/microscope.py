@@ -1,6 +1,5 @@
-"""The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
-The race records no detail, so each decoder is decoded again once per race with `DecodeConfig(detail=True)`
-(`coolsd.compare.microscope`, same settings and seed); stepping through rounds then costs nothing. API: microscope."""
+"""The Microscope tab: every number of one round of one decoder of the last race (or the shipped one). The race keeps
+no detail, so each decoder is decoded again once per race with `DecodeConfig(detail=True)`. API: microscope."""
 
 from __future__ import annotations
 

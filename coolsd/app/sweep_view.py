@@ -261,9 +261,8 @@ def build(ctx: Context, model: gr.Dropdown, delta: gr.Slider) -> SweepPanel:
         return fig, words, gr.Image(value=picture, visible=picture is not None)
 
     for source in (delta, model):
-        source.change(show, [model, delta], [plot, text, pictures], api_visibility="private",
-                      show_progress="hidden", trigger_mode="always_last", concurrency_id="sweep",
-                      concurrency_limit=4)
+        source.change(show, [model, delta], [plot, text, pictures], api_visibility="private", show_progress="hidden",
+                      trigger_mode="always_last", concurrency_id="sweep", concurrency_limit=4)
 
     def delta_sweep(model: str = ctx.model_key, delta: float = specs(ctx)["delta"].default) -> dict | None:
         """The precomputed δ sweep of `model` (default: the app's): the file's numbers (per setting tau, speed-up,

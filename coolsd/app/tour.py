@@ -1,6 +1,5 @@
-"""The guided tour: each step (`STEPS`) sets the controls, names the widget to watch and asks for a guess; its Run
-runs the race (or the lab) and shows the value from that run's stats JSON beside the guess (the texts name no number
-the app does not measure live). `build` lays it out, `wire` connects it once every panel exists."""
+"""The guided tour: each step (`STEPS`) sets the controls, asks for a guess and, on Run, shows beside it the value
+the race (or lab) it runs measured: the texts name no number. `build` lays it out, `wire` connects it to the panels."""
 
 from __future__ import annotations
 
@@ -63,9 +62,9 @@ def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dic
 STEPS = [
     Step("A round",
          f"The drafter proposes L tokens (the draft length, {Chain.draft_len} by default), the target checks "
-         "all of them in **one** forward; the round keeps the "
-         "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
-         "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
+         "all of them in **one** forward; the round keeps the drafts up to the first rejection and adds one token of "
+         "the target's own. Watch the **Race** tab's images fill in, then open the **Microscope** tab: it shows one "
+         "round, each draft's $a_i$ and the $u_i$ drawn.",
          "Eagle-1's mean accepted length τ (tokens per target forward) on this image?",
          _race(tau, "eagle-1"), race={"racers": ["eagle-1"]}),
     Step("Lossless",
@@ -251,8 +250,7 @@ def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
         def reveal(guess, payload, step=step):
             return reveal_markdown(step, guess, payload)
 
-        event = tour.runs[j].click(setup, controls["model"], [*outputs, tabs], api_visibility="private",
-                                   queue=False)
+        event = tour.runs[j].click(setup, controls["model"], [*outputs, tabs], api_visibility="private", queue=False)
         if step.lab is None:
             event = event.then(race.gradio_race(), race_inputs, race_outputs, api_visibility="private",
                                preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
