@@ -39,7 +39,11 @@ class AfterRace:
         return frame.replace(replay=replay_slider(len(trace)))
 
     def show_overlay(self, overlay, snapshot, model=APP_MODEL, request: gr.Request = None) -> tuple:
-        """The SLOTS images on show redrawn with or without the overlay (also for a race's frames to come)."""
+        """Redraw the images on show (the last race's, or a replayed step's) with or without the overlay.
+
+        During a race the new setting also applies to the frames still to come. Before any race of this
+        session the recorded race of `model` (default: the app's) is on show. Returns the SLOTS images.
+        """
         with user_errors():
             overlay = self.overlay_spec.check(overlay)
         model = self.ctx.picked(model).model_key
@@ -71,7 +75,7 @@ class AfterRace:
 
     @staticmethod
     def trace_json(trace) -> dict:
-        """The last race's trace (`coolsd.compare.trace` format)."""
+        """The last race's trace: settings, model, every event in race order (`coolsd.compare.trace` format)."""
         if not isinstance(trace, RaceTrace):  # (the shipped recording is a file in assets/traces/)
             raise bad("no race yet: run a race first")
         return trace.to_json()

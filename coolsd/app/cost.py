@@ -89,7 +89,9 @@ class CostPanel:
         return cost.Costs(times, memory_bound)
 
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
-        """(curve figure, markdown, JSON) of `trace` ("race": "session"), else `model`'s "recorded" race, else None."""
+        """-> (curve figure, predicted vs measured table (markdown), JSON) for the race on show, on its model: the
+        session's last race (`trace`), else the recorded race of `model` (default: the app's model; JSON "race":
+        "session" or "recorded"); without either, the call times of `model` alone ("race": None)."""
         memory_bound = check_values(self.specs, {"memory_bound": memory_bound})["memory_bound"]
         picked = self.ctx.picked(model)  # checked also when the race on show names the model
         source = "session" if isinstance(trace, RaceTrace) and len(trace) else None

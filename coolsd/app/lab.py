@@ -65,9 +65,8 @@ def page_text(label: str) -> str:
 def lab_specs() -> dict[str, Spec]:
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
-            # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
             "relaxation": rule_spec(CoolSDRule, "delta", "relaxation: delta (lambda for LANTERN++)", "lab-relaxation",
-                                    reach=DELTA_TOP),
+                                    reach=DELTA_TOP),  # COOL-SD's δ knob, as far as the race's δ reaches
             "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
             "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
@@ -231,7 +230,8 @@ class LabPanel:
 
     @gpu
     def grid(self, rule: str, relaxation, samples, seed, condition=None, model=APP_MODEL):
-        """Yields (grid image, stats markdown, Pareto figure or skip, stats JSON) per finished sample on `model`."""
+        """Run the lab on `model` (default: the app's): yields (grid image, stats markdown, Pareto figure or skip,
+        stats JSON) per finished sample. Class models sample their first classes, text models `condition`."""
         ctx = self.ctx.picked(model)
         m = ctx.model
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)

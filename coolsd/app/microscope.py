@@ -60,7 +60,8 @@ class MicroscopePanel:
 
     # ---------------------------------------------------------------- handlers
     def view(self, key, round_no, trace, cache, model=APP_MODEL):
-        """(image, patches, bars, table, header, JSON, cache) of round `round_no` of decoder `key`."""
+        """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
+        Before any race of this session: of `model`'s recorded race (default: the app's model)."""
         trace = self.recordings.on_show(trace, model, NOTHING)
         with user_errors():
             key = check_choice("decoder", key, [k for k, _ in trace.racers])

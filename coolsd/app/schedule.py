@@ -73,8 +73,7 @@ def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
     """The explorer's rule; the rule's own ValueError text becomes the one-line error."""
     if kind not in annealing.SCHEDULES:
         raise bad(f"unknown schedule {show(kind)}; choose one of {', '.join(annealing.SCHEDULES)}")
-    # read (and checked) for a custom schedule only: no error about a field the kind does not use
-    values = parse_omegas(omegas) if kind == "custom" else ()
+    values = parse_omegas(omegas) if kind == "custom" else ()  # (another kind neither reads nor checks the list)
     try:
         return annealing.schedule_rule(kind, delta=delta, nu=nu, slope=slope, omegas=values, floor_at_one=floor)
     except ValueError as err:

@@ -40,8 +40,7 @@ def range_sentence(sweep: dict | None) -> str:
     """"From δ = 64 on, every swept δ (up to 256) has ...": where pictures break, from the sweep."""
     if not sweep:
         return "This model has no precomputed δ sweep."
-    top, n = reach(sweep), sweep["samples"]
-    b = sweep["breaks"]
+    top, n, b = reach(sweep), sweep["samples"], sweep["breaks"]
     what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"),
                                    ("broken", "more pictures called broken than"))
             if b[key] is not None and b[key] == b["picture"]]

@@ -23,9 +23,8 @@ LATEX = [{"left": "$", "right": "$", "display": False}]
 
 @dataclass(frozen=True)
 class Step:
-    """One stop. answer: (stats JSON) -> [(label, value)]; race / lab: control changes (other race controls go back to
-    their defaults; lab None: a race step); unit "%": values shown x100; lab_for: (picked model's Context) -> its lab
-    changes (overrides `lab`); note: (Context) -> a markdown line about the picked model."""
+    """One stop. answer: (stats JSON) -> [(label, value)]; race / lab: control changes (lab None: a race step; other
+    race controls reset); unit "%": x100; lab_for / note: (picked Context) -> its lab changes / a markdown line."""
 
     title: str
     text: str
@@ -179,12 +178,10 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
 
 def as_number(text):
     """A typed guess as a number where it reads as one ("2.5", "40 %"); else unchanged (the check names it)."""
-    if isinstance(text, str):
-        try:
-            return float(text.strip().rstrip("%×x").strip())
-        except ValueError:
-            return text
-    return text
+    try:
+        return float(text.strip().rstrip("%×x").strip()) if isinstance(text, str) else text
+    except ValueError:
+        return text
 
 
 # ---------------------------------------------------------------- layout and wiring
