@@ -154,9 +154,8 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         if r is None:
             lines.append(f"| {method} | not measured | | | |")
             continue
-        acc = r.get(accuracy)
         lines.append(f"| {method} | {number(r.get('tau'))} | {number(r.get('speedup'), '.2f', '×')} | "
-                     f"{number(r.get('fid'))} | {percent(acc)} |")
+                     f"{number(r.get('fid'))} | {percent(r.get(accuracy))} |")
     if any("†" in line for line in lines):
         lines += ["", OLDER_NOTE]
     speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")

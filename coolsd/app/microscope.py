@@ -124,8 +124,7 @@ def _tokens_until(events, j: int, num_tokens: int) -> tuple[torch.Tensor, torch.
 
 
 def _outline(draw: ImageDraw.ImageDraw, cell: list[int], size: tuple[float, float], colour, width: int) -> None:
-    r, c = cell
-    ch, cw = size
+    (r, c), (ch, cw) = cell, size
     draw.rectangle([c * cw, r * ch, (c + 1) * cw - 1, (r + 1) * ch - 1], outline=colour, width=width)
 
 

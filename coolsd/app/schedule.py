@@ -118,9 +118,8 @@ def report_markdown(path: Path = THEORY_REPORT) -> str:
     """The shipped floored/unclipped x close/far table (or how to make it)."""
     if not path.is_file():
         return "The report is not shipped here: `python -m coolsd.theory --report --report-out ...`."
-    report = json.loads(path.read_text())
     return ("**Over many random models** (`python -m coolsd.theory --report`; every comparison at matched τ):\n\n"
-            + annealing.format_schedules(report))
+            + annealing.format_schedules(json.loads(path.read_text())))
 
 
 # ---------------------------------------------------------------- the handler and the tab
