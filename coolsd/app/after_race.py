@@ -1,9 +1,5 @@
-"""After (or during) a race: Stop, the outcome overlay, the replay slider, the trace, the race area of a picked model.
-
-Each handler redraws from a recorded `RaceTrace` (`coolsd.app.race_view.draw`), never by decoding. Before a
-session has raced, the recorded default race of the visitor's model is on show (`coolsd.app.recorded`).
-API: overlay, replay, trace.
-"""
+"""After (or during) a race: Stop, the overlay, replay, the trace, a picked model's race area, all redrawn from a
+`RaceTrace` (before a session races: its model's recorded one), never decoded. API: overlay, replay, trace."""
 
 from __future__ import annotations
 
@@ -25,17 +21,14 @@ STOP_WAIT_S = 10.0  # Stop waits at most this long for the cancelled race to clo
 
 
 class AfterRace:
-    """The after-race handlers, bound to the app's Context, the races in progress (`live`: shared with the
-    streaming handler) and the recorded default races."""
+    """The after-race handlers; `live`: the races in progress, shared with the streaming handler."""
 
     def __init__(self, ctx: Context, live, recordings: Recordings) -> None:
         self.ctx, self.live, self.recordings = ctx, live, recordings
         self.overlay_spec = specs(ctx)["overlay"]
 
     def stopped(self, stats, overlay=False, request: gr.Request = None) -> RaceFrame:
-        """Stop: the race itself is cancelled (cancels=). This waits for it to close, then shows the state it
-        reached (every recorded step, so no late frame overrides it) marked *Stopped*, and opens the replay.
-        Without a race of this session in progress: the last numbers shown (`stats`), marked stopped."""
+        """Stop (cancels= ends the race): once it closes, its final state marked *Stopped*, else the last `stats`."""
         session = getattr(request, "session_hash", None)
         closed, trace = self.live.active.get(session, (None, None))
         if closed is None or not closed.wait(STOP_WAIT_S) or not len(trace):
@@ -70,8 +63,7 @@ class AfterRace:
         return self.ctx.for_model(snapshot.get("model")).variant(snapshot.get("variant"))
 
     def replay(self, step, overlay, trace, model=APP_MODEL) -> RaceFrame:
-        """The race as it was after `step` race steps, from its recorded events (no decoding).
-        Before any race of this session: the recorded race of `model` (default: the app's)."""
+        """The race as it was after `step` race steps (no race yet: `model`'s recorded one)."""
         trace = self.recordings.on_show(trace, model, "nothing to replay yet: run a race first")
         with user_errors():
             step = check_int("replay step", step, 0, len(trace))
@@ -79,8 +71,7 @@ class AfterRace:
         ctx = self.ctx.for_trace(trace.settings)
         found = self.recordings.of(ctx)
         label = f" {found.label}" if found and trace is found.trace else ""
-        return draw(ctx, trace, step, overlay,
-                    f"**Replay**: step {step} of {len(trace)}.{label}")
+        return draw(ctx, trace, step, overlay, f"**Replay**: step {step} of {len(trace)}.{label}")
 
     @staticmethod
     def trace_json(trace) -> dict:
@@ -91,7 +82,7 @@ class AfterRace:
 
     @staticmethod
     def slot_layout(keys) -> tuple:
-        """Titles and visibility of the image slots for a racer choice (when a race starts; bad choices keep it)."""
+        """The image slots' titles and visibility for a racer choice (a bad one keeps them)."""
         try:
             keys = choice.check_racers(keys)
         except gr.Error:
@@ -100,8 +91,7 @@ class AfterRace:
         return (*(f"**{label_of(key)}**" for key in slots), *(gr.Column(visible=key is not None) for key in slots))
 
     def model_view(self, model, racers=None) -> tuple[RaceFrame, tuple]:
-        """(frame, slot layout) of the race area for a newly picked `model`: its recorded default race when the
-        racers are the default ones, else blank; the session's trace cleared."""
+        """(frame, slot layout) for a newly picked `model`: its recorded race for the default racers, else blank."""
         ctx = self.ctx.for_model(model)
         found = self.recordings.of(ctx)
         if found is not None and list(racers or choice.DEFAULT_RACERS) == list(choice.DEFAULT_RACERS):

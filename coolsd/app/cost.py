@@ -1,9 +1,5 @@
-"""The Cost model tab: where the time goes, from this machine's measured call times and the last race.
-
-Numbers come from `coolsd.compare.cost` (the formula, the race's per-depth acceptance, predicted beside
-measured speed-up) and `coolsd.models.timing` (the call times, measured once per model and execution
-path on a background thread); this module lays them out and draws them. API: cost, cost_whatif.
-"""
+"""The Cost model tab: where the time goes, from `coolsd.compare.cost` and this machine's call times
+(`coolsd.models.timing`, measured once per model and path in the background). API: cost, cost_whatif."""
 
 from __future__ import annotations
 
@@ -12,9 +8,9 @@ import math
 import gradio as gr
 
 from coolsd.app.context import APP_MODEL, Context, bad, log, named
-from coolsd.app.how import PAPER
 from coolsd.app.recorded import Recordings
 from coolsd.app.settings import MAX_DRAFT_LEN, RaceSettings, Spec, check_values
+from coolsd.bench.shipped import PAPER
 from coolsd.compare import cost
 from coolsd.compare.race import fork_models
 from coolsd.compare.trace import RaceTrace
@@ -42,7 +38,6 @@ speed-up shows what those cost.
 
 
 def cost_specs() -> dict[str, Spec]:
-    """The tab's controls: name -> Spec (label, bounds, default); the handlers check every value by it."""
     accept = {f"a_{i}": Spec(f"a{subscript(i)}", "number", 0.8, 0.0, 1.0, 0.01,
                              elem_id=f"cost-a{i}", extra={"min_width": 80}, name=f"a_{i}")  # (the API's name)
               for i in range(1, MAX_DEPTH + 1)}
@@ -55,23 +50,17 @@ def cost_specs() -> dict[str, Spec]:
 
 
 def path_label(ctx: Context) -> str:
-    """The execution the call times belong to: device, path and weight dtype (e.g. "cpu, fused, bf16": the model's
-    `execution` when it names one, else the target's dtype)."""
+    """The call times' execution: "cpu, fused, bf16" (device, path, dtype from `execution` or the target)."""
     dtype = ctx.model.execution.split(" ")[0] if ctx.model.execution else getattr(ctx.model.target, "dtype", None)
     return f"{ctx.device.type}, {ctx.model.path}" + (f", {dtype}" if dtype else "")
 
 
 class CostPanel:
-    """The handlers (also the API's `cost` and `cost_whatif`); one background measurement per model variant.
-    recordings: the recorded default races, used until a session races (None: no recorded race is shown)."""
+    """The handlers (API: cost, cost_whatif); one background measurement per model variant."""
 
     def __init__(self, ctx: Context, recordings: Recordings | None = None) -> None:
         self.ctx, self.recordings = ctx, recordings
-        self.curves = cost.CurveCache()
-        self.specs = cost_specs()
-
-    def _key(self, ctx: Context) -> tuple[str, str]:
-        return ctx.variant_key, path_label(ctx)
+        self.curves, self.specs = cost.CurveCache(), cost_specs()
 
     def start(self, ctx: Context | None = None) -> None:
         """Begin measuring `ctx`'s call times on its own model handles (no-op once begun)."""
@@ -85,23 +74,19 @@ class CostPanel:
             return forward_times(target, drafter, cond, guidance=m.default_sampling.cfg_scale != 1.0,
                                  max_tokens=MAX_DEPTH + 1, context=max(1, m.num_tokens // 2), repeats=REPEATS)
 
-        self.curves.start(self._key(ctx), measure)
+        self.curves.start((ctx.variant_key, path_label(ctx)), measure)
 
     def costs(self, ctx: Context, memory_bound: bool = False) -> cost.Costs:
         """The measured costs of `ctx`'s model (waits for the measurement; a clear error if it failed)."""
         self.start(ctx)
         try:
-            times = self.curves.get(self._key(ctx), timeout=WAIT_S)
+            times = self.curves.get((ctx.variant_key, path_label(ctx)), timeout=WAIT_S)
         except RuntimeError as err:
             log.warning("cost measurement failed: %s", err)
             raise bad(plain(str(err))[:200]) from None
         if times is None:
             raise bad("still measuring this model's call times; try again in a few seconds")
         return cost.Costs(times, memory_bound)
-
-    def start_for(self, model=None) -> None:
-        """`start` for picker model `model` (default: the app's; the tab's select event)."""
-        self.start(self.ctx.for_model(model))
 
     def compare(self, trace, memory_bound=False, model=APP_MODEL):
         """-> (curve figure, predicted vs measured table (markdown), JSON) for the race on show, on its model: the
@@ -131,8 +116,7 @@ class CostPanel:
         """The formula at these inputs (L, a_1..a_8, c, V, memory_bound; the first L of a_i) -> (markdown, JSON)."""
         v = check_values(self.specs, values, defaults=True)
         draft_len, draft_cost, memory_bound = v["L"], v["c"], v["memory_bound"]
-        unknown = set(values) - set(self.specs)
-        if unknown:
+        if unknown := set(values) - set(self.specs):
             raise bad(f"unknown what-if input {sorted(unknown)[0]!r}; give {', '.join(WHAT_IF_NAMES)}")
         accept = [v[f"a_{i}"] for i in range(1, draft_len + 1)]
         verify = 1.0 if memory_bound else v["V"]
@@ -168,7 +152,6 @@ def curve_figure(payload: dict):
                            text=[f"{p['steps']:.2f}×" for p in curve], marker={"color": variants.COLOURS["eagle-1"]},
                            hovertemplate="%{x} tokens: %{y:.2f} ms (%{text} a step)<extra></extra>"))
     if math.isfinite(payload["draft_cost"]):
-        # the drafter step as a line named in the legend, not a label on the plot (one drew over the first bar)
         ends = [curve[0]["tokens"] - 0.5, curve[-1]["tokens"] + 0.5] if curve else [0.5, 1.5]
         fig.add_trace(go.Scatter(x=ends, y=[payload["draft_cost"] * payload["step_ms"]] * 2, mode="lines",
                                  name=f"drafter step: c = {payload['draft_cost']:.3f}",
@@ -195,15 +178,13 @@ def table_markdown(payload: dict) -> str:
         lines.append("The last race used a static tree: the model above covers chain drafting only (and the "
                      "no-drafter racers).")
     if payload["sjd_windows"]:
+        windows = ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
         lines.append("SJD has no drafter, nor has any racer of the no-drafter group: an iteration is one target "
-                     "forward of W + 1 tokens, so its row uses L = W "
-                     "and c = 0 (W = " + ", ".join(str(w) for w in sorted(set(payload["sjd_windows"].values())))
-                     + ").")
+                     f"forward of W + 1 tokens, so its row uses L = W and c = 0 (W = {windows}).")
     if (payload["race_cfg_scale"] != 1.0) != (payload["rows"] == 2):
         lines.append("Note: the race's CFG setting differs from the measured rows.")
     lines += ["| decoder | a₁ … a<sub>L</sub> (race) | E predicted | tokens / round measured | speed-up predicted "
-              "| measured |",
-              "|---|---|---:|---:|---:|---:|"]
+              "| measured |", "|---|---|---:|---:|---:|---:|"]
     for r in payload["racers"]:
         accept = ", ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"
         lines.append(f"| {r['decoder']} | {accept} | {number(r['expected_tokens'], '.3f')} | "
@@ -223,27 +204,25 @@ def table_markdown(payload: dict) -> str:
 
 # ---------------------------------------------------------------- the tab
 def build(ctx: Context, model: gr.Dropdown, trace: gr.State, recordings: Recordings, tab: gr.Tab) -> CostPanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the
-    race's trace state, `recordings` the recorded races (shown until the session races)."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): `model` is the picker, `trace` the race's trace state."""
     panel = CostPanel(ctx, recordings)
     gr.Markdown(INTRO)
-    table_specs = panel.specs
     with gr.Row():
-        memory = table_specs["memory_bound"].component()
+        memory = panel.specs["memory_bound"].component()
         button = gr.Button("Compute", variant="primary", elem_id="cost-btn")
     curve = gr.Plot(show_label=False, elem_id="cost-curve")
     table = gr.Markdown(elem_id="cost-table")
     with gr.Accordion("What if: your own acceptance and costs", open=True):
         with gr.Row():
-            what_len, c, v = (table_specs[name].component() for name in ("L", "c", "V"))
+            what_len, c, v = (panel.specs[name].component() for name in ("L", "c", "V"))
         with gr.Row():
-            accept = [table_specs[f"a_{i}"].component() for i in range(1, MAX_DEPTH + 1)]
+            accept = [panel.specs[f"a_{i}"].component() for i in range(1, MAX_DEPTH + 1)]
         what_if = gr.Markdown(elem_id="cost-whatif")
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(label="cost", elem_id="cost-json")
         raw_if = gr.JSON(label="what if", elem_id="cost-whatif-json")
 
-    tab.select(panel.start_for, model, None, api_visibility="private", queue=False)
+    tab.select(lambda key: panel.start(ctx.for_model(key)), model, None, api_visibility="private", queue=False)
     gr.on([button.click, tab.select, memory.input], panel.compare, [trace, memory, model], [curve, table, raw],
           api_name="cost", preprocess=False, concurrency_limit=1, concurrency_id="cost", show_progress="minimal")
     what_inputs = [what_len, *accept, c, v, memory]

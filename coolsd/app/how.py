@@ -25,8 +25,7 @@ from coolsd.util.paths import ROOT
 # per model kind: (its benchmark folder, the rows beside the paper's, the accuracy column's name and key)
 BENCHES = {"embedded": (FOLDERS["embedded"], OURS, "digit accuracy", "accuracy"),
            "emoji": (FOLDERS["emoji"], EMOJI_OURS, "emoji class accuracy", "class_accuracy")}
-# Shown instead (and named so) when the shipped benchmark has no floored COOL-SD row: it ran before the floor
-# became COOL-SD's default.
+# shown (and named so) where the shipped benchmark, run before the floor was the default, has no floored row
 OLDER = {"cool-sd": ("cool-sd-unclipped", "COOL-SD unclipped δ = {delta:g} †")}
 OLDER_NOTE = "† COOL-SD unclipped: the shipped benchmark ran before the floored schedule became COOL-SD's default."
 
@@ -95,8 +94,7 @@ FLOOR_FILE = ROOT / "assets" / "floor_vs_eagle.json"  # `python -m coolsd.theory
 
 
 def why_floored(path: Path = FLOOR_FILE) -> str:
-    """The "Why floored at 1" paragraph: the paper's accept lengths from PAPER, the exact comparison of floored and
-    unclipped COOL-SD against Eagle-1 read from `path` (its delta 1.1 row)."""
+    """The "Why floored at 1" paragraph, with the exact comparison read from `path` (its delta 1.1 row)."""
     cool, eagle = "COOL-SD δ = 1.1", "Eagle-1"
     paper = (f"LlamaGen-XL {paper_tau('LlamaGen-XL 775M', cool):.2f} vs {paper_tau('LlamaGen-XL 775M', eagle):.2f}, "
              f"Lumina-mGPT {paper_tau('Lumina-mGPT 7B', cool):.2f} vs {paper_tau('Lumina-mGPT 7B', eagle):.2f}")
@@ -121,30 +119,21 @@ def why_floored(path: Path = FLOOR_FILE) -> str:
             f"unclipped one on {d['unclipped_at_least_eagle']})." + tail)
 
 
-def how_text() -> str:
-    """The tab's text: TEXT with the "Why floored at 1" paragraph read from its file."""
-    return TEXT.replace("{why_floored}", why_floored())
-
-
 def _group(title: str, quality: str) -> list[str]:
-    """The heading and column header of one (source, model, hardware) group of the paper-beside-us table."""
     return ["", f"**{title}**", "", f"| method | accept len τ | speed-up | FID | {quality} |",
             "|---|---:|---:|---:|---:|"]
 
 
 def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> str:
-    """Markdown: the paper's reported numbers, then ours for the same decoders from the shipped benchmark of the
-    model of `kind` ("embedded" = MNIST, "emoji"; another kind: MNIST's). One small table per (source, model,
-    hardware), named in its heading, so five columns fit a phone's width."""
+    """The paper's numbers, then ours for `kind` (else MNIST): a table per source, model and hardware (phone-wide)."""
     folder, ours, quality, accuracy = BENCHES.get(kind, BENCHES["embedded"])
     folder = bench_dir or folder
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     lines = ["### The paper beside us",
              "Reported in the COOL-SD paper (its main table) and measured by this project's benchmark "
-             f"(`python -m coolsd.bench`, files in `{shown}/`). Every table names its model and hardware. "
-             "The two FIDs are different measures: the paper's is on "
-             "MS-COCO images (Inception features), ours is in the shipped classifier's feature space against "
-             "held-out real images, so compare the trends, not the values."]
+             f"(`python -m coolsd.bench`, files in `{shown}/`). Every table names its model and hardware. The two "
+             "FIDs are different measures: the paper's is on MS-COCO images (Inception features), ours is in the "
+             "shipped classifier's feature space against held-out real images, so compare the trends, not the values."]
     for model in dict.fromkeys(m for m, *_ in PAPER):
         lines += _group(f"Paper: {model}, {PAPER_HARDWARE}", "CLIP")
         lines += [f"| {method} | {tau:.2f} | {speedup:.2f}× | {fid:.2f} | {clip:.4f} |"
@@ -165,21 +154,19 @@ def paper_beside_us(kind: str = "embedded", bench_dir: Path | None = None) -> st
         if r is None:
             lines.append(f"| {method} | not measured | | | |")
             continue
-        acc = r.get(accuracy)
         lines.append(f"| {method} | {number(r.get('tau'))} | {number(r.get('speedup'), '.2f', '×')} | "
-                     f"{number(r.get('fid'))} | {percent(acc)} |")
+                     f"{number(r.get('fid'))} | {percent(r.get(accuracy))} |")
     if any("†" in line for line in lines):
         lines += ["", OLDER_NOTE]
     speedup = next((r["speedup_stat"] for r in rows if r.get("speedup_stat")), "speed-up over vanilla AR")
     lines += ["", f"Ours: `{short_command(config.get('command', 'python -m coolsd.bench'))}`, "
-              f"{rows[0].get('n_images', '?')} images "
-              f"per setting, {speedup}. The paper's LANTERN++ k and λ are not stated; ours are the benchmark's. A run "
-              "of the LlamaGen-XL architecture on one H200 with random weights (`tools/gpu_llamagen_bench.py`) gave "
-              "τ ≈ 1.1 for every rule: random weights say nothing about acceptance, so there is no LlamaGen row of "
-              "ours until the real weights are fetched."]
+              f"{rows[0].get('n_images', '?')} images per setting, {speedup}. The paper's LANTERN++ k and λ are not "
+              "stated; ours are the benchmark's. A run of the LlamaGen-XL architecture on one H200 with random weights "
+              "(`tools/gpu_llamagen_bench.py`) gave τ ≈ 1.1 for every rule: random weights say nothing about "
+              "acceptance, so there is no LlamaGen row of ours until the real weights are fetched."]
     return "\n".join(lines)
 
 
 def build(ctx: Context, tab: gr.Tab) -> None:
-    gr.Markdown(how_text(), latex_delimiters=LATEX, elem_id="how")
+    gr.Markdown(TEXT.replace("{why_floored}", why_floored()), latex_delimiters=LATEX, elem_id="how")
     gr.Markdown(paper_beside_us(ctx.model.kind), elem_id="paper-beside-us")

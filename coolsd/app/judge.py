@@ -1,12 +1,5 @@
-"""What the model's own classifier sees in each finished picture of a race: its reading (`coolsd.compare.recognise`),
-kept per image slot, and the one-line caption under the picture.
-
-`Judge` holds one model's shipped classifier, loaded on its first use (once per model and process) and run under
-a lock (the lab and every race share it). The reading of a picture is taken once, when its racer has committed
-every token (a partial picture is judged on nothing: its missing tokens are filled in); the Race tab shows it
-under the picture and puts it in the stats JSON (`recognised`, per decoder). No maths here: the class, the
-style and their softmax probabilities come from `coolsd.compare.recognise`.
-"""
+"""What the model's own classifier sees in each finished picture of a race (`coolsd.compare.recognise`) and the
+caption under it; `Judge` loads a model's classifier on first use and runs it under a lock (shared by lab and races)."""
 
 from __future__ import annotations
 
@@ -27,11 +20,7 @@ CACHE_SIZE = 512  # readings kept by their pictures' tokens (a few hundred bytes
 
 
 class Judge:
-    """One model's classifier (or None: the model ships none) and its readings of decoded pictures.
-
-    model: the ModelBundle (its kind names the shipped classifier; its `classifier`, when loaded with one, is used
-    as it is); load: kind -> classifier or None (default `shipped_classifier`); real: kind -> the classes' real
-    pictures or None (default `shipped_real_pictures`: a reading then carries its likeness)."""
+    """A ModelBundle's classifier (its own, else `load(kind)`, or None), its `real(kind)` pictures and readings."""
 
     def __init__(self, model, load=shipped_classifier, real=shipped_real_pictures) -> None:
         self.names = model.conditions if model.conditioning == "class" else None
@@ -51,8 +40,7 @@ class Judge:
             return self._classifier
 
     def real(self, asked) -> torch.Tensor | None:
-        """The real picture (C, H, W) in [0, 1] of engine condition `asked` (None: the model ships none, or
-        nothing was asked)."""
+        """The real picture (C, H, W) in [0, 1] of engine condition `asked`, or None."""
         with self._lock:
             if self._real is UNLOADED:
                 self._real = self._load_real(self.kind) if self.names is not None else None
@@ -60,8 +48,7 @@ class Judge:
 
     @property
     def vanilla_broken(self) -> float | None:
-        """The share of vanilla AR's pictures the likeness calls broken in the model's δ sweep (vanilla AR's band
-        for the readout), or None without one."""
+        """The share of vanilla AR's pictures called broken in the model's δ sweep, or None without one."""
         vanilla = delta_sweep.reference(sweep, None) if (sweep := delta_sweep.load(self.kind)) else None
         return None if vanilla is None else vanilla["broken"]
 
@@ -72,10 +59,7 @@ class Judge:
             self._seen.clear()
 
     def read(self, images: list[torch.Tensor], asked) -> list[dict | None]:
-        """The classifier's reading of each picture, (C, H, W) float in [0, 1], as JSON-ready dicts
-        (`Reading.describe` against engine condition `asked`; None: not judged) or Nones without a classifier.
-        Where the class asked for has a real picture of the pictures' size, each reading also holds "likeness"
-        (`likeness`, to that picture) and "broken" (whether that likeness calls it broken)."""
+        """Each (C, H, W) [0, 1] picture's `Reading.describe` dict (+ "likeness", "broken" given a real picture)."""
         classifier = self.classifier
         if classifier is None or not images:
             return [None] * len(images)
@@ -89,10 +73,7 @@ class Judge:
         return [r | {"likeness": v, "broken": broken(v)} for r, v in zip(readings, values)]
 
     def judge(self, grids: list[torch.Tensor], asked, decode) -> list[dict | None]:
-        """The reading (`read`) of each finished picture, given by its (T,) token ids and decoded by `decode`
-        ((T,) -> (C, H, W) in [0, 1]). Each is decoded and classified alone and kept by its tokens (at most
-        CACHE_SIZE), so a picture reads the same live, replayed and redrawn: a batch's floats depend on the
-        pictures beside it."""
+        """`read` of each (T,) ids `decode`d, alone and cached by tokens (a batch's floats depend on its neighbours)."""
         classifier = self.classifier
         if classifier is None:
             return [None] * len(grids)
@@ -111,8 +92,7 @@ class Judge:
         return out
 
     def asked(self, label) -> int | None:
-        """The engine condition a race's recorded `condition` label names, or None (a text model, an unreadable
-        label: then a reading is shown without a verdict)."""
+        """The engine condition a recorded `condition` label names; None (no verdict) for text or unreadable."""
         if self.names is None:
             return None
         try:
@@ -127,10 +107,7 @@ class Judge:
 
 
 def caption(judge: Judge, reading: dict | None) -> str:
-    """The line under a finished picture: "✓ classifier sees 🐱 **cat face** 93 % · Noto 71 % · likeness 0.91", or
-    "✗ ..., not <asked>" when the class read is not the one asked for; a picture the likeness calls broken starts
-    "✗ **broken**: likeness 0.41 < 0.65 (as are 16 % of vanilla AR's pictures)" (that share from the model's δ
-    sweep, where it has one); "" when nothing was judged."""
+    """`classifier_line` + " · likeness 0.91", or "✗ **broken**: likeness 0.41 < 0.65 (as are 16 % of ...) · ..."."""
     if not reading:
         return ""
     seen = classifier_line(judge, reading)

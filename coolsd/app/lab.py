@@ -1,9 +1,5 @@
-"""The Quality lab tab: a grid of samples per decoder for one rule and relaxation, judged as it streams.
-
-Decoding and judging live in `coolsd.compare.lab`; this module lays out the controls, draws the grid (one
-row per decoder, one column per sample) and marks the run on the shipped benchmark's Pareto
-figure (`assets/bench/results.jsonl`, drawn by `coolsd.util.figures.pareto_figure`). API: lab_grid.
-"""
+"""The Quality lab tab: samples per decoder for one rule and relaxation, decoded and judged as they stream
+(`coolsd.compare.lab`), drawn as a grid and marked on the shipped benchmark's Pareto figure. API: lab_grid."""
 
 from __future__ import annotations
 
@@ -22,14 +18,7 @@ from coolsd.app import sweep_view
 from coolsd.app.context import APP_MODEL, MAX_SEED, Context, bad, gpu, unexpected_errors
 from coolsd.app.settings import DELTA_TOP, Spec, check_values, rule_spec
 from coolsd.bench.delta_sweep import spread_conditions
-from coolsd.bench.shipped import (
-    FOLDERS,
-    RESULTS,
-    bench_rows,
-    bench_sampling,
-    chain_lengths,
-    same_setting,
-)
+from coolsd.bench.shipped import FOLDERS, RESULTS, bench_rows, bench_sampling, chain_lengths, same_setting
 from coolsd.compare.lab import LAB_RULES, Lab, LabDecoder, LabSample, lab_decoders, summarise
 from coolsd.decoding import variants
 from coolsd.decoding.drafting import Chain
@@ -69,32 +58,28 @@ Pareto figure below, and the line under the table says whether the benchmark ran
 
 
 def page_text(label: str) -> str:
-    """A library label as the page writes it: "nu 0.7, mean omega = delta" -> "ν 0.7, mean ω = δ" (it fits a phone)."""
+    """"nu 0.7, mean omega = delta" -> "ν 0.7, mean ω = δ" (it fits a phone)."""
     return label.replace("mean omega = delta", "mean ω = δ").replace("nu ", "ν ")
 
 
 def lab_specs() -> dict[str, Spec]:
-    """The lab's own controls: name -> Spec (label, bounds, default; the handler checks each value by it)."""
     rules = tuple((page_text(label), key) for key, label in LAB_RULES.items())
     return {"rule": Spec("Rule", "choice", "cool-sd", choices=rules, widget="dropdown", elem_id="lab-rule"),
-            # COOL-SD delta's knob, as far as the race's delta reaches (where pictures break)
             "relaxation": rule_spec(CoolSDRule, "delta", "relaxation: delta (lambda for LANTERN++)", "lab-relaxation",
-                                    reach=DELTA_TOP),
+                                    reach=DELTA_TOP),  # COOL-SD's δ knob, as far as the race's δ reaches
             "samples": Spec("samples", "int", MAX_SAMPLES, 1, MAX_SAMPLES, 1, elem_id="lab-samples"),
             "seed": Spec("lab seed", "int", 0, 0, MAX_SEED, elem_id="lab-seed")}
 
 
 # ---------------------------------------------------------------- drawing (no maths)
 def lab_sheet(decoders: int, samples: int) -> Sheet:
-    """The grid's layout: one row per decoder, one column per sample."""
     return Sheet.grid(decoders, samples, CELL, label_w=LABEL_W, head_h=HEAD_H, gap=GAP, margin=GAP, head_size=13,
                       label_size=11)
 
 
 def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: list[str],
                class_names: list[str]) -> Image.Image:
-    """RGB grid: one row per decoder, one column per sample (header = its condition, "<class>" over "<style>"), a
-    grey frame round each cell, green or red once the classifier has read the sample (red: with what it read)."""
+    """RGB grid, a row per decoder, a column per sample; cells framed grey, then green or red (with what was read)."""
     sheet = lab_sheet(len(decoders), len(headers))
     cells = [[None] * len(headers) for _ in decoders]
     for s in samples:
@@ -118,8 +103,7 @@ def grid_image(samples: list[LabSample], decoders: list[LabDecoder], headers: li
 
 
 def speed_line(rows: list[dict]) -> str:
-    """"In this run Eagle-1 (lossless) was slower than vanilla AR (0.70×); COOL-SD ... was faster than vanilla AR
-    (1.32×)." from the table's speed-ups (as shown: two decimals); "" before any decoder has one."""
+    """"In this run Eagle-1 (lossless) was slower than vanilla AR (0.70×); ..." (speed-ups as shown) or ""."""
     said = []
     for r in rows:
         if r["decoder"] == "vanilla" or r["speedup"] is None:
@@ -131,8 +115,7 @@ def speed_line(rows: list[dict]) -> str:
 
 
 def bench_settings_line(rows: list[dict], sampling: dict | None, lab_sampling: dict, draft_len: int) -> str:
-    """Whether the benchmark's points (`rows`, its `sampling`) were measured at this run's draft length and
-    sampling (the chain-drafting rows; SJD's window is no draft length); "" without a benchmark."""
+    """Whether the benchmark's chain rows were measured at this run's draft length and sampling; "" without them."""
     lengths = chain_lengths(rows)
     if not lengths:
         return ""
@@ -190,8 +173,7 @@ def bench_note(rows: list[dict], decoders: list[LabDecoder], summary: list[dict]
 
 
 def held_out_note(path: Path) -> str:
-    """" The classifier reads 58 % of 240 held-out real images' classes right." from a training run's
-    metrics.json (val_class_acc, n_heldout), or "" when the file or its numbers are missing."""
+    """" The classifier reads 58 % of 240 held-out ..." from a training run's metrics.json, or ""."""
     try:
         m = json.loads(path.read_text())
         acc, n = float(m["val_class_acc"]), int(m["n_heldout"])
@@ -206,14 +188,12 @@ class LabPanel:
     """The lab handler; one `Lab` per model (its classifier and sample cache), made on its first run (`lab_of`)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.specs = lab_specs()
+        self.ctx, self.specs = ctx, lab_specs()
         self.labs: dict[str, tuple[Lab, list]] = {}  # model key -> (its Lab, its benchmark rows)
         self._lock = threading.Lock()
         self.lab, self.bench = self.lab_of(ctx)  # the app's model
 
     def lab_of(self, ctx: Context) -> tuple[Lab, list]:
-        """(Lab, benchmark rows) of `ctx`'s model, made once per process."""
         with self._lock:
             if ctx.model_key not in self.labs:
                 m = ctx.model
@@ -221,26 +201,16 @@ class LabPanel:
                 self.labs[ctx.model_key] = lab, bench_rows(BENCHES[m.kind]) if m.kind in BENCHES else []
             return self.labs[ctx.model_key]
 
-    def _classifier(self, ctx: Context, lab: Lab):
-        """The model's own classifier (`Context.judge`), shared with the races; None for models without one."""
-        with self._lock:
-            if lab.classifier is None:
-                lab.classifier = ctx.judge.classifier
-        return lab.classifier
-
     def check(self, rule, relaxation, samples, seed) -> tuple[str, float, int, int]:
-        """The lab's values checked by their Specs (the event is wired with preprocess=False); one clear error."""
+        """The lab's values checked by their Specs (the event has preprocess=False)."""
         rule = variants.ALIASES.get(rule, rule) if isinstance(rule, str) else rule  # old keys ("cool-sd-floor")
         v = check_values(self.specs, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed})
         return v["rule"], v["relaxation"], v["samples"], v["seed"]
 
-    def plan(self, rule: str, relaxation, samples, seed, condition, ctx: Context | None = None
+    def plan(self, rule: str, relaxation, samples, seed, condition, ctx: Context
              ) -> tuple[list[LabDecoder], list, list, list[str]]:
-        """Decoders, conditions, seeds and column headers of one run on `ctx`'s model (default: the app's);
-        bad input -> a one-line error."""
-        ctx = ctx or self.ctx
+        """Decoders, conditions, seeds and column headers of one run of checked values on `ctx`'s model."""
         m = ctx.model
-        rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         try:
             decoders = lab_decoders(rule, relaxation, m.neighbours)
         except ValueError as err:
@@ -267,16 +237,17 @@ class LabPanel:
         rule, relaxation, samples, seed = self.check(rule, relaxation, samples, seed)
         decoders, conditions, seeds, headers = self.plan(rule, relaxation, samples, seed, condition, ctx)
         lab, bench = self.lab_of(ctx)
-        classifier = self._classifier(ctx, lab)
+        with self._lock:  # the model's own classifier (`Context.judge`, shared with the races), or None
+            if lab.classifier is None:
+                lab.classifier = ctx.judge.classifier
+        classifier = lab.classifier
         settings = {"rule": rule, "relaxation": relaxation, "samples": len(conditions), "seed": seed,
-                    "conditions": [headers[j] if m.conditioning == "class" else conditions[j]
-                                   for j in range(len(conditions))], "seeds": seeds,
+                    "conditions": headers if m.conditioning == "class" else conditions, "seeds": seeds,
                     "draft_len": Chain.draft_len, "sampling": dataclasses.asdict(m.default_sampling),
                     "decoders": [{"key": d.key, "label": d.label,
                                   "rule": None if d.rule is None else d.rule.config()} for d in decoders]}
         done: list[LabSample] = []
-        t0 = time.perf_counter()
-        first_row = None
+        t0, first_row = time.perf_counter(), None
         with ctx.lane() as lane:
             stream = lab.run(decoders, conditions, seeds, m.default_sampling, DecodeConfig(), handles=lane)
             try:
@@ -322,8 +293,7 @@ class LabPanel:
 
 @dataclass(frozen=True)
 class LabHandle:
-    """What the tour reads of the lab: its controls (name -> component), the run's inputs and outputs and
-    its handler (`panel.grid`); `outputs[-1]` is the run's stats JSON."""
+    """What the tour reads of the lab; `outputs[-1]` is the run's stats JSON."""
 
     panel: LabPanel
     controls: dict
@@ -333,9 +303,7 @@ class LabHandle:
 
 def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, tab: gr.Tab,
           delta: gr.Slider | None = None) -> LabHandle:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`): `condition`, `model` and `delta` are the
-    race's condition, the picker and COOL-SD's δ (text models sample the prompt). The precomputed δ sweep comes
-    first (`coolsd.app.sweep_view`; with the race's `delta` marked), then the live lab."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`): the δ sweep with the race's `delta` marked, then the live lab."""
     if delta is not None:
         sweep_view.build(ctx, model, delta)
     panel = LabPanel(ctx)
@@ -354,10 +322,8 @@ def build(ctx: Context, condition: gr.components.Component, model: gr.Dropdown, 
     with gr.Accordion("Raw numbers (what the API returns)", open=False):
         raw = gr.JSON(elem_id="lab-json", label="lab")
 
-    inputs = [rule, relaxation, samples, seed, condition, model]
-    event = run_btn.click(panel.grid, inputs,
-                          [grid, stats, plot, raw], api_name="lab_grid", preprocess=False, concurrency_limit=1,
+    inputs, outputs = [rule, relaxation, samples, seed, condition, model], [grid, stats, plot, raw]
+    event = run_btn.click(panel.grid, inputs, outputs, api_name="lab_grid", preprocess=False, concurrency_limit=1,
                           concurrency_id="lab", show_progress="minimal")
     stop_btn.click(None, cancels=[event], queue=False, api_visibility="private")
-    return LabHandle(panel, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}, inputs,
-                     [grid, stats, plot, raw])
+    return LabHandle(panel, {"rule": rule, "relaxation": relaxation, "samples": samples, "seed": seed}, inputs, outputs)

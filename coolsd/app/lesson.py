@@ -1,12 +1,5 @@
-"""The Race tab's one line on when relaxation pays, with the numbers of the race on show.
-
-Relaxation raises the accepted length only where the target hesitates between look-alike codes. The line quotes
-the race on show (its stats JSON, read back as `RaceNumbers`): Eagle-1's and a relaxed racer's tau and speed-up.
-Where the race ran at its model's shipped benchmark's settings (draft length, sampling, noise and rule settings) it
-adds the benchmark's taus and the target's mean top-1 probability on its own samples; otherwise it quotes no
-benchmark. When the relaxed racer is COOL-SD at a δ at or past where its model's δ sweep says pictures break
-(`coolsd.app.sweep_view.breaking_delta`), it ends with that cost (the sweep's recognition against vanilla AR's).
-"""
+"""The Race tab's line on when relaxation pays: Eagle-1's and a relaxed racer's numbers in the race on show, in the
+shipped benchmark at its settings, and the δ sweep's cost when COOL-SD's δ is past where pictures break."""
 
 from __future__ import annotations
 
@@ -15,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coolsd.app import sweep_view
-from coolsd.app.how import read_bench
 from coolsd.app.race_view import RaceNumbers
+from coolsd.bench.shipped import read_bench
 from coolsd.compare.trace import TraceSettings
 from coolsd.decoding.engine import DecodeConfig
 from coolsd.util.format import number, percent
@@ -33,9 +26,7 @@ KNOBS = (("delta", "δ"), ("k", "k"), ("lam", "λ"), ("window", "W"))  # rule se
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One results.jsonl row of a benchmark (`python -m coolsd.bench`), the fields the line reads: rule_config (None:
-    vanilla AR, draft_len 0), tree (None: chain), tau, speedup (whole pictures' CPU time over vanilla AR's), top1
-    (the target's mean top-1 probability on its own samples) and n_images; None where the row has none."""
+    """A benchmark results.jsonl row's fields (rule_config None: vanilla AR; tree None: chain; top1 on its samples)."""
 
     rule_config: dict | None = None
     draft_len: int = 0
@@ -48,7 +39,7 @@ class BenchRow:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """A benchmark run: its sampling (as its config.json names it), noise ("stream" when it names none), rows."""
+    """A benchmark run: its config.json's sampling and noise, its rows."""
 
     sampling: dict
     noise: str
@@ -70,8 +61,7 @@ def bench_runs(folder: Path) -> list[BenchRun]:
 
 
 def relaxed_key(shown: RaceNumbers) -> str | None:
-    """The relaxed racer the line quotes: COOL-SD when it raced, else the first racer that is neither Eagle-1 nor
-    vanilla AR (None when there is none)."""
+    """The relaxed racer the line quotes: COOL-SD, else the first other than Eagle-1 and vanilla AR, else None."""
     others = [k for k in shown.decoders if k not in (EAGLE, VANILLA)]
     return "cool-sd" if "cool-sd" in others else (others[0] if others else None)
 
@@ -84,8 +74,7 @@ def racer_name(shown: RaceNumbers, key: str) -> str:
 
 
 def race_clause(shown: RaceNumbers) -> str | None:
-    """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at 1.41× vs 1.10×
-    vanilla AR's speed" ("so far" while it is not finished); None without Eagle-1, a relaxed racer or their τ."""
+    """"in the race on show (L = 3) COOL-SD (δ = 2) accepted τ 3.10 vs Eagle-1's 2.20 and ran at ..." or None."""
     key, settings = relaxed_key(shown), shown.settings
     if EAGLE not in shown.decoders or key is None:
         return None
@@ -103,8 +92,7 @@ def race_clause(shown: RaceNumbers) -> str | None:
 
 
 def matching_rows(runs: list[BenchRun], settings: TraceSettings) -> list[BenchRow]:
-    """The chain-drafting rows of the benchmark runs whose sampling, noise and draft length are the race's (vanilla
-    AR rows, draft length 0, included); [] for a race that did not draft by chain."""
+    """The chain rows (and vanilla AR's) of the runs at the race's sampling, noise and draft length; [] off chain."""
     if not settings.chain:
         return []
     sampling = dataclasses.asdict(settings.sampling)
@@ -113,9 +101,7 @@ def matching_rows(runs: list[BenchRun], settings: TraceSettings) -> list[BenchRo
 
 
 def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | None:
-    """"the shipped emoji benchmark at these settings (L = 2, 200 images a setting): τ 2.22 vs Eagle-1's 1.88, the
-    target's top-1 probability 0.75 on its own samples", or None unless the benchmark ran the race's draft length,
-    sampling and the rule settings of both racers the race clause quotes."""
+    """"the shipped emoji benchmark at these settings (L = 2, ...): τ 2.22 vs ..." where it ran them, else None."""
     key, rules = relaxed_key(shown), shown.settings.rules
     rows = matching_rows(runs, shown.settings)
     found = {k: next((r for r in rows if r.rule_config == rules.get(k)), None) for k in (EAGLE, key)}
@@ -134,11 +120,7 @@ def bench_clause(name: str, runs: list[BenchRun], shown: RaceNumbers) -> str | N
 
 
 def cost_clause(shown: RaceNumbers, sweep: dict | None) -> str | None:
-    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there COOL-SD's pictures were called
-    broken 39 % of the time against vanilla AR's 14 %, and recognised 72 % against 88 % (64 samples a point; the
-    Quality lab draws it)" when the race's relaxed racer is COOL-SD at a δ at or past the sweep's breaking δ (the
-    broken share where the model has real pictures); None otherwise (no sweep, no break, another racer, a δ below
-    it)."""
+    """"but δ = 1024 is past where the δ sweep says pictures break (δ ≥ 128): there ..." for COOL-SD, or None."""
     key = relaxed_key(shown)
     delta = (shown.settings.rules.get(key) or {}).get("delta") if key == "cool-sd" else None
     breaks = sweep_view.breaking_delta(sweep)
@@ -159,8 +141,7 @@ def cost_clause(shown: RaceNumbers, sweep: dict | None) -> str | None:
 
 
 def lesson_markdown(stats: dict | None = None, benches: dict = SHIPPED_BENCHES) -> str:
-    """The line for the race on show (`stats`: its stats JSON, `RaceFrame.stats`; None: no race): the lead, the
-    race's own numbers, then its model's benchmark numbers when it ran at the benchmark's settings."""
+    """The line for the race on show (`stats`: its stats JSON; None: no race)."""
     shown = RaceNumbers.from_json(stats)
     clauses = [race_clause(shown)]
     model = shown.settings.model

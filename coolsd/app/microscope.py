@@ -1,12 +1,5 @@
-"""The Microscope tab: one round of one decoder of the last race (or the shipped one), every number it used.
-
-Pick a decoder and a round (slider, Prev / Next buttons, the arrow keys, or a click on the image). The
-decoder is decoded again with the race's settings and seed and `DecodeConfig(detail=True)`
-(`coolsd.compare.microscope`; the race itself records no detail), once per decoder and race; then
-stepping through its rounds costs nothing. Shows: the image with the round's positions outlined, the
-drafted tokens as decoded image patches, per depth q(x), p(x), omega_i, a_i, u_i and the verdict, and
-the top tokens of p, q and the residual the last token was drawn from. API: microscope.
-"""
+"""The Microscope tab: every number of one round of one decoder of the last race (or the shipped one). The race keeps
+no detail, so each decoder is decoded again once per race with `DecodeConfig(detail=True)`. API: microscope."""
 
 from __future__ import annotations
 
@@ -45,19 +38,14 @@ previous iteration's forward computed it, and p is this iteration's; $\\omega_i$
 
 
 class MicroscopePanel:
-    """Handlers of the tab; the re-run of a decoder is cached in a per-session gr.State."""
+    """The tab's handlers; a decoder's re-run is cached in a per-session gr.State."""
 
     def __init__(self, ctx: Context, recordings: Recordings) -> None:
-        self.ctx = ctx
-        self.recordings = recordings
+        self.ctx, self.recordings = ctx, recordings
 
     @gpu
     def events(self, trace: RaceTrace, key: str, cache: dict) -> tuple[list, bool, dict]:
-        """(racer `key`'s rounds, whether a re-run here committed the recorded ones, the updated cache).
-
-        The rounds are the re-run's (each with its detail: q, p, u, the residual) when it reproduced the race;
-        otherwise (a trace from another machine, precision or execution path) the trace's own rounds, without
-        detail: the view then shows what the trace stores (`stored_view`), never a round the race did not run."""
+        """(racer `key`'s rounds, whether a re-run here reproduced them (else: the trace's, without detail), cache)."""
         sig = (id(trace), len(trace), key)
         if cache.get("sig") == sig:
             return cache["events"], cache["matches"], cache
@@ -75,9 +63,8 @@ class MicroscopePanel:
         """Round `round_no` of decoder `key`: (image, patches, bars, table, header, JSON view, cache).
         Before any race of this session: of `model`'s recorded race (default: the app's model)."""
         trace = self.recordings.on_show(trace, model, NOTHING)
-        keys = [k for k, _ in trace.racers]
         with user_errors():
-            key = check_choice("decoder", key, keys)
+            key = check_choice("decoder", key, [k for k, _ in trace.racers])
             check_int("round", round_no, 0)  # its kind before the decoder is decoded again (its range after)
         ctx = self.ctx.for_trace(trace.settings)
         rule = scope.rule_of(trace, key, ctx.model.neighbours)
@@ -92,8 +79,7 @@ class MicroscopePanel:
         v = view(events[round_no], trace.grid, scope.residual_label(rule)) | {"q_from": scope.q_label(drafting)}
         header = header_markdown(v, dict(trace.racers)[key], len(events), same, trace) + coupled_note(trace, rule)
         payload = json_safe({"decoder": key, "rounds": len(events), "matches_race": same, "rule": scope.describe(rule),
-                             "drafting": drafting.config(),
-                             "source": "re-run" if same else "trace", **v})
+                             "drafting": drafting.config(), "source": "re-run" if same else "trace", **v})
         return (round_image(ctx, events, round_no, v), patch_strip(ctx, events, round_no, v), bars_figure(v),
                 table_markdown(v), header, payload, cache)
 
@@ -102,8 +88,6 @@ class MicroscopePanel:
         trace = self.recordings.on_show(trace, model, NOTHING)
         keys = [k for k, _ in trace.racers]
         key = key if key in keys else next((k for k in keys if k != scope.VANILLA), keys[0])
-        # the range of the rounds the microscope re-decodes (they can differ from the recorded ones when
-        # the trace was recorded on another execution path; the header says so)
         fresh = (cache or {}).get("sig", (None, None))[:2] != (id(trace), len(trace))  # a race not looked at yet
         events, _, cache = self.events(trace, key, cache or {})
         rounds = len(events)
@@ -140,8 +124,7 @@ def _tokens_until(events, j: int, num_tokens: int) -> tuple[torch.Tensor, torch.
 
 
 def _outline(draw: ImageDraw.ImageDraw, cell: list[int], size: tuple[float, float], colour, width: int) -> None:
-    r, c = cell
-    ch, cw = size
+    (r, c), (ch, cw) = cell, size
     draw.rectangle([c * cw, r * ch, (c + 1) * cw - 1, (r + 1) * ch - 1], outline=colour, width=width)
 
 
@@ -229,8 +212,7 @@ def table_markdown(v: dict) -> str:
 
 
 def header_markdown(v: dict, label: str, rounds: int, same: bool, trace: RaceTrace) -> str:
-    """The round in words; for a race this machine does not decode bit for bit (`same` False: recorded on another
-    CPU, precision or path), which numbers the trace keeps (the view shows the race's own rounds)."""
+    """The round in words; when `same` is False (not decoded bit for bit here), which numbers the trace keeps."""
     warn = "" if same else (
         " The numbers are the race's own, as its trace stores them (it ran on another CPU, precision or execution "
         "path, so this server does not decode it bit for bit): each round's tokens, verdicts, aᵢ and ωᵢ; q, p, uᵢ, a "

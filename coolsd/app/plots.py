@@ -1,8 +1,5 @@
-"""Views of a race for the app (spec section 5): token grids to images, outcome overlays, stats and plotly figures.
-
-No decoding maths here: everything is drawn from what `coolsd.compare.race.Racer` recorded from engine events.
-Images are PIL RGB; figures are plotly `go.Figure`s.
-"""
+"""Views of a race: token grids to PIL RGB images, outcome overlays, stats and plotly figures, all drawn from what
+`coolsd.compare.race.Racer` recorded (no decoding maths)."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ from coolsd.decoding.events import TokenOutcome
 from coolsd.util.format import number
 from coolsd.util.sheet import Sheet, to_rgb_array
 
-DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure (coolsd.decoding.variants)
-# Overlay colours per token outcome (RGB 0..255): the legend in the app is built from this table.
+DECODER_COLOURS = variants.COLOURS  # one colour per decoder variant, in every figure
 ACCEPTED, RESAMPLED, BONUS = (k.code for k in TokenOutcome)  # int8 codes in the per-token kinds tensor
 DIFFERS = max(ACCEPTED, RESAMPLED, BONUS) + 1  # the same-noise overlay's code: not vanilla AR's token there
 KIND_COLOURS = {ACCEPTED: (0, 200, 120), RESAMPLED: (255, 140, 0), BONUS: (60, 120, 255), DIFFERS: (230, 0, 200)}
@@ -34,11 +30,7 @@ PLACEHOLDER_GREYS = (104, 120)  # checkerboard of token cells not generated yet
 
 # ---------------------------------------------------------------- token grids to images
 def fill_ids(tokens: Tensor) -> Tensor:
-    """(T,) ids with -1 for missing -> ids where missing tokens take the most common committed id.
-
-    The VQ decoder needs a full grid; the most common code (the background for digits) keeps the
-    committed region's edges clean. The missing cells are painted over afterwards anyway.
-    """
+    """(T,) ids, -1 for missing -> the most common committed id there (the VQ decoder needs a full grid)."""
     known = tokens[tokens >= 0]
     fill = int(torch.mode(known).values) if len(known) else 0
     return torch.where(tokens >= 0, tokens, torch.full_like(tokens, fill))
@@ -47,8 +39,7 @@ def fill_ids(tokens: Tensor) -> Tensor:
 def display_size(grid: tuple[int, int], pixel_hw: tuple[int, int], min_size: int = 256) -> tuple[int, int]:
     """(height, width) in display pixels: an integer upscale of the decoded image to at least `min_size`."""
     h, w = pixel_hw
-    scale = max(1, math.ceil(min_size / max(h, w)))
-    # cells must be whole pixels so the nearest upscale stays sharp
+    scale = max(1, math.ceil(min_size / max(h, w)))  # whole pixels: the nearest upscale stays sharp
     return h * scale, w * scale
 
 
@@ -63,18 +54,8 @@ def placeholder(grid: tuple[int, int], size_hw: tuple[int, int]) -> Image.Image:
 
 def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Tensor | None = None,
                 overlay: bool = False, min_size: int = 256) -> Image.Image:
-    """The decoded image with committed tokens shown and the rest a neutral placeholder.
-
-    Args:
-        pixels: (C, h, w) float in [0, 1], the tokenizer's decode of the (filled-in) grid.
-        filled: (T,) bool, T = H * W, row-major: which tokens are committed.
-        grid: (H, W) token grid.
-        kinds: (T,) int8 codes of the overlay (`TokenOutcome.code`, or DIFFERS; 0 = no tint).
-        overlay: tint every committed token cell by its outcome.
-        min_size: the longer side is upscaled (nearest) to at least this many pixels.
-    Returns:
-        PIL RGB image of `display_size(grid, (h, w), min_size)`.
-    """
+    """PIL RGB image: `pixels` (C, h, w) in [0, 1] where `filled` ((T,) bool over the (H, W) `grid`), a checkerboard
+    elsewhere; with `overlay`, committed cells tinted by `kinds` ((T,) int8 `TokenOutcome.code` or DIFFERS)."""
     H, W = grid
     img = to_rgb_array(pixels).astype(np.float32)
     h, w = img.shape[:2]
@@ -101,8 +82,7 @@ def token_image(pixels: Tensor, filled: Tensor, grid: tuple[int, int], kinds: Te
 
 
 def overlay_legend_html(noise: str = "stream", reference: bool = True) -> str:
-    """Small HTML legend of the overlay colours: the token outcomes (noise "stream"), or under "same" noise the one
-    tint marking where a racer's token is not vanilla AR's (`reference`: vanilla AR raced; else a line saying so)."""
+    """HTML legend of the overlay: the outcomes, or under "same" noise the tint (`reference`: vanilla AR raced)."""
     codes = (DIFFERS,) if noise == "same" else (ACCEPTED, RESAMPLED, BONUS)
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;margin-right:14px">'
@@ -127,8 +107,7 @@ def stats_markdown(stats: list[dict], status: str = "") -> str:
 
 
 # ---------------------------------------------------------------- figures
-# A light look close to plotly's "plotly_white", spelled out on the empty "none" template: plotly copies and
-# serialises a named template with every figure, which the replay slider cannot afford.
+# plotly_white's look on the empty "none" template (a named template is serialised with every figure: too slow)
 _GRID = "#EBF0F8"
 _AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "ticks": "", "automargin": True}
 LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"},
@@ -136,10 +115,7 @@ LIGHT_LAYOUT = {"template": "none", "paper_bgcolor": "white", "plot_bgcolor": "w
 
 
 def _figure(traces: list[dict], title: str, xaxis: dict, yaxis: dict, height: int = 340, **layout):
-    """A plotly Figure built and checked once from trace dicts (each with its "type") and layout dicts: the light
-    theme, the title, axes (`xaxis` / `yaxis` over the theme's, each with its "title" text) and legend of every
-    plot here. One validated construction, not a call per trace and layout update: a race redraws three plots
-    while it streams."""
+    """One validated Figure from trace dicts and the shared look (not a call per trace: races redraw as they stream)."""
     import plotly.graph_objects as go
 
     full = {**LIGHT_LAYOUT, "title": {"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
@@ -155,11 +131,7 @@ def _axis(title: str, **settings) -> dict:
 
 
 def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
-    """Running mean of the tested acceptance probability per draft position i, one line per racer.
-
-    racers: objects with key, label, accept_rate (n,) and depth_count (n,) (coolsd.compare.race.Racer).
-    omegas: racer key -> (n,) omega_i of a relaxed schedule, drawn dashed on the right axis (or None).
-    """
+    """Mean tested acceptance per draft position per `Racer`; `omegas` (key -> (n,) omega_i): dashed, right axis."""
     traces, labels = [], {}
     for r in racers:
         labels[r.key] = r.label
@@ -185,8 +157,7 @@ def acceptance_figure(racers: list, draft_len: int, omegas: dict | None = None):
                              "line": {"color": "#999999", "dash": "dot", "width": 1}}],
                  "annotations": [{"text": "ω = 1 (lossless)", "showarrow": False, "xref": "x domain", "x": 0,
                                   "xanchor": "left", "yref": "y2", "y": 1.0, "yanchor": "bottom"}]}
-    # its legend (up to 4 racers and their omega lines) under the plot: above it, on a phone's width, its rows
-    # grew up into the title
+    # the legend under the plot: above it, on a phone, its rows grew into the title
     below = {"legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top", "font": {"size": 11}},
              "margin": {"l": 55, "r": 50, "t": 40, "b": 45}}
     return _figure(traces, "Acceptance probability per draft position",
@@ -198,8 +169,7 @@ SMOOTH_ROUNDS = 15  # rounds in the running mean of the accepted-length plot (on
 
 
 def length_figure(racers: list):
-    """Tokens committed per round (accepted drafts + 1), as a running mean over SMOOTH_ROUNDS rounds along the
-    image (x: the share of the image's tokens committed), one line per racer; vanilla AR = 1."""
+    """Running mean of tokens committed per round against the share of the image committed; vanilla AR = 1."""
     traces = []
     for r in racers:
         y = list(r.round_tokens)
@@ -237,7 +207,6 @@ def length_histogram(racers: list):
 
 
 def image_strip(images: list[Image.Image], labels: list[str], band: int = 22) -> Image.Image:
-    """The images side by side on one white strip (as tall as the tallest), each under its label (a PNG to take
-    away)."""
+    """The images side by side on one white strip, each under its label."""
     sheet = Sheet(tuple(im.width for im in images), (max(im.height for im in images),), head_h=band, gap=8)
     return sheet.draw([images], col_labels=labels)

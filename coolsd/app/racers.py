@@ -1,13 +1,5 @@
-"""Which decoders race: the racer choices of the Race tab, read from the variant registry.
-
-A racer is a named decoder variant (`coolsd.decoding.variants`: key, label, colour, rule and fixed
-options); its rule is built from the race settings by `coolsd.app.settings.make_racer_rule`. Variants of
-one rule (LANTERN++ with its published or the G* residual; COOL-SD floored at 1 or unclipped) share that
-rule's settings, so they race at the same parameters (COOL-SD and LANTERN++ without a drafter too, at the
-no-drafter window W). The "no drafter" group comes last: SJD, SJD + reuse, COOL-SD and LANTERN++ on Jacobi drafts,
-which need no trained drafter. Vanilla AR always races as the reference. Old keys
-still work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1, as it always was).
-"""
+"""The Race tab's racer choices (`coolsd.decoding.variants`; variants of a rule race at its settings, the "no drafter"
+group last, vanilla AR always). Old keys work (`variants.ALIASES`: "cool-sd-floor" is COOL-SD, floored at 1)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The Schedule explorer tab: the omega schedule as a family, drawn over depth, judged exactly against its uniform twin.
-
-Numbers and figures come from `coolsd.theory.annealing` (`explore`: the exact oracle on the toy tabular model);
-the shipped report (`assets/theory_schedules.json`, `python -m coolsd.theory --report`) is shown below them.
-API: schedule.
-"""
+"""The Schedule explorer tab: an omega schedule judged exactly against its uniform twin (`coolsd.theory.annealing`),
+with the shipped report below. API: schedule."""
 
 from __future__ import annotations
 
@@ -25,7 +21,6 @@ from coolsd.util.paths import THEORY_REPORT
 
 ID, TITLE = "schedule", "Schedule explorer"
 DRAFT_LEN = sweeps.DRAFT_LEN  # the toy model's L (V = 4, T = 5: the first round drafts all L depths)
-REPORT = THEORY_REPORT
 DRAFT_LABELS = {"toy": "toy (the Theory tab's)", "close": "close (ε = 0.2)", "far": "far (ε = 0.7)"}
 KIND_LABELS = {"exponential": "exponential (COOL-SD)", "linear": "linear decay", "uniform": "uniform (UniformRSD)",
                "custom": "custom list"}
@@ -51,7 +46,6 @@ away at the late depths and must relax the early ones harder to reach the same �
 
 # ---------------------------------------------------------------- input -> rule
 def schedule_specs() -> dict[str, Spec]:
-    """The explorer's controls but the omega list: name -> Spec (label, bounds, default; checked by the handler)."""
     return {"kind": Spec("Schedule", "choice", "exponential", choices=tuple((v, k) for k, v in KIND_LABELS.items()),
                          widget="radio", elem_id="sched-kind"),
             "delta": rule_spec(CoolSDRule, "delta", "delta (mean omega)", "sched-delta"),
@@ -79,9 +73,7 @@ def make_schedule(kind, delta, nu, slope, omegas, floor) -> Rule:
     """The explorer's rule; the rule's own ValueError text becomes the one-line error."""
     if kind not in annealing.SCHEDULES:
         raise bad(f"unknown schedule {show(kind)}; choose one of {', '.join(annealing.SCHEDULES)}")
-    # the list is read, and so checked, for a custom schedule only: a visitor who typed in it and switched to
-    # another kind gets no error about a field that kind does not use (UI and API alike: one handler)
-    values = parse_omegas(omegas) if kind == "custom" else ()
+    values = parse_omegas(omegas) if kind == "custom" else ()  # (another kind neither reads nor checks the list)
     try:
         return annealing.schedule_rule(kind, delta=delta, nu=nu, slope=slope, omegas=values, floor_at_one=floor)
     except ValueError as err:
@@ -122,36 +114,33 @@ def numbers_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def report_markdown(path: Path = REPORT) -> str:
+def report_markdown(path: Path = THEORY_REPORT) -> str:
     """The shipped floored/unclipped x close/far table (or how to make it)."""
     if not path.is_file():
         return "The report is not shipped here: `python -m coolsd.theory --report --report-out ...`."
-    report = json.loads(path.read_text())
     return ("**Over many random models** (`python -m coolsd.theory --report`; every comparison at matched τ):\n\n"
-            + annealing.format_schedules(report))
+            + annealing.format_schedules(json.loads(path.read_text())))
 
 
 # ---------------------------------------------------------------- the handler and the tab
 class SchedulePanel:
-    """The explorer's handler (also the API's `schedule`)."""
+    """The explorer's handler (API: schedule)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.specs = schedule_specs()
+        self.ctx, self.specs = ctx, schedule_specs()
 
     def compute(self, kind, delta, nu, slope, omegas, floor, drafts):
         """-> (omega bars figure, per-depth figure, numbers markdown, JSON); every value checked here."""
         v = check_values(self.specs, {"kind": kind, "delta": delta, "nu": nu, "slope": slope, "floor": floor,
                                       "drafts": drafts})
         rule = make_schedule(v["kind"], v["delta"], v["nu"], v["slope"], omegas, v["floor"])
-        drafts = v["drafts"]
         with unexpected_errors("schedule explorer", "the exact oracle"):
-            result = explore(rule, drafts)
+            result = explore(rule, v["drafts"])
         return annealing.omega_figure(result), annealing.why_figure(result), numbers_markdown(result), result
 
 
 def build(ctx: Context, tab: gr.Tab) -> SchedulePanel:
-    """The tab's controls and outputs (call inside `gr.Tab(TITLE, id=ID)`); returns the handler object."""
+    """The tab (call inside `gr.Tab(TITLE, id=ID)`)."""
     panel = SchedulePanel(ctx)
     gr.Markdown(INTRO)
     with gr.Row():

@@ -1,9 +1,5 @@
-"""The Lab's precomputed delta sweep: what COOL-SD's relaxation costs on the model, with the race's delta marked.
-
-The sweep files are written and read by `coolsd.bench.delta_sweep`; this module draws one (`figure`), says what it
-shows in words whose every number is read from the file (`summary_markdown`) and lays its samples out as a picture
-sheet (`sheet`). Nothing is measured or computed here. API: delta_sweep.
-"""
+"""The Lab's precomputed δ sweep (`coolsd.bench.delta_sweep` files) with the race's δ marked: the figure, words
+whose every number is read from the file, and a picture sheet of its samples. API: delta_sweep."""
 
 from __future__ import annotations
 
@@ -35,17 +31,16 @@ CELL = 56  # pixels per picture in the sheet
 LABEL_W = 150
 
 
-# ---------------------------------------------------------------- words (every number read from the file)
+# ---------------------------------------------------------------- words
 def _d(value) -> str:
     return f"{value:g}"
 
 
 def range_sentence(sweep: dict | None) -> str:
-    """Where pictures break on this model, from its sweep ("From δ = 64 on, every swept δ (up to 256) has ...")."""
+    """"From δ = 64 on, every swept δ (up to 256) has ...": where pictures break, from the sweep."""
     if not sweep:
         return "This model has no precomputed δ sweep."
-    top, n = reach(sweep), sweep["samples"]
-    b = sweep["breaks"]
+    top, n, b = reach(sweep), sweep["samples"], sweep["breaks"]
     what = [name for key, name in (("fid", "FID above"), ("recognition", "recognition below"),
                                    ("broken", "more pictures called broken than"))
             if b[key] is not None and b[key] == b["picture"]]
@@ -58,42 +53,32 @@ def range_sentence(sweep: dict | None) -> str:
 
 
 def summary_markdown(sweep: dict | None, delta: float, kind: str = "", key: str = "") -> str:
-    """The text under the figure: how the sweep was made, where pictures break, and the point nearest the race's
-    `delta`. kind / key: the model's kind and picker key (for the command that makes a missing sweep)."""
+    """The text under the figure; `kind` / `key` (model kind, picker key) name the command that makes a missing one."""
     if not sweep:
         path = SWEEPS.get(kind)
         where = f" --out {path.relative_to(ROOT)}" if path else " --out FILE"
         return ("No precomputed δ sweep for this model. Make one with "
                 f"`python -m coolsd.bench.delta_sweep --model {plain(key) or 'MODEL'}{where}`.")
-    near = nearest(sweep, delta)
-    band = sweep["band"]
+    near, band = nearest(sweep, delta), sweep["band"]
+    low, high = band["broken"]  # the broken shares: None without likeness
+    band_broken = "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
+    near_broken = "" if near["broken"] is None else f", called broken {_pct(near['broken'])}"
     lines = [f"**{range_sentence(sweep)}**", "",
              f"Precomputed by `{plain(sweep['command'])}` on {plain(sweep['machine'])}, {plain(sweep['date'])}: "
              f"{sweep['samples']} samples a point (each another class, one seed each), L = {sweep['draft_len']}, "
              f"ν = {_d(sweep['nu'])}; the same samples for every δ. Grey band: vanilla AR's FID and NLL ± "
              f"{_d(sweep['band_width'])} spreads (bootstrap / standard error), its recognition's 95 % interval "
              f"(FID {number(band['fid'][0], '.1f')} to {number(band['fid'][1], '.1f')}, recognised "
-             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{broken_band(band)}). Speed-up: CPU "
+             f"{_pct(band['recognition'][0])} to {_pct(band['recognition'][1])}{band_broken}). Speed-up: CPU "
              "time on that machine.",
              "", f"The race's δ = {_d(delta)}; the nearest swept point, δ = {_d(near['delta'])}: τ "
              f"{number(near['tau'], '.2f')}, speed-up {number(near['speedup'], '.2f')}×, FID "
              f"{number(near['fid'], '.1f')} ± {number(near['fid_std'], '.1f')}, recognised "
-             f"{_pct(near['recognition'])}{broken_share(near)}, NLL {number(near['nll'], '.3f')}."]
+             f"{_pct(near['recognition'])}{near_broken}, NLL {number(near['nll'], '.3f')}."]
     if delta > reach(sweep) or delta < swept(sweep)[0]["delta"]:
         lines.append(f"(The race's δ lies outside the swept range, {_d(swept(sweep)[0]['delta'])} to "
                      f"{_d(reach(sweep))}.)")
     return "\n".join(lines)
-
-
-def broken_band(band: dict) -> str:
-    """", called broken 6 % to 19 %" (vanilla AR's interval of the broken share), or "" without likeness."""
-    low, high = band["broken"]
-    return "" if low is None else f", called broken {_pct(low)} to {_pct(high)}"
-
-
-def broken_share(row: dict) -> str:
-    """", called broken 39 %" (the row's share of pictures the likeness calls broken), or "" without likeness."""
-    return "" if row["broken"] is None else f", called broken {_pct(row['broken'])}"
 
 
 def _pct(value) -> str:
@@ -102,20 +87,26 @@ def _pct(value) -> str:
 
 # ---------------------------------------------------------------- the figure
 def figure(sweep: dict, delta: float | None):
-    """plotly figure, one panel per measure the sweep holds against δ (log axis): COOL-SD's line with its spreads,
-    vanilla AR's band and value, Eagle-1's value, where pictures break and the race's `delta`."""
+    """plotly figure, one panel per measure the sweep holds against δ (log axis), the race's `delta` marked."""
     from plotly.subplots import make_subplots
 
     panels = [(key, title) for key, title in PANELS if any(_finite(r[key]) for r in sweep["rows"])]
     rows = -(-len(panels) // 2)
     fig = make_subplots(rows=rows, cols=2, subplot_titles=[t for _, t in panels], horizontal_spacing=0.1,
                         vertical_spacing=0.12)
+    breaks = breaking_delta(sweep)
     for j, (key, _) in enumerate(panels):
-        row, col = divmod(j, 2)
-        _panel(fig, sweep, key, {"row": row + 1, "col": col + 1}, legend=j == 0)
-        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, row=row + 1, col=col + 1)
-        _marks(fig, sweep, delta, {"row": row + 1, "col": col + 1})
-    _legend(fig, sweep, delta)
+        at = {"row": j // 2 + 1, "col": j % 2 + 1}
+        _panel(fig, sweep, key, at, legend=j == 0)
+        fig.update_xaxes(title_text="δ" if j + 2 >= len(panels) else None, **at)
+        if breaks is not None:
+            fig.add_vline(x=breaks, line={"color": COOL, "dash": "dot", "width": 1}, **at)
+        if delta is not None:
+            fig.add_vline(x=delta, line={"color": RACE, "width": 2}, **at)
+    if delta is not None:  # the vertical lines' names in the legend
+        fig.add_trace(_marker(f"the race's δ = {_d(delta)}", "solid", True, RACE), row=1, col=1)
+    if breaks is not None:
+        fig.add_trace(_marker(f"pictures break: δ = {_d(breaks)}", "dot", True, COOL), row=1, col=1)
     fig.update_layout(**LIGHT_LAYOUT, height=780, margin={"l": 55, "r": 20, "t": 110, "b": 45},
                       title={"text": f"COOL-SD's δ swept: {sweep['samples']} samples a point, "
                                      f"{plain(sweep['model'])}", "font": {"size": 14}, "y": 0.985,
@@ -125,7 +116,6 @@ def figure(sweep: dict, delta: float | None):
 
 
 def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
-    """One measure's panel: COOL-SD's line, vanilla AR's band and value, Eagle-1's value, the δ axis."""
     rows = swept(sweep)
     xs = [r["delta"] for r in rows]
     fig.add_trace(_line(rows, xs, key, legend), **at)  # (first: plotly adds no shape to an empty panel)
@@ -141,21 +131,12 @@ def _panel(fig, sweep: dict, key: str, at: dict, legend: bool) -> None:
         fig.update_yaxes(tickformat=".0%", **at)
 
 
-def _legend(fig, sweep: dict, delta: float | None) -> None:
-    """The vertical lines' names in the legend: the race's δ and where pictures break."""
-    if delta is not None:
-        fig.add_trace(_marker(f"the race's δ = {_d(delta)}", "solid", True, RACE), row=1, col=1)
-    if breaking_delta(sweep) is not None:
-        fig.add_trace(_marker(f"pictures break: δ = {_d(breaking_delta(sweep))}", "dot", True, COOL), row=1, col=1)
-
-
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
-    """COOL-SD's values of measure `key` with their spreads (FID: bootstrap; NLL: standard error; the shares:
-    their Wilson intervals)."""
+    """COOL-SD's values of `key` with their spreads (FID: bootstrap; NLL: standard error; shares: Wilson)."""
     import plotly.graph_objects as go
 
     ys = [r[key] for r in rows]
@@ -171,25 +152,15 @@ def _line(rows: list[dict], xs: list[float], key: str, legend: bool):
 
 
 def _marker(name: str, dash: str, legend: bool, colour: str = "#555555"):
-    """An empty trace that puts a reference line's name in the legend."""
     import plotly.graph_objects as go
 
     return go.Scatter(x=[None], y=[None], mode="lines", name=name, legendgroup=name, showlegend=legend,
                       line={"color": colour, "dash": dash, "width": 1})
 
 
-def _marks(fig, sweep: dict, delta: float | None, at: dict) -> None:
-    """The breaking δ (red dotted) and the race's δ (solid) as vertical lines of one panel."""
-    if breaking_delta(sweep) is not None:
-        fig.add_vline(x=breaking_delta(sweep), line={"color": COOL, "dash": "dot", "width": 1}, **at)
-    if delta is not None:
-        fig.add_vline(x=delta, line={"color": RACE, "width": 2}, **at)
-
-
 # ---------------------------------------------------------------- the pictures
 def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
-    """(label, setting) of the sheet's rows: vanilla AR, Eagle-1, COOL-SD at the swept δ nearest the race's and at
-    the breaking δ (else the largest swept); each once."""
+    """(label, setting) rows: vanilla AR, Eagle-1, COOL-SD nearest `delta` and at the breaking (else largest) δ."""
     rows = [("vanilla AR", reference(sweep, None)["setting"]), ("Eagle-1", reference(sweep, "eagle-1")["setting"])]
     near, top = nearest(sweep, delta), breaking_delta(sweep) or reach(sweep)
     far = next(r for r in swept(sweep) if r["delta"] == top)
@@ -200,8 +171,7 @@ def sheet_rows(sweep: dict, delta: float) -> list[tuple[str, str]]:
 
 
 def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
-    """The kept samples of `sheet_rows`, one row per setting; None when the file keeps none or its tokens do not
-    fit this model."""
+    """The kept samples of `sheet_rows`; None when the file keeps none or its tokens do not fit this model."""
     rows = [(label, sweep["kept"].get(setting)) for label, setting in sheet_rows(sweep, delta)]
     if any(not lines for _, lines in rows):
         return None
@@ -219,7 +189,6 @@ def sheet(ctx: Context, sweep: dict, delta: float) -> Image.Image | None:
 
 
 def layout(rows: int, cols: int) -> Sheet:
-    """The picture sheet's layout: labels on the left, one row of CELL-pixel pictures per setting."""
     return Sheet.grid(rows, cols, CELL, label_w=LABEL_W, gap=4, margin=4)
 
 
@@ -233,8 +202,7 @@ RACE_DELTA = _RaceDelta()  # a handler's δ when Python code leaves it out: the 
 
 
 class SweepPanel:
-    """The sweep view (`numbers`: /delta_sweep); picture sheets are kept per model and rows, so a slider move
-    redraws the pictures only when the nearest δ changes."""
+    """The sweep view (`numbers`: /delta_sweep); sheets are cached, so a slider move redraws only a new nearest δ."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -242,8 +210,7 @@ class SweepPanel:
         self._lock = threading.Lock()
 
     def checked(self, model, delta) -> tuple[Context, float, dict | None]:
-        """(the picked model's context, the checked δ (RACE_DELTA: the race's default), its sweep or None); one
-        clear error for a bad value."""
+        """(the picked model's context, the checked δ (RACE_DELTA: the race's default), its sweep or None)."""
         ctx = self.ctx.picked(model)
         spec = specs(ctx)["delta"]
         with user_errors():
@@ -251,8 +218,7 @@ class SweepPanel:
         return ctx, delta, load(ctx.model.kind)
 
     def view(self, model=APP_MODEL, delta=RACE_DELTA) -> tuple:
-        """The precomputed δ sweep of `model` (default: the app's) with the race's `delta` marked (default: the
-        race's default): (figure or None, text, picture sheet or None)."""
+        """(figure or None, text, picture sheet or None) of `model`'s sweep with `delta` marked."""
         ctx, delta, sweep = self.checked(model, delta)
         text = summary_markdown(sweep, delta, ctx.model.kind, ctx.model_key)
         if sweep is None:
@@ -268,8 +234,7 @@ class SweepPanel:
             return self._sheets[key]
 
     def numbers(self, model=APP_MODEL, delta=RACE_DELTA) -> dict | None:
-        """The sweep file's numbers of `model` (its kept tokens aside) with the race's `delta` and the nearest swept
-        δ ("delta", "nearest"); None when the model has no sweep."""
+        """The sweep file's numbers but its tokens, with "delta" and the "nearest" swept δ; None without a sweep."""
         ctx, delta, sweep = self.checked(model, delta)
         if sweep is None:
             return None
@@ -295,9 +260,8 @@ def build(ctx: Context, model: gr.Dropdown, delta: gr.Slider) -> SweepPanel:
         return fig, words, gr.Image(value=picture, visible=picture is not None)
 
     for source in (delta, model):
-        source.change(show, [model, delta], [plot, text, pictures], api_visibility="private",
-                      show_progress="hidden", trigger_mode="always_last", concurrency_id="sweep",
-                      concurrency_limit=4)
+        source.change(show, [model, delta], [plot, text, pictures], api_visibility="private", show_progress="hidden",
+                      trigger_mode="always_last", concurrency_id="sweep", concurrency_limit=4)
 
     def delta_sweep(model: str = ctx.model_key, delta: float = specs(ctx)["delta"].default) -> dict | None:
         """The precomputed δ sweep of `model` (default: the app's): the file's numbers (per setting tau, speed-up,

@@ -1,8 +1,5 @@
-"""The Theory tab: exact TV vs expected accepted length on the toy tabular model (`coolsd.theory`).
-
-It reads the race's COOL-SD and LANTERN++ settings (ctx.controls) and marks them on the curves.
-API: theory.
-"""
+"""The Theory tab: exact TV vs accepted length on the toy tabular model, the race's COOL-SD and LANTERN++ marked.
+API: theory."""
 
 from __future__ import annotations
 
@@ -32,7 +29,6 @@ def _curves(nu: float, k: int) -> dict:
 
 
 def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lambda):
-    """Exact TV vs expected accepted length on the toy tabular model, with the current COOL-SD and LANTERN++ marked."""
     import plotly.graph_objects as go
 
     rules = make_rules(ctx, ["cool-sd", "lantern++"], {"delta": delta, "nu": nu, "mu": mu, "mean_omega": mean_omega,
@@ -47,8 +43,7 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
                              hovertemplate="tau = %{x:.3f}<br>TV = %{y:.4f}<extra>current LANTERN++</extra>"))
     sweeps.display_names(fig)
     s = curves["setup"]
-    # the legend sits under the plot (never over the title or the curves; it wraps instead of scrolling), and the
-    # width follows the page, so a phone gets the whole width
+    # the legend under the plot (it wraps, never over the curves); the width follows the page (phones)
     fig.update_layout(width=None, height=620, autosize=True,
                       title={"text": f"Exact error vs speed (toy model: V={s['vocab_size']}, T={s['num_tokens']}, "
                                      f"L={s['draft_len']})", "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
@@ -60,8 +55,7 @@ def theory_plot(ctx: Context, delta, nu, mu, mean_omega, lantern_k, lantern_lamb
 
 
 def build(ctx: Context, controls, tab: gr.Tab) -> None:
-    """The tab's content; `controls` is the settings column (its COOL-SD and LANTERN++ knobs are marked);
-    `tab` is the enclosing gr.Tab (selecting it draws the plot)."""
+    """The tab; `controls`: the settings column (its COOL-SD and LANTERN++ knobs are marked)."""
     gr.Markdown(INTRO)
     button = gr.Button("Update the theory plot", elem_id="theory-btn")
     plot = gr.Plot(label="exact TV vs accepted length", show_label=False, elem_id="plot-theory", min_width=300)

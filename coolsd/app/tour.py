@@ -1,18 +1,12 @@
-"""The guided tour: a few steps, each sets the controls it needs, names the widget to watch and
-asks one question; the visitor types a guess, presses Run, and sees the measured value beside the guess.
-
-Built above the tabs (`build` lays it out, `wire` connects it once every panel exists). A step's Run
-sets the race controls (or the lab's), runs the race (or the lab) through the panels' own handlers,
-and reads the answer from what that run returned (the race's or the lab's stats JSON): the texts name
-no number the app does not measure live. Steps are data (`STEPS`); the measured values are read by
-`measured` from the payloads the library's numbers fill.
-"""
+"""The guided tour: each step (`STEPS`) sets the controls, asks for a guess and, on Run, shows beside it the value
+the race (or lab) it runs measured: the texts name no number. `build` lays it out, `wire` connects it to the panels."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import gradio as gr
 
@@ -29,17 +23,8 @@ LATEX = [{"left": "$", "right": "$", "display": False}]
 
 @dataclass(frozen=True)
 class Step:
-    """One stop of the tour.
-
-    title: a short name (the walkthrough numbers the steps); text: what it shows and which widget to watch
-    (markdown, no measured numbers);
-    race: race control changes (name -> value; every other race control goes back to its default) or None;
-    lab: lab control changes (rule, relaxation, samples) or None (then the step runs a race);
-    question: what to guess; answer: (payload) -> [(label, measured value)] from the run's stats JSON;
-    unit: "" or "%" (values shown x100); lab_for: (picked model's Context) -> the lab control changes for that
-    model (overrides `lab`, e.g. the δ its precomputed sweep says pictures break at) or None;
-    note: (Context) -> a line about the picked model shown in the step (markdown; it follows the picker) or None.
-    """
+    """One stop. answer: (stats JSON) -> [(label, value)]; race / lab: control changes (lab None: a race step; other
+    race controls reset); unit "%": x100; lab_for / note: (picked Context) -> its lab changes / a markdown line."""
 
     title: str
     text: str
@@ -52,16 +37,10 @@ class Step:
     note: Callable[[Context], str] | None = None
 
     def lab_values(self, ctx: Context) -> dict | None:
-        """The lab control changes this step makes on `ctx`'s model."""
         return self.lab_for(ctx) if self.lab_for is not None else self.lab
 
 
-def tau(d: DecoderNumbers) -> float | None:
-    return d.mean_accepted_length
-
-
-def speedup(d: DecoderNumbers) -> float | None:
-    return d.speedup
+tau, speedup = attrgetter("mean_accepted_length"), attrgetter("speedup")  # of a racer's DecoderNumbers
 
 
 def _race(stat: Callable[[DecoderNumbers], float | None], *keys: str) -> Callable[[dict], list]:
@@ -82,9 +61,9 @@ def _lab(stat: str, keys: tuple[str, ...] = ("chosen", "twin")) -> Callable[[dic
 STEPS = [
     Step("A round",
          f"The drafter proposes L tokens (the draft length, {Chain.draft_len} by default), the target checks "
-         "all of them in **one** forward; the round keeps the "
-         "drafts up to the first rejection and adds one token of the target's own. Watch the **Race** tab's images "
-         "fill in, then open the **Microscope** tab: it shows one round, each draft's $a_i$ and the $u_i$ drawn.",
+         "all of them in **one** forward; the round keeps the drafts up to the first rejection and adds one token of "
+         "the target's own. Watch the **Race** tab's images fill in, then open the **Microscope** tab: it shows one "
+         "round, each draft's $a_i$ and the $u_i$ drawn.",
          "Eagle-1's mean accepted length τ (tokens per target forward) on this image?",
          _race(tau, "eagle-1"), race={"racers": ["eagle-1"]}),
     Step("Lossless",
@@ -168,28 +147,21 @@ STEPS = [
 
 
 def quality_delta(ctx: Context) -> float:
-    """The δ the Quality step runs the lab at on `ctx`'s model: where its precomputed sweep says pictures break,
-    else the largest δ it swept, else (no sweep) the end of the race's δ slider."""
+    """The Quality step's δ on `ctx`'s model: where its sweep says pictures break, else its largest, else DELTA_TOP."""
     sweep = sweep_view.load(ctx.model.kind)
     return sweep_view.breaking_delta(sweep) or sweep_view.reach(sweep) or DELTA_TOP
 
 
 def sweep_note(ctx: Context) -> str:
-    """Where pictures break on `ctx`'s model (its sweep's words, `sweep_view.range_sentence`) and the δ the Quality
-    step runs at."""
+    """Where pictures break on `ctx`'s model (`sweep_view.range_sentence`) and the δ the Quality step runs at."""
     return (f"*{sweep_view.range_sentence(sweep_view.load(ctx.model.kind))}* This step runs COOL-SD at "
             f"δ = {quality_delta(ctx):g}.")
-
-
-def measured(step: Step, payload: dict) -> list[tuple[str, float | None]]:
-    """The step's measured values from the run's stats JSON (a race's or the lab's)."""
-    return step.answer(payload or {})
 
 
 def reveal_markdown(step: Step, guess, payload: dict) -> str:
     """"your guess ... measured ..." (markdown); the guess is checked, the values come from the run."""
     scale = 100.0 if step.unit == "%" else 1.0
-    values = measured(step, payload)
+    values = step.answer(payload or {})
     if guess is None or (isinstance(guess, str) and not guess.strip()):
         head = "No guess given."
     else:
@@ -206,12 +178,10 @@ def reveal_markdown(step: Step, guess, payload: dict) -> str:
 
 def as_number(text):
     """A typed guess as a number where it reads as one ("2.5", "40 %"); else unchanged (the check names it)."""
-    if isinstance(text, str):
-        try:
-            return float(text.strip().rstrip("%×x").strip())
-        except ValueError:
-            return text
-    return text
+    try:
+        return float(text.strip().rstrip("%×x").strip()) if isinstance(text, str) else text
+    except ValueError:
+        return text
 
 
 # ---------------------------------------------------------------- layout and wiring
@@ -226,8 +196,7 @@ class Tour:
         self.notes: dict[int, gr.Markdown] = {}  # step -> its line about the picked model (`Step.note`)
 
     def settings(self, step: Step, model=None, lab_controls=()) -> tuple:
-        """New values of the race controls (the picked `model`'s defaults, changed by the step) and, for a lab
-        step, of the lab's controls (their names, in order)."""
+        """The race controls' new values (`model`'s defaults changed by the step), then a lab step's `lab_controls`."""
         picked = self.ctx.for_model(model)
         values = RaceSettings.defaults(picked).as_dict() | (step.race or {})
         race = tuple(values[name] for name in RaceSettings.names())
@@ -238,8 +207,7 @@ class Tour:
 
 
 def build(ctx: Context) -> Tour:
-    """The tour, in a closed accordion (call where it should appear, above the tabs); each step but the last ends
-    with a button to the next one (the walkthrough's own step buttons open only the steps already visited)."""
+    """The tour in a closed accordion (call above the tabs); each step but the last ends with a button to the next."""
     tour = Tour(ctx)
     with gr.Accordion(f"Guided tour: {len(STEPS)} steps, each with a challenge", open=False, elem_id="tour"):
         with gr.Walkthrough(selected=0, elem_id="tour-steps") as walkthrough:
@@ -265,8 +233,7 @@ def build(ctx: Context) -> Tour:
 
 
 def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
-    """Each step's Run: set the controls and open the tab to watch, run the race (or the lab), reveal.
-    `controls`: the settings column; `race`: the Race tab's handle; `lab`: the Quality lab's handle."""
+    """Each step's Run: set the controls, open the tab to watch, run the race (or the lab), reveal."""
     ctx = tour.ctx
     race_inputs = controls.inputs
     race_outputs = race.outputs.components()
@@ -280,8 +247,7 @@ def wire(tour: Tour, tabs: gr.Tabs, controls, race, lab) -> None:
         def reveal(guess, payload, step=step):
             return reveal_markdown(step, guess, payload)
 
-        event = tour.runs[j].click(setup, controls["model"], [*outputs, tabs], api_visibility="private",
-                                   queue=False)
+        event = tour.runs[j].click(setup, controls["model"], [*outputs, tabs], api_visibility="private", queue=False)
         if step.lab is None:
             event = event.then(race.gradio_race(), race_inputs, race_outputs, api_visibility="private",
                                preprocess=False, concurrency_limit=ctx.workers, concurrency_id="race",
