@@ -1,9 +1,8 @@
 """The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
 
-A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder that has used the least compute
-time, so every frame compares them at the same budget. Every step is recorded in a `RaceTrace`, from which the
-replay redraws any step (`coolsd.app.after_race`). `build` returns a `RaceHandle`, what other panels read of it.
-API: race (streams), overlay, replay, trace.
+A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder with the least compute time
+used. Every step is recorded in a `RaceTrace`; the replay redraws any step (`coolsd.app.after_race`). `build` returns
+a `RaceHandle`, what other panels read. API: race (streams), overlay, replay, trace.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANIL
 
 
 class LiveRaces:
-    """The races in progress, by session: the overlay flag the checkbox may change while one streams, and
-    (set once the race has closed, its trace) for Stop. Shared by the streaming and the after-race handlers."""
+    """The races in progress by session: the overlay flag (the checkbox may change it mid-race) and, for Stop,
+    (the event set once the race closed, its trace). Shared by the streaming and the after-race handlers."""
 
     def __init__(self) -> None:
         self.overlay: dict[str, bool] = {}
@@ -72,8 +71,8 @@ class RaceStream:
 
     @gpu
     def _run(self, plan: RacePlan, overlay: bool, trace: RaceTrace, session: str | None = None, notice: str = ""):
-        """Generator of RaceFrames; holds one lane of model handles (of the plan's model) for the whole race.
-        notice: a line every frame's status and stats JSON carry ("rockit: showing rocket"; "" for none)."""
+        """RaceFrames, holding one lane of the plan's model for the whole race; `notice`: a line for every frame's
+        status and stats JSON ("rockit: showing rocket"; "" for none)."""
         ctx = plan.ctx
         closed = threading.Event()
         with ctx.lane() as lane:
@@ -164,8 +163,7 @@ class RaceStream:
         yield from self._run(plan, settings.overlay, plan.trace(), session, notice)
 
     def _race_handler(self):
-        """The /race handler: one parameter per RaceSettings field, in order (generated), then the request.
-        Every value is checked here (the event is wired with preprocess=False). Yields RaceFrames."""
+        """/race: one parameter per RaceSettings field, then the request; checks every value (preprocess=False)."""
         ctx, signature = self.ctx, RaceSettings.signature(self.ctx)
 
         def race(*args, **kwargs):
@@ -183,9 +181,8 @@ class RaceStream:
 
 @dataclass(frozen=True)
 class RaceHandle:
-    """What other panels may read of the Race tab: its outputs (by name; `outputs.trace` is the session's race
-    state, `outputs.stats` its stats JSON), the streaming handler (`stream.race`), the after-race handlers,
-    the race events (a model switch cancels them) and the slot titles and columns."""
+    """What other panels read of the Race tab: outputs (`outputs.trace`: the session's race state), the streaming
+    handler (`stream.race`), the after-race handlers, the race events (a model switch cancels them), slot layout."""
 
     outputs: RaceOutputs
     stream: RaceStream
@@ -205,8 +202,8 @@ class RaceHandle:
         return _like(race, run)
 
     def page_race(self):
-        """The Generate buttons' handler: /race's, except that settings refused before the race starts are a toast
-        and the status line, not an error over every output (the race on show stays readable); /race raises."""
+        """The Generate buttons' handler: /race's, but settings refused before the race are a toast and the status
+        line, not an error over every output (the race on show stays readable)."""
         race = self.gradio_race()
 
         def run(*args, **kwargs):
@@ -235,8 +232,7 @@ def _like(handler, run):
 
 
 def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
-    """The racers' image slots in one row -> (titles, columns, images, the lines under them: what the model's
-    classifier sees); `first`: the recorded race's frame or None."""
+    """The image slots in one row -> (titles, columns, images, classifier lines); `first`: recorded frame or None."""
     titles, columns, shown, seen = [], [], [], []
     # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; small grids: side by side
     widest = max(v.display_hw[1] for v in ctx.variants.values())
@@ -258,8 +254,7 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, 
 
 def layout(ctx: Context, first: RaceFrame | None, steps: int
            ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
-    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line,
-    the overlay's legend)."""
+    """-> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line, the overlay legend)."""
     titles, columns, shown, seen = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")

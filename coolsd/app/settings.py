@@ -1,11 +1,9 @@
-"""The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
+"""The race settings: one dataclass, `RaceSettings`, from which the /race arguments, their checks and controls come.
 
-`RaceSettings` has one field per /race argument, in the API's order (new arguments are appended). Each field's
-`Spec`, made per model (some bounds depend on it), gives its label (also its name in errors), kind, bounds or
-choices and default. A rule setting names the rule fields it sets (`rule_knob`); its default and range come from
-that rule field (`coolsd.decoding.rules.knob`), so the race's flat names (`lantern_lambda`, ...) live only here.
-The checks run in the handlers (events are wired with preprocess=False), never in a component's preprocess:
-Gradio swaps a component for a fresh copy in a session once an event updates it.
+One field per /race argument, in the API's order (new ones appended); each field's `Spec`, made per model, gives
+label (also its name in errors), kind, bounds or choices and default. A rule setting's default and range are its rule
+field's (`rule_knob`, `coolsd.decoding.rules.knob`): the race's flat names (`lantern_lambda`, ...) live only here.
+Checks run in the handlers (preprocess=False): Gradio swaps an updated component for a fresh copy per session.
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ from coolsd.models.conditions import STYLE_SEP, default_condition, name_choices
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
 
 MAX_DRAFT_LEN = {f.name: f for f in fields(Chain)}["draft_len"].metadata["ui"][1]  # the L slider's top (Chain's knob)
-# (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
-# precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
-# AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep
+# (choice) the end of COOL-SD's delta slider: past where the shipped models' pictures break (the Lab's sweep,
+# `python -m coolsd.bench.delta_sweep`), so a visitor sees relaxation cost; tests/app check it covers every sweep
 DELTA_TOP = 1024.0
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
 MEAN_OMEGA = CoolSDRule.mu is None  # "mean omega = delta" is on by default exactly when the rule's mu is (None)
@@ -57,20 +54,14 @@ NOISE_INFO = ("Same noise: the dice of token j are keyed by (seed, j), so racers
               "dice (not with a static tree). The overlay then marks where each picture left vanilla AR's.")
 EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
                    "a bowl of ramen, studio lighting"]
-
-
 WIDGETS = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.CheckboxGroup, "textbox": gr.Textbox}
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One setting: label (the control's label and the name in errors), kind, bounds / choices, default.
-
-    kind: "number" | "int" (with minimum / maximum; step draws a slider, none a number box) | "bool" |
-    "choice" (choices: (label, value) pairs; widget "dropdown" or "radio") | "custom" (check: a function
-    value -> clean value, raising ValueError or gr.Error; widget "textbox" or "checkboxgroup").
-    extra: more keyword arguments for the component (visible, interactive, max_length, ...).
-    """
+    """One setting. kind: "number" | "int" (minimum / maximum; a step draws a slider, else a number box) | "bool" |
+    "choice" (choices: (label, value) pairs; widget "dropdown" or "radio") | "custom" (check_fn: value -> clean
+    value, raising ValueError or gr.Error; widget "textbox" or "checkboxgroup"). extra: more component kwargs."""
 
     label: str
     kind: str
@@ -98,8 +89,7 @@ class Spec:
         return self.check_fn(value)
 
     def component(self, **extra) -> gr.components.Component:
-        """The control for this setting showing its default (or `value=`); also its update to this Spec, for a
-        model switch (label, bounds or choices, visibility)."""
+        """The control showing the default (or `value=`); also the update to this Spec on a model switch."""
         kw = {"label": self.label, "value": self.default, "elem_id": self.elem_id, "visible": True, **self.extra,
               **extra}
         if self.kind in ("number", "int") and self.step is not None:
@@ -131,8 +121,7 @@ def _condition(ctx: Context) -> Spec:
     names = m.conditions
 
     def check_name(value):
-        """The class name `value` means (typos matched: `coolsd.models.conditions`); an engine id (an int, or its
-        digits as text) stays an id: its style is part of it."""
+        """The class name `value` means (typos matched); an engine id (int or digits) stays an id (its style too)."""
         cond = ctx.check_condition(value, None)
         return value if names.is_id(value) or names.label(cond) == value else names.split(cond)[0]
 
@@ -208,7 +197,6 @@ def _number(label: str, default: Callable, low: float, high: float, step: float,
 
 
 def rule_field(rule: type, name: str) -> dataclasses.Field:
-    """Field `name` of the rule (or drafting) dataclass `rule`."""
     return {f.name: f for f in fields(rule)}[name]
 
 
@@ -226,17 +214,15 @@ def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "numb
 
 def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, str] | None = None,
                  read: Callable[[Mapping], object] | None = None):
-    """A RaceSettings field that sets rule fields: `sets` maps a rule slug to the field it sets; `default`: its
-    value where a caller leaves it out; read(values): the value the rule gets where it is not the setting's own
-    (values: every rule setting, missing ones at their defaults)."""
+    """A RaceSettings field setting rule fields (`sets`: rule slug -> field) with `default` where left out;
+    read(values): the rule's value when not the setting's own (values: every rule setting, defaults filled)."""
     return field(metadata={"spec": make, "default": default, "sets": dict(sets or {}), "read": read})
 
 
 def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
               high: Callable | None = None, extra: Mapping | None = None, also: tuple[type[Rule], ...] = (),
               read: Callable[[Mapping], object] | None = None, reach: float | None = None):
-    """A `rule_setting` for field `name` of `rule` (and of each rule in `also`), its control `rule_spec`'s;
-    `high(ctx)`: a model-dependent top."""
+    """A `rule_setting` for field `name` of `rule` and each of `also` (control: `rule_spec`; `high(ctx)`: a top)."""
     return rule_setting(lambda ctx: rule_spec(rule, name, label, elem_id, kind, default,
                                               None if high is None else high(ctx), extra, reach),
                         rule_field(rule, name).default if default is None else default,
@@ -245,10 +231,9 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 
 @dataclass(frozen=True)
 class RacePlan:
-    """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
-    sampling, config (the race's shared drafting and noise: vanilla AR's), rules and configs (key -> the rule and
-    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair), recorded (what its trace
-    keeps of it, seed included)."""
+    """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order), sampling,
+    config (shared drafting and noise: vanilla AR's), rules / configs (key -> rule / DecodeConfig of every racer but
+    vanilla AR), recorded (what its trace keeps, seed included)."""
 
     ctx: Context
     cond: object
@@ -266,8 +251,7 @@ class RacePlan:
         return RaceTrace(m.name, self.recorded, racers, m.num_tokens, m.grid)
 
     def race(self, trace: RaceTrace, lane: list) -> Race:
-        """The race of `trace`'s racers on a lane of model handles (`Context.lane`), each seeded with the race's
-        seed; close it when done."""
+        """The race of `trace`'s racers on a lane (`Context.lane`), seeded with the race's seed; close it when done."""
         racers = []
         for (key, label), (target, drafter) in zip(trace.racers, lane):
             events = generate(target, drafter, self.rules.get(key), cond=self.cond, num_tokens=trace.num_tokens,
@@ -321,8 +305,7 @@ class RaceSettings:
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
     sjd_window: int = setting(lambda ctx: rule_spec(Jacobi, "window", "SJD window W (drafts per iteration)",
-                                                    "sjd-window", kind="int"))  # (the Jacobi window of every
-    # no-drafter racer; appended after the others: older calls keep their meaning)
+                                                    "sjd-window", kind="int"))  # no-drafter racers' Jacobi window
     noise: str = setting(lambda ctx: Spec("Noise", "choice", DecodeConfig().noise, choices=tuple(
         (v, k) for k, v in NOISE.items()), widget="radio", elem_id="noise", name="noise",
         extra={"info": NOISE_INFO}))  # (appended last: older calls keep their meaning)
@@ -337,10 +320,8 @@ class RaceSettings:
 
     @classmethod
     def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
-        """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one.
-
-        The model is checked first (`ctx.picked`, loaded on first use): the other values are checked
-        against the picked model's Specs (`follow_model` first)."""
+        """Every value checked by its Spec (missing: the default); one gr.Error for the first bad one. The model is
+        checked first (`ctx.picked`); the others against the picked model's Specs (after `follow_model`)."""
         unknown = set(values) - set(cls.names())
         if unknown:
             raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
@@ -379,7 +360,7 @@ class RaceSettings:
         return RacePlan(variant, cond, self.racers, sampling, config, rules, configs, recorded)
 
     def shared_drafting(self) -> Drafting:
-        """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""
+        """The racers with a drafter: a chain of `draft_len`, or the static tree named."""
         return chain_or_tree(self.draft_len, None if self.drafting == "chain" else self.drafting)
 
     def drafting_of(self, key: str) -> Drafting:
@@ -388,9 +369,8 @@ class RaceSettings:
 
 
 def rule_options(key: str, values: Mapping) -> dict:
-    """The options of racer (variant) `key`'s rule, named by its dataclass fields (`variants.build` takes them),
-    at the race settings `values` (name -> value; a rule setting left out: its default, the rule's). Only the
-    settings of that rule are read, so a bad custom list stops the custom racer alone."""
+    """Racer `key`'s rule options by dataclass field (`variants.build`) at race settings `values` (left out: the
+    rule's default). Only that rule's settings are read: a bad custom list stops the custom racer alone."""
     slug = variants.get(key).rule
     table = {f.name: f.metadata for f in fields(RaceSettings) if "sets" in f.metadata}
     filled = {name: m["default"] for name, m in table.items()} | {k: v for k, v in values.items() if k in table}
@@ -399,8 +379,7 @@ def rule_options(key: str, values: Mapping) -> dict:
 
 
 def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
-    """The rule racer `key` runs at the race `settings` (name -> value; `rule_options`) with the model's
-    neighbour table; a bad value (the rule's own ValueError) becomes one clear error naming the racer."""
+    """Racer `key`'s rule at the race `settings` (`rule_options`); a bad value is one error naming the racer."""
     if key not in choice.RACERS:
         raise bad(f"unknown racer {show(key)}; choose from {', '.join(choice.RACERS)}")
     try:
@@ -415,13 +394,10 @@ def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Ru
 
 
 def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
-    """`values` made to fit the picked model where they name another model's choice.
-
-    A styled model's "<class> · <style>" condition becomes (class, its style): the label names the style (the
-    older API form). A value left at the app's default that the picked model refuses (the default model's
-    class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay, except the app
-    model's default class: it stays only where the picked model has a class of that very name (to an emoji model
-    a digit model's "3" would be condition id 3)."""
+    """`values` made to fit the picked model. A styled model's "<class> · <style>" condition becomes (class, style)
+    (the older API form). A value at the app's default that the picked model refuses becomes the picked model's
+    default; the app's default class stays only where the picked model has a class of that very name (to an emoji
+    model a digit model's "3" would be condition id 3)."""
     out = dict(values)
     label = out.get("condition")
     if picked.model.style_names and isinstance(label, str) and STYLE_SEP.strip() in label:
@@ -446,8 +422,7 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
 
 
 def check_values(table: Mapping[str, Spec], values: Mapping, defaults: bool = False) -> dict:
-    """name -> checked value for every name in `values` (every name in `table` when `defaults`, missing
-    ones at their default); the first bad value is one gr.Error naming it."""
+    """name -> checked value for each name in `values` (each in `table`, missing at default, when `defaults`)."""
     names = table if defaults else [n for n in table if n in values]
     out = {}
     for name in names:
