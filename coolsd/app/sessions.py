@@ -1,12 +1,10 @@
 """What the server keeps per visitor: lean sessions, evicted by count, age and budget.
 
-Gradio's `SessionState` keeps, per session, every component's configuration, the last value of every output and a
-copy of a component for each update (`gr.skip()` included), for deep links the app does not offer. `LeanSession`
-keeps what the handlers read: `gr.State` values and copies of components an update changed (`same_props`).
-`LeanStateHolder` (installed by `coolsd.app.serving.ServedBlocks`) evicts the least recently used session when
-there are more than `capacity`, when it was idle over `max_idle_s`, or when the kept states' estimated bytes
-(`state_bytes`) plus SESSION_BASE_BYTES each exceed `budget_bytes`; an evicted session's states go through their
-`delete_callback`, its queue records too (`forget_queue`). `trim_heap` gives freed pages back (glibc).
+Gradio's `SessionState` keeps per session every component's configuration, every output's last value and a component
+copy per update (deep links the app does not offer). `LeanSession` keeps what handlers read: `gr.State` values and
+copies an update changed (`same_props`). `LeanStateHolder` (installed by `ServedBlocks`) evicts the least recently
+used session beyond `capacity`, idle over `max_idle_s`, or while the states' estimated bytes (`state_bytes`) plus
+SESSION_BASE_BYTES each exceed `budget_bytes`; its states go through `delete_callback`, its queue records too.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ def budget_from_env() -> int:
 
 
 def state_bytes(value, limit: int = 200_000) -> int:
-    """Estimated bytes held by a state value: tensors and arrays by their storage, containers and plain objects
-    walked (each object once, at most `limit` objects); components, classes, functions and modules not counted
-    (they are the page's, shared by every session)."""
+    """Estimated bytes of a state value: tensors and arrays by storage, containers and objects walked (each once, at
+    most `limit`); components, classes, functions and modules (the page's, shared) not counted."""
     seen: set[int] = set()
     todo, total = [value], 0
     while todo and len(seen) < limit:
@@ -78,8 +75,7 @@ IGNORED_ARGS = ("value", "render")  # what a copy may differ in and still change
 
 
 def same_props(page, copy) -> bool:
-    """Whether a session's copy of a component was made with the page component's own arguments (its value and
-    `render` aside: a lean session keeps no values), so keeping it would change nothing but memory."""
+    """Whether a session's copy of a component has the page component's arguments (value and `render` aside)."""
     if copy is page:
         return True
     if type(copy) is not type(page):
@@ -93,10 +89,8 @@ def same_props(page, copy) -> bool:
 
 
 def session_config(page: BlocksConfig) -> BlocksConfig:
-    """A session's view of the page's configuration: its components and event functions read through to the page's
-    (`ChainMap`), and what the session stores (a component copy) stays in its own first map. Gradio copies both dicts
-    for every session (`copy(blocks.default_config)`: about 11 KB on the emoji page, even for a visitor who only
-    looks); the page's dicts are never written through it."""
+    """A session's view of the page's configuration: components and event functions read through to the page's
+    (`ChainMap`); the session's own copies go in its first map. (Gradio copies both dicts per session: ~11 KB.)"""
     config = BlocksConfig(page.root_block)
     config.blocks = ChainMap({}, page.blocks)
     config.fns = ChainMap({}, page.fns)
@@ -156,8 +150,7 @@ class LeanSession(SessionState):
 
 
 class LeanStateHolder(StateHolder):
-    """Gradio's session store with LeanSessions, evicting the least recently used session by count, idle age and a
-    memory budget (see the module's doc). `evicted` counts the sessions pushed out, by reason."""
+    """Gradio's session store with LeanSessions and eviction (module doc); `evicted` counts evictions by reason."""
 
     def __init__(self, budget_bytes: int | None = None, max_idle_s: float = SESSION_IDLE_S) -> None:
         super().__init__()
@@ -174,8 +167,8 @@ class LeanStateHolder(StateHolder):
     @classmethod
     def adopt(cls, holder: StateHolder, budget_bytes: int | None = None,
               max_idle_s: float = SESSION_IDLE_S) -> LeanStateHolder:
-        """Turn Gradio's holder into a LeanStateHolder in place (the server and the Blocks share that one object),
-        keeping its capacity; sessions it already holds stay as they are (counted without their states)."""
+        """Gradio's holder made a LeanStateHolder in place (server and Blocks share it), keeping its capacity and
+        sessions (counted without their states)."""
         if not isinstance(holder, cls):
             holder.__class__ = cls
             holder._lean(budget_bytes, max_idle_s)
@@ -232,7 +225,7 @@ class LeanStateHolder(StateHolder):
         forget_queue(getattr(self, "blocks", None), session_id)
 
     def delete_state(self, session_id: str, expired_only: bool = False) -> None:
-        """Gradio's expiry (every second) and close: the states go, and the session's size is estimated again."""
+        """Gradio's expiry (every second) and close; the session's size is estimated again."""
         before = len(self.session_data[session_id].state_data) if session_id in self.session_data else 0
         super().delete_state(session_id, expired_only)
         session = self.session_data.get(session_id)
@@ -249,9 +242,8 @@ class LeanStateHolder(StateHolder):
 
 
 def forget_queue(blocks, session_id: str) -> bool:
-    """Drop Gradio's per-session queue records of a session that has no event pending (its message queue and its
-    set of event ids: about 4 KB, which Gradio keeps for the last 2,000 sessions whatever the app's capacity). A
-    later event of the same session makes them again. Returns whether they went."""
+    """Drop Gradio's queue records (~4 KB, kept for the last 2,000 sessions) of a session with no event pending;
+    a later event makes them again. Returns whether they went."""
     queue = getattr(blocks, "_queue", None)
     if queue is None or queue.pending_event_ids_session.get(session_id):
         return False
@@ -276,8 +268,8 @@ def trim_heap() -> bool:
 
 
 def limit_arenas(arenas: int = 2) -> bool:
-    """glibc: at most `arenas` malloc arenas (each worker thread otherwise gets its own, up to 8 per core, and an
-    arena's freed memory stays with it). Call before the server's threads start; $MALLOC_ARENA_MAX wins when set."""
+    """glibc: at most `arenas` malloc arenas (else up to 8 per core, each keeping its freed memory). Call before the
+    server's threads start; $MALLOC_ARENA_MAX wins when set."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
     try:
