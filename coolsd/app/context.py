@@ -1,6 +1,5 @@
-"""The app's shared state: each model loaded once (`Catalogue`), its frozen `Context` (the model, lanes of model
-handles for concurrent decodes, views, the condition check), and the one-line errors (`bad`, `user_errors`): the
-API bypasses the page's sliders, so every handler checks what it is given and answers one plain line, never a trace.
+"""The app's shared state: each model loaded once (`Catalogue`), its frozen `Context`, and one-line errors (`bad`,
+`user_errors`): the API bypasses the page's sliders, so every handler checks its input and answers one plain line.
 """
 
 from __future__ import annotations
@@ -53,7 +52,6 @@ class _AppModel:
 APP_MODEL = _AppModel()
 
 
-# ---------------------------------------------------------------- the models on offer: each loaded once, on 1st use
 class Catalogue:
     """The models the picker offers (registry keys, in order) and their Contexts (one per resolution), shared by
     every session; each loaded on first use (`get`), once per process, under a lock."""
@@ -79,16 +77,9 @@ class Catalogue:
 
     def add(self, key: str, bundles: list[ModelBundle]) -> Context:
         """Make the Contexts of model `key` (one per bundle) and return the first."""
-        family = {}
-        for bundle in bundles:
-            ctx = Context.make(bundle, key, self)
-            family[ctx.variant_key] = ctx
-        self.families[key] = family
-        return next(iter(family.values()))
-
-    def family(self, key: str) -> dict[str, Context]:
-        """variant key -> Context of loaded model `key`."""
-        return self.families[key]
+        family = [Context.make(bundle, key, self) for bundle in bundles]
+        self.families[key] = {ctx.variant_key: ctx for ctx in family}
+        return next(iter(self.families[key].values()))
 
     def get(self, key) -> Context:
         """The Context of model `key` (its first resolution), loaded now when it is the first use."""
@@ -109,10 +100,9 @@ class Catalogue:
 class Context:
     """One loaded model (one resolution) and what every panel shares; made by `Context.make`, never changed.
 
-    key: the registry key; pixels_hw / display_hw: (H, W) pixels of a decoded image and of its on-page (integer
-    upscaled) view; k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes at once;
-    lanes: `workers` lists of MAX_LANE_HANDLES (target, drafter) handles on the shared weights, each with its own
-    KV caches (`lane()`); judge: the model's classifier (`coolsd.app.judge.Judge`).
+    key: the registry key; pixels_hw / display_hw: (H, W) of a decoded image and of its upscaled on-page view;
+    k_max: the largest LANTERN++ k the neighbour table allows; lanes: `workers` lists of MAX_LANE_HANDLES (target,
+    drafter) handles on the shared weights, each with its own KV caches (`lane()`); judge: the model's classifier.
     """
 
     model: ModelBundle
@@ -140,8 +130,7 @@ class Context:
 
     @property
     def race_threads(self) -> int:
-        """Racers one race runs at once: one per usable core on a CPU ($COOLSD_RACE_THREADS overrides); 1 on an
-        accelerator (its kernels queue on one device)."""
+        """Racers run at once: one per usable core on a CPU ($COOLSD_RACE_THREADS overrides), 1 on an accelerator."""
         if self.device.type != "cpu":
             return 1
         return max(1, int(os.environ.get("COOLSD_RACE_THREADS") or len(os.sched_getaffinity(0))))
@@ -154,7 +143,7 @@ class Context:
     @property
     def variants(self) -> dict[str, Context]:
         """variant key -> Context, one per resolution of this model (one entry for most models)."""
-        return self.catalogue.family(self.key)
+        return self.catalogue.families[self.key]
 
     def for_model(self, key=None) -> Context:
         """The context of picker model `key` (None or "": this one), loaded on first use; unknown: a clear error."""
@@ -164,8 +153,8 @@ class Context:
             return self.catalogue.get(key)
 
     def picked(self, model) -> Context:
-        """The context of the `model` argument a visitor sent (a picker key or an older name; APP_MODEL: this one),
-        loaded on first use; anything else, empty or null included, is one line naming the models on offer."""
+        """The context of a visitor's `model` argument (picker key or older name; APP_MODEL: this one); anything
+        else, "" and null included, is one line naming the models on offer."""
         if model is APP_MODEL:
             return self
         with user_errors():
@@ -200,7 +189,6 @@ class Context:
         finally:
             self.lanes.put(handles)
 
-    # ---- views (drawing lives in coolsd.app.plots)
     def decode_pixels(self, tokens: torch.Tensor) -> torch.Tensor:
         """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in; painted over later)."""
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
@@ -218,15 +206,12 @@ class Context:
     def blank_image(self):
         return placeholder(self.model.grid, self.display_hw)
 
-    # ---- the condition: one check for every panel and endpoint
     def check_condition(self, condition, style=None):
-        """The engine condition of a visitor's class / emoji name (with `style`), condition id or prompt
-        (`ModelBundle.condition`); a one-line gr.Error otherwise."""
+        """The engine condition of a class / emoji name (with `style`), id or prompt; else a one-line gr.Error."""
         with user_errors():
             return self.model.condition(condition, style)
 
 
-# ---------------------------------------------------------------- errors (the checks themselves: coolsd.util.checks)
 def bad(message: str) -> gr.Error:
     """A one-line error for the page and the API (`coolsd.util.checks.one_line`), logged without a trace."""
     return gr.Error(one_line(message), print_exception=False)
@@ -245,8 +230,7 @@ def user_errors():
 
 @contextlib.contextmanager
 def unexpected_errors(logged: str, shown: str):
-    """Inside: an exception other than gr.Error is logged with its trace and becomes
-    `bad("<shown> failed: <type>: <message>")`."""
+    """Inside: an exception other than gr.Error is logged with its trace and becomes `bad("<shown> failed: ...")`."""
     try:
         yield
     except gr.Error:
@@ -257,8 +241,8 @@ def unexpected_errors(logged: str, shown: str):
 
 
 def named(handler, names, defaults: dict | None = None, doc: str | None = None):
-    """`handler(**values)` as a function of one named parameter per name in `names` (default: `defaults[name]`,
-    else required), so the API shows and takes the names; its docstring `doc` (default: the handler's)."""
+    """`handler(**values)` taking one named parameter per name (default `defaults[name]`, else required), so the API
+    shows the names; docstring `doc` (default: the handler's)."""
     p = inspect.Parameter
     signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, **({"default": defaults[n]} if defaults else {}))
                                    for n in names])

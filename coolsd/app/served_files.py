@@ -1,19 +1,15 @@
 """The image and download files the app serves, bounded by count and age.
 
-Gradio writes every image an event returns into its cache folder (one file per distinct content,
-`<cache>/<hash of the bytes>/image.webp`) and remembers its path in the showing component's `temp_files` set,
-which only its `delete_cache` sweep reads; a session's own copy of a component is never swept, so paths and files
-pile up with every race. `ServedFiles` records the files served, last served first, and after each event
-(`ServedBlocks.postprocess_data`, `coolsd.app.serving`) deletes the oldest, from disk and from every set Gradio
-keeps, while more than `max_files` are kept or the oldest was last served over `max_age_s` ago; a file served in
-the last `min_age_s` seconds (a browser may still fetch it) and a component's own files (Gradio's `keep_in_cache`)
-are never deleted. A page that asks for a deleted file gets Gradio's HTTP 403; replay, overlay and microscope
-redraw from the session's trace.
+Gradio caches every image an event returns (`<cache>/<hash of the bytes>/image.webp`) and lists it in the showing
+component's `temp_files`, which only its `delete_cache` sweep reads and never for a session's copy: files pile up.
+After each event (`ServedBlocks.postprocess_data`) `ServedFiles` deletes the oldest served, from disk and Gradio's
+sets, while over `max_files` or last served over `max_age_s` ago; never one served in the last `min_age_s` (a
+browser may still fetch it) or a component's own (`keep_in_cache`). A deleted file answers HTTP 403; replay,
+overlay and microscope redraw from the session's trace.
 
-Gradio rewrites a cached file in place when an event returns equal content, so a client still downloading it
-gets fewer bytes than announced. `cache_writes_in_place` replaces its two writers (`save_pil_to_cache`,
-`save_bytes_to_cache`): a file that exists keeps its bytes (its name is its content's hash) and is only touched;
-a new one is written under a temporary name and renamed, so no served file is rewritten or seen half written.
+Gradio rewrites a cached file in place for equal content (a client mid-download gets fewer bytes than announced).
+`cache_writes_in_place` replaces its writers: an existing file is only touched (its name is its content's hash); a
+new one is written under a temporary name and renamed, so no served file is rewritten or seen half written.
 """
 
 from __future__ import annotations
@@ -46,8 +42,8 @@ def max_files_from_env() -> int:
 
 
 def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:
-    """The paths of the file objects (dicts with a str "path" and "meta", Gradio's FileData) in an event's output
-    values, in order, at any depth (walked without recursion; at most `limit` items looked at)."""
+    """The paths of the file objects (dicts with a str "path" and "meta") in an event's output, in order, at any
+    depth (at most `limit` items)."""
     todo, seen, paths = [value], 0, []
     while todo and seen < limit:
         item = todo.pop()
@@ -63,10 +59,7 @@ def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:
 
 
 class ServedFiles:
-    """The files an app served, oldest first, bounded by count and age (see the module's doc).
-
-    `served(blocks, output)` records the files of one event's output and trims; `trim(blocks)` deletes what is over
-    the bounds. `kept` is the number of files recorded, `deleted` counts the files deleted, by reason."""
+    """The files an app served, oldest first, bounded by count and age (module doc); `deleted` counts by reason."""
 
     def __init__(self, max_files: int | None = None, max_age_s: float = SERVED_FILES_MAX_AGE_S,
                  min_age_s: float = SERVED_FILES_MIN_AGE_S, folder: str | None = None) -> None:
@@ -97,8 +90,7 @@ class ServedFiles:
         self.trim(blocks, now)
 
     def trim(self, blocks, now: float | None = None) -> list[str]:
-        """Delete the oldest files while more than `max_files` are kept or the oldest was served more than
-        `max_age_s` ago, none served in the last `min_age_s`; forget them in Gradio's sets -> the deleted paths."""
+        """Delete the oldest files over the bounds (module doc), also from Gradio's sets -> the deleted paths."""
         now = time.time() if now is None else now
         gone: list[str] = []
         keep = None
@@ -132,8 +124,8 @@ class ServedFiles:
 
 
 def write_once(path: Path, data: bytes) -> None:
-    """Put `data` at `path`, a name made of the hash of `data`: kept (touched: Gradio's sweep and `ServedFiles`
-    age files by their times) when it is there, else written under a temporary name and renamed into place."""
+    """Put `data` at `path` (named by its hash): touched when there (ages go by file times), else written under a
+    temporary name and renamed into place."""
     try:
         os.utime(path)
         return
@@ -171,7 +163,6 @@ def _save_bytes_to_cache(data: bytes, file_name: str, cache_dir: str) -> str:
 
 
 def cache_writes_in_place() -> None:
-    """Make Gradio's image and bytes cache writers never rewrite a file a client may be fetching (the module's
-    doc); idempotent. `ServedBlocks` calls it when the app is built."""
+    """Gradio's cache writers made to never rewrite a served file (module doc); idempotent."""
     processing_utils.save_pil_to_cache = _save_pil_to_cache
     processing_utils.save_bytes_to_cache = _save_bytes_to_cache
