@@ -3,11 +3,9 @@
     python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
 
-`record` races every control at its default as Generate does; `save` writes the trace to
-`assets/traces/<model slug>.json.gz` with a `Stamp` (machine, execution, date, defaults, and the seed chosen: the
-first of `--seeds` whose vanilla AR and Eagle-1 pictures are drawn well, `well`; then the app's default seed).
-`Recordings` reads and draws each model's recording once; it is shown only while its model and defaults are the
-app's (a change of defaults means recording again).
+`record` races the defaults as Generate does; `save` writes the trace to `assets/traces/<model slug>.json.gz` with a
+`Stamp` (machine, execution, date, defaults, the seed: the first of `--seeds` whose vanilla AR and Eagle-1 pictures
+are drawn well). `Recordings` reads and draws each once; shown only while its model and defaults are the app's.
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ log = logging.getLogger("coolsd.app")
 
 @dataclass(frozen=True)
 class Stamp:
-    """A recording's "recorded" block: where and when its race ran and with which defaults (`defaults_json`);
-    seed_choice: how its seed was chosen ({"seed", "tried", "why"}) or None."""
+    """A recording's "recorded" block: where, when and with which defaults it ran; seed_choice: {"seed", "tried",
+    "why"} or None."""
 
     machine: str = "an unrecorded machine"
     cpu: str = ""
@@ -60,7 +58,7 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data) -> Stamp:
-        """The block as a file holds it (keys it lacks at their defaults, unknown ones left out)."""
+        """The block as a file holds it (missing keys at their defaults, unknown ones left out)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known}) if isinstance(data, dict) else cls()
 
@@ -79,8 +77,7 @@ def execution(ctx: Context) -> str:
 
 
 def same_machine(ctx: Context, stamp: Stamp) -> bool:
-    """Whether this machine decodes a recording's tokens bit for bit: the same CPU (`cpu_key`: other vector units
-    round differently) and the same execution of the model."""
+    """Whether this machine decodes a recording bit for bit: same CPU (vector units round differently), execution."""
     return stamp.cpu == cpu_key() and stamp.execution == execution(ctx)
 
 
@@ -97,8 +94,7 @@ def defaults_json(ctx: Context) -> dict:
 
 
 def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: dict | None = None) -> Path:
-    """Write `trace` with its Stamp to `out` (default: the model's recording path); returns the path. `chosen`: how
-    its seed was chosen (`choose`)."""
+    """Write `trace` with its Stamp (`chosen`: how its seed was chosen) to `out` (default: the model's recording)."""
     path = Path(out) if out else recording_path(ctx.model.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
@@ -137,8 +133,7 @@ class Recording(NamedTuple):
 
 
 class Recordings:
-    """model key -> its `Recording` (None without one), each read and drawn once per process; shown until the
-    session races."""
+    """model key -> its `Recording` (None without one), each read and drawn once per process."""
 
     def __init__(self, ctx: Context, folder: Path | None = None) -> None:
         self.ctx, self.folder = ctx, folder  # the app's model: a key of None or "" means it; folder: `load`'s
@@ -158,31 +153,26 @@ class Recordings:
                 self._found[key] = found
         return self._found[key]
 
-    def of_model(self, model=None) -> Recording | None:
-        """`of` for picker model `model` (None or "": the app's)."""
+    def of_model(self, model=None) -> Recording | None:  # (None or "": the app's model)
         return self.of(self.ctx.for_model(model))
 
     def trace_or_recorded(self, trace, model=None) -> RaceTrace | None:
-        """This session's race when it has one, else the recorded default race of `model` (default: the app's;
-        None when it has none)."""
+        """This session's race when it has one, else the recorded race of `model` (default: the app's), or None."""
         if isinstance(trace, RaceTrace) and len(trace):
             return trace
         found = self.of_model(model)
         return found.trace if found else None
 
     def on_show(self, trace, model, missing: str) -> RaceTrace:
-        """The race on show: this session's (`trace`), else the recorded default race of the `model` a visitor sent
-        (`Context.picked`: APP_MODEL is the app's), else the one-line error `missing`."""
+        """`trace_or_recorded` for a visitor's `model` (`Context.picked`), else the one-line error `missing`."""
         found = self.trace_or_recorded(trace, self.ctx.picked(model).model_key)
         if found is None:
             raise bad(missing)
         return found
 
 
-# ---------------------------------------------------------------- recording (the command)
 def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
-    """The default race of `ctx`'s model (at `seed`, default the default seed), raced as Generate races it: (its
-    finished trace, racer key -> what the classifier read in its picture)."""
+    """The default race (at `seed`) raced as Generate does -> (finished trace, racer key -> classifier reading)."""
     settings = RaceSettings.defaults(ctx)
     plan = settings.replace(seed=settings.seed if seed is None else seed).plan(ctx)
     trace = plan.trace()
@@ -194,8 +184,8 @@ def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
 
 
 def choose(ctx: Context, seeds: list[int]) -> tuple[RaceTrace, dict | None]:
-    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are drawn well (`well`);
-    a model without a classifier keeps the first seed (chosen: None); no seed drawn well keeps the first, said so."""
+    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are drawn well; without a
+    classifier the first seed (None); none drawn well: the first, said so."""
     tried, first = [], None
     for seed in seeds:
         trace, seen = record(ctx, seed)
@@ -216,8 +206,7 @@ WELL = "the model's classifier recognises and the likeness does not call broken"
 
 
 def well(reading: dict | None) -> bool:
-    """Whether a picture's reading (`coolsd.app.judge.Judge.read`) shows the class asked for, and, where the model
-    has real pictures, a picture the likeness does not call broken."""
+    """Whether a reading (`Judge.read`) shows the class asked for and a picture the likeness does not call broken."""
     return bool(reading) and bool(reading["class_ok"]) and not reading.get("broken", False)
 
 
