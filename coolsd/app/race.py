@@ -1,8 +1,7 @@
 """The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
 
-A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder with the least compute time
-used. Every step is recorded in a `RaceTrace`; the replay redraws any step (`coolsd.app.after_race`). `build` returns
-a `RaceHandle`, what other panels read. API: race (streams), overlay, replay, trace.
+A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder with the least compute used;
+each is recorded in a `RaceTrace` for replay (`coolsd.app.after_race`). API: race (streams), overlay, replay, trace.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from coolsd.decoding.drafting import Chain
 from coolsd.models.conditions import name_notice
 
 ID, TITLE = "race", "Race"
-# Streaming throttle: the browser, not the server, is the bottleneck (drawing a frame is its dearest work).
+# Streaming throttle: the browser is the bottleneck (drawing a frame is its dearest work)
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
 FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
@@ -54,8 +53,7 @@ DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANIL
 
 
 class LiveRaces:
-    """The races in progress by session: the overlay flag (the checkbox may change it mid-race) and, for Stop,
-    (the event set once the race closed, its trace). Shared by the streaming and the after-race handlers."""
+    """Races in progress by session: the overlay flag (changeable mid-race) and, for Stop, (closed event, trace)."""
 
     def __init__(self) -> None:
         self.overlay: dict[str, bool] = {}
@@ -71,8 +69,7 @@ class RaceStream:
 
     @gpu
     def _run(self, plan: RacePlan, overlay: bool, trace: RaceTrace, session: str | None = None, notice: str = ""):
-        """RaceFrames, holding one lane of the plan's model for the whole race; `notice`: a line for every frame's
-        status and stats JSON ("rockit: showing rocket"; "" for none)."""
+        """RaceFrames, holding one lane for the whole race; `notice`: a line for every frame ("" for none)."""
         ctx = plan.ctx
         closed = threading.Event()
         with ctx.lane() as lane:
@@ -181,8 +178,8 @@ class RaceStream:
 
 @dataclass(frozen=True)
 class RaceHandle:
-    """What other panels read of the Race tab: outputs (`outputs.trace`: the session's race state), the streaming
-    handler (`stream.race`), the after-race handlers, the race events (a model switch cancels them), slot layout."""
+    """What other panels read of the Race tab: outputs, handlers, the race events (a model switch cancels them) and
+    the slot layout."""
 
     outputs: RaceOutputs
     stream: RaceStream
@@ -233,8 +230,7 @@ def _like(handler, run):
 
 def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
     """The image slots in one row -> (titles, columns, images, classifier lines); `first`: recorded frame or None."""
-    titles, columns, shown, seen = [], [], [], []
-    # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; small grids: side by side
+    titles, columns, shown, seen = [], [], [], []  # (text models: each image at full size, wrapping onto more rows)
     widest = max(v.display_hw[1] for v in ctx.variants.values())
     min_width = widest if ctx.model.conditioning == "text" else 150
     with gr.Row():
@@ -270,7 +266,6 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
                            show_label=False, elem_id="plot-len", min_width=300)
         plot_hist = gr.Plot(first.plot_hist if first else None, label="accepted length histogram",
                             show_label=False, elem_id="plot-hist", min_width=300)
-    # a session's race state lives STATE_TTL_S after its last update (and at most SESSION_CAPACITY sessions)
     snapshot = gr.State({}, time_to_live=STATE_TTL_S)
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, tuple(seen), snapshot,
@@ -279,7 +274,7 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
 
 
 def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab) -> RaceHandle:
-    """The Race tab (call inside `gr.Tab(TITLE, id=ID)`), wired to the settings `controls`; returns its handle."""
+    """The Race tab (call inside `gr.Tab(TITLE, id=ID)`), wired to the settings `controls`."""
     live = LiveRaces()
     stream, after = RaceStream(ctx, live), AfterRace(ctx, live, recordings)
     found = recordings.of(ctx)  # the recorded default race, drawn once: every visitor sees it at once

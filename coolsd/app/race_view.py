@@ -34,8 +34,8 @@ SKIP = gr.skip()
 
 @dataclass(frozen=True)
 class RaceFrame:
-    """One update of the race area (gr.skip() where unchanged): SLOTS images (vanilla AR last), stats table and JSON,
-    3 plots, replay slider, SLOTS captions (the classifier's reading), states: snapshot (images on show), trace."""
+    """One update of the race area (gr.skip() where unchanged): slot fields hold SLOTS values (vanilla AR last);
+    snapshot: the images on show."""
 
     images: tuple = (SKIP,) * SLOTS
     stats_md: object = field(default_factory=gr.skip)
@@ -52,7 +52,7 @@ class RaceFrame:
         return dataclasses.replace(self, **changes)
 
 
-# positions the API returns (states are not returned): image_1..image_5, then the named fields
+# what the API returns, in order (not the states)
 API_NAMES = [*(f"image_{i + 1}" for i in range(SLOTS)), "stats_md", "plot_acc", "plot_len", "plot_hist", "stats",
              "replay", *(f"seen_{i + 1}" for i in range(SLOTS))]
 SLOT_FIELDS = ("images", "captions")  # fields holding one value per slot
@@ -91,8 +91,7 @@ def _flat(fields_of, names: tuple[str, ...]):
 
 @dataclass(frozen=True)
 class DecoderNumbers:
-    """One decoder's stats JSON entry: `Racer.stats`, the classifier's reading (or None) and, under same noise,
-    {"same": k, "compared": n} against vanilla AR."""
+    """One decoder's stats JSON entry: `Racer.stats`, the classifier's reading, same noise's agreement."""
 
     decoder: str = ""  # its label
     tokens: int = 0
@@ -110,7 +109,7 @@ class DecoderNumbers:
 
 @dataclass(frozen=True)
 class RaceNumbers:
-    """The stats JSON of a race on show, typed for the panels that read it back (the API returns the JSON)."""
+    """The stats JSON of a race on show, typed for the panels that read it back."""
 
     settings: TraceSettings = field(default_factory=TraceSettings)
     decoders: dict[str, DecoderNumbers] = field(default_factory=dict)
@@ -140,8 +139,7 @@ def _vanilla(racers: list[Racer]) -> Racer | None:
 
 
 def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
-    """racer key -> (T,) int8 overlay codes: its token outcomes; under same noise, DIFFERS where its token is not
-    vanilla AR's at a position both committed, 0 elsewhere (vanilla AR's own picture stays untinted)."""
+    """racer key -> (T,) int8 overlay codes: token outcomes; under same noise DIFFERS where not vanilla AR's, else 0."""
     if not trace.settings.same_noise:
         return {r.key: r.kinds for r in racers}
     reference, out = _vanilla(racers), {}
@@ -153,8 +151,7 @@ def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
 
 
 def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int]]:
-    """racer key -> (same, compared): positions both it and vanilla AR committed, and how many hold vanilla AR's
-    token; {} unless same noise with vanilla AR racing."""
+    """racer key -> (same, compared) positions against vanilla AR; {} unless same noise with vanilla AR racing."""
     reference = _vanilla(racers)
     if not trace.settings.same_noise or reference is None:
         return {}
@@ -163,9 +160,8 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
 
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
-    """Per slot: a new image where `redraw(key)` is "decode" (or "tint": new overlay, same pixels), else gr.skip().
-    Updates `snapshot`: "model", "variant", "images" (slot -> uint8 pixels, filled, `tints`), "seen" (slot -> the
-    classifier's reading), "same" (slot -> `agreement`). Same noise + overlay: a new vanilla AR frame re-tints all."""
+    """Per slot: a new image where `redraw(key)` is "decode" (or "tint": same pixels), else gr.skip(); updates
+    `snapshot` ("images": slot -> (uint8 pixels, filled, `tints`), "seen", "same"). Same noise: re-tints on AR's."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
@@ -223,7 +219,7 @@ def legend(stats) -> str:
 
 
 def recognised(trace: RaceTrace, snapshot: dict) -> dict:
-    """racer key -> what the classifier read in its finished picture (None: not finished, or no classifier)."""
+    """racer key -> the classifier's reading of its finished picture (else None)."""
     seen = snapshot.get("seen", {})
     keys = slot_keys([k for k, _ in trace.racers[:-1]])
     return {key: seen.get(slot) for slot, key in enumerate(keys) if key is not None}
@@ -251,7 +247,7 @@ def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | Non
 
 
 def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) -> RaceFrame:
-    """The race as it was after `step` race steps, from its recorded events, on `ctx` (the model it ran on)."""
+    """The race after `step` steps, from its recorded events, on `ctx` (the model it ran on)."""
     racers = trace.replay(step)
     snapshot: dict = {}
     shown = images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
@@ -261,7 +257,7 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
 
 
 def replay_slider(steps: int, interactive: bool = True) -> gr.Slider:
-    """The replay slider over a race of `steps` steps, at its end (disabled without steps or while streaming)."""
+    """The replay slider at a race's end (disabled without steps or while streaming)."""
     return gr.Slider(maximum=max(steps, 1), value=steps, interactive=interactive and steps > 0)
 
 

@@ -74,8 +74,7 @@ class ServedFiles:
     def kept(self) -> int:
         return len(self._when)
 
-    def paths(self) -> list[str]:
-        """The recorded paths, oldest first."""
+    def paths(self) -> list[str]:  # oldest first
         return list(self._when)
 
     def served(self, blocks, output, now: float | None = None) -> None:
@@ -141,25 +140,24 @@ def write_once(path: Path, data: bytes) -> None:
         raise
 
 
-def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
-    """gradio.processing_utils.save_pil_to_cache, writing with `write_once` (same path, same bytes)."""
-    data = processing_utils.encode_pil_to_bytes(img, format)
+def _cache(data: bytes, cache_dir: str, name: str) -> str:
+    """Gradio's cache path for `data` (`<cache_dir>/<hash>/<name>`), written with `write_once`."""
     folder = Path(cache_dir) / processing_utils.hash_bytes(data)
     folder.mkdir(exist_ok=True, parents=True)
-    path = (folder / f"{name}.{format}").resolve()
+    path = (folder / name).resolve()
     write_once(path, data)
     return str(path)
 
 
+def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
+    """gradio.processing_utils.save_pil_to_cache (same path, same bytes)."""
+    return _cache(processing_utils.encode_pil_to_bytes(img, format), cache_dir, f"{name}.{format}")
+
+
 def _save_bytes_to_cache(data: bytes, file_name: str, cache_dir: str) -> str:
-    """gradio.processing_utils.save_bytes_to_cache, writing with `write_once` (same path, same bytes)."""
-    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
-    folder.mkdir(exist_ok=True, parents=True)
-    if not Path(file_name).suffix:
-        file_name = file_name + processing_utils.detect_audio_format(data)
-    path = folder / Path(file_name).name
-    write_once(path, data)
-    return str(path.resolve())
+    """gradio.processing_utils.save_bytes_to_cache (same path, same bytes)."""
+    suffix = "" if Path(file_name).suffix else processing_utils.detect_audio_format(data)
+    return _cache(data, cache_dir, Path(file_name + suffix).name)
 
 
 def cache_writes_in_place() -> None:

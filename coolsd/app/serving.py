@@ -28,8 +28,7 @@ MICROSCOPE_TTL_S = 600  # the microscope's per-session cache of re-decoded round
 _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 
 
-def session_capacity_from_env() -> int:
-    """$COOLSD_SESSION_CAPACITY (sessions whose state the server keeps; default SESSION_CAPACITY)."""
+def session_capacity_from_env() -> int:  # sessions whose state the server keeps
     return env_int("COOLSD_SESSION_CAPACITY", SESSION_CAPACITY)
 
 
@@ -39,9 +38,8 @@ FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButto
 
 
 class ServedBlocks(gr.Blocks):
-    """The app's Blocks: too few input values, a file value (`{"path": ..., "meta": ...}`) where none is taken, or
-    anything Gradio's preprocessing raises is one line (`bad`) naming the endpoint and parameter. Sessions: a
-    `LeanStateHolder`; served files: `served_files`, a `ServedFiles`."""
+    """The app's Blocks: too few values, a file value where none is taken or a preprocessing error is one line
+    (`bad`); sessions: a `LeanStateHolder`; served files: `served_files`."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -123,8 +121,7 @@ def holds_file(value, limit: int = 100_000) -> bool:
 
 
 class UnknownEndpoint:
-    """ASGI middleware: `POST .../gradio_api/call/[v2/]<name>` for an api_name the app lacks gets HTTP 404 and one
-    JSON line; every other request passes through. The names are read from scope["app"]'s Blocks per request."""
+    """ASGI middleware: `POST .../gradio_api/call/[v2/]<name>` for an unknown name gets 404 and one JSON line."""
 
     def __init__(self, app) -> None:
         self.app = app

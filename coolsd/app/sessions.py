@@ -29,8 +29,7 @@ from coolsd.util.env import env_int
 
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
-SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
-# Gradio's message queue and event-id set for it (about 3.5 KB) and its record of each event (a small dict)
+SESSION_BASE_BYTES = 6_000  # a session before any state: LeanSession ~1.1 KB, Gradio's queue records ~3.5 KB, events
 TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 
@@ -40,8 +39,7 @@ def budget_from_env() -> int:
 
 
 def state_bytes(value, limit: int = 200_000) -> int:
-    """Estimated bytes of a state value: tensors and arrays by storage, containers and objects walked (each once, at
-    most `limit`); components, classes, functions and modules (the page's, shared) not counted."""
+    """Estimated bytes of a state value (at most `limit` objects walked); the page's shared objects not counted."""
     seen: set[int] = set()
     todo, total = [value], 0
     while todo and len(seen) < limit:
@@ -89,8 +87,7 @@ def same_props(page, copy) -> bool:
 
 
 def session_config(page: BlocksConfig) -> BlocksConfig:
-    """A session's view of the page's configuration: components and event functions read through to the page's
-    (`ChainMap`); the session's own copies go in its first map. (Gradio copies both dicts per session: ~11 KB.)"""
+    """The page's configuration read through (`ChainMap`) where Gradio copies it (~11 KB) per session."""
     config = BlocksConfig(page.root_block)
     config.blocks = ChainMap({}, page.blocks)
     config.fns = ChainMap({}, page.fns)
@@ -129,8 +126,7 @@ class LeanSession(SessionState):
         """Whether this very component is one of the session's blocks (the page's own or a copy)."""
         return any(kept is block for kept in self.blocks_config.blocks.values())
 
-    def measure(self) -> None:
-        """Estimate this session's state bytes again (and tell the holder)."""
+    def measure(self) -> None:  # (and tell the holder)
         before, self.nbytes = self.nbytes, sum(state_bytes(v) for v in self.state_data.values())
         if self.holder is not None:
             self.holder.resized(self.nbytes - before)
@@ -167,8 +163,7 @@ class LeanStateHolder(StateHolder):
     @classmethod
     def adopt(cls, holder: StateHolder, budget_bytes: int | None = None,
               max_idle_s: float = SESSION_IDLE_S) -> LeanStateHolder:
-        """Gradio's holder made a LeanStateHolder in place (server and Blocks share it), keeping its capacity and
-        sessions (counted without their states)."""
+        """Gradio's holder (server and Blocks share it) made a LeanStateHolder in place, sessions and capacity kept."""
         if not isinstance(holder, cls):
             holder.__class__ = cls
             holder._lean(budget_bytes, max_idle_s)
@@ -242,8 +237,7 @@ class LeanStateHolder(StateHolder):
 
 
 def forget_queue(blocks, session_id: str) -> bool:
-    """Drop Gradio's queue records (~4 KB, kept for the last 2,000 sessions) of a session with no event pending;
-    a later event makes them again. Returns whether they went."""
+    """Drop an idle session's Gradio queue records (~4 KB, kept for 2,000 sessions); whether they went."""
     queue = getattr(blocks, "_queue", None)
     if queue is None or queue.pending_event_ids_session.get(session_id):
         return False
@@ -268,8 +262,7 @@ def trim_heap() -> bool:
 
 
 def limit_arenas(arenas: int = 2) -> bool:
-    """glibc: at most `arenas` malloc arenas (else up to 8 per core, each keeping its freed memory). Call before the
-    server's threads start; $MALLOC_ARENA_MAX wins when set."""
+    """glibc: at most `arenas` malloc arenas (else 8 per core) before threads start, unless $MALLOC_ARENA_MAX."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
     try:

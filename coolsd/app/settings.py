@@ -78,10 +78,9 @@ class Spec:
 
     def check(self, value):
         """The clean value, or a ValueError (gr.Error from a custom check) whose message names the label."""
-        if self.kind == "number":
-            return check_number(self.name or self.label, value, self.minimum, self.maximum)
-        if self.kind == "int":
-            return check_int(self.name or self.label, value, self.minimum, self.maximum)
+        if self.kind in ("number", "int"):
+            check = check_number if self.kind == "number" else check_int
+            return check(self.name or self.label, value, self.minimum, self.maximum)
         if self.kind == "bool":
             return check_bool(self.name or self.label, value)
         if self.kind == "choice":
@@ -103,9 +102,9 @@ class Spec:
         return widget(choices=list(self.choices), **kw) if self.choices else widget(**kw)
 
 
-def top_k_max(ctx: Context) -> int:
-    """The top-k slider's end: the codebook size (top-k >= V keeps every code, like a smaller V would)."""
-    return int(getattr(ctx.model.target, "vocab_size", 256))
+def _top_k(ctx: Context) -> Spec:
+    top = int(getattr(ctx.model.target, "vocab_size", 256))  # the codebook size: top-k >= V keeps every code
+    return Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k, top), 0, top, 1, elem_id="top-k")
 
 
 def _condition(ctx: Context) -> Spec:
@@ -133,7 +132,7 @@ def _condition(ctx: Context) -> Spec:
 
 
 def _style(ctx: Context) -> Spec:
-    """The emoji style ("" = the default style); models without styles take any text and ignore it."""
+    """The emoji style ("" = the default); models without styles take any text and ignore it."""
     names = ctx.model.conditions if ctx.model.conditioning == "class" else None
     styles = list(names.styles) if names else []
     default = default_condition(ctx.model.conditions, ctx.model.default_class)[1]
@@ -188,7 +187,6 @@ def specs(ctx: Context) -> dict[str, Spec]:
 
 
 def setting(make: Callable[[Context], Spec]):
-    """A RaceSettings field whose Spec, for a given model's context, is `make(ctx)`."""
     return field(metadata={"spec": make})
 
 
@@ -202,8 +200,8 @@ def rule_field(rule: type, name: str) -> dataclasses.Field:
 
 def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
               top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
-    """A control for field `name` of `rule`, its default (unless given), range and step that field's (metadata
-    "ui": `coolsd.decoding.rules.knob`); `top` lowers its top, `reach` raises it (the rule still checks values)."""
+    """A control for `rule`'s field `name`: its default, range and step (`knob`'s "ui"); `top` lowers the top, `reach`
+    raises it."""
     low, high, step = rule_field(rule, name).metadata["ui"]
     high = high if top is None else min(high, top)
     high = high if reach is None else max(high, reach)
@@ -263,16 +261,13 @@ class RacePlan:
 
 @dataclass(frozen=True)
 class RaceSettings:
-    """The /race arguments, in order (checked values; see the module docstring). Each field's Spec is made
-    per model (`specs(ctx)`): bounds such as top-k's codebook size and LANTERN++'s k depend on it."""
+    """The /race arguments in order (checked values); each field's Spec is made per model (`specs(ctx)`)."""
 
     condition: str = setting(_condition)
     seed: int = setting(lambda ctx: Spec("seed", "int", recorded_seed(ctx.model.name), 0, MAX_SEED, elem_id="seed"))
     temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.default_sampling.temperature,
                                  0.0, 2.0, 0.05, "temperature")
-    top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k,
-                                                                         top_k_max(ctx)), 0,
-                                          top_k_max(ctx), 1, elem_id="top-k"))
+    top_k: int = setting(_top_k)
     cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
                                0.1, "cfg")
     draft_len: int = setting(lambda ctx: rule_spec(Chain, "draft_len", "draft length L", "draft-len", kind="int"))
@@ -342,8 +337,7 @@ class RaceSettings:
         return dataclasses.replace(self, **changes)
 
     def plan(self, ctx: Context) -> RacePlan:
-        """Everything the race checks beyond single values (the rules, the configs): one gr.Error, or the plan.
-        A share link is refused exactly when this refuses."""
+        """The plan, or one gr.Error for what single values do not show (rules, configs; share links too)."""
         variant = ctx.for_model(self.model).variant(self.resolution)
         cond = variant.check_condition(self.condition, self.style)
         with user_errors():
@@ -389,7 +383,6 @@ def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
 
 
 def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Rule]:
-    """key -> rule for every chosen racer, in the given order, at the race `settings` (name -> value)."""
     return {key: make_racer_rule(ctx, key, settings) for key in keys}
 
 
