@@ -1,6 +1,4 @@
-"""The app's shared state: each model loaded once (`Catalogue`), its frozen `Context`, and one-line errors (`bad`,
-`user_errors`): the API bypasses the page's sliders, so every handler checks its input and answers one plain line.
-"""
+"""The app's shared state: each model loaded once (`Catalogue`), its `Context`, and one-line errors (`bad`)."""
 
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ MAX_LANE_HANDLES = 5  # model handles per lane: up to four racers + vanilla AR
 
 
 def serving_threads() -> None:
-    """Small models on a CPU decode single-threaded (a core is left to the server and the other lanes)."""
+    """Small models on a CPU decode single-threaded (cores left to the server and the other lanes)."""
     if not torch.cuda.is_available():
         torch.set_num_threads(1)
 
@@ -53,8 +51,7 @@ APP_MODEL = _AppModel()
 
 
 class Catalogue:
-    """The models the picker offers (registry keys, in order) and their Contexts (one per resolution), shared by
-    every session; each loaded on first use (`get`), once per process, under a lock."""
+    """The picker's models (registry keys) and their Contexts (one per resolution), loaded once, on first use."""
 
     def __init__(self, keys, workers: int = 1, loader=registry.load) -> None:
         self.keys = list(dict.fromkeys(keys))
@@ -76,9 +73,7 @@ class Catalogue:
         return check_choice("model", key, self.keys)
 
     def add(self, key: str, bundles: list[ModelBundle]) -> Context:
-        """Make the Contexts of model `key` (one per bundle) and return the first."""
-        family = [Context.make(bundle, key, self) for bundle in bundles]
-        self.families[key] = {ctx.variant_key: ctx for ctx in family}
+        self.families[key] = {ctx.variant_key: ctx for ctx in (Context.make(b, key, self) for b in bundles)}
         return next(iter(self.families[key].values()))
 
     def get(self, key) -> Context:
@@ -98,12 +93,8 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Context:
-    """One loaded model (one resolution) and what every panel shares; made by `Context.make`, never changed.
-
-    key: the registry key; pixels_hw / display_hw: (H, W) of a decoded image and of its upscaled on-page view;
-    k_max: the largest LANTERN++ k the neighbour table allows; lanes: `workers` lists of MAX_LANE_HANDLES (target,
-    drafter) handles on the shared weights, each with its own KV caches (`lane()`); judge: the model's classifier.
-    """
+    """One loaded model (one resolution) and what every panel shares. pixels_hw / display_hw: (H, W) decoded and
+    on page; k_max: LANTERN++'s largest k; lanes: `workers` lists of (target, drafter) handles with own KV caches."""
 
     model: ModelBundle
     key: str
@@ -136,13 +127,12 @@ class Context:
         return max(1, int(os.environ.get("COOLSD_RACE_THREADS") or len(os.sched_getaffinity(0))))
 
     @property
-    def model_key(self) -> str:
-        """The picker's key of this model (= `key`)."""
+    def model_key(self) -> str:  # the picker's key (= `key`)
         return self.key
 
     @property
     def variants(self) -> dict[str, Context]:
-        """variant key -> Context, one per resolution of this model (one entry for most models)."""
+        """variant key -> Context, one per resolution of this model."""
         return self.catalogue.families[self.key]
 
     def for_model(self, key=None) -> Context:
@@ -153,15 +143,14 @@ class Context:
             return self.catalogue.get(key)
 
     def picked(self, model) -> Context:
-        """The context of a visitor's `model` argument (picker key or older name; APP_MODEL: this one); anything
-        else, "" and null included, is one line naming the models on offer."""
+        """The context of a visitor's `model` argument (APP_MODEL: this one); "" or null is a one-line error."""
         if model is APP_MODEL:
             return self
         with user_errors():
             return self.for_model(self.catalogue.check(model))
 
     def for_trace(self, settings: TraceSettings) -> Context:
-        """The context (model, then resolution) a recorded race's `settings` ran on (no model: this model)."""
+        """The context (model, resolution) a recorded race's `settings` ran on."""
         return self.for_model(settings.model).variant(settings.resolution)
 
     @property
@@ -179,7 +168,7 @@ class Context:
 
     @contextlib.contextmanager
     def lane(self, timeout: float = 60.0):
-        """Borrow one lane (a list of (target, drafter) handles) for a whole decode; returned on exit."""
+        """Borrow one lane (a list of (target, drafter) handles) for a whole decode."""
         try:
             handles = self.lanes.get(timeout=timeout)
         except queue.Empty:
@@ -190,7 +179,7 @@ class Context:
             self.lanes.put(handles)
 
     def decode_pixels(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in; painted over later)."""
+        """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in, painted over later)."""
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
 
     def decode_many(self, grids: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -240,9 +229,8 @@ def unexpected_errors(logged: str, shown: str):
         raise bad(f"{shown} failed: {type(err).__name__}: {plain(err)[:200]}") from None
 
 
-def named(handler, names, defaults: dict | None = None, doc: str | None = None):
-    """`handler(**values)` taking one named parameter per name (default `defaults[name]`, else required), so the API
-    shows the names; docstring `doc` (default: the handler's)."""
+def named(handler, names, defaults: dict | None = None):
+    """`handler(**values)` taking one parameter per name (default `defaults[name]`), so the API shows the names."""
     p = inspect.Parameter
     signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, **({"default": defaults[n]} if defaults else {}))
                                    for n in names])
@@ -250,13 +238,12 @@ def named(handler, names, defaults: dict | None = None, doc: str | None = None):
     def call(*args, **kwargs):
         return handler(**signature.bind(*args, **kwargs).arguments)
 
-    call.__signature__, call.__doc__ = signature, doc or handler.__doc__
+    call.__signature__, call.__doc__ = signature, handler.__doc__
     return call
 
 
 def open_context(choice: str | None = None, workers: int = 1, others: list[str] | None = None) -> Context:
-    """The Context of model `choice` (default `registry.default_key()`; the registry's fallback when its weights
-    are missing) in a Catalogue offering it first, then `others` (default: the models whose weights are here)."""
+    """The Context of model `choice` in a Catalogue offering it, then `others` (default: those with weights here)."""
     bundles, _ = registry.load_or_fallback(choice or registry.default_key())
     key = registry.key_of(bundles[0])
     catalogue = Catalogue([key, *(registry.available() if others is None else others)], workers)

@@ -50,8 +50,7 @@ document.addEventListener("keydown", (e) => {
 });
 </script>"""
 LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "head": HEAD, "show_error": True,
-                 "footer_links": ["api", "gradio"],
-                 "state_session_capacity": session_capacity_from_env(),
+                 "footer_links": ["api", "gradio"], "state_session_capacity": session_capacity_from_env(),
                  "app_kwargs": {"middleware": [Middleware(UnknownEndpoint)]}}
 
 
@@ -105,15 +104,13 @@ def execution_words(model) -> str:
 
 
 def header_markdown(ctx: Context) -> str:
-    """The page header: model name, device, execution path, grid, any fallback note and the artwork's credits (a
-    licence such as CC-BY asks for them wherever its images are shown)."""
+    """The page header, with the artwork's credits (a licence such as CC-BY asks for them wherever it is shown)."""
     m = ctx.model
     note = f"\n\n⚠️ {m.note}" if m.note else ""
     credits = f"\n\nCredits: {m.credits.rstrip('.')}." if m.credits else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-            f"Model: **{name}** on {ctx.device.type.upper()}, {execution_words(m)}, "
-            f"{m.grid[0]}×{m.grid[1]} tokens. "
+            f"Model: **{name}** on {ctx.device.type.upper()}, {execution_words(m)}, {m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
             f"runs next, so each frame compares equal compute.{note}{credits}")
 

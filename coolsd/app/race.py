@@ -178,8 +178,7 @@ class RaceStream:
 
 @dataclass(frozen=True)
 class RaceHandle:
-    """What other panels read of the Race tab: outputs, handlers, the race events (a model switch cancels them) and
-    the slot layout."""
+    """What other panels read of the Race tab; a model switch cancels `run_events`."""
 
     outputs: RaceOutputs
     stream: RaceStream
@@ -199,8 +198,7 @@ class RaceHandle:
         return _like(race, run)
 
     def page_race(self):
-        """The Generate buttons' handler: /race's, but settings refused before the race are a toast and the status
-        line, not an error over every output (the race on show stays readable)."""
+        """/race for the Generate buttons: refused settings are a toast and a status line, not errors over the race."""
         race = self.gradio_race()
 
         def run(*args, **kwargs):

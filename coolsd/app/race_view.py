@@ -1,7 +1,5 @@
-"""What the Race tab shows of a race: its outputs (`RaceOutputs`, components) and one frame (`RaceFrame`, values),
-drawn from a recorded `RaceTrace` (streaming, after-race handlers and recordings all draw through `draw`).
-`RaceOutputs.values(frame)` lays a frame out in wiring and API order (`/model_info`'s "race_outputs" names them).
-"""
+"""What the Race tab shows of a race: its outputs (`RaceOutputs`) and frames of them (`RaceFrame`), drawn from a
+`RaceTrace`; `RaceOutputs.values(frame)` lays a frame out in wiring and API order ("race_outputs" names them)."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ SKIP = gr.skip()
 
 @dataclass(frozen=True)
 class RaceFrame:
-    """One update of the race area (gr.skip() where unchanged): slot fields hold SLOTS values (vanilla AR last);
-    snapshot: the images on show."""
+    """One update of the race area (gr.skip() where unchanged); slot fields hold SLOTS values, vanilla AR last."""
 
     images: tuple = (SKIP,) * SLOTS
     stats_md: object = field(default_factory=gr.skip)
@@ -161,7 +158,7 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
     """Per slot: a new image where `redraw(key)` is "decode" (or "tint": same pixels), else gr.skip(); updates
-    `snapshot` ("images": slot -> (uint8 pixels, filled, `tints`), "seen", "same"). Same noise: re-tints on AR's."""
+    `snapshot` ("images": slot -> (uint8 pixels, filled, `tints`), "seen", "same")."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})

@@ -1,15 +1,10 @@
 """The image and download files the app serves, bounded by count and age.
 
-Gradio caches every image an event returns (`<cache>/<hash of the bytes>/image.webp`) and lists it in the showing
-component's `temp_files`, which only its `delete_cache` sweep reads and never for a session's copy: files pile up.
-After each event (`ServedBlocks.postprocess_data`) `ServedFiles` deletes the oldest served, from disk and Gradio's
-sets, while over `max_files` or last served over `max_age_s` ago; never one served in the last `min_age_s` (a
-browser may still fetch it) or a component's own (`keep_in_cache`). A deleted file answers HTTP 403; replay,
-overlay and microscope redraw from the session's trace.
-
-Gradio rewrites a cached file in place for equal content (a client mid-download gets fewer bytes than announced).
-`cache_writes_in_place` replaces its writers: an existing file is only touched (its name is its content's hash); a
-new one is written under a temporary name and renamed, so no served file is rewritten or seen half written.
+Gradio caches every image an event returns (`<cache>/<hash>/image.webp`), swept only for the page's components, so
+files pile up. After each event `ServedFiles` deletes the oldest from disk and Gradio's sets while over `max_files`
+or last served over `max_age_s` ago, never one served in the last `min_age_s` or a component's own (`keep_in_cache`).
+`cache_writes_in_place`: Gradio's writers never rewrite a served file (a client mid-download would get fewer bytes)
+nor show one half written.
 """
 
 from __future__ import annotations
@@ -42,8 +37,7 @@ def max_files_from_env() -> int:
 
 
 def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:
-    """The paths of the file objects (dicts with a str "path" and "meta") in an event's output, in order, at any
-    depth (at most `limit` items)."""
+    """The paths of the file objects (str "path" and "meta") in an event's output, in order (at most `limit` items)."""
     todo, seen, paths = [value], 0, []
     while todo and seen < limit:
         item = todo.pop()
@@ -123,8 +117,7 @@ class ServedFiles:
 
 
 def write_once(path: Path, data: bytes) -> None:
-    """Put `data` at `path` (named by its hash): touched when there (ages go by file times), else written under a
-    temporary name and renamed into place."""
+    """Put `data` at `path` (named by its hash): touched when there, else written aside and renamed into place."""
     try:
         os.utime(path)
         return

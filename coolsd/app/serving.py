@@ -1,10 +1,5 @@
-"""How the demo is served to many visitors: memory bounded per session, and a clear answer to an unknown endpoint.
-
-Memory (`tools/memory_run.py`, docs/app-and-api.md): at most SESSION_CAPACITY lean sessions
-($COOLSD_SESSION_CAPACITY), evicted by count, idle age and budget (`coolsd.app.sessions`); a race state lives
-STATE_TTL_S after its last update; served files are bounded by count and age (`coolsd.app.served_files`).
-Gradio answers an unknown `POST /gradio_api/call/<name>` with HTTP 500: `UnknownEndpoint` answers 404 and one JSON
-line. `ServedBlocks` refuses, in one line, calls Gradio's own input checks would fail with a logged trace.
+"""How the demo is served to many visitors: bounded memory (`coolsd.app.sessions`, `served_files`; measured by
+`tools/memory_run.py`), a 404 for an unknown endpoint (Gradio's: 500) and one line where Gradio's input checks fail.
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButto
 
 
 class ServedBlocks(gr.Blocks):
-    """The app's Blocks: too few values, a file value where none is taken or a preprocessing error is one line
-    (`bad`); sessions: a `LeanStateHolder`; served files: `served_files`."""
+    """The app's Blocks: bad input is one line (`bad`), sessions are lean, served files bounded (`served_files`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

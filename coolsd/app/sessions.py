@@ -1,10 +1,6 @@
-"""What the server keeps per visitor: lean sessions, evicted by count, age and budget.
-
-Gradio's `SessionState` keeps per session every component's configuration, every output's last value and a component
-copy per update (deep links the app does not offer). `LeanSession` keeps what handlers read: `gr.State` values and
-copies an update changed (`same_props`). `LeanStateHolder` (installed by `ServedBlocks`) evicts the least recently
-used session beyond `capacity`, idle over `max_idle_s`, or while the states' estimated bytes (`state_bytes`) plus
-SESSION_BASE_BYTES each exceed `budget_bytes`; its states go through `delete_callback`, its queue records too.
+"""What the server keeps per visitor: `LeanSession`s (`gr.State` values and the component copies an update changed,
+not Gradio's per-session configuration and outputs), evicted by `LeanStateHolder` least recently used first: beyond
+`capacity`, idle over `max_idle_s`, or while `state_bytes` plus SESSION_BASE_BYTES each exceed `budget_bytes`.
 """
 
 from __future__ import annotations

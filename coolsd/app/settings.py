@@ -1,8 +1,6 @@
-"""The race settings: one dataclass, `RaceSettings`, from which the /race arguments, their checks and controls come.
-
-One field per /race argument, in the API's order (new ones appended); each field's `Spec`, made per model, gives
-label (also its name in errors), kind, bounds or choices and default. A rule setting's default and range are its rule
-field's (`rule_knob`, `coolsd.decoding.rules.knob`): the race's flat names (`lantern_lambda`, ...) live only here.
+"""The race settings: `RaceSettings`, one field per /race argument in API order (new ones appended), each with a
+per-model `Spec` (label, also its name in errors; kind; bounds or choices; default) making its check and control.
+A rule setting's default and range are its rule field's (`rule_knob`): the flat names (`lantern_lambda`) live here.
 Checks run in the handlers (preprocess=False): Gradio swaps an updated component for a fresh copy per session.
 """
 
@@ -59,9 +57,8 @@ WIDGETS = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.Check
 
 @dataclass(frozen=True)
 class Spec:
-    """One setting. kind: "number" | "int" (minimum / maximum; a step draws a slider, else a number box) | "bool" |
-    "choice" (choices: (label, value) pairs; widget "dropdown" or "radio") | "custom" (check_fn: value -> clean
-    value, raising ValueError or gr.Error; widget "textbox" or "checkboxgroup"). extra: more component kwargs."""
+    """kind: "number" | "int" (a step draws a slider) | "bool" | "choice" (choices: (label, value) pairs) | "custom"
+    (check_fn: value -> clean value, or ValueError / gr.Error). extra: more component kwargs."""
 
     label: str
     kind: str
@@ -200,8 +197,7 @@ def rule_field(rule: type, name: str) -> dataclasses.Field:
 
 def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
               top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
-    """A control for `rule`'s field `name`: its default, range and step (`knob`'s "ui"); `top` lowers the top, `reach`
-    raises it."""
+    """A control for `rule`'s field `name` at its default, range and step; `top` lowers the top, `reach` raises it."""
     low, high, step = rule_field(rule, name).metadata["ui"]
     high = high if top is None else min(high, top)
     high = high if reach is None else max(high, reach)
@@ -229,9 +225,7 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 
 @dataclass(frozen=True)
 class RacePlan:
-    """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order), sampling,
-    config (shared drafting and noise: vanilla AR's), rules / configs (key -> rule / DecodeConfig of every racer but
-    vanilla AR), recorded (what its trace keeps, seed included)."""
+    """What one race runs; config: shared drafting and noise (vanilla AR's); rules / configs: the other racers'."""
 
     ctx: Context
     cond: object
