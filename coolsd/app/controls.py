@@ -1,8 +1,5 @@
-"""The race settings (the left column): condition, sampling, drafting and each rule's knobs, with presets.
-
-`build(ctx)` lays out one control per `RaceSettings` field (by its Spec) and returns `Controls`, the handle every
-panel reading the settings gets: components by name in argument order, Generate / Stop, the group filter (emoji).
-"""
+"""The race settings column: one control per `RaceSettings` field (by its Spec), with presets; `build` returns the
+`Controls` handle every panel reading the settings gets."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ ALL_GROUPS = "all groups"
 
 @dataclass(frozen=True)
 class Controls:
-    """The settings column: `settings` name -> component in argument order, the Generate and Stop buttons, and
-    `group` (the condition's group filter; hidden without groups)."""
+    """`settings`: name -> component in argument order; `group`: the condition's group filter (hidden without)."""
 
     settings: dict
     generate: gr.Button
@@ -157,8 +153,7 @@ def build(ctx: Context) -> Controls:
 
 
 def presets_row(ctx: Context, controls: Controls) -> None:
-    """The preset examples: they set the settings only (the race area waits for Generate); with a model picker
-    they keep the picked model, class and style (their classes are the default model's)."""
+    """The presets set the settings only; with a picker they keep model, class and style (theirs: the default's)."""
     rows, labels = presets(ctx)
     names = RaceSettings.names()
     kept = [n for n in names if len(ctx.catalogue.keys) < 2 or n not in ("model", "style", "condition")]

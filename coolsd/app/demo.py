@@ -1,6 +1,4 @@
-"""The whole demo as one Gradio Blocks: header, settings column, one tab per panel, share links, API.
-`make_demo("tiny")` builds it without reading the environment (tests, tools); `app.py` reads it, then calls it.
-"""
+"""The whole demo as one Gradio Blocks; `make_demo` reads no environment (`app.py` does, then calls it)."""
 
 from __future__ import annotations
 
@@ -117,8 +115,7 @@ def header_markdown(ctx: Context) -> str:
 
 def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Controls, handle: race.RaceHandle,
                       load_event) -> None:
-    """A picked model: header, model-dependent controls, group filter and race area (its recorded race) follow;
-    also after a share link's restore named one (`load_event`, which set the controls already)."""
+    """Header, model controls and race area follow a picked model, also one a share link named (`load_event`)."""
     c, after = controls_, handle.after
     names = controls.MODEL_CONTROLS
     area = handle.outputs.components()
@@ -188,8 +185,7 @@ def build_demo(ctx: Context) -> Page:
 
 
 def make_demo(model: str | None = None, workers: int = 1, models: list[str] | None = None) -> Demo:
-    """Load `model` (a registry key or alias, default `registry.default_key`, falling back as the registry says) and
-    build the demo; the picker offers it, then `models` (default: those whose weights are here), loaded on first use."""
+    """The demo around `model` (a registry key or alias), the picker offering it first, then `models`."""
     serving_threads()
     ctx = open_context(model, workers, models)
     return Demo(ctx, build_demo(ctx), workers)

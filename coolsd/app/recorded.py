@@ -3,9 +3,8 @@
     python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
 
-`record` races the defaults as Generate does; `save` writes the trace to `assets/traces/<model slug>.json.gz` with a
-`Stamp` (machine, execution, date, defaults, the seed: the first of `--seeds` whose vanilla AR and Eagle-1 pictures
-are drawn well). `Recordings` reads and draws each once; shown only while its model and defaults are the app's.
+`record` races the defaults as Generate does at the first of `--seeds` whose vanilla AR and Eagle-1 pictures are
+drawn well; `save` writes it to assets/traces/ with a `Stamp`. Shown while its model and defaults are the app's.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ log = logging.getLogger("coolsd.app")
 
 @dataclass(frozen=True)
 class Stamp:
-    """A recording's "recorded" block: where, when and with which defaults it ran; seed_choice: {"seed", "tried",
-    "why"} or None."""
+    """A recording's "recorded" block: where, when and with which defaults (and seed_choice) it ran."""
 
     machine: str = "an unrecorded machine"
     cpu: str = ""
@@ -184,8 +182,7 @@ def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
 
 
 def choose(ctx: Context, seeds: list[int]) -> tuple[RaceTrace, dict | None]:
-    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are drawn well; without a
-    classifier the first seed (None); none drawn well: the first, said so."""
+    """(trace, how its seed was chosen) of the first seed whose LOSSLESS pictures are drawn well (else the first)."""
     tried, first = [], None
     for seed in seeds:
         trace, seen = record(ctx, seed)

@@ -1,8 +1,7 @@
-"""Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control.
-
-The link is the app's URL with one query parameter per control (`?seed=3&racers=eagle-1,cool-sd`), plus `tab=`.
-Opening it sets each control; a bad value keeps that control's default and says why (one warning line).
-API: share_link, share_restore, trace, trace_file, strip_file.
+"""Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control:
+the app's URL with one query parameter per control (`?seed=3&racers=eagle-1,cool-sd`) and `tab=`. Opening it sets
+each control; a bad value keeps its default and says why. API: share_link, share_restore, trace, trace_file,
+strip_file.
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ def _decode(spec: Spec, text: str):
 
 
 def check_shared(ctx: Context, values: Mapping) -> dict:
-    """name -> checked value of share-link controls, one gr.Error for the first bad one; race settings are checked
-    as the race checks them, so a link is refused exactly when its race would be."""
+    """name -> checked value of share-link controls: a link is refused (one gr.Error) exactly when its race would be."""
     table = specs(ctx)
     unknown = [name for name in values if name not in table]
     if unknown:
@@ -90,8 +88,7 @@ def share_query(ctx: Context, values: Mapping) -> str:
 
 
 def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
-    """Query parameters -> ({name: checked value}, [a message per bad parameter]), checked against the `model` the
-    link names (unknown: the app's), then together as the race would."""
+    """Query parameters -> ({name: checked value}, [a message per bad one]), for the model the link names."""
     values, errors, picked, model_ok = {}, [], ctx, True
     if "model" in params:
         try:
@@ -189,8 +186,7 @@ class TakeAway:
 
 
 def wire_restore(ctx: Context, controls, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]):
-    """On page load, set every race setting the URL's query names (and a named model's controls' choices); call
-    inside the Blocks after every panel. Returns the load event."""
+    """The page load event setting every control the URL's query names; call inside the Blocks after every panel."""
     controls = controls.settings
 
     def restore(request: gr.Request):
