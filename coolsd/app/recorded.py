@@ -15,7 +15,6 @@ import dataclasses
 import datetime
 import gzip
 import json
-import logging
 import os
 import sys
 import threading
@@ -28,7 +27,7 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():  # (the command runs no server: no network either)
     os.environ.setdefault(_key, _value)
 
-from coolsd.app.context import Context, bad, open_context, serving_threads  # noqa: E402
+from coolsd.app.context import Context, bad, log, open_context, serving_threads  # noqa: E402
 from coolsd.app.race_view import RaceFrame, RaceNumbers, draw  # noqa: E402
 from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace, read_recording, recording_path  # noqa: E402
@@ -36,7 +35,6 @@ from coolsd.util.machine import cpu_key, cpu_name  # noqa: E402
 
 COMMAND = "python -m coolsd.app.recorded"
 LOSSLESS = ("vanilla", "eagle-1")  # the racers whose pictures must show what was asked for
-log = logging.getLogger("coolsd.app")
 
 
 @dataclass(frozen=True)

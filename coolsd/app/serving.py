@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import inspect
 import json
-import logging
 import re
 
 import gradio as gr
 
-from coolsd.app.context import bad
+from coolsd.app.context import bad, log
 from coolsd.app.served_files import ServedFiles, cache_writes_in_place
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
@@ -27,7 +26,6 @@ def session_capacity_from_env() -> int:  # sessions whose state the server keeps
     return env_int("COOLSD_SESSION_CAPACITY", SESSION_CAPACITY)
 
 
-log = logging.getLogger("coolsd.app")
 # components that take a file value (the app has none as an event input today; a panel that adds one keeps uploads)
 FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButton, gr.Model3D, gr.ImageEditor)
 

@@ -265,9 +265,8 @@ class RaceSettings:
     cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
                                0.1, "cfg")
     draft_len: int = setting(lambda ctx: rule_spec(Chain, "draft_len", "draft length L", "draft-len", kind="int"))
-    drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
-                                                                                         DRAFTING.items()),
-                                             widget="radio", elem_id="drafting"))
+    drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", widget="radio", elem_id="drafting",
+                                             choices=tuple((v, k) for k, v in DRAFTING.items())))
     delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta",
                              reach=DELTA_TOP)  # (COOL-SD with or without a drafter: one rule, one setting)
     nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
