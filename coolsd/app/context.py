@@ -93,8 +93,8 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Context:
-    """One loaded model (one resolution) and what every panel shares. pixels_hw / display_hw: (H, W) decoded and
-    on page; k_max: LANTERN++'s largest k; lanes: `workers` lists of (target, drafter) handles with own KV caches."""
+    """One model at one resolution and what panels share. pixels_hw / display_hw: (H, W) decoded / on page; k_max:
+    LANTERN++'s largest k; lanes: `workers` lists of (target, drafter) handles, each with its own KV caches."""
 
     model: ModelBundle
     key: str

@@ -1,5 +1,4 @@
-"""The race settings column: one control per `RaceSettings` field (by its Spec), with presets; `build` returns the
-`Controls` handle every panel reading the settings gets."""
+"""The race settings column: one control per `RaceSettings` field, presets; `build` returns the `Controls` handle."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
-
-A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder with the least compute used;
-each is recorded in a `RaceTrace` for replay (`coolsd.app.after_race`). API: race (streams), overlay, replay, trace.
-"""
+"""The Race tab: up to four chosen decoders and vanilla AR, streamed round by round as a fair race (spec section 5,
+`coolsd.compare.race`), recorded in a `RaceTrace` for replay. API: race (streams), overlay, replay, trace."""
 
 from __future__ import annotations
 

@@ -157,8 +157,7 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
 
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
-    """Per slot: a new image where `redraw(key)` is "decode" (or "tint": same pixels), else gr.skip(); updates
-    `snapshot` ("images": slot -> (uint8 pixels, filled, `tints`), "seen", "same")."""
+    """Per slot: a new image where `redraw(key)` says "decode" (or "tint"), else gr.skip(); fills `snapshot`."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})

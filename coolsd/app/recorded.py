@@ -3,8 +3,7 @@
     python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
 
-`record` races the defaults as Generate does at the first of `--seeds` whose vanilla AR and Eagle-1 pictures are
-drawn well; `save` writes it to assets/traces/ with a `Stamp`. Shown while its model and defaults are the app's.
+Races the defaults at the first of `--seeds` whose lossless pictures are drawn well; shown while still the defaults.
 """
 
 from __future__ import annotations

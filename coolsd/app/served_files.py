@@ -1,10 +1,8 @@
-"""The image and download files the app serves, bounded by count and age.
+"""The files the app serves, bounded by count and age (Gradio's own sweep misses sessions' copies).
 
-Gradio caches every image an event returns (`<cache>/<hash>/image.webp`), swept only for the page's components, so
-files pile up. After each event `ServedFiles` deletes the oldest from disk and Gradio's sets while over `max_files`
-or last served over `max_age_s` ago, never one served in the last `min_age_s` or a component's own (`keep_in_cache`).
-`cache_writes_in_place`: Gradio's writers never rewrite a served file (a client mid-download would get fewer bytes)
-nor show one half written.
+After each event `ServedFiles` deletes the oldest from disk and Gradio's sets while over `max_files` or last served
+over `max_age_s` ago, never one served in the last `min_age_s` or a component's own (`keep_in_cache`).
+`cache_writes_in_place`: Gradio never rewrites a served file (a download would come short) or shows one half written.
 """
 
 from __future__ import annotations

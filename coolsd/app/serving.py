@@ -1,6 +1,4 @@
-"""How the demo is served to many visitors: bounded memory (`coolsd.app.sessions`, `served_files`; measured by
-`tools/memory_run.py`), a 404 for an unknown endpoint (Gradio's: 500) and one line where Gradio's input checks fail.
-"""
+"""Serving many visitors: bounded memory (`sessions`, `served_files`), one line for bad input, 404 for bad names."""
 
 from __future__ import annotations
 

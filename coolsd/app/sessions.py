@@ -1,7 +1,5 @@
-"""What the server keeps per visitor: `LeanSession`s (`gr.State` values and the component copies an update changed,
-not Gradio's per-session configuration and outputs), evicted by `LeanStateHolder` least recently used first: beyond
-`capacity`, idle over `max_idle_s`, or while `state_bytes` plus SESSION_BASE_BYTES each exceed `budget_bytes`.
-"""
+"""What the server keeps per visitor: `LeanSession`s (states and changed component copies only), evicted least
+recently used first by `LeanStateHolder`: beyond `capacity`, idle over `max_idle_s`, or over `budget_bytes`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """The race settings: `RaceSettings`, one field per /race argument in API order (new ones appended), each with a
-per-model `Spec` (label, also its name in errors; kind; bounds or choices; default) making its check and control.
-A rule setting's default and range are its rule field's (`rule_knob`): the flat names (`lantern_lambda`) live here.
-Checks run in the handlers (preprocess=False): Gradio swaps an updated component for a fresh copy per session.
-"""
+per-model `Spec` making its check and control; a rule setting's default and range are its rule field's (`rule_knob`).
+Checks run in the handlers (preprocess=False): Gradio swaps an updated component for a fresh copy per session."""
 
 from __future__ import annotations
 
@@ -208,8 +206,7 @@ def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "numb
 
 def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, str] | None = None,
                  read: Callable[[Mapping], object] | None = None):
-    """A RaceSettings field setting rule fields (`sets`: rule slug -> field) with `default` where left out;
-    read(values): the rule's value when not the setting's own (values: every rule setting, defaults filled)."""
+    """A field setting rule fields (`sets`: slug -> field); read(all rule settings): the rule's value if not its own."""
     return field(metadata={"spec": make, "default": default, "sets": dict(sets or {}), "read": read})
 
 
@@ -308,8 +305,7 @@ class RaceSettings:
 
     @classmethod
     def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
-        """Every value checked by its Spec (missing: the default); one gr.Error for the first bad one. The model is
-        checked first (`ctx.picked`); the others against the picked model's Specs (after `follow_model`)."""
+        """Every value checked (missing: default) by the picked model's Specs; one gr.Error for the first bad one."""
         unknown = set(values) - set(cls.names())
         if unknown:
             raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
@@ -356,8 +352,7 @@ class RaceSettings:
 
 
 def rule_options(key: str, values: Mapping) -> dict:
-    """Racer `key`'s rule options by dataclass field (`variants.build`) at race settings `values` (left out: the
-    rule's default). Only that rule's settings are read: a bad custom list stops the custom racer alone."""
+    """Racer `key`'s rule options at race settings `values`; only that rule's are read (a bad one stops it alone)."""
     slug = variants.get(key).rule
     table = {f.name: f.metadata for f in fields(RaceSettings) if "sets" in f.metadata}
     filled = {name: m["default"] for name, m in table.items()} | {k: v for k, v in values.items() if k in table}
@@ -380,10 +375,8 @@ def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Ru
 
 
 def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
-    """`values` made to fit the picked model. A styled model's "<class> · <style>" condition becomes (class, style)
-    (the older API form). A value at the app's default that the picked model refuses becomes the picked model's
-    default; the app's default class stays only where the picked model has a class of that very name (to an emoji
-    model a digit model's "3" would be condition id 3)."""
+    """`values` made to fit the picked model: "<class> · <style>" becomes (class, style); an app default the picked
+    model refuses, or a class it lacks by that very name (a digit "3" is not emoji id 3), becomes its default."""
     out = dict(values)
     label = out.get("condition")
     if picked.model.style_names and isinstance(label, str) and STYLE_SEP.strip() in label:

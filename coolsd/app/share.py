@@ -1,8 +1,6 @@
-"""Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control:
-the app's URL with one query parameter per control (`?seed=3&racers=eagle-1,cool-sd`) and `tab=`. Opening it sets
-each control; a bad value keeps its default and says why. API: share_link, share_restore, trace, trace_file,
-strip_file.
-"""
+"""Take a race away: its trace (JSON), images (PNG strip) and a share link (`?seed=3&racers=eagle-1,cool-sd&tab=`)
+setting every control it names (a bad value keeps its default, said why). API: share_link, share_restore, trace,
+trace_file, strip_file."""
 
 from __future__ import annotations
 
