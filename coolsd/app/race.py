@@ -223,8 +223,10 @@ def _like(handler, run):
     return run
 
 
-def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
-    """The image slots in one row -> (titles, columns, images, classifier lines); `first`: recorded frame or None."""
+def layout(ctx: Context, first: RaceFrame | None, steps: int
+           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
+    """-> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line, the overlay legend);
+    `first`: the recorded race's frame or None."""
     titles, columns, shown, seen = [], [], [], []  # (text models: each image at full size, wrapping onto more rows)
     widest = max(v.display_hw[1] for v in ctx.variants.values())
     min_width = widest if ctx.model.conditioning == "text" else 150
@@ -240,13 +242,6 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, 
                 seen.append(gr.Markdown(first.captions[slot] if first and isinstance(first.captions[slot], str)
                                         else "", elem_classes="panel-seen", elem_id=f"seen-{slot}"))
             columns.append(column)
-    return titles, columns, shown, seen
-
-
-def layout(ctx: Context, first: RaceFrame | None, steps: int
-           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
-    """-> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line, the overlay legend)."""
-    titles, columns, shown, seen = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     legend_box = gr.HTML(legend(first.stats if first else None), elem_id="legend")  # (follows the race on show)

@@ -60,8 +60,7 @@ class Stamp:
     def label(self) -> str:
         """The status line of the recorded race."""
         busy = f", load average {self.load_average[0]:g}" if self.load_average else ""
-        chosen = self.seed_choice
-        why = f" Seed {chosen['seed']}: {chosen['why']}." if chosen else ""
+        why = f" Seed {self.seed_choice['seed']}: {self.seed_choice['why']}." if self.seed_choice else ""
         return (f"**Recorded race** of the default settings on {self.machine} ({self.device.upper()}{busy}), "
                 f"{self.date}: replay it with the slider, or press **Generate** to race live on this server.{why}")
 

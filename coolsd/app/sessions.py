@@ -93,8 +93,7 @@ def session_config(page: BlocksConfig) -> BlocksConfig:
 class LeanSession(SessionState):
     """A Gradio session without the per-session configuration of every component (see the module's doc)."""
 
-    def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # noqa: D107 (no super().__init__:
-        # it builds the configuration this class leaves out)
+    def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # (no super().__init__: it builds it)
         self.blocks_config = session_config(blocks.default_config)
         self.page_blocks = blocks.default_config.blocks  # the page's own components (shared, not copied)
         self.state_data: dict[int, object] = {}
