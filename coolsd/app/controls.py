@@ -146,8 +146,7 @@ def build(ctx: Context) -> Controls:
     c["mean_omega"].change(lambda on: gr.Slider(interactive=not on), c["mean_omega"], c["mu"], queue=False,
                            api_visibility="private", show_progress="hidden")
     group.input(lambda model, g, current: filter_names(ctx.for_model(model), g, current),
-                [c["model"], group, c["condition"]], c["condition"], api_visibility="private",
-                show_progress="hidden")
+                [c["model"], group, c["condition"]], c["condition"], api_visibility="private", show_progress="hidden")
     return controls
 
 

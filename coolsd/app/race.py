@@ -7,7 +7,7 @@ import dataclasses
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 from PIL import Image
@@ -49,12 +49,12 @@ PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANILLA[0]: choice.VANILLA[1]}
 
 
+@dataclass
 class LiveRaces:
     """Races in progress by session: the overlay flag (changeable mid-race) and, for Stop, (closed event, trace)."""
 
-    def __init__(self) -> None:
-        self.overlay: dict[str, bool] = {}
-        self.active: dict[str, tuple[threading.Event, RaceTrace]] = {}
+    overlay: dict[str, bool] = field(default_factory=dict)
+    active: dict[str, tuple[threading.Event, RaceTrace]] = field(default_factory=dict)
 
 
 class RaceStream:

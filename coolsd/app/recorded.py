@@ -57,8 +57,7 @@ class Stamp:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known}) if isinstance(data, dict) else cls()
 
-    def label(self) -> str:
-        """The status line of the recorded race."""
+    def label(self) -> str:  # the status line
         busy = f", load average {self.load_average[0]:g}" if self.load_average else ""
         why = f" Seed {self.seed_choice['seed']}: {self.seed_choice['why']}." if self.seed_choice else ""
         return (f"**Recorded race** of the default settings on {self.machine} ({self.device.upper()}{busy}), "
@@ -135,7 +134,6 @@ class Recordings:
         self._lock = threading.Lock()
 
     def of(self, ctx: Context) -> Recording | None:
-        """The recorded default race of `ctx`'s model; None without one."""
         key = ctx.model_key
         with self._lock:
             if key not in self._found:

@@ -55,20 +55,17 @@ WIDGETS = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.Check
 
 @dataclass(frozen=True)
 class Spec:
-    """kind: "number" | "int" (a step draws a slider) | "bool" | "choice" (choices: (label, value) pairs) | "custom"
-    (check_fn: value -> clean value, or ValueError / gr.Error). extra: more component kwargs."""
-
     label: str
-    kind: str
+    kind: str  # "number" | "int" | "bool" | "choice" | "custom"
     default: object
     minimum: float | None = None
     maximum: float | None = None
-    step: float | None = None
-    choices: tuple = ()
+    step: float | None = None  # a slider (None: a number box)
+    choices: tuple = ()  # (label, value) pairs
     widget: str = ""
     elem_id: str | None = None
-    check_fn: Callable | None = None
-    extra: Mapping = field(default_factory=dict)
+    check_fn: Callable | None = None  # "custom": value -> clean value, or ValueError / gr.Error
+    extra: Mapping = field(default_factory=dict)  # more component kwargs
     name: str | None = None  # the setting's name in messages (default: the label; lower-cased in "unknown <name>")
 
     def check(self, value):
@@ -122,8 +119,7 @@ def _condition(ctx: Context) -> Spec:
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
     return Spec(label, "custom", default_condition(names, m.default_class)[0],
                 choices=tuple(name_choices(names, m.class_chars)), widget="dropdown", elem_id="condition",
-                check_fn=check_name, name=names.noun,
-                extra={"allow_custom_value": True, "filterable": True})
+                check_fn=check_name, name=names.noun, extra={"allow_custom_value": True, "filterable": True})
 
 
 def _style(ctx: Context) -> Spec:
@@ -155,9 +151,8 @@ def _model(ctx: Context) -> Spec:
 def _racers(ctx: Context) -> Spec:
     group = f"the last {len(choice.NO_DRAFTER)}: no drafter, the target drafts for itself"
     return Spec(f"Racers (up to {choice.MAX_RACERS}; vanilla AR always races; {group})", "custom",
-                list(choice.DEFAULT_RACERS),
-                choices=tuple((label, key) for key, label in choice.RACERS.items()), widget="checkboxgroup",
-                elem_id="racers", check_fn=choice.check_racers)
+                list(choice.DEFAULT_RACERS), choices=tuple((label, key) for key, label in choice.RACERS.items()),
+                widget="checkboxgroup", elem_id="racers", check_fn=choice.check_racers)
 
 
 def _resolution(ctx: Context) -> Spec:
