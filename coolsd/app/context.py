@@ -93,19 +93,18 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Context:
-    """One model at one resolution and what panels share. pixels_hw / display_hw: (H, W) decoded / on page; k_max:
-    LANTERN++'s largest k; lanes: `workers` lists of (target, drafter) handles, each with its own KV caches."""
+    """One model at one resolution and what the panels share; made by `Context.make`, never changed."""
 
     model: ModelBundle
     key: str
     catalogue: Catalogue = field(repr=False, compare=False)
     workers: int
     device: torch.device
-    pixels_hw: tuple[int, int]
-    display_hw: tuple[int, int]
+    pixels_hw: tuple[int, int]  # (H, W) of a decoded image
+    display_hw: tuple[int, int]  # (H, W) on the page
     image_format: str
-    k_max: int
-    lanes: queue.Queue = field(repr=False, compare=False)
+    k_max: int  # LANTERN++'s largest k
+    lanes: queue.Queue = field(repr=False, compare=False)  # `workers` lists of (target, drafter), own KV caches
     judge: Judge = field(repr=False, compare=False)
 
     @classmethod

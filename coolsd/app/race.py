@@ -61,8 +61,21 @@ class RaceStream:
     """The streaming race handler, bound to the app's Context (`race` is the /race endpoint)."""
 
     def __init__(self, ctx: Context, live: LiveRaces) -> None:
+        """`race`: one parameter per RaceSettings field, then the request; checks every value (preprocess=False)."""
         self.ctx, self.live = ctx, live
-        self.race = self._race_handler()
+        signature = RaceSettings.signature(ctx)
+
+        def race(*args, **kwargs):
+            values = signature.bind(*args, **kwargs).arguments
+            request = values.pop("request", None)
+            settings = RaceSettings.check(ctx, values)
+            names = ctx.for_model(settings.model).model.conditions
+            notice = name_notice(names, values.get("condition"), settings.condition)
+            yield from self.run_settings(settings, request, notice)
+
+        race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
+        race.__doc__ = self.run_settings.__doc__
+        self.race = race
 
     @gpu
     def _run(self, plan: RacePlan, overlay: bool, trace: RaceTrace, session: str | None = None, notice: str = ""):
@@ -155,22 +168,6 @@ class RaceStream:
                     "used.")
         session = getattr(request, "session_hash", None)
         yield from self._run(plan, settings.overlay, plan.trace(), session, notice)
-
-    def _race_handler(self):
-        """/race: one parameter per RaceSettings field, then the request; checks every value (preprocess=False)."""
-        ctx, signature = self.ctx, RaceSettings.signature(self.ctx)
-
-        def race(*args, **kwargs):
-            values = signature.bind(*args, **kwargs).arguments
-            request = values.pop("request", None)
-            settings = RaceSettings.check(ctx, values)
-            names = ctx.for_model(settings.model).model.conditions
-            notice = name_notice(names, values.get("condition"), settings.condition)
-            yield from self.run_settings(settings, request, notice)
-
-        race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
-        race.__doc__ = self.run_settings.__doc__
-        return race
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,6 @@
-"""The files the app serves, bounded by count and age (Gradio's own sweep misses sessions' copies).
-
-After each event `ServedFiles` deletes the oldest from disk and Gradio's sets while over `max_files` or last served
-over `max_age_s` ago, never one served in the last `min_age_s` or a component's own (`keep_in_cache`).
-`cache_writes_in_place`: Gradio never rewrites a served file (a download would come short) or shows one half written.
-"""
+"""The files the app serves, bounded by count and age (Gradio's own sweep misses sessions' copies): after each event
+`ServedFiles` deletes the oldest while over `max_files` or last served over `max_age_s` ago, never one served in the
+last `min_age_s` or a component's own. `cache_writes_in_place`: no served file is rewritten or seen half written."""
 
 from __future__ import annotations
 
