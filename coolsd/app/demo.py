@@ -94,21 +94,17 @@ def model_info(ctx: Context) -> dict:
             "execution": m.execution, "execution_path": m.path, "credits": m.credits}
 
 
-def execution_words(model) -> str:
-    """How a model's calls run, for a reader, e.g. "fused path, bf16 weights (fp32 maths)"."""
-    precision = model.execution.split(" (")[0] if model.execution else ""  # "bf16 weights, fp32 maths (...)"
-    precision = precision.replace("weights, fp32 maths", "weights (fp32 maths)")
-    return f"{model.path} path" + (f", {precision}" if precision else "")
-
-
 def header_markdown(ctx: Context) -> str:
     """The page header, with the artwork's credits (a licence such as CC-BY asks for them wherever it is shown)."""
     m = ctx.model
+    precision = m.execution.split(" (")[0] if m.execution else ""  # "bf16 weights, fp32 maths (...)"
+    precision = precision.replace("weights, fp32 maths", "weights (fp32 maths)")
+    runs = f"{m.path} path" + (f", {precision}" if precision else "")  # e.g. "fused path, bf16 weights (fp32 maths)"
     note = f"\n\n⚠️ {m.note}" if m.note else ""
     credits = f"\n\nCredits: {m.credits.rstrip('.')}." if m.credits else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-            f"Model: **{name}** on {ctx.device.type.upper()}, {execution_words(m)}, {m.grid[0]}×{m.grid[1]} tokens. "
+            f"Model: **{name}** on {ctx.device.type.upper()}, {runs}, {m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
             f"runs next, so each frame compares equal compute.{note}{credits}")
 

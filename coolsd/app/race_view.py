@@ -182,15 +182,10 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
             out.append(ctx.render(*shown[slot], overlay))
         else:
             out.append(SKIP)
-    judge_pictures(ctx, trace, finished, seen)
-    return tuple(out)
-
-
-def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -> None:
-    """seen[slot] = the classifier's reading (None without one) of each of `pictures` (slot -> (T,) ids)."""
-    if pictures:
+    if finished:  # seen[slot]: the classifier's reading (None without one) against the condition asked for
         asked = ctx.judge.asked(trace.settings.condition)
-        seen.update(zip(pictures, ctx.judge.judge(list(pictures.values()), asked, ctx.decode_pixels)))
+        seen.update(zip(finished, ctx.judge.judge(list(finished.values()), asked, ctx.decode_pixels)))
+    return tuple(out)
 
 
 def captions(ctx: Context, snapshot: dict, slots=None) -> tuple:

@@ -111,11 +111,15 @@ class ServedFiles:
         return gone
 
 
-def write_once(path: Path, data: bytes) -> None:
-    """Put `data` at `path` (named by its hash): touched when there, else written aside and renamed into place."""
+def _cache(data: bytes, cache_dir: str, name: str) -> str:
+    """Gradio's cache path for `data` (`<cache_dir>/<hash>/<name>`): touched when there (ages go by file times), else
+    written aside and renamed into place."""
+    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
+    folder.mkdir(exist_ok=True, parents=True)
+    path = (folder / name).resolve()
     try:
         os.utime(path)
-        return
+        return str(path)
     except FileNotFoundError:
         pass
     fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -126,24 +130,16 @@ def write_once(path: Path, data: bytes) -> None:
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
-
-
-def _cache(data: bytes, cache_dir: str, name: str) -> str:
-    """Gradio's cache path for `data` (`<cache_dir>/<hash>/<name>`), written with `write_once`."""
-    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
-    folder.mkdir(exist_ok=True, parents=True)
-    path = (folder / name).resolve()
-    write_once(path, data)
     return str(path)
 
 
 def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
-    """gradio.processing_utils.save_pil_to_cache (same path, same bytes)."""
+    """gradio.processing_utils.save_pil_to_cache, via `_cache` (same path, same bytes)."""
     return _cache(processing_utils.encode_pil_to_bytes(img, format), cache_dir, f"{name}.{format}")
 
 
 def _save_bytes_to_cache(data: bytes, file_name: str, cache_dir: str) -> str:
-    """gradio.processing_utils.save_bytes_to_cache (same path, same bytes)."""
+    """gradio.processing_utils.save_bytes_to_cache, via `_cache` (same path, same bytes)."""
     suffix = "" if Path(file_name).suffix else processing_utils.detect_audio_format(data)
     return _cache(data, cache_dir, Path(file_name + suffix).name)
 
