@@ -131,7 +131,6 @@ class Context:
 
     @property
     def variants(self) -> dict[str, Context]:
-        """variant key -> Context, one per resolution of this model."""
         return self.catalogue.families[self.key]
 
     def for_model(self, key=None) -> Context:
@@ -149,7 +148,6 @@ class Context:
             return self.for_model(self.catalogue.check(model))
 
     def for_trace(self, settings: TraceSettings) -> Context:
-        """The context (model, resolution) a recorded race's `settings` ran on."""
         return self.for_model(settings.model).variant(settings.resolution)
 
     @property

@@ -58,10 +58,9 @@ class LiveRaces:
 
 
 class RaceStream:
-    """The streaming race handler, bound to the app's Context (`race` is the /race endpoint)."""
+    """`race`, the /race handler: one parameter per RaceSettings field, then the request; it checks every value."""
 
     def __init__(self, ctx: Context, live: LiveRaces) -> None:
-        """`race`: one parameter per RaceSettings field, then the request; checks every value (preprocess=False)."""
         self.ctx, self.live = ctx, live
         signature = RaceSettings.signature(ctx)
 
@@ -101,8 +100,7 @@ class RaceStream:
                     del self.live.active[session]
                 closed.set()
 
-    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None,
-                notice: str = ""):
+    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None, notice: str):
         racers = race.racers
         snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
         dirty: set[str] = set()

@@ -1,6 +1,5 @@
-"""Take a race away: its trace (JSON), images (PNG strip) and a share link (`?seed=3&racers=eagle-1,cool-sd&tab=`)
-setting every control it names (a bad value keeps its default, said why). API: share_link, share_restore, trace,
-trace_file, strip_file."""
+"""Take a race away: trace (JSON), images (PNG strip), share link (`?seed=3&racers=eagle-1,cool-sd&tab=`) setting
+every control named (a bad value keeps its default). API: share_link, share_restore, trace, trace_file, strip_file."""
 
 from __future__ import annotations
 
