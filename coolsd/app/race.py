@@ -49,7 +49,7 @@ PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANILLA[0]: choice.VANILLA[1]}
 
 
-@dataclass
+@dataclass(eq=False)
 class LiveRaces:
     """Races in progress by session: the overlay flag (changeable mid-race) and, for Stop, (closed event, trace)."""
 
@@ -170,7 +170,7 @@ class RaceStream:
 
 @dataclass(frozen=True)
 class RaceHandle:
-    """What other panels read of the Race tab; a model switch cancels `run_events`."""
+    """What panels read of the Race tab (`outputs.trace`: the session's race); a model switch cancels `run_events`."""
 
     outputs: RaceOutputs
     stream: RaceStream
