@@ -23,7 +23,7 @@ from coolsd.util.env import env_int
 
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
-SESSION_BASE_BYTES = 6_000  # a session before any state: LeanSession ~1.1 KB, Gradio's queue records ~3.5 KB, events
+SESSION_BASE_BYTES = 6_000  # a session before any state: LeanSession ~1.1 KB, Gradio's queue ~3.5 KB, event records
 TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 
