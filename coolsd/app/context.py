@@ -1,7 +1,4 @@
-"""The app's shared state: each model loaded once (`Catalogue`), its frozen `Context` (the model, lanes of model
-handles for concurrent decodes, views, the condition check), and the one-line errors (`bad`, `user_errors`): the
-API bypasses the page's sliders, so every handler checks what it is given and answers one plain line, never a trace.
-"""
+"""The app's shared state: each model loaded once (`Catalogue`), its `Context`, and one-line errors (`bad`)."""
 
 from __future__ import annotations
 
@@ -39,7 +36,7 @@ MAX_LANE_HANDLES = 5  # model handles per lane: up to four racers + vanilla AR
 
 
 def serving_threads() -> None:
-    """Small models on a CPU decode single-threaded (a core is left to the server and the other lanes)."""
+    """Small models on a CPU decode single-threaded (cores left to the server and the other lanes)."""
     if not torch.cuda.is_available():
         torch.set_num_threads(1)
 
@@ -53,10 +50,8 @@ class _AppModel:
 APP_MODEL = _AppModel()
 
 
-# ---------------------------------------------------------------- the models on offer: each loaded once, on 1st use
 class Catalogue:
-    """The models the picker offers (registry keys, in order) and their Contexts (one per resolution), shared by
-    every session; each loaded on first use (`get`), once per process, under a lock."""
+    """The picker's models (registry keys) and their Contexts (one per resolution), loaded once, on first use."""
 
     def __init__(self, keys, workers: int = 1, loader=registry.load) -> None:
         self.keys = list(dict.fromkeys(keys))
@@ -78,17 +73,8 @@ class Catalogue:
         return check_choice("model", key, self.keys)
 
     def add(self, key: str, bundles: list[ModelBundle]) -> Context:
-        """Make the Contexts of model `key` (one per bundle) and return the first."""
-        family = {}
-        for bundle in bundles:
-            ctx = Context.make(bundle, key, self)
-            family[ctx.variant_key] = ctx
-        self.families[key] = family
-        return next(iter(family.values()))
-
-    def family(self, key: str) -> dict[str, Context]:
-        """variant key -> Context of loaded model `key`."""
-        return self.families[key]
+        self.families[key] = {ctx.variant_key: ctx for ctx in (Context.make(b, key, self) for b in bundles)}
+        return next(iter(self.families[key].values()))
 
     def get(self, key) -> Context:
         """The Context of model `key` (its first resolution), loaded now when it is the first use."""
@@ -107,24 +93,18 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Context:
-    """One loaded model (one resolution) and what every panel shares; made by `Context.make`, never changed.
-
-    key: the registry key; pixels_hw / display_hw: (H, W) pixels of a decoded image and of its on-page (integer
-    upscaled) view; k_max: the largest LANTERN++ k the neighbour table supports; workers: decodes at once;
-    lanes: `workers` lists of MAX_LANE_HANDLES (target, drafter) handles on the shared weights, each with its own
-    KV caches (`lane()`); judge: the model's classifier (`coolsd.app.judge.Judge`).
-    """
+    """One model at one resolution and what the panels share; made by `Context.make`, never changed."""
 
     model: ModelBundle
     key: str
     catalogue: Catalogue = field(repr=False, compare=False)
     workers: int
     device: torch.device
-    pixels_hw: tuple[int, int]
-    display_hw: tuple[int, int]
+    pixels_hw: tuple[int, int]  # (H, W) of a decoded image
+    display_hw: tuple[int, int]  # (H, W) on the page
     image_format: str
-    k_max: int
-    lanes: queue.Queue = field(repr=False, compare=False)
+    k_max: int  # LANTERN++'s largest k
+    lanes: queue.Queue = field(repr=False, compare=False)  # `workers` lists of (target, drafter), own KV caches
     judge: Judge = field(repr=False, compare=False)
 
     @classmethod
@@ -140,21 +120,18 @@ class Context:
 
     @property
     def race_threads(self) -> int:
-        """Racers one race runs at once: one per usable core on a CPU ($COOLSD_RACE_THREADS overrides); 1 on an
-        accelerator (its kernels queue on one device)."""
+        """Racers run at once: one per usable core on a CPU ($COOLSD_RACE_THREADS overrides), 1 on an accelerator."""
         if self.device.type != "cpu":
             return 1
         return max(1, int(os.environ.get("COOLSD_RACE_THREADS") or len(os.sched_getaffinity(0))))
 
     @property
-    def model_key(self) -> str:
-        """The picker's key of this model (= `key`)."""
+    def model_key(self) -> str:  # the picker's key (= `key`)
         return self.key
 
     @property
     def variants(self) -> dict[str, Context]:
-        """variant key -> Context, one per resolution of this model (one entry for most models)."""
-        return self.catalogue.family(self.key)
+        return self.catalogue.families[self.key]
 
     def for_model(self, key=None) -> Context:
         """The context of picker model `key` (None or "": this one), loaded on first use; unknown: a clear error."""
@@ -164,15 +141,13 @@ class Context:
             return self.catalogue.get(key)
 
     def picked(self, model) -> Context:
-        """The context of the `model` argument a visitor sent (a picker key or an older name; APP_MODEL: this one),
-        loaded on first use; anything else, empty or null included, is one line naming the models on offer."""
+        """The context of a visitor's `model` argument (APP_MODEL: this one); "" or null is a one-line error."""
         if model is APP_MODEL:
             return self
         with user_errors():
             return self.for_model(self.catalogue.check(model))
 
     def for_trace(self, settings: TraceSettings) -> Context:
-        """The context (model, then resolution) a recorded race's `settings` ran on (no model: this model)."""
         return self.for_model(settings.model).variant(settings.resolution)
 
     @property
@@ -190,7 +165,7 @@ class Context:
 
     @contextlib.contextmanager
     def lane(self, timeout: float = 60.0):
-        """Borrow one lane (a list of (target, drafter) handles) for a whole decode; returned on exit."""
+        """Borrow one lane (a list of (target, drafter) handles) for a whole decode."""
         try:
             handles = self.lanes.get(timeout=timeout)
         except queue.Empty:
@@ -200,9 +175,8 @@ class Context:
         finally:
             self.lanes.put(handles)
 
-    # ---- views (drawing lives in coolsd.app.plots)
     def decode_pixels(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in; painted over later)."""
+        """(T,) ids, -1 where not generated -> (C, h, w) pixels (missing tokens filled in, painted over later)."""
         return self.model.tokenizer.decode(fill_ids(tokens).to(self.device))
 
     def decode_many(self, grids: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -218,15 +192,12 @@ class Context:
     def blank_image(self):
         return placeholder(self.model.grid, self.display_hw)
 
-    # ---- the condition: one check for every panel and endpoint
     def check_condition(self, condition, style=None):
-        """The engine condition of a visitor's class / emoji name (with `style`), condition id or prompt
-        (`ModelBundle.condition`); a one-line gr.Error otherwise."""
+        """The engine condition of a class / emoji name (with `style`), id or prompt; else a one-line gr.Error."""
         with user_errors():
             return self.model.condition(condition, style)
 
 
-# ---------------------------------------------------------------- errors (the checks themselves: coolsd.util.checks)
 def bad(message: str) -> gr.Error:
     """A one-line error for the page and the API (`coolsd.util.checks.one_line`), logged without a trace."""
     return gr.Error(one_line(message), print_exception=False)
@@ -245,8 +216,7 @@ def user_errors():
 
 @contextlib.contextmanager
 def unexpected_errors(logged: str, shown: str):
-    """Inside: an exception other than gr.Error is logged with its trace and becomes
-    `bad("<shown> failed: <type>: <message>")`."""
+    """Inside: an exception other than gr.Error is logged with its trace and becomes `bad("<shown> failed: ...")`."""
     try:
         yield
     except gr.Error:
@@ -256,9 +226,8 @@ def unexpected_errors(logged: str, shown: str):
         raise bad(f"{shown} failed: {type(err).__name__}: {plain(err)[:200]}") from None
 
 
-def named(handler, names, defaults: dict | None = None, doc: str | None = None):
-    """`handler(**values)` as a function of one named parameter per name in `names` (default: `defaults[name]`,
-    else required), so the API shows and takes the names; its docstring `doc` (default: the handler's)."""
+def named(handler, names, defaults: dict | None = None):
+    """`handler(**values)` taking one parameter per name (default `defaults[name]`), so the API shows the names."""
     p = inspect.Parameter
     signature = inspect.Signature([p(n, p.POSITIONAL_OR_KEYWORD, **({"default": defaults[n]} if defaults else {}))
                                    for n in names])
@@ -266,13 +235,12 @@ def named(handler, names, defaults: dict | None = None, doc: str | None = None):
     def call(*args, **kwargs):
         return handler(**signature.bind(*args, **kwargs).arguments)
 
-    call.__signature__, call.__doc__ = signature, doc or handler.__doc__
+    call.__signature__, call.__doc__ = signature, handler.__doc__
     return call
 
 
 def open_context(choice: str | None = None, workers: int = 1, others: list[str] | None = None) -> Context:
-    """The Context of model `choice` (default `registry.default_key()`; the registry's fallback when its weights
-    are missing) in a Catalogue offering it first, then `others` (default: the models whose weights are here)."""
+    """The Context of model `choice` in a Catalogue offering it, then `others` (default: those with weights here)."""
     bundles, _ = registry.load_or_fallback(choice or registry.default_key())
     key = registry.key_of(bundles[0])
     catalogue = Catalogue([key, *(registry.available() if others is None else others)], workers)

@@ -1,11 +1,4 @@
-"""The race settings (the left column): condition, sampling, drafting and each rule's knobs, with presets.
-
-`build(ctx)` lays out one control per `coolsd.app.settings.RaceSettings` field (made by its Spec) and
-returns a frozen `Controls`: the components by name, in the race's argument order, the Generate / Stop
-buttons and, for a model with groups (emoji), the group filter of the condition's dropdown. Every panel
-that reads the settings receives this handle. Defaults come from the Specs (read from the library's
-dataclasses).
-"""
+"""The race settings column: one control per `RaceSettings` field, presets; `build` returns the `Controls` handle."""
 
 from __future__ import annotations
 
@@ -26,21 +19,17 @@ GROUPS = [
     ("LANTERN++", ("lantern_k", "lantern_lambda"), True),
     ("More rules: UniformRSD, linear decay, custom schedule",
      ("uniform_delta", "linear_delta", "linear_slope", "custom_omegas"), False),
-    ("No drafter: the Jacobi window W",
-     ("sjd_window",), False),
+    ("No drafter: the Jacobi window W", ("sjd_window",), False),
 ]
 
 # the controls whose choices, bounds or defaults depend on the model (a model switch updates them)
 MODEL_CONTROLS = ("condition", "style", "temperature", "top_k", "cfg_scale", "lantern_k", "resolution")
-
-
 ALL_GROUPS = "all groups"
 
 
 @dataclass(frozen=True)
 class Controls:
-    """The settings column: `settings` name -> component in the race's argument order (`RaceSettings.names()`),
-    the Generate and Stop buttons, and `group` (the condition's group filter; hidden without groups)."""
+    """`settings`: name -> component in argument order; `group`: the condition's group filter (hidden without)."""
 
     settings: dict
     generate: gr.Button
@@ -52,7 +41,6 @@ class Controls:
 
     @property
     def inputs(self) -> list:
-        """Every race setting's component, in the race's argument order."""
         return list(self.settings.values())
 
 
@@ -63,7 +51,7 @@ def mixed_conditioning(ctx: Context) -> bool:
 
 
 def group_choices(picked: Context) -> list[str]:
-    """The group filter's choices for model `picked`: "all groups", then its groups in first-seen order."""
+    """The group filter's choices: "all groups", then the model's groups in first-seen order."""
     groups = picked.model.class_groups if picked.model.conditioning == "class" else []
     return [ALL_GROUPS, *dict.fromkeys(groups)] if groups else [ALL_GROUPS]
 
@@ -86,8 +74,7 @@ def _condition_choices(picked: Context) -> list:
 
 
 def model_updates(ctx: Context, picked: Context, values=None) -> dict:
-    """name -> update of each MODEL_CONTROLS control for model `picked`: its choices, bounds and labels, showing
-    `values[name]` (checked values of that model) or else the model's default."""
+    """name -> update of each MODEL_CONTROLS control for model `picked`, showing `values[name]` or its default."""
     table, values = specs(picked), values or {}
     out = {name: table[name].component(value=values.get(name, table[name].default)) for name in MODEL_CONTROLS}
     # a class model: every name (searchable; typed text is matched); mixed text and class models: a dropdown
@@ -159,15 +146,12 @@ def build(ctx: Context) -> Controls:
     c["mean_omega"].change(lambda on: gr.Slider(interactive=not on), c["mean_omega"], c["mu"], queue=False,
                            api_visibility="private", show_progress="hidden")
     group.input(lambda model, g, current: filter_names(ctx.for_model(model), g, current),
-                [c["model"], group, c["condition"]], c["condition"], api_visibility="private",
-                show_progress="hidden")
+                [c["model"], group, c["condition"]], c["condition"], api_visibility="private", show_progress="hidden")
     return controls
 
 
 def presets_row(ctx: Context, controls: Controls) -> None:
-    """The preset examples. A preset sets the settings only; the race area keeps the last race until Generate
-    (labels follow the racers when the race runs). With a model picker, a preset keeps the picked model,
-    class and style (its classes are the default model's)."""
+    """The presets set the settings only; with a picker they keep model, class and style (theirs: the default's)."""
     rows, labels = presets(ctx)
     names = RaceSettings.names()
     kept = [n for n in names if len(ctx.catalogue.keys) < 2 or n not in ("model", "style", "condition")]

@@ -1,8 +1,4 @@
-"""The whole demo as one Gradio Blocks: header, settings column, one tab per panel, share links, API.
-
-`make_demo("tiny")` builds it for any model without touching the environment (tests, tools);
-`app.py` (the entry point a Space runs) reads the environment and calls the same function.
-"""
+"""The whole demo as one Gradio Blocks; `make_demo` reads no environment (`app.py` does, then calls it)."""
 
 from __future__ import annotations
 
@@ -39,9 +35,8 @@ table th, table td {word-break: normal !important; overflow-wrap: normal !import
   #paper-beside-us th, #paper-beside-us td {padding: 3px 4px !important}
 }
 """
-# The arrow keys step the microscope's rounds while its tab is on show (not while typing in a field). On a phone the
-# page's side margins shrink from 32 to 8 px: Gradio scopes `css` to the app's content, so this rule (on the page's
-# own frame, .main) lives in the head.
+# Arrow keys step the microscope's rounds while its tab shows (not while typing). Phones: side margins 32 -> 8 px, a
+# rule on the page's own frame (.main), so in the head (Gradio scopes `css` to the app's content).
 HEAD = """<style>@media (max-width: 700px) {.gradio-container .main {padding-left: 8px !important;
   padding-right: 8px !important}}</style>
 <script>
@@ -52,17 +47,14 @@ document.addEventListener("keydown", (e) => {
   if (button && button.offsetParent !== null) { button.click(); e.preventDefault(); }
 });
 </script>"""
-# memory bounded per session (coolsd.app.serving); an unknown api_name answered with a 404
 LAUNCH_KWARGS = {"theme": gr.themes.Soft(), "css": CSS, "head": HEAD, "show_error": True,
-                 "footer_links": ["api", "gradio"],
-                 "state_session_capacity": session_capacity_from_env(),
+                 "footer_links": ["api", "gradio"], "state_session_capacity": session_capacity_from_env(),
                  "app_kwargs": {"middleware": [Middleware(UnknownEndpoint)]}}
 
 
 @dataclass(frozen=True)
 class Page:
-    """The built page: the Blocks, the settings column, and the handles of the panels others read (tools and
-    tests reach the handlers through them: `race.stream.race`, `race.after.replay`, `lab.panel.grid`)."""
+    """The built page: Blocks, settings column and the panel handles tools and tests reach handlers through."""
 
     blocks: gr.Blocks
     controls: controls.Controls
@@ -94,44 +86,32 @@ def model_info(ctx: Context) -> dict:
     return {"model": m.name, "model_key": ctx.model_key, "models": list(ctx.catalogue.keys), "kind": m.kind,
             "conditioning": m.conditioning, "grid": list(m.grid), "classes": m.base_class_names,
             "styles": list(m.style_names), "groups": list(m.class_groups), "conditions": m.class_names,
-            "image_size": list(ctx.display_hw), "race_outputs": API_NAMES,
-            "device": str(ctx.device),
+            "image_size": list(ctx.display_hw), "race_outputs": API_NAMES, "device": str(ctx.device),
             "drafting": list(settings.DRAFTING), "noises": list(settings.NOISE), "lantern_k_max": ctx.k_max,
-            "max_draft_len": settings.MAX_DRAFT_LEN,
-            "delta_max": settings.DELTA_TOP,
+            "max_draft_len": settings.MAX_DRAFT_LEN, "delta_max": settings.DELTA_TOP,
             "max_prompt_chars": m.max_prompt_chars, "resolutions": list(ctx.variants),
             "example_prompts": list(m.example_prompts), "defaults": RaceSettings.defaults(ctx).as_dict(),
             "execution": m.execution, "execution_path": m.path, "credits": m.credits}
 
 
-def execution_words(model) -> str:
-    """How a model's calls run, for a reader: its execution path and precision, e.g. "fused path, bf16 weights
-    (fp32 maths)" (`ModelBundle.path`, `ModelBundle.execution`)."""
-    precision = model.execution.split(" (")[0] if model.execution else ""  # "bf16 weights, fp32 maths (...)"
-    precision = precision.replace("weights, fp32 maths", "weights (fp32 maths)")
-    return f"{model.path} path" + (f", {precision}" if precision else "")
-
-
 def header_markdown(ctx: Context) -> str:
-    """The page header for `ctx`'s model: its name, device and execution path, grid, any fallback note, and the
-    credits of the artwork it learned from (the model's own, `ModelBundle.credits`; a licence such as CC-BY asks
-    for them wherever its images are shown)."""
+    """The page header, with the artwork's credits (a licence such as CC-BY asks for them wherever it is shown)."""
     m = ctx.model
+    precision = m.execution.split(" (")[0] if m.execution else ""  # "bf16 weights, fp32 maths (...)"
+    precision = precision.replace("weights, fp32 maths", "weights (fp32 maths)")
+    runs = f"{m.path} path" + (f", {precision}" if precision else "")  # e.g. "fused path, bf16 weights (fp32 maths)"
     note = f"\n\n⚠️ {m.note}" if m.note else ""
     credits = f"\n\nCredits: {m.credits.rstrip('.')}." if m.credits else ""
     name = m.name if len(ctx.variants) < 2 else f"{m.name.split(' (')[0]} ({' / '.join(ctx.variants)} px)"
     return (f"## Speculative decoding race: Eagle-1 vs LANTERN++ vs COOL-SD\n"
-            f"Model: **{name}** on {ctx.device.type.upper()}, {execution_words(m)}, "
-            f"{m.grid[0]}×{m.grid[1]} tokens. "
+            f"Model: **{name}** on {ctx.device.type.upper()}, {runs}, {m.grid[0]}×{m.grid[1]} tokens. "
             f"One click decodes the same image four ways; the decoder that has used the least compute "
             f"runs next, so each frame compares equal compute.{note}{credits}")
 
 
 def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Controls, handle: race.RaceHandle,
                       load_event) -> None:
-    """A model picked on the page: header, model-dependent controls (`controls.model_updates`, the group filter)
-    and the race area (the model's recorded race, the session's trace cleared) follow. Also once after a share
-    link named a model (`load_event`: the restore, which set the controls already)."""
+    """Header, model controls and race area follow a picked model, also one a share link named (`load_event`)."""
     c, after = controls_, handle.after
     names = controls.MODEL_CONTROLS
     area = handle.outputs.components()
@@ -162,8 +142,6 @@ def wire_model_picker(ctx: Context, header: gr.Markdown, controls_: controls.Con
 def build_demo(ctx: Context) -> Page:
     """The page for `ctx`: every panel built, in this order, each given what it reads; events wired; the queue set."""
     recordings = Recordings(ctx)
-    # ServedBlocks: Gradio's own input checks (too few values, file values, preprocess) answer in one line, no trace;
-    # the files its events serve are bounded by count and age (coolsd.app.served_files; Gradio's sweep stays too)
     with ServedBlocks(title="COOL-SD · speculative decoding race", delete_cache=DELETE_CACHE) as blocks:
         header = gr.Markdown(header_markdown(ctx), elem_id="header")
         with gr.Row(equal_height=False, elem_id="main-row"):
@@ -203,10 +181,7 @@ def build_demo(ctx: Context) -> Page:
 
 
 def make_demo(model: str | None = None, workers: int = 1, models: list[str] | None = None) -> Demo:
-    """Load `model` (a `coolsd.models.registry.MODELS` key or alias: "emoji", "mnist" / "embedded", "tiny",
-    "llamagen"; default as `registry.default_key`; a missing one falls back as the registry says) and build the
-    demo around it. The model picker offers it first, then `models` (registry keys; default: the shipped models
-    whose weights are here), each loaded on its first use. Small models on a CPU decode single-threaded."""
+    """The demo around `model` (a registry key or alias), the picker offering it first, then `models`."""
     serving_threads()
     ctx = open_context(model, workers, models)
     return Demo(ctx, build_demo(ctx), workers)

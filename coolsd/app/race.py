@@ -1,10 +1,5 @@
-"""The Race tab: up to four chosen decoders and vanilla AR on one model, condition and seed, streamed round by round.
-
-A fair race (spec section 5, `coolsd.compare.race`): each step advances the decoder that has used the least compute
-time, so every frame compares them at the same budget. Every step is recorded in a `RaceTrace`, from which the
-replay redraws any step (`coolsd.app.after_race`). `build` returns a `RaceHandle`, what other panels read of it.
-API: race (streams), overlay, replay, trace.
-"""
+"""The Race tab: up to four chosen decoders and vanilla AR, streamed round by round as a fair race (spec section 5,
+`coolsd.compare.race`), recorded in a `RaceTrace` for replay. API: race (streams), overlay, replay, trace."""
 
 from __future__ import annotations
 
@@ -12,7 +7,7 @@ import dataclasses
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 from PIL import Image
@@ -47,33 +42,43 @@ from coolsd.decoding.drafting import Chain
 from coolsd.models.conditions import name_notice
 
 ID, TITLE = "race", "Race"
-# Streaming throttle: the browser, not the server, is the bottleneck (drawing a frame is its dearest work).
+# Streaming throttle: the browser is the bottleneck (drawing a frame is its dearest work)
 IMAGE_EVERY_S = 0.2  # at most one frame per this many seconds (the first and the last always go out)
 FRAME_SHARE = 0.25  # ... and fewer when slower: drawing + sending frames takes at most this share of the wall time
 PLOT_EVERY_S = 0.8  # plots are costlier to draw: refresh them less often
 DECODERS = {**{k: choice.RACERS[k] for k in choice.DEFAULT_RACERS}, choice.VANILLA[0]: choice.VANILLA[1]}
 
 
+@dataclass(eq=False)
 class LiveRaces:
-    """The races in progress, by session: the overlay flag the checkbox may change while one streams, and
-    (set once the race has closed, its trace) for Stop. Shared by the streaming and the after-race handlers."""
+    """Races in progress by session: the overlay flag (changeable mid-race) and, for Stop, (closed event, trace)."""
 
-    def __init__(self) -> None:
-        self.overlay: dict[str, bool] = {}
-        self.active: dict[str, tuple[threading.Event, RaceTrace]] = {}
+    overlay: dict[str, bool] = field(default_factory=dict)
+    active: dict[str, tuple[threading.Event, RaceTrace]] = field(default_factory=dict)
 
 
 class RaceStream:
-    """The streaming race handler, bound to the app's Context (`race` is the /race endpoint)."""
+    """`race`, the /race handler: one parameter per RaceSettings field, then the request; it checks every value."""
 
     def __init__(self, ctx: Context, live: LiveRaces) -> None:
         self.ctx, self.live = ctx, live
-        self.race = self._race_handler()
+        signature = RaceSettings.signature(ctx)
+
+        def race(*args, **kwargs):
+            values = signature.bind(*args, **kwargs).arguments
+            request = values.pop("request", None)
+            settings = RaceSettings.check(ctx, values)
+            names = ctx.for_model(settings.model).model.conditions
+            notice = name_notice(names, values.get("condition"), settings.condition)
+            yield from self.run_settings(settings, request, notice)
+
+        race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
+        race.__doc__ = self.run_settings.__doc__
+        self.race = race
 
     @gpu
     def _run(self, plan: RacePlan, overlay: bool, trace: RaceTrace, session: str | None = None, notice: str = ""):
-        """Generator of RaceFrames; holds one lane of model handles (of the plan's model) for the whole race.
-        notice: a line every frame's status and stats JSON carry ("rockit: showing rocket"; "" for none)."""
+        """RaceFrames, holding one lane for the whole race; `notice`: a line for every frame ("" for none)."""
         ctx = plan.ctx
         closed = threading.Event()
         with ctx.lane() as lane:
@@ -95,8 +100,7 @@ class RaceStream:
                     del self.live.active[session]
                 closed.set()
 
-    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None,
-                notice: str = ""):
+    def _frames(self, ctx: Context, race: Race, trace: RaceTrace, overlay: bool, session: str | None, notice: str):
         racers = race.racers
         snapshot: dict = {}  # the images on show, for the overlay toggle and the PNG strip
         dirty: set[str] = set()
@@ -163,29 +167,10 @@ class RaceStream:
         session = getattr(request, "session_hash", None)
         yield from self._run(plan, settings.overlay, plan.trace(), session, notice)
 
-    def _race_handler(self):
-        """The /race handler: one parameter per RaceSettings field, in order (generated), then the request.
-        Every value is checked here (the event is wired with preprocess=False). Yields RaceFrames."""
-        ctx, signature = self.ctx, RaceSettings.signature(self.ctx)
-
-        def race(*args, **kwargs):
-            values = signature.bind(*args, **kwargs).arguments
-            request = values.pop("request", None)
-            settings = RaceSettings.check(ctx, values)
-            names = ctx.for_model(settings.model).model.conditions
-            notice = name_notice(names, values.get("condition"), settings.condition)
-            yield from self.run_settings(settings, request, notice)
-
-        race.__signature__, race.__annotations__ = signature, {"request": gr.Request}
-        race.__doc__ = self.run_settings.__doc__
-        return race
-
 
 @dataclass(frozen=True)
 class RaceHandle:
-    """What other panels may read of the Race tab: its outputs (by name; `outputs.trace` is the session's race
-    state, `outputs.stats` its stats JSON), the streaming handler (`stream.race`), the after-race handlers,
-    the race events (a model switch cancels them) and the slot titles and columns."""
+    """What panels read of the Race tab (`outputs.trace`: the session's race); a model switch cancels `run_events`."""
 
     outputs: RaceOutputs
     stream: RaceStream
@@ -205,8 +190,7 @@ class RaceHandle:
         return _like(race, run)
 
     def page_race(self):
-        """The Generate buttons' handler: /race's, except that settings refused before the race starts are a toast
-        and the status line, not an error over every output (the race on show stays readable); /race raises."""
+        """/race for the Generate buttons: refused settings are a toast and a status line, not errors over the race."""
         race = self.gradio_race()
 
         def run(*args, **kwargs):
@@ -234,11 +218,11 @@ def _like(handler, run):
     return run
 
 
-def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, list]:
-    """The racers' image slots in one row -> (titles, columns, images, the lines under them: what the model's
-    classifier sees); `first`: the recorded race's frame or None."""
-    titles, columns, shown, seen = [], [], [], []
-    # text models (LlamaGen): each image at its full resolution, wrapping onto more rows; small grids: side by side
+def layout(ctx: Context, first: RaceFrame | None, steps: int
+           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
+    """-> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line, the overlay legend);
+    `first`: the recorded race's frame or None."""
+    titles, columns, shown, seen = [], [], [], []  # (text models: each image at full size, wrapping onto more rows)
     widest = max(v.display_hw[1] for v in ctx.variants.values())
     min_width = widest if ctx.model.conditioning == "text" else 150
     with gr.Row():
@@ -253,14 +237,6 @@ def image_row(ctx: Context, first: RaceFrame | None) -> tuple[list, list, list, 
                 seen.append(gr.Markdown(first.captions[slot] if first and isinstance(first.captions[slot], str)
                                         else "", elem_classes="panel-seen", elem_id=f"seen-{slot}"))
             columns.append(column)
-    return titles, columns, shown, seen
-
-
-def layout(ctx: Context, first: RaceFrame | None, steps: int
-           ) -> tuple[RaceOutputs, list, list, gr.Button, gr.Markdown, gr.HTML]:
-    """The tab's components -> (outputs, slot titles, slot columns, the phone's Generate button, the lesson line,
-    the overlay's legend)."""
-    titles, columns, shown, seen = image_row(ctx, first)
     # phones show this tab above the settings column: a Generate right under the images (hidden on wide screens)
     phone_generate = gr.Button("Generate", variant="primary", elem_id="gen-btn-phone", elem_classes="phone-only")
     legend_box = gr.HTML(legend(first.stats if first else None), elem_id="legend")  # (follows the race on show)
@@ -275,7 +251,6 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
                            show_label=False, elem_id="plot-len", min_width=300)
         plot_hist = gr.Plot(first.plot_hist if first else None, label="accepted length histogram",
                             show_label=False, elem_id="plot-hist", min_width=300)
-    # a session's race state lives STATE_TTL_S after its last update (and at most SESSION_CAPACITY sessions)
     snapshot = gr.State({}, time_to_live=STATE_TTL_S)
     trace = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_trace)
     outputs = RaceOutputs(tuple(shown), stats_md, plot_acc, plot_len, plot_hist, None, replay, tuple(seen), snapshot,
@@ -284,7 +259,7 @@ def layout(ctx: Context, first: RaceFrame | None, steps: int
 
 
 def build(ctx: Context, controls: Controls, recordings: Recordings, tab: gr.Tab) -> RaceHandle:
-    """The Race tab (call inside `gr.Tab(TITLE, id=ID)`), wired to the settings `controls`; returns its handle."""
+    """The Race tab (call inside `gr.Tab(TITLE, id=ID)`), wired to the settings `controls`."""
     live = LiveRaces()
     stream, after = RaceStream(ctx, live), AfterRace(ctx, live, recordings)
     found = recordings.of(ctx)  # the recorded default race, drawn once: every visitor sees it at once

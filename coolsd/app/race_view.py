@@ -1,8 +1,5 @@
-"""What the Race tab shows of a race, by name: its outputs (`RaceOutputs`, components) and one frame of them
-(`RaceFrame`, values), drawn from a recorded `RaceTrace` (no decoding, no maths). Streaming, the after-race
-handlers and the recorded races all draw through `draw`; `RaceOutputs.values(frame)` lays a frame out in the
-order Gradio wires and the API returns (`/model_info`'s "race_outputs" names each position).
-"""
+"""What the Race tab shows of a race: its outputs (`RaceOutputs`) and frames of them (`RaceFrame`), drawn from a
+`RaceTrace`; `RaceOutputs.values(frame)` lays a frame out in wiring and API order ("race_outputs" names them)."""
 
 from __future__ import annotations
 
@@ -35,9 +32,7 @@ SKIP = gr.skip()
 
 @dataclass(frozen=True)
 class RaceFrame:
-    """One update of the race area (gr.skip() where nothing changes): SLOTS images (vanilla AR last), the stats
-    table and JSON, three plots, the replay slider, SLOTS captions (what the classifier sees in each finished
-    picture), and the states: snapshot (the images on show, for the overlay and the PNG strip) and trace."""
+    """One update of the race area (gr.skip() where unchanged); slot fields hold SLOTS values, vanilla AR last."""
 
     images: tuple = (SKIP,) * SLOTS
     stats_md: object = field(default_factory=gr.skip)
@@ -54,7 +49,7 @@ class RaceFrame:
         return dataclasses.replace(self, **changes)
 
 
-# positions the API returns (states are not returned): image_1..image_5, then the named fields
+# what the API returns, in order (not the states)
 API_NAMES = [*(f"image_{i + 1}" for i in range(SLOTS)), "stats_md", "plot_acc", "plot_len", "plot_hist", "stats",
              "replay", *(f"seen_{i + 1}" for i in range(SLOTS))]
 SLOT_FIELDS = ("images", "captions")  # fields holding one value per slot
@@ -76,17 +71,16 @@ class RaceOutputs:
     trace: gr.State
 
     def components(self, *names: str) -> list:
-        """The components in wiring order (all of them, or only the named fields, in that order)."""
+        """The components in wiring order (all, or the named fields in that order)."""
         return list(_flat(self, names))
 
     @staticmethod
     def values(frame: RaceFrame, *names: str) -> tuple:
-        """`frame`'s values in the order of `components(*names)`."""
-        return tuple(_flat(frame, names))
+            return tuple(_flat(frame, names))
 
 
 def _flat(fields_of, names: tuple[str, ...]):
-    """The named fields' values (all fields when none are named), a slot field's one per slot."""
+    """The named fields' values (default: all), a slot field's one per slot."""
     for name in names or tuple(f.name for f in dataclasses.fields(fields_of)):
         value = getattr(fields_of, name)
         yield from value if name in SLOT_FIELDS else (value,)
@@ -94,8 +88,7 @@ def _flat(fields_of, names: tuple[str, ...]):
 
 @dataclass(frozen=True)
 class DecoderNumbers:
-    """One decoder's entry of the stats JSON (`numbers`): `Racer.stats`, what the classifier read in its finished
-    picture (or None) and, under same noise, {"same": k, "compared": n} against vanilla AR."""
+    """One decoder's stats JSON entry: `Racer.stats`, the classifier's reading, same noise's agreement."""
 
     decoder: str = ""  # its label
     tokens: int = 0
@@ -113,7 +106,7 @@ class DecoderNumbers:
 
 @dataclass(frozen=True)
 class RaceNumbers:
-    """The stats JSON of a race on show, typed for the panels that read it back (the API returns the JSON)."""
+    """The stats JSON of a race on show, typed for the panels that read it back."""
 
     settings: TraceSettings = field(default_factory=TraceSettings)
     decoders: dict[str, DecoderNumbers] = field(default_factory=dict)
@@ -121,7 +114,7 @@ class RaceNumbers:
 
     @classmethod
     def from_json(cls, stats) -> RaceNumbers:
-        """`numbers`' payload read back; anything else (None before a race) reads as no race."""
+        """`numbers`' payload read back; anything else (None before a race) is no race."""
         if not isinstance(stats, dict):
             return cls()
         known = {f.name for f in dataclasses.fields(DecoderNumbers)}
@@ -134,7 +127,7 @@ VIEW = ("images", "stats_md", "plot_acc", "plot_len", "plot_hist", "stats", "cap
 
 
 def label_of(key: str | None) -> str:
-    """A slot's title: the racer's label (vanilla AR's for the last slot; "" for an unused slot)."""
+    """A slot's title: the racer's label ("" for an unused slot)."""
     return RACERS.get(key) or (VANILLA[1] if key == VANILLA[0] else "")
 
 
@@ -143,8 +136,7 @@ def _vanilla(racers: list[Racer]) -> Racer | None:
 
 
 def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
-    """racer key -> (T,) int8 overlay codes: its token outcomes; under same noise, DIFFERS where its token is not
-    vanilla AR's at a position both committed, 0 elsewhere (vanilla AR's own picture stays untinted)."""
+    """racer key -> (T,) int8 overlay codes: token outcomes; under same noise DIFFERS where not vanilla AR's, else 0."""
     if not trace.settings.same_noise:
         return {r.key: r.kinds for r in racers}
     reference, out = _vanilla(racers), {}
@@ -156,8 +148,7 @@ def tints(trace: RaceTrace, racers: list[Racer]) -> dict[str, Tensor]:
 
 
 def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int]]:
-    """racer key -> (same, compared): of the positions it and vanilla AR both committed, how many hold vanilla AR's
-    token; under same noise with vanilla AR racing only ({} else)."""
+    """racer key -> (same, compared) positions against vanilla AR; {} unless same noise with vanilla AR racing."""
     reference = _vanilla(racers)
     if not trace.settings.same_noise or reference is None:
         return {}
@@ -166,10 +157,7 @@ def agreement(trace: RaceTrace, racers: list[Racer]) -> dict[str, tuple[int, int
 
 def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, snapshot: dict,
            redraw: Callable[[str], str]) -> tuple:
-    """One entry per slot: a new image where `redraw(key)` says "decode" (or "tint": new overlay, same pixels), else
-    gr.skip(). Updates `snapshot`: "model", "variant", "images" (slot -> pixels uint8, filled, `tints` codes),
-    "seen" (slot -> the classifier's reading, `judge_pictures`) and "same" (slot -> `agreement`). Under same noise
-    with the overlay on, a new vanilla AR frame re-tints every picture on show."""
+    """Per slot: a new image where `redraw(key)` says "decode" (or "tint"), else gr.skip(); fills `snapshot`."""
     by_key = {r.key: r for r in racers}
     snapshot["model"], snapshot["variant"] = ctx.model_key, ctx.variant_key
     shown, seen = snapshot.setdefault("images", {}), snapshot.setdefault("seen", {})
@@ -194,21 +182,14 @@ def images(ctx: Context, trace: RaceTrace, racers: list[Racer], overlay: bool, s
             out.append(ctx.render(*shown[slot], overlay))
         else:
             out.append(SKIP)
-    judge_pictures(ctx, trace, finished, seen)
+    if finished:  # seen[slot]: the classifier's reading (None without one) against the condition asked for
+        asked = ctx.judge.asked(trace.settings.condition)
+        seen.update(zip(finished, ctx.judge.judge(list(finished.values()), asked, ctx.decode_pixels)))
     return tuple(out)
 
 
-def judge_pictures(ctx: Context, trace: RaceTrace, pictures: dict, seen: dict) -> None:
-    """seen[slot] = the classifier's reading (`Judge.judge`; None without one) of each finished picture in
-    `pictures` (slot -> (T,) ids), against the condition the race asked for."""
-    if pictures:
-        asked = ctx.judge.asked(trace.settings.condition)
-        seen.update(zip(pictures, ctx.judge.judge(list(pictures.values()), asked, ctx.decode_pixels)))
-
-
 def captions(ctx: Context, snapshot: dict, slots=None) -> tuple:
-    """The line under each slot's picture: what the classifier read, and under same noise `same_line`; only the
-    `slots` given (default: all) get a value, the others gr.skip()."""
+    """Each slot's line: the classifier's reading and `same_line`; slots not in `slots` (default: all) gr.skip()."""
     seen, same = snapshot.get("seen", {}), snapshot.get("same", {})
     return tuple("\n\n".join(filter(None, (caption(ctx.judge, seen.get(slot)), same_line(ctx, same.get(slot)))))
                  if slots is None or slot in slots else SKIP for slot in range(SLOTS))
@@ -229,7 +210,7 @@ def legend(stats) -> str:
 
 
 def recognised(trace: RaceTrace, snapshot: dict) -> dict:
-    """racer key -> what the classifier read in its finished picture (None: not finished, or no classifier)."""
+    """racer key -> the classifier's reading of its finished picture (else None)."""
     seen = snapshot.get("seen", {})
     keys = slot_keys([k for k, _ in trace.racers[:-1]])
     return {key: seen.get(slot) for slot, key in enumerate(keys) if key is not None}
@@ -246,8 +227,7 @@ def plots(trace: RaceTrace, racers: list[Racer]) -> dict:
 
 
 def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | None = None, **extra) -> dict:
-    """stats_md (the table under `status`) and stats (JSON: model, settings, `extra`, per-decoder `DecoderNumbers`;
-    `seen`: racer key -> the classifier's reading)."""
+    """stats_md (table under `status`) and stats (JSON: model, settings, `extra`, per-decoder `DecoderNumbers`)."""
     stats = [r.stats(racers[-1]) for r in racers]
     seen, same = seen or {}, agreement(trace, racers)
     more = {key: {"same_as_vanilla": {"same": k, "compared": n}} for key, (k, n) in same.items()}
@@ -258,7 +238,7 @@ def numbers(trace: RaceTrace, racers: list[Racer], status: str, seen: dict | Non
 
 
 def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) -> RaceFrame:
-    """The race as it was after `step` race steps, from its recorded events, on `ctx` (the model it ran on)."""
+    """The race after `step` steps, from its recorded events, on `ctx` (the model it ran on)."""
     racers = trace.replay(step)
     snapshot: dict = {}
     shown = images(ctx, trace, racers, overlay, snapshot, lambda key: "decode")
@@ -268,7 +248,7 @@ def draw(ctx: Context, trace: RaceTrace, step: int, overlay: bool, status: str) 
 
 
 def replay_slider(steps: int, interactive: bool = True) -> gr.Slider:
-    """The replay slider over a race of `steps` steps, at its end (disabled without steps or while streaming)."""
+    """The replay slider at a race's end (disabled without steps or while streaming)."""
     return gr.Slider(maximum=max(steps, 1), value=steps, interactive=interactive and steps > 0)
 
 

@@ -3,11 +3,7 @@
     python -m coolsd.app.recorded                 # the model the app would load ($COOLSD_MODEL or default)
     python -m coolsd.app.recorded --model tiny    # any key of `coolsd.models.registry.MODELS`
 
-`record` races every control at its default as Generate does; `save` writes the trace to
-`assets/traces/<model slug>.json.gz` with a `Stamp` (machine, execution, date, defaults, and the seed chosen: the
-first of `--seeds` whose vanilla AR and Eagle-1 pictures are drawn well, `well`; then the app's default seed).
-`Recordings` reads and draws each model's recording once; it is shown only while its model and defaults are the
-app's (a change of defaults means recording again).
+Races the defaults at the first of `--seeds` whose lossless pictures are drawn well; shown while still the defaults.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import dataclasses
 import datetime
 import gzip
 import json
-import logging
 import os
 import sys
 import threading
@@ -31,7 +26,7 @@ OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_D
 for _key, _value in OFFLINE.items():  # (the command runs no server: no network either)
     os.environ.setdefault(_key, _value)
 
-from coolsd.app.context import Context, bad, open_context, serving_threads  # noqa: E402
+from coolsd.app.context import Context, bad, log, open_context, serving_threads  # noqa: E402
 from coolsd.app.race_view import RaceFrame, RaceNumbers, draw  # noqa: E402
 from coolsd.app.settings import RaceSettings  # noqa: E402
 from coolsd.compare.trace import RaceTrace, read_recording, recording_path  # noqa: E402
@@ -39,13 +34,11 @@ from coolsd.util.machine import cpu_key, cpu_name  # noqa: E402
 
 COMMAND = "python -m coolsd.app.recorded"
 LOSSLESS = ("vanilla", "eagle-1")  # the racers whose pictures must show what was asked for
-log = logging.getLogger("coolsd.app")
 
 
 @dataclass(frozen=True)
 class Stamp:
-    """A recording's "recorded" block: where and when its race ran and with which defaults (`defaults_json`);
-    seed_choice: how its seed was chosen ({"seed", "tried", "why"}) or None."""
+    """A recording's "recorded" block: where, when and with which defaults (and seed_choice) it ran."""
 
     machine: str = "an unrecorded machine"
     cpu: str = ""
@@ -60,15 +53,13 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data) -> Stamp:
-        """The block as a file holds it (keys it lacks at their defaults, unknown ones left out)."""
+        """The block as a file holds it (missing keys at their defaults, unknown ones left out)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known}) if isinstance(data, dict) else cls()
 
-    def label(self) -> str:
-        """The status line of the recorded race."""
+    def label(self) -> str:  # the status line
         busy = f", load average {self.load_average[0]:g}" if self.load_average else ""
-        chosen = self.seed_choice
-        why = f" Seed {chosen['seed']}: {chosen['why']}." if chosen else ""
+        why = f" Seed {self.seed_choice['seed']}: {self.seed_choice['why']}." if self.seed_choice else ""
         return (f"**Recorded race** of the default settings on {self.machine} ({self.device.upper()}{busy}), "
                 f"{self.date}: replay it with the slider, or press **Generate** to race live on this server.{why}")
 
@@ -79,8 +70,7 @@ def execution(ctx: Context) -> str:
 
 
 def same_machine(ctx: Context, stamp: Stamp) -> bool:
-    """Whether this machine decodes a recording's tokens bit for bit: the same CPU (`cpu_key`: other vector units
-    round differently) and the same execution of the model."""
+    """Whether this machine decodes a recording bit for bit: same CPU (vector units round differently), execution."""
     return stamp.cpu == cpu_key() and stamp.execution == execution(ctx)
 
 
@@ -97,8 +87,7 @@ def defaults_json(ctx: Context) -> dict:
 
 
 def save(ctx: Context, trace: RaceTrace, out: str | Path | None = None, chosen: dict | None = None) -> Path:
-    """Write `trace` with its Stamp to `out` (default: the model's recording path); returns the path. `chosen`: how
-    its seed was chosen (`choose`)."""
+    """Write `trace` with its Stamp (`chosen`: how its seed was chosen) to `out` (default: the model's recording)."""
     path = Path(out) if out else recording_path(ctx.model.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 has no datetime.UTC
@@ -137,8 +126,7 @@ class Recording(NamedTuple):
 
 
 class Recordings:
-    """model key -> its `Recording` (None without one), each read and drawn once per process; shown until the
-    session races."""
+    """model key -> its `Recording` (None without one), each read and drawn once per process."""
 
     def __init__(self, ctx: Context, folder: Path | None = None) -> None:
         self.ctx, self.folder = ctx, folder  # the app's model: a key of None or "" means it; folder: `load`'s
@@ -146,7 +134,6 @@ class Recordings:
         self._lock = threading.Lock()
 
     def of(self, ctx: Context) -> Recording | None:
-        """The recorded default race of `ctx`'s model; None without one."""
         key = ctx.model_key
         with self._lock:
             if key not in self._found:
@@ -158,31 +145,26 @@ class Recordings:
                 self._found[key] = found
         return self._found[key]
 
-    def of_model(self, model=None) -> Recording | None:
-        """`of` for picker model `model` (None or "": the app's)."""
+    def of_model(self, model=None) -> Recording | None:  # (None or "": the app's model)
         return self.of(self.ctx.for_model(model))
 
     def trace_or_recorded(self, trace, model=None) -> RaceTrace | None:
-        """This session's race when it has one, else the recorded default race of `model` (default: the app's;
-        None when it has none)."""
+        """This session's race when it has one, else the recorded race of `model` (default: the app's), or None."""
         if isinstance(trace, RaceTrace) and len(trace):
             return trace
         found = self.of_model(model)
         return found.trace if found else None
 
     def on_show(self, trace, model, missing: str) -> RaceTrace:
-        """The race on show: this session's (`trace`), else the recorded default race of the `model` a visitor sent
-        (`Context.picked`: APP_MODEL is the app's), else the one-line error `missing`."""
+        """`trace_or_recorded` for a visitor's `model` (`Context.picked`), else the one-line error `missing`."""
         found = self.trace_or_recorded(trace, self.ctx.picked(model).model_key)
         if found is None:
             raise bad(missing)
         return found
 
 
-# ---------------------------------------------------------------- recording (the command)
 def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
-    """The default race of `ctx`'s model (at `seed`, default the default seed), raced as Generate races it: (its
-    finished trace, racer key -> what the classifier read in its picture)."""
+    """The default race (at `seed`) raced as Generate does -> (finished trace, racer key -> classifier reading)."""
     settings = RaceSettings.defaults(ctx)
     plan = settings.replace(seed=settings.seed if seed is None else seed).plan(ctx)
     trace = plan.trace()
@@ -194,8 +176,7 @@ def record(ctx: Context, seed: int | None = None) -> tuple[RaceTrace, dict]:
 
 
 def choose(ctx: Context, seeds: list[int]) -> tuple[RaceTrace, dict | None]:
-    """(trace, how its seed was chosen) of the first seed whose LOSSLESS racers' pictures are drawn well (`well`);
-    a model without a classifier keeps the first seed (chosen: None); no seed drawn well keeps the first, said so."""
+    """(trace, how its seed was chosen) of the first seed whose LOSSLESS pictures are drawn well (else the first)."""
     tried, first = [], None
     for seed in seeds:
         trace, seen = record(ctx, seed)
@@ -216,8 +197,7 @@ WELL = "the model's classifier recognises and the likeness does not call broken"
 
 
 def well(reading: dict | None) -> bool:
-    """Whether a picture's reading (`coolsd.app.judge.Judge.read`) shows the class asked for, and, where the model
-    has real pictures, a picture the likeness does not call broken."""
+    """Whether a reading (`Judge.read`) shows the class asked for and a picture the likeness does not call broken."""
     return bool(reading) and bool(reading["class_ok"]) and not reading.get("broken", False)
 
 

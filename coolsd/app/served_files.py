@@ -1,20 +1,6 @@
-"""The image and download files the app serves, bounded by count and age.
-
-Gradio writes every image an event returns into its cache folder (one file per distinct content,
-`<cache>/<hash of the bytes>/image.webp`) and remembers its path in the showing component's `temp_files` set,
-which only its `delete_cache` sweep reads; a session's own copy of a component is never swept, so paths and files
-pile up with every race. `ServedFiles` records the files served, last served first, and after each event
-(`ServedBlocks.postprocess_data`, `coolsd.app.serving`) deletes the oldest, from disk and from every set Gradio
-keeps, while more than `max_files` are kept or the oldest was last served over `max_age_s` ago; a file served in
-the last `min_age_s` seconds (a browser may still fetch it) and a component's own files (Gradio's `keep_in_cache`)
-are never deleted. A page that asks for a deleted file gets Gradio's HTTP 403; replay, overlay and microscope
-redraw from the session's trace.
-
-Gradio rewrites a cached file in place when an event returns equal content, so a client still downloading it
-gets fewer bytes than announced. `cache_writes_in_place` replaces its two writers (`save_pil_to_cache`,
-`save_bytes_to_cache`): a file that exists keeps its bytes (its name is its content's hash) and is only touched;
-a new one is written under a temporary name and renamed, so no served file is rewritten or seen half written.
-"""
+"""The files the app serves, bounded by count and age (Gradio's own sweep misses sessions' copies): after each event
+`ServedFiles` deletes the oldest while over `max_files` or last served over `max_age_s` ago, never one served in the
+last `min_age_s` or a component's own. `cache_writes_in_place`: no served file is rewritten or seen half written."""
 
 from __future__ import annotations
 
@@ -46,8 +32,7 @@ def max_files_from_env() -> int:
 
 
 def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:
-    """The paths of the file objects (dicts with a str "path" and "meta", Gradio's FileData) in an event's output
-    values, in order, at any depth (walked without recursion; at most `limit` items looked at)."""
+    """The paths of the file objects (str "path" and "meta") in an event's output, in order (at most `limit` items)."""
     todo, seen, paths = [value], 0, []
     while todo and seen < limit:
         item = todo.pop()
@@ -63,10 +48,7 @@ def file_paths(value, limit: int = WALK_LIMIT) -> list[str]:
 
 
 class ServedFiles:
-    """The files an app served, oldest first, bounded by count and age (see the module's doc).
-
-    `served(blocks, output)` records the files of one event's output and trims; `trim(blocks)` deletes what is over
-    the bounds. `kept` is the number of files recorded, `deleted` counts the files deleted, by reason."""
+    """The files an app served, oldest first, bounded by count and age (module doc); `deleted` counts by reason."""
 
     def __init__(self, max_files: int | None = None, max_age_s: float = SERVED_FILES_MAX_AGE_S,
                  min_age_s: float = SERVED_FILES_MIN_AGE_S, folder: str | None = None) -> None:
@@ -81,8 +63,7 @@ class ServedFiles:
     def kept(self) -> int:
         return len(self._when)
 
-    def paths(self) -> list[str]:
-        """The recorded paths, oldest first."""
+    def paths(self) -> list[str]:  # oldest first
         return list(self._when)
 
     def served(self, blocks, output, now: float | None = None) -> None:
@@ -97,8 +78,7 @@ class ServedFiles:
         self.trim(blocks, now)
 
     def trim(self, blocks, now: float | None = None) -> list[str]:
-        """Delete the oldest files while more than `max_files` are kept or the oldest was served more than
-        `max_age_s` ago, none served in the last `min_age_s`; forget them in Gradio's sets -> the deleted paths."""
+        """Delete the oldest files over the bounds (module doc), also from Gradio's sets -> the deleted paths."""
         now = time.time() if now is None else now
         gone: list[str] = []
         keep = None
@@ -131,12 +111,15 @@ class ServedFiles:
         return gone
 
 
-def write_once(path: Path, data: bytes) -> None:
-    """Put `data` at `path`, a name made of the hash of `data`: kept (touched: Gradio's sweep and `ServedFiles`
-    age files by their times) when it is there, else written under a temporary name and renamed into place."""
+def _cache(data: bytes, cache_dir: str, name: str) -> str:
+    """Gradio's cache path for `data` (`<cache_dir>/<hash>/<name>`): touched when there (ages go by file times), else
+    written aside and renamed into place."""
+    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
+    folder.mkdir(exist_ok=True, parents=True)
+    path = (folder / name).resolve()
     try:
         os.utime(path)
-        return
+        return str(path)
     except FileNotFoundError:
         pass
     fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -147,31 +130,21 @@ def write_once(path: Path, data: bytes) -> None:
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
-
-
-def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
-    """gradio.processing_utils.save_pil_to_cache, writing with `write_once` (same path, same bytes)."""
-    data = processing_utils.encode_pil_to_bytes(img, format)
-    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
-    folder.mkdir(exist_ok=True, parents=True)
-    path = (folder / f"{name}.{format}").resolve()
-    write_once(path, data)
     return str(path)
 
 
+def _save_pil_to_cache(img, cache_dir: str, name: str = "image", format: str = "webp") -> str:
+    """gradio.processing_utils.save_pil_to_cache, via `_cache` (same path, same bytes)."""
+    return _cache(processing_utils.encode_pil_to_bytes(img, format), cache_dir, f"{name}.{format}")
+
+
 def _save_bytes_to_cache(data: bytes, file_name: str, cache_dir: str) -> str:
-    """gradio.processing_utils.save_bytes_to_cache, writing with `write_once` (same path, same bytes)."""
-    folder = Path(cache_dir) / processing_utils.hash_bytes(data)
-    folder.mkdir(exist_ok=True, parents=True)
-    if not Path(file_name).suffix:
-        file_name = file_name + processing_utils.detect_audio_format(data)
-    path = folder / Path(file_name).name
-    write_once(path, data)
-    return str(path.resolve())
+    """gradio.processing_utils.save_bytes_to_cache, via `_cache` (same path, same bytes)."""
+    suffix = "" if Path(file_name).suffix else processing_utils.detect_audio_format(data)
+    return _cache(data, cache_dir, Path(file_name + suffix).name)
 
 
 def cache_writes_in_place() -> None:
-    """Make Gradio's image and bytes cache writers never rewrite a file a client may be fetching (the module's
-    doc); idempotent. `ServedBlocks` calls it when the app is built."""
+    """Gradio's cache writers made to never rewrite a served file (module doc); idempotent."""
     processing_utils.save_pil_to_cache = _save_pil_to_cache
     processing_utils.save_bytes_to_cache = _save_bytes_to_cache

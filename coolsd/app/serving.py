@@ -1,27 +1,14 @@
-"""How the demo is served to many visitors: memory bounded per session, and a clear answer to an unknown endpoint.
-
-Memory (measured with `tools/memory_run.py`, docs/app-and-api.md): SESSION_CAPACITY sessions at most
-($COOLSD_SESSION_CAPACITY overrides), each lean and pushed out by count, idle age and a memory budget
-(`coolsd.app.sessions`); a session's race state lives STATE_TTL_S seconds after its last update, its trace kept
-compactly (`coolsd.compare.trace.EventStore`) and released when Gradio deletes it; the files served are bounded by
-count and age (`coolsd.app.served_files.ServedFiles`, run after each event).
-
-Unknown endpoints: Gradio answers `POST /gradio_api/call/<name>` for a name it does not serve with an HTTP 500;
-`UnknownEndpoint` answers 404 with one JSON line naming the endpoints there are. Gradio's own input checks (the
-count of values, file values, a wired preprocess) fail with a trace in the log; `ServedBlocks` (the app's Blocks)
-refuses those calls first, with one line naming the endpoint and the parameter.
-"""
+"""Serving many visitors: bounded memory (`sessions`, `served_files`), one line for bad input, 404 for bad names."""
 
 from __future__ import annotations
 
 import inspect
 import json
-import logging
 import re
 
 import gradio as gr
 
-from coolsd.app.context import bad
+from coolsd.app.context import bad, log
 from coolsd.app.served_files import ServedFiles, cache_writes_in_place
 from coolsd.app.sessions import LeanStateHolder
 from coolsd.util.checks import one_line
@@ -33,22 +20,16 @@ MICROSCOPE_TTL_S = 600  # the microscope's per-session cache of re-decoded round
 _CALL = re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/?$")
 
 
-def session_capacity_from_env() -> int:
-    """$COOLSD_SESSION_CAPACITY (sessions whose state the server keeps; default SESSION_CAPACITY)."""
+def session_capacity_from_env() -> int:  # sessions whose state the server keeps
     return env_int("COOLSD_SESSION_CAPACITY", SESSION_CAPACITY)
 
 
-log = logging.getLogger("coolsd.app")
 # components that take a file value (the app has none as an event input today; a panel that adds one keeps uploads)
 FILE_INPUTS = (gr.File, gr.Image, gr.Audio, gr.Video, gr.Gallery, gr.UploadButton, gr.Model3D, gr.ImageEditor)
 
 
 class ServedBlocks(gr.Blocks):
-    """The app's Blocks: a call that Gradio's own input processing would refuse with a trace in the server log is
-    refused here with one line (`bad`) naming the endpoint and the parameter. Too few input values; a file value
-    (`{"path": ..., "meta": ...}`) for a parameter that takes none; anything else Gradio's preprocessing raises.
-    Its sessions are lean and evicted by count, age and a memory budget (`coolsd.app.sessions.LeanStateHolder`);
-    the files its events serve are bounded by count and age (`served_files`, a `ServedFiles`)."""
+    """The app's Blocks: bad input is one line (`bad`), sessions are lean, served files bounded (`served_files`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -64,8 +45,7 @@ class ServedBlocks(gr.Blocks):
         self.__dict__["state_holder"] = LeanStateHolder.adopt(holder)
 
     async def postprocess_data(self, block_fn, predictions, state):
-        """Gradio's postprocessing (which writes the output's files to its cache), then the served files recorded
-        and the oldest deleted beyond the bounds. A failure there is logged, never the event's."""
+        """Gradio's postprocessing (writes the output's files), then `served_files` records and trims (never fails)."""
         output = await super().postprocess_data(block_fn, predictions, state)
         try:
             self.served_files.served(self, output)
@@ -99,8 +79,7 @@ class ServedBlocks(gr.Blocks):
 
 
 def parameter_names(block_fn) -> list[str]:
-    """The name of each input of an event, in order: its handler's parameters (the request and event data aside),
-    else the components' labels."""
+    """Each input's name: the handler's parameters (request and event data aside), else the components' labels."""
     labels = [str(getattr(block, "label", None) or f"input {i}") for i, block in enumerate(block_fn.inputs)]
     try:
         params = [p for p in inspect.signature(block_fn.fn).parameters.values()
@@ -117,8 +96,7 @@ def _listed(names: list[str]) -> str:
 
 
 def holds_file(value, limit: int = 100_000) -> bool:
-    """Whether a JSON value holds a file object (a dict with "path" and "meta", as Gradio's FileData), at any depth
-    (walked without recursion; at most `limit` items looked at)."""
+    """Whether a JSON value holds a file object (a dict with "path" and "meta") at any depth (at most `limit` items)."""
     todo, seen = [value], 0
     while todo and seen < limit:
         item = todo.pop()
@@ -133,11 +111,7 @@ def holds_file(value, limit: int = 100_000) -> bool:
 
 
 class UnknownEndpoint:
-    """ASGI middleware: a call to an api_name the app does not have gets HTTP 404 and one JSON line.
-
-    Only `POST .../gradio_api/call/<name>` (and `/call/v2/<name>`) is looked at; every other request
-    passes through untouched. The names are read from the served Blocks (scope["app"]) per request.
-    """
+    """ASGI middleware: `POST .../gradio_api/call/[v2/]<name>` for an unknown name gets 404 and one JSON line."""
 
     def __init__(self, app) -> None:
         self.app = app

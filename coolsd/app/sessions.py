@@ -1,13 +1,5 @@
-"""What the server keeps per visitor: lean sessions, evicted by count, age and budget.
-
-Gradio's `SessionState` keeps, per session, every component's configuration, the last value of every output and a
-copy of a component for each update (`gr.skip()` included), for deep links the app does not offer. `LeanSession`
-keeps what the handlers read: `gr.State` values and copies of components an update changed (`same_props`).
-`LeanStateHolder` (installed by `coolsd.app.serving.ServedBlocks`) evicts the least recently used session when
-there are more than `capacity`, when it was idle over `max_idle_s`, or when the kept states' estimated bytes
-(`state_bytes`) plus SESSION_BASE_BYTES each exceed `budget_bytes`; an evicted session's states go through their
-`delete_callback`, its queue records too (`forget_queue`). `trim_heap` gives freed pages back (glibc).
-"""
+"""What the server keeps per visitor: `LeanSession`s (states and changed component copies only), evicted least
+recently used first by `LeanStateHolder`: beyond `capacity`, idle over `max_idle_s`, or over `budget_bytes`."""
 
 from __future__ import annotations
 
@@ -31,8 +23,7 @@ from coolsd.util.env import env_int
 
 STATE_BUDGET_MB = 64  # all sessions' states together (traces, images on show, microscope caches), in MB
 SESSION_IDLE_S = 3 * 3600  # a session not used for this long goes, whatever its states' own time to live
-SESSION_BASE_BYTES = 6_000  # what a session costs before any state: the LeanSession (about 1.1 KB on the emoji page),
-# Gradio's message queue and event-id set for it (about 3.5 KB) and its record of each event (a small dict)
+SESSION_BASE_BYTES = 6_000  # a session before any state: LeanSession ~1.1 KB, Gradio's queue ~3.5 KB, event records
 TRIM_EVERY_S = 30.0  # at most one malloc_trim per this many seconds
 
 
@@ -42,9 +33,7 @@ def budget_from_env() -> int:
 
 
 def state_bytes(value, limit: int = 200_000) -> int:
-    """Estimated bytes held by a state value: tensors and arrays by their storage, containers and plain objects
-    walked (each object once, at most `limit` objects); components, classes, functions and modules not counted
-    (they are the page's, shared by every session)."""
+    """Estimated bytes of a state value (at most `limit` objects walked); the page's shared objects not counted."""
     seen: set[int] = set()
     todo, total = [value], 0
     while todo and len(seen) < limit:
@@ -78,8 +67,7 @@ IGNORED_ARGS = ("value", "render")  # what a copy may differ in and still change
 
 
 def same_props(page, copy) -> bool:
-    """Whether a session's copy of a component was made with the page component's own arguments (its value and
-    `render` aside: a lean session keeps no values), so keeping it would change nothing but memory."""
+    """Whether a session's copy of a component has the page component's arguments (value and `render` aside)."""
     if copy is page:
         return True
     if type(copy) is not type(page):
@@ -93,10 +81,7 @@ def same_props(page, copy) -> bool:
 
 
 def session_config(page: BlocksConfig) -> BlocksConfig:
-    """A session's view of the page's configuration: its components and event functions read through to the page's
-    (`ChainMap`), and what the session stores (a component copy) stays in its own first map. Gradio copies both dicts
-    for every session (`copy(blocks.default_config)`: about 11 KB on the emoji page, even for a visitor who only
-    looks); the page's dicts are never written through it."""
+    """The page's configuration read through (`ChainMap`) where Gradio copies it (~11 KB) per session."""
     config = BlocksConfig(page.root_block)
     config.blocks = ChainMap({}, page.blocks)
     config.fns = ChainMap({}, page.fns)
@@ -108,8 +93,7 @@ def session_config(page: BlocksConfig) -> BlocksConfig:
 class LeanSession(SessionState):
     """A Gradio session without the per-session configuration of every component (see the module's doc)."""
 
-    def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # noqa: D107 (no super().__init__:
-        # it builds the configuration this class leaves out)
+    def __init__(self, blocks, holder: LeanStateHolder | None = None) -> None:  # (no super().__init__: it builds it)
         self.blocks_config = session_config(blocks.default_config)
         self.page_blocks = blocks.default_config.blocks  # the page's own components (shared, not copied)
         self.state_data: dict[int, object] = {}
@@ -135,8 +119,7 @@ class LeanSession(SessionState):
         """Whether this very component is one of the session's blocks (the page's own or a copy)."""
         return any(kept is block for kept in self.blocks_config.blocks.values())
 
-    def measure(self) -> None:
-        """Estimate this session's state bytes again (and tell the holder)."""
+    def measure(self) -> None:  # (and tell the holder)
         before, self.nbytes = self.nbytes, sum(state_bytes(v) for v in self.state_data.values())
         if self.holder is not None:
             self.holder.resized(self.nbytes - before)
@@ -156,8 +139,7 @@ class LeanSession(SessionState):
 
 
 class LeanStateHolder(StateHolder):
-    """Gradio's session store with LeanSessions, evicting the least recently used session by count, idle age and a
-    memory budget (see the module's doc). `evicted` counts the sessions pushed out, by reason."""
+    """Gradio's session store with LeanSessions and eviction (module doc); `evicted` counts evictions by reason."""
 
     def __init__(self, budget_bytes: int | None = None, max_idle_s: float = SESSION_IDLE_S) -> None:
         super().__init__()
@@ -174,8 +156,7 @@ class LeanStateHolder(StateHolder):
     @classmethod
     def adopt(cls, holder: StateHolder, budget_bytes: int | None = None,
               max_idle_s: float = SESSION_IDLE_S) -> LeanStateHolder:
-        """Turn Gradio's holder into a LeanStateHolder in place (the server and the Blocks share that one object),
-        keeping its capacity; sessions it already holds stay as they are (counted without their states)."""
+        """Gradio's holder (server and Blocks share it) made a LeanStateHolder in place, sessions and capacity kept."""
         if not isinstance(holder, cls):
             holder.__class__ = cls
             holder._lean(budget_bytes, max_idle_s)
@@ -232,7 +213,7 @@ class LeanStateHolder(StateHolder):
         forget_queue(getattr(self, "blocks", None), session_id)
 
     def delete_state(self, session_id: str, expired_only: bool = False) -> None:
-        """Gradio's expiry (every second) and close: the states go, and the session's size is estimated again."""
+        """Gradio's expiry (every second) and close; the session's size is estimated again."""
         before = len(self.session_data[session_id].state_data) if session_id in self.session_data else 0
         super().delete_state(session_id, expired_only)
         session = self.session_data.get(session_id)
@@ -249,9 +230,7 @@ class LeanStateHolder(StateHolder):
 
 
 def forget_queue(blocks, session_id: str) -> bool:
-    """Drop Gradio's per-session queue records of a session that has no event pending (its message queue and its
-    set of event ids: about 4 KB, which Gradio keeps for the last 2,000 sessions whatever the app's capacity). A
-    later event of the same session makes them again. Returns whether they went."""
+    """Drop an idle session's Gradio queue records (~4 KB, kept for 2,000 sessions); whether they went."""
     queue = getattr(blocks, "_queue", None)
     if queue is None or queue.pending_event_ids_session.get(session_id):
         return False
@@ -276,8 +255,7 @@ def trim_heap() -> bool:
 
 
 def limit_arenas(arenas: int = 2) -> bool:
-    """glibc: at most `arenas` malloc arenas (each worker thread otherwise gets its own, up to 8 per core, and an
-    arena's freed memory stays with it). Call before the server's threads start; $MALLOC_ARENA_MAX wins when set."""
+    """glibc: at most `arenas` malloc arenas (else 8 per core) before threads start, unless $MALLOC_ARENA_MAX."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
     try:

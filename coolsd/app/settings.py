@@ -1,12 +1,6 @@
-"""The race settings, typed: one dataclass from which the /race arguments, their checks and the controls come.
-
-`RaceSettings` has one field per /race argument, in the API's order (new arguments are appended). Each field's
-`Spec`, made per model (some bounds depend on it), gives its label (also its name in errors), kind, bounds or
-choices and default. A rule setting names the rule fields it sets (`rule_knob`); its default and range come from
-that rule field (`coolsd.decoding.rules.knob`), so the race's flat names (`lantern_lambda`, ...) live only here.
-The checks run in the handlers (events are wired with preprocess=False), never in a component's preprocess:
-Gradio swaps a component for a fresh copy in a session once an event updates it.
-"""
+"""The race settings: `RaceSettings`, one field per /race argument in API order (new ones appended), each with a
+per-model `Spec` making its check and control; a rule setting's default and range are its rule field's (`rule_knob`).
+Checks run in the handlers (preprocess=False): Gradio swaps an updated component for a fresh copy per session."""
 
 from __future__ import annotations
 
@@ -41,9 +35,8 @@ from coolsd.models.conditions import STYLE_SEP, default_condition, name_choices
 from coolsd.util.checks import check_bool, check_choice, check_int, check_number, same_value, show
 
 MAX_DRAFT_LEN = {f.name: f for f in fields(Chain)}["draft_len"].metadata["ui"][1]  # the L slider's top (Chain's knob)
-# (choice) the end of COOL-SD's delta slider: past the delta from which the shipped models' pictures break (the Lab's
-# precomputed sweep, `python -m coolsd.bench.delta_sweep`; emoji: the classifier's recognition falls out of vanilla
-# AR's band), so a visitor can see relaxation cost; tests/app check it covers every shipped sweep
+# (choice) the end of COOL-SD's delta slider: past where the shipped models' pictures break (the Lab's sweep,
+# `python -m coolsd.bench.delta_sweep`), so a visitor sees relaxation cost; tests/app check it covers every sweep
 DELTA_TOP = 1024.0
 MAX_OMEGAS_CHARS = 400  # the custom schedule's text (at most 64 numbers; longer is a typo or an attack)
 MEAN_OMEGA = CoolSDRule.mu is None  # "mean omega = delta" is on by default exactly when the rule's mu is (None)
@@ -57,40 +50,29 @@ NOISE_INFO = ("Same noise: the dice of token j are keyed by (seed, j), so racers
               "dice (not with a static tree). The overlay then marks where each picture left vanilla AR's.")
 EXAMPLE_PROMPTS = ["a red fox sitting in the snow, photo", "a lighthouse on a cliff at sunset",
                    "a bowl of ramen, studio lighting"]
-
-
 WIDGETS = {"dropdown": gr.Dropdown, "radio": gr.Radio, "checkboxgroup": gr.CheckboxGroup, "textbox": gr.Textbox}
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One setting: label (the control's label and the name in errors), kind, bounds / choices, default.
-
-    kind: "number" | "int" (with minimum / maximum; step draws a slider, none a number box) | "bool" |
-    "choice" (choices: (label, value) pairs; widget "dropdown" or "radio") | "custom" (check: a function
-    value -> clean value, raising ValueError or gr.Error; widget "textbox" or "checkboxgroup").
-    extra: more keyword arguments for the component (visible, interactive, max_length, ...).
-    """
-
     label: str
-    kind: str
+    kind: str  # "number" | "int" | "bool" | "choice" | "custom"
     default: object
     minimum: float | None = None
     maximum: float | None = None
-    step: float | None = None
-    choices: tuple = ()
+    step: float | None = None  # a slider (None: a number box)
+    choices: tuple = ()  # (label, value) pairs
     widget: str = ""
     elem_id: str | None = None
-    check_fn: Callable | None = None
-    extra: Mapping = field(default_factory=dict)
+    check_fn: Callable | None = None  # "custom": value -> clean value, or ValueError / gr.Error
+    extra: Mapping = field(default_factory=dict)  # more component kwargs
     name: str | None = None  # the setting's name in messages (default: the label; lower-cased in "unknown <name>")
 
     def check(self, value):
         """The clean value, or a ValueError (gr.Error from a custom check) whose message names the label."""
-        if self.kind == "number":
-            return check_number(self.name or self.label, value, self.minimum, self.maximum)
-        if self.kind == "int":
-            return check_int(self.name or self.label, value, self.minimum, self.maximum)
+        if self.kind in ("number", "int"):
+            check = check_number if self.kind == "number" else check_int
+            return check(self.name or self.label, value, self.minimum, self.maximum)
         if self.kind == "bool":
             return check_bool(self.name or self.label, value)
         if self.kind == "choice":
@@ -98,8 +80,7 @@ class Spec:
         return self.check_fn(value)
 
     def component(self, **extra) -> gr.components.Component:
-        """The control for this setting showing its default (or `value=`); also its update to this Spec, for a
-        model switch (label, bounds or choices, visibility)."""
+        """The control showing the default (or `value=`); also the update to this Spec on a model switch."""
         kw = {"label": self.label, "value": self.default, "elem_id": self.elem_id, "visible": True, **self.extra,
               **extra}
         if self.kind in ("number", "int") and self.step is not None:
@@ -113,9 +94,9 @@ class Spec:
         return widget(choices=list(self.choices), **kw) if self.choices else widget(**kw)
 
 
-def top_k_max(ctx: Context) -> int:
-    """The top-k slider's end: the codebook size (top-k >= V keeps every code, like a smaller V would)."""
-    return int(getattr(ctx.model.target, "vocab_size", 256))
+def _top_k(ctx: Context) -> Spec:
+    top = int(getattr(ctx.model.target, "vocab_size", 256))  # the codebook size: top-k >= V keeps every code
+    return Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k, top), 0, top, 1, elem_id="top-k")
 
 
 def _condition(ctx: Context) -> Spec:
@@ -131,20 +112,18 @@ def _condition(ctx: Context) -> Spec:
     names = m.conditions
 
     def check_name(value):
-        """The class name `value` means (typos matched: `coolsd.models.conditions`); an engine id (an int, or its
-        digits as text) stays an id: its style is part of it."""
+        """The class name `value` means (typos matched); an engine id (int or digits) stays an id (its style too)."""
         cond = ctx.check_condition(value, None)
         return value if names.is_id(value) or names.label(cond) == value else names.split(cond)[0]
 
     label = {"emoji": "Emoji", "digit": "Digit"}.get(names.noun, "Class")
     return Spec(label, "custom", default_condition(names, m.default_class)[0],
                 choices=tuple(name_choices(names, m.class_chars)), widget="dropdown", elem_id="condition",
-                check_fn=check_name, name=names.noun,
-                extra={"allow_custom_value": True, "filterable": True})
+                check_fn=check_name, name=names.noun, extra={"allow_custom_value": True, "filterable": True})
 
 
 def _style(ctx: Context) -> Spec:
-    """The emoji style ("" = the default style); models without styles take any text and ignore it."""
+    """The emoji style ("" = the default); models without styles take any text and ignore it."""
     names = ctx.model.conditions if ctx.model.conditioning == "class" else None
     styles = list(names.styles) if names else []
     default = default_condition(ctx.model.conditions, ctx.model.default_class)[1]
@@ -172,9 +151,8 @@ def _model(ctx: Context) -> Spec:
 def _racers(ctx: Context) -> Spec:
     group = f"the last {len(choice.NO_DRAFTER)}: no drafter, the target drafts for itself"
     return Spec(f"Racers (up to {choice.MAX_RACERS}; vanilla AR always races; {group})", "custom",
-                list(choice.DEFAULT_RACERS),
-                choices=tuple((label, key) for key, label in choice.RACERS.items()), widget="checkboxgroup",
-                elem_id="racers", check_fn=choice.check_racers)
+                list(choice.DEFAULT_RACERS), choices=tuple((label, key) for key, label in choice.RACERS.items()),
+                widget="checkboxgroup", elem_id="racers", check_fn=choice.check_racers)
 
 
 def _resolution(ctx: Context) -> Spec:
@@ -199,7 +177,6 @@ def specs(ctx: Context) -> dict[str, Spec]:
 
 
 def setting(make: Callable[[Context], Spec]):
-    """A RaceSettings field whose Spec, for a given model's context, is `make(ctx)`."""
     return field(metadata={"spec": make})
 
 
@@ -208,14 +185,12 @@ def _number(label: str, default: Callable, low: float, high: float, step: float,
 
 
 def rule_field(rule: type, name: str) -> dataclasses.Field:
-    """Field `name` of the rule (or drafting) dataclass `rule`."""
     return {f.name: f for f in fields(rule)}[name]
 
 
 def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "number", default=None,
               top: float | None = None, extra: Mapping | None = None, reach: float | None = None) -> Spec:
-    """A control for field `name` of `rule`, its default (unless given), range and step that field's (metadata
-    "ui": `coolsd.decoding.rules.knob`); `top` lowers its top, `reach` raises it (the rule still checks values)."""
+    """A control for `rule`'s field `name` at its default, range and step; `top` lowers the top, `reach` raises it."""
     low, high, step = rule_field(rule, name).metadata["ui"]
     high = high if top is None else min(high, top)
     high = high if reach is None else max(high, reach)
@@ -226,17 +201,14 @@ def rule_spec(rule: type, name: str, label: str, elem_id: str, kind: str = "numb
 
 def rule_setting(make: Callable[[Context], Spec], default, sets: Mapping[str, str] | None = None,
                  read: Callable[[Mapping], object] | None = None):
-    """A RaceSettings field that sets rule fields: `sets` maps a rule slug to the field it sets; `default`: its
-    value where a caller leaves it out; read(values): the value the rule gets where it is not the setting's own
-    (values: every rule setting, missing ones at their defaults)."""
+    """A field setting rule fields (`sets`: slug -> field); read(all rule settings): the rule's value if not its own."""
     return field(metadata={"spec": make, "default": default, "sets": dict(sets or {}), "read": read})
 
 
 def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str = "number", default=None,
               high: Callable | None = None, extra: Mapping | None = None, also: tuple[type[Rule], ...] = (),
               read: Callable[[Mapping], object] | None = None, reach: float | None = None):
-    """A `rule_setting` for field `name` of `rule` (and of each rule in `also`), its control `rule_spec`'s;
-    `high(ctx)`: a model-dependent top."""
+    """A `rule_setting` for field `name` of `rule` and each of `also` (control: `rule_spec`; `high(ctx)`: a top)."""
     return rule_setting(lambda ctx: rule_spec(rule, name, label, elem_id, kind, default,
                                               None if high is None else high(ctx), extra, reach),
                         rule_field(rule, name).default if default is None else default,
@@ -245,10 +217,7 @@ def rule_knob(rule: type[Rule], name: str, label: str, elem_id: str, kind: str =
 
 @dataclass(frozen=True)
 class RacePlan:
-    """What one race runs: ctx (the model variant), cond (engine condition), keys (racers, panel order),
-    sampling, config (the race's shared drafting and noise: vanilla AR's), rules and configs (key -> the rule and
-    the DecodeConfig of every racer but vanilla AR: each racer's (drafting, rule) pair), recorded (what its trace
-    keeps of it, seed included)."""
+    """What one race runs; config: shared drafting and noise (vanilla AR's); rules / configs: the other racers'."""
 
     ctx: Context
     cond: object
@@ -266,8 +235,7 @@ class RacePlan:
         return RaceTrace(m.name, self.recorded, racers, m.num_tokens, m.grid)
 
     def race(self, trace: RaceTrace, lane: list) -> Race:
-        """The race of `trace`'s racers on a lane of model handles (`Context.lane`), each seeded with the race's
-        seed; close it when done."""
+        """The race of `trace`'s racers on a lane (`Context.lane`), seeded with the race's seed; close it when done."""
         racers = []
         for (key, label), (target, drafter) in zip(trace.racers, lane):
             events = generate(target, drafter, self.rules.get(key), cond=self.cond, num_tokens=trace.num_tokens,
@@ -279,22 +247,18 @@ class RacePlan:
 
 @dataclass(frozen=True)
 class RaceSettings:
-    """The /race arguments, in order (checked values; see the module docstring). Each field's Spec is made
-    per model (`specs(ctx)`): bounds such as top-k's codebook size and LANTERN++'s k depend on it."""
+    """The /race arguments in order (checked values); each field's Spec is made per model (`specs(ctx)`)."""
 
     condition: str = setting(_condition)
     seed: int = setting(lambda ctx: Spec("seed", "int", recorded_seed(ctx.model.name), 0, MAX_SEED, elem_id="seed"))
     temperature: float = _number("temperature (0 = greedy)", lambda ctx: ctx.model.default_sampling.temperature,
                                  0.0, 2.0, 0.05, "temperature")
-    top_k: int = setting(lambda ctx: Spec("top-k (0 = off)", "int", min(ctx.model.default_sampling.top_k,
-                                                                         top_k_max(ctx)), 0,
-                                          top_k_max(ctx), 1, elem_id="top-k"))
+    top_k: int = setting(_top_k)
     cfg_scale: float = _number("CFG scale (1 = off)", lambda ctx: ctx.model.default_sampling.cfg_scale, 1.0, 10.0,
                                0.1, "cfg")
     draft_len: int = setting(lambda ctx: rule_spec(Chain, "draft_len", "draft length L", "draft-len", kind="int"))
-    drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", choices=tuple((v, k) for k, v in
-                                                                                         DRAFTING.items()),
-                                             widget="radio", elem_id="drafting"))
+    drafting: str = setting(lambda ctx: Spec("Drafting", "choice", "chain", widget="radio", elem_id="drafting",
+                                             choices=tuple((v, k) for k, v in DRAFTING.items())))
     delta: float = rule_knob(CoolSDRule, "delta", "delta (overall relaxation)", "delta",
                              reach=DELTA_TOP)  # (COOL-SD with or without a drafter: one rule, one setting)
     nu: float = rule_knob(CoolSDRule, "nu", "nu (annealing rate)", "nu")
@@ -321,8 +285,7 @@ class RaceSettings:
     model: str = setting(_model)  # (appended after the original arguments: older API calls keep their meaning)
     style: str = setting(_style)
     sjd_window: int = setting(lambda ctx: rule_spec(Jacobi, "window", "SJD window W (drafts per iteration)",
-                                                    "sjd-window", kind="int"))  # (the Jacobi window of every
-    # no-drafter racer; appended after the others: older calls keep their meaning)
+                                                    "sjd-window", kind="int"))  # no-drafter racers' Jacobi window
     noise: str = setting(lambda ctx: Spec("Noise", "choice", DecodeConfig().noise, choices=tuple(
         (v, k) for k, v in NOISE.items()), widget="radio", elem_id="noise", name="noise",
         extra={"info": NOISE_INFO}))  # (appended last: older calls keep their meaning)
@@ -337,10 +300,7 @@ class RaceSettings:
 
     @classmethod
     def check(cls, ctx: Context, values: Mapping) -> RaceSettings:
-        """Every value checked by its Spec (missing ones: the default); one gr.Error for the first bad one.
-
-        The model is checked first (`ctx.picked`, loaded on first use): the other values are checked
-        against the picked model's Specs (`follow_model` first)."""
+        """Every value checked (missing: default) by the picked model's Specs; one gr.Error for the first bad one."""
         unknown = set(values) - set(cls.names())
         if unknown:
             raise bad(f"unknown race setting {show(sorted(unknown)[0])}")
@@ -361,8 +321,7 @@ class RaceSettings:
         return dataclasses.replace(self, **changes)
 
     def plan(self, ctx: Context) -> RacePlan:
-        """Everything the race checks beyond single values (the rules, the configs): one gr.Error, or the plan.
-        A share link is refused exactly when this refuses."""
+        """The plan, or one gr.Error for what single values do not show (rules, configs; share links too)."""
         variant = ctx.for_model(self.model).variant(self.resolution)
         cond = variant.check_condition(self.condition, self.style)
         with user_errors():
@@ -379,7 +338,7 @@ class RaceSettings:
         return RacePlan(variant, cond, self.racers, sampling, config, rules, configs, recorded)
 
     def shared_drafting(self) -> Drafting:
-        """The drafting of the racers with a drafter: a chain of `draft_len`, or the static tree named."""
+        """The racers with a drafter: a chain of `draft_len`, or the static tree named."""
         return chain_or_tree(self.draft_len, None if self.drafting == "chain" else self.drafting)
 
     def drafting_of(self, key: str) -> Drafting:
@@ -388,9 +347,7 @@ class RaceSettings:
 
 
 def rule_options(key: str, values: Mapping) -> dict:
-    """The options of racer (variant) `key`'s rule, named by its dataclass fields (`variants.build` takes them),
-    at the race settings `values` (name -> value; a rule setting left out: its default, the rule's). Only the
-    settings of that rule are read, so a bad custom list stops the custom racer alone."""
+    """Racer `key`'s rule options at race settings `values`; only that rule's are read (a bad one stops it alone)."""
     slug = variants.get(key).rule
     table = {f.name: f.metadata for f in fields(RaceSettings) if "sets" in f.metadata}
     filled = {name: m["default"] for name, m in table.items()} | {k: v for k, v in values.items() if k in table}
@@ -399,8 +356,7 @@ def rule_options(key: str, values: Mapping) -> dict:
 
 
 def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
-    """The rule racer `key` runs at the race `settings` (name -> value; `rule_options`) with the model's
-    neighbour table; a bad value (the rule's own ValueError) becomes one clear error naming the racer."""
+    """Racer `key`'s rule at the race `settings` (`rule_options`); a bad value is one error naming the racer."""
     if key not in choice.RACERS:
         raise bad(f"unknown racer {show(key)}; choose from {', '.join(choice.RACERS)}")
     try:
@@ -410,18 +366,12 @@ def make_racer_rule(ctx: Context, key: str, settings: Mapping) -> Rule:
 
 
 def make_rules(ctx: Context, keys: list[str], settings: Mapping) -> dict[str, Rule]:
-    """key -> rule for every chosen racer, in the given order, at the race `settings` (name -> value)."""
     return {key: make_racer_rule(ctx, key, settings) for key in keys}
 
 
 def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
-    """`values` made to fit the picked model where they name another model's choice.
-
-    A styled model's "<class> · <style>" condition becomes (class, its style): the label names the style (the
-    older API form). A value left at the app's default that the picked model refuses (the default model's
-    class, resolution or top-k bound) becomes the picked model's default. Values it accepts stay, except the app
-    model's default class: it stays only where the picked model has a class of that very name (to an emoji model
-    a digit model's "3" would be condition id 3)."""
+    """`values` made to fit the picked model: "<class> · <style>" becomes (class, style); an app default the picked
+    model refuses, or a class it lacks by that very name (a digit "3" is not emoji id 3), becomes its default."""
     out = dict(values)
     label = out.get("condition")
     if picked.model.style_names and isinstance(label, str) and STYLE_SEP.strip() in label:
@@ -446,8 +396,7 @@ def follow_model(ctx: Context, picked: Context, values: Mapping) -> dict:
 
 
 def check_values(table: Mapping[str, Spec], values: Mapping, defaults: bool = False) -> dict:
-    """name -> checked value for every name in `values` (every name in `table` when `defaults`, missing
-    ones at their default); the first bad value is one gr.Error naming it."""
+    """name -> checked value for each name in `values` (each in `table`, missing at default, when `defaults`)."""
     names = table if defaults else [n for n in table if n in values]
     out = {}
     for name in names:

@@ -1,9 +1,5 @@
-"""Take a race away: its trace (JSON), its images (one PNG strip), and a share link that restores every control.
-
-The link is the app's URL with one query parameter per control (`?seed=3&racers=eagle-1,cool-sd`), plus `tab=`.
-Opening it sets each control; a bad value keeps that control's default and says why (one warning line).
-API: share_link, share_restore, trace, trace_file, strip_file.
-"""
+"""Take a race away: trace (JSON), images (PNG strip), share link (`?seed=3&racers=eagle-1,cool-sd&tab=`) setting
+every control named (a bad value keeps its default). API: share_link, share_restore, trace, trace_file, strip_file."""
 
 from __future__ import annotations
 
@@ -40,7 +36,6 @@ def _file(name: str, suffix: str) -> str:
     return os.path.join(folder, f"coolsd-{name}-{uuid.uuid4().hex[:8]}{suffix}")
 
 
-# ---------------------------------------------------------------- settings <-> query string
 def _encode(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -52,7 +47,7 @@ def _encode(value) -> str:
 
 
 def _decode(spec: Spec, text: str):
-    """The query text as the type `spec` checks (a value that does not parse stays text, so the check names it)."""
+    """The query text as `spec`'s type (unparsable stays text, for the check to name)."""
     if spec.widget == "checkboxgroup":
         return [v for v in text.split(",") if v]
     if spec.kind == "bool":
@@ -67,9 +62,7 @@ def _decode(spec: Spec, text: str):
 
 
 def check_shared(ctx: Context, values: Mapping) -> dict:
-    """The checked values (name -> value) of share-link controls; one gr.Error for the first bad one. The race
-    settings are checked as the race checks them (`RaceSettings.check` and `plan`), so a link is refused exactly
-    when its race would be."""
+    """name -> checked value of share-link controls: a link is refused (one gr.Error) exactly when its race would be."""
     table = specs(ctx)
     unknown = [name for name in values if name not in table]
     if unknown:
@@ -92,8 +85,7 @@ def share_query(ctx: Context, values: Mapping) -> str:
 
 
 def parse_query(ctx: Context, params: Mapping[str, str], panel_ids=()) -> tuple[dict, list[str]]:
-    """Query parameters -> ({name: checked value}, [one message per bad or unknown parameter]), checked against
-    the `model` the link names (unknown: one message, the app's model), then together as the race would."""
+    """Query parameters -> ({name: checked value}, [a message per bad one]), for the model the link names."""
     values, errors, picked, model_ok = {}, [], ctx, True
     if "model" in params:
         try:
@@ -134,7 +126,6 @@ def _params(query) -> dict:
     return dict(parse_qsl(query.lstrip("?"), keep_blank_values=True))
 
 
-# ---------------------------------------------------------------- the components and handlers
 class TakeAway:
     """The take-away row under the race: trace, strip and share link buttons, and their handlers."""
 
@@ -192,9 +183,7 @@ class TakeAway:
 
 
 def wire_restore(ctx: Context, controls, blocks: gr.Blocks, tabs: gr.Tabs, panel_ids: list[str]):
-    """On page load, set every race setting named in the URL's query (`controls`: the settings column; call
-    inside the Blocks, after every panel); a link naming a model also sets the model-dependent controls'
-    choices. Returns the load event."""
+    """The page load event setting every control the URL's query names; call inside the Blocks after every panel."""
     controls = controls.settings
 
     def restore(request: gr.Request):
