@@ -12,8 +12,8 @@ is "cuda-graphs" on CUDA and "static" (the same padded shapes, uncaptured) elsew
 
 Needs torch, transformers, diffusers (and their own dependencies). On a machine without network,
 run the workspace's `shared/tools/device-wheels.sh` here first and carry `.whl`; the device command is then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-      && PYTHONPATH=/tmp/site python3 -m coolsd.bench.gpu
+    python3 -m pip install -q --no-index --no-deps --no-compile --target .whl/site .whl/*.whl \
+      && PYTHONPATH=.whl/site python3 -m coolsd.bench.gpu
 (about 6 minutes at most: give it a timeout of 420 s). Writes
 gpu_check.json and gpu_check.md to $OUT (or --out); each part is written as soon as it ends, and
 parts that would pass --budget-s are skipped and say so.
