@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import shutil
 
 import gradio as gr
 import pytest
@@ -12,6 +13,10 @@ from coolsd.app import race as race_ui
 from coolsd.app.demo import LAUNCH_KWARGS, Demo, make_demo
 from coolsd.app.race_view import API_NAMES, RaceFrame
 from coolsd.app.racers import SLOTS
+
+CHROMIUM = shutil.which("chromium")  # Debian's; Playwright never downloads a browser
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 @functools.cache

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from demo_app import served
+from demo_app import CHROMIUM, CHROMIUM_ARGS, served
 
 from coolsd.app.demo import make_demo
 from coolsd.models import registry
@@ -18,3 +18,13 @@ def shipped_app():
     demo = make_demo(registry.default_key() if registry.default_key() != "llamagen" else "emoji")
     with served(demo.blocks) as url:
         yield demo, url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's) for one test module; skipped without Playwright."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from urllib.parse import urlparse
 
 import pytest
-from demo_app import served, tiny_demo
-
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+from demo_app import CHROMIUM, CHROMIUM_ARGS, served, tiny_demo
 
 pytestmark = [
     pytest.mark.browser,

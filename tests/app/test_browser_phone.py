@@ -15,7 +15,7 @@ import os
 import re
 
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_ARGS
+from demo_app import CHROMIUM
 
 from coolsd.util.paths import EMBEDDED_DIR
 
@@ -35,16 +35,6 @@ def page_url(shipped_app):
     recordings = demo.page.race.after.recordings
     assert recordings.of(demo.ctx) is not None, "no current recording: python -m coolsd.app.recorded"
     return url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 # Elements whose box ends right of the viewport (or starts left of it), apart from those hidden by design (KaTeX's

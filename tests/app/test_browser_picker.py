@@ -10,8 +10,8 @@ import json
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from demo_app import picker_demo, served
-from test_browser import CHROMIUM, CHROMIUM_ARGS, wait_text
+from demo_app import CHROMIUM, CHROMIUM_ARGS, picker_demo, served
+from test_browser import wait_text
 
 from coolsd.models.conditions import default_condition, name_choices
 from coolsd.models.registry import MODELS

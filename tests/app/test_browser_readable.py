@@ -6,7 +6,7 @@ And at a phone's width the acceptance plot's title and its legend do not overlap
 from __future__ import annotations
 
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_ARGS
+from demo_app import CHROMIUM
 from test_browser_phone import _click_tab
 from test_browser_tabs import PROBLEMS_JS
 
@@ -22,15 +22,6 @@ OVERLAP_JS = """(sel) => {
   if (!t || !l) return null;
   const a = t.getBoundingClientRect(), b = l.getBoundingClientRect();
   return a.right > b.left && b.right > a.left && a.bottom > b.top && b.bottom > a.top; }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _name(page, text: str) -> None:

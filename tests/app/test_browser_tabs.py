@@ -6,7 +6,7 @@ toast, no text cut inside its box (inputs, dropdowns, buttons, labels, table cel
 from __future__ import annotations
 
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_ARGS
+from demo_app import CHROMIUM
 from test_browser_phone import _click_tab
 
 from coolsd.app import cost, how, lab, microscope, race, schedule, theory
@@ -43,15 +43,6 @@ PROBLEMS_JS = """(minPlot) => {
     if (visible(e) && e.getBoundingClientRect().width < minPlot)
       out.push(`narrow plot ${e.closest('[id]')?.id}: ${Math.round(e.getBoundingClientRect().width)} px`);
   return out; }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.parametrize("width", list(WIDTHS.values()), ids=list(WIDTHS))
