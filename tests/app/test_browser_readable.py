@@ -48,7 +48,8 @@ def test_an_unknown_name_is_one_message_and_the_pictures_stay(shipped_app, brows
         page.wait_for_function("() => document.querySelector('#stats').innerText.includes('Finished')",
                                timeout=WAIT_MS)
         assert "rockit: showing rocket" in page.locator("#stats").inner_text()
-        page.wait_for_timeout(6000)  # the typo's toast goes
+        page.locator("[data-testid='toast-body']").first.wait_for(state="detached", timeout=WAIT_MS)  # the typo's
+        # toast goes (waited for, not timed: a loaded machine draws it late)
         _name(page, "zzzz")
         page.locator("#gen-btn").click()
         toast = page.locator("[data-testid='toast-body']").first
